@@ -1,0 +1,46 @@
+# Meridian — make help lists the targets.
+SHELL := /bin/bash
+GO ?= go
+PKG := github.com/meridian-llm/meridian
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+BIN := bin/meridian
+# Packages whose tests run under the race detector (all of them: most have goroutines).
+RACE_PKGS ?= ./...
+BENCH_COUNT ?= 5
+FUZZTIME ?= 20s
+
+.PHONY: help demo test bench fuzz lint build clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+demo: ## run the demo (for now: the index benchmark report)
+	@$(MAKE) --no-print-directory bench BENCH_COUNT=3
+
+test: ## vet, then every test (race detector on)
+	$(GO) vet ./...
+	$(GO) test -race -timeout 20m $(RACE_PKGS)
+
+bench: ## run the benchmarks behind the published targets and print a table
+	@mkdir -p bin
+	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee bin/bench-index.txt
+	@$(GO) run ./scripts/benchtable.go bin/bench-index.txt
+
+fuzz: ## run each fuzz target for FUZZTIME
+	@for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$pkg 2>/dev/null | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	  done; \
+	done
+
+lint: ## gofmt and go vet
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+build: ## build bin/meridian with the version stamped in
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meridian
+
+clean: ## remove build output
+	rm -rf bin

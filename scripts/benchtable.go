@@ -1,0 +1,146 @@
+//go:build ignore
+
+// Command benchtable reads `go test -bench` output and prints the medians of
+// the benchmarks behind Meridian's published targets as a small table, with
+// each target and whether the run met it. Run: go run ./scripts/benchtable.go FILE
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// samples[benchmark name][unit] = values across -count runs
+type samples map[string]map[string][]float64
+
+func parse(path string) (samples, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	s := samples{}
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 4 || !strings.HasPrefix(fields[0], "Benchmark") {
+			continue
+		}
+		name := fields[0]
+		m := s[name]
+		if m == nil {
+			m = map[string][]float64{}
+			s[name] = m
+		}
+		for i := 2; i+1 < len(fields); i += 2 {
+			v, err := strconv.ParseFloat(fields[i], 64)
+			if err != nil {
+				continue
+			}
+			m[fields[i+1]] = append(m[fields[i+1]], v)
+		}
+	}
+	return s, sc.Err()
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	c := append([]float64(nil), v...)
+	sort.Float64s(c)
+	if len(c)%2 == 1 {
+		return c[len(c)/2]
+	}
+	return (c[len(c)/2-1] + c[len(c)/2]) / 2
+}
+
+// find returns the samples of the first benchmark whose name starts with prefix
+// (names carry a -N GOMAXPROCS suffix when run with -cpu N>1).
+func (s samples) find(prefix string) (string, map[string][]float64) {
+	var names []string
+	for n := range s {
+		if n == prefix || strings.HasPrefix(n, prefix+"-") {
+			names = append(names, n)
+		}
+	}
+	sort.Strings(names)
+	if len(names) == 0 {
+		return "", nil
+	}
+	return names[0], s[names[0]]
+}
+
+type row struct {
+	what, bench, unit string
+	target            func(v float64, s samples) (string, bool)
+}
+
+func main() {
+	if len(os.Args) != 2 {
+		fmt.Fprintln(os.Stderr, "usage: go run ./scripts/benchtable.go BENCH_OUTPUT")
+		os.Exit(2)
+	}
+	s, err := parse(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	naive := func() float64 {
+		_, m := s.find("BenchmarkNaiveLookup/pods=256/blocks=64/depths=4")
+		return median(m["ns/op"])
+	}
+	atMost := func(limit float64, unit string) func(float64, samples) (string, bool) {
+		return func(v float64, _ samples) (string, bool) { return fmt.Sprintf("<= %g %s", limit, unit), v <= limit }
+	}
+	atLeast := func(limit float64, unit string) func(float64, samples) (string, bool) {
+		return func(v float64, _ samples) (string, bool) { return fmt.Sprintf(">= %g %s", limit, unit), v >= limit }
+	}
+	rows := []row{
+		{"lookup 64 blocks, 256 pods, 4 depths", "BenchmarkLookup/pods=256/blocks=64/depths=4", "ns/op", atMost(1000, "ns")},
+		{"  allocations", "BenchmarkLookup/pods=256/blocks=64/depths=4", "allocs/op", atMost(0, "allocs")},
+		{"  speed-up over naive scan", "BenchmarkLookup/pods=256/blocks=64/depths=4", "ns/op", func(v float64, _ samples) (string, bool) {
+			n := naive()
+			if v == 0 || n == 0 {
+				return ">= 20x", false
+			}
+			return fmt.Sprintf(">= 20x (got %.1fx)", n/v), n/v >= 20
+		}},
+		{"naive lookup (baseline)", "BenchmarkNaiveLookup/pods=256/blocks=64/depths=4", "ns/op", nil},
+		{"lookup 1024 blocks, 16 depths", "BenchmarkLookup/pods=256/blocks=1024/depths=16", "ns/op", atMost(10000, "ns")},
+		{"registrations, 1 cpu", "BenchmarkRegister", "blocks/s", nil},
+		{"registrations, 2 cpus", "BenchmarkRegister-2", "blocks/s", atLeast(10e6, "blocks/s")},
+		{"memory at 1M blocks", "BenchmarkMemory/blocks=1M", "B/block", atMost(64, "B/block")},
+		{"memory at 10M blocks", "BenchmarkMemory/blocks=10M", "B/block", atMost(64, "B/block")},
+	}
+	fmt.Printf("\n%-40s %14s  %-26s %s\n", "figure (median of runs)", "value", "target", "met")
+	fmt.Println(strings.Repeat("-", 92))
+	for _, r := range rows {
+		var m map[string][]float64
+		if strings.HasSuffix(r.bench, "-2") {
+			m = s[r.bench]
+		} else {
+			_, m = s.find(r.bench)
+		}
+		v := median(m[r.unit])
+		val := "missing"
+		if len(m[r.unit]) > 0 {
+			val = fmt.Sprintf("%.4g %s", v, r.unit)
+		}
+		tgt, met := "", ""
+		if r.target != nil {
+			var ok bool
+			tgt, ok = r.target(v, s)
+			met = "yes"
+			if !ok || len(m[r.unit]) == 0 {
+				met = "NO"
+			}
+		}
+		fmt.Printf("%-40s %14s  %-26s %s\n", r.what, val, tgt, met)
+	}
+}
