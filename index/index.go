@@ -1,0 +1,380 @@
+package index
+
+import (
+	"fmt"
+	"math/bits"
+	"sync"
+	"sync/atomic"
+)
+
+// Index is the block index of one region. All methods are safe for
+// concurrent use. Lookups never block on writers.
+type Index struct {
+	words  int // bitmap width in 64-bit words
+	stride int // slab words per entry: hash + bitmap
+	shards *[numShards]shard
+	pods   pods
+	// offloaded[slot] counts the pod's (block, pod) pairs held in a non-GPU
+	// tier; when it is 0 TierProfile answers without touching the shards.
+	offloaded []atomic.Int64
+
+	sweepMu sync.Mutex
+	sweep   sweepState
+}
+
+// New builds an empty index.
+func New(cfg Config) (*Index, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	x := &Index{
+		words:     cfg.PodCapacity / 64,
+		stride:    1 + cfg.PodCapacity/64,
+		shards:    new([numShards]shard),
+		pods:      newPods(cfg.PodCapacity),
+		offloaded: make([]atomic.Int64, cfg.PodCapacity),
+	}
+	for i := range x.shards {
+		x.shards[i].details = make(map[detailKey]tierCounts)
+		x.shards[i].counts = make([]int32, cfg.PodCapacity)
+	}
+	x.sweep.mask = make([]uint64, x.words)
+	return x, nil
+}
+
+// PodCapacity is the number of pod slots.
+func (x *Index) PodCapacity() int { return x.words * 64 }
+
+// Register records that pod holds each block of hashes in tier. Registrations
+// are reference-counted per (pod, tier): announcing a block twice needs two
+// evictions to remove it. It returns ErrUnknownPod, and changes nothing, if
+// pod is not live. Hashes are usually a whole chain from one KV event; there
+// is no need to sort or group them.
+func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
+	if tier >= NumTiers {
+		return fmt.Errorf("register: bad tier %d", tier)
+	}
+	if !x.pods.live(pod) {
+		return fmt.Errorf("register %v: %w", pod, ErrUnknownPod)
+	}
+	slot := pod.Slot()
+	word, bit := slot/64, uint64(1)<<(slot%64)
+	for _, h := range hashes {
+		if h == 0 {
+			continue // never a chain hash (see Extend); ignore rather than corrupt
+		}
+		s := &x.shards[shardOf(h)]
+		s.mu.Lock()
+		// Checked under the shard lock: a sweep of this shard either ran
+		// before (and we see the pod dying) or runs after and clears our bit.
+		if !x.pods.live(pod) {
+			s.mu.Unlock()
+			return fmt.Errorf("register %v: %w", pod, ErrUnknownPod)
+		}
+		x.registerLocked(s, h, slot, word, bit, tier)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, tier Tier) {
+	t := s.tab.Load()
+	_, e, ok := t.find(h, x.stride)
+	if !ok {
+		x.insertDetail(s, h, slot, tierCounts{}, tier)
+		s.insertEntry(h, x.stride, word, bit)
+		s.counts[slot]++
+		return
+	}
+	w := t.word(e, x.stride, 1+word)
+	cur := w.Load()
+	if cur&bit == 0 {
+		x.insertDetail(s, h, slot, tierCounts{}, tier)
+		s.beginWrite()
+		w.Store(cur | bit)
+		s.endWrite()
+		s.counts[slot]++
+		return
+	}
+	k := detailKey{h, uint16(slot)}
+	old, ok := s.details[k]
+	if !ok {
+		old = defaultCounts
+	}
+	x.insertDetail(s, h, slot, old, tier)
+}
+
+// insertDetail stores old plus one reference in tier as the (h, slot)
+// detail, or drops the detail when the result is the default state.
+func (x *Index) insertDetail(s *shard, h uint64, slot int, old tierCounts, tier Tier) {
+	c := old
+	if c[tier] < ^uint16(0) {
+		c[tier]++
+	}
+	x.setDetail(s, detailKey{h, uint16(slot)}, old, c)
+}
+
+func (x *Index) setDetail(s *shard, k detailKey, old, c tierCounts) {
+	if c == defaultCounts || c.empty() {
+		delete(s.details, k)
+	} else {
+		s.details[k] = c
+	}
+	if a, b := old.offloaded(), c.offloaded(); a != b {
+		if b {
+			x.offloaded[k.slot].Add(1)
+		} else {
+			x.offloaded[k.slot].Add(-1)
+		}
+	}
+}
+
+// Evict drops one reference of pod to each block of hashes in tier. Evicting
+// a block the pod does not hold in that tier is a no-op. The block stays
+// indexed for the pod while any tier still holds a reference. Evicting for a
+// pod that is no longer live is a no-op too (its sweep clears everything).
+func (x *Index) Evict(pod PodID, tier Tier, hashes []uint64) error {
+	if tier >= NumTiers {
+		return fmt.Errorf("evict: bad tier %d", tier)
+	}
+	if !x.pods.live(pod) {
+		return nil
+	}
+	slot := pod.Slot()
+	word, bit := slot/64, uint64(1)<<(slot%64)
+	for _, h := range hashes {
+		s := &x.shards[shardOf(h)]
+		s.mu.Lock()
+		x.evictLocked(s, h, slot, word, bit, tier)
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+func (x *Index) evictLocked(s *shard, h uint64, slot, word int, bit uint64, tier Tier) {
+	t := s.tab.Load()
+	i, e, ok := t.find(h, x.stride)
+	if !ok {
+		return
+	}
+	w := t.word(e, x.stride, 1+word)
+	cur := w.Load()
+	if cur&bit == 0 {
+		return
+	}
+	k := detailKey{h, uint16(slot)}
+	old, ok := s.details[k]
+	if !ok {
+		old = defaultCounts
+	}
+	if old[tier] == 0 {
+		return
+	}
+	c := old
+	c[tier]--
+	x.setDetail(s, k, old, c)
+	if !c.empty() {
+		return
+	}
+	s.counts[slot]--
+	s.beginWrite()
+	w.Store(cur &^ bit)
+	if cur&^bit == 0 && x.bitmapEmpty(t, e) {
+		s.deleteEntry(t, i, e, x.stride)
+	}
+	s.endWrite()
+}
+
+func (x *Index) bitmapEmpty(t *table, e uint32) bool {
+	for w := 1; w < x.stride; w++ {
+		if t.word(e, x.stride, w).Load() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// ClearPod drops every block of a live pod (vLLM's AllBlocksCleared, or an
+// engine restart) while the pod stays live. It runs synchronously, one shard
+// at a time, skipping shards where the pod holds nothing; lookups proceed
+// meanwhile and may see the clear half done.
+func (x *Index) ClearPod(pod PodID) error {
+	if !x.pods.live(pod) {
+		return fmt.Errorf("clear %v: %w", pod, ErrUnknownPod)
+	}
+	var mask [maxWords]uint64
+	slot := pod.Slot()
+	mask[slot/64] = 1 << (slot % 64)
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		if s.counts[slot] != 0 {
+			x.clearSlots(s, mask[:x.words], 0, ^uint32(0))
+		}
+		s.mu.Unlock()
+	}
+	return nil
+}
+
+// clearSlots clears the bits of the slots in mask from the slab entries
+// [from, to) of s, deletes entries left empty, drops their tier details and
+// fixes the per-slot counts. It returns where it stopped. Requires s.mu.
+func (x *Index) clearSlots(s *shard, mask []uint64, from, to uint32) uint32 {
+	t := s.tab.Load()
+	if t == nil {
+		return s.used
+	}
+	to = min(to, s.used)
+	for e := from; e < to; e++ {
+		h := t.word(e, x.stride, 0).Load()
+		if h == 0 {
+			continue
+		}
+		hit := false
+		for w := 0; w < x.words; w++ {
+			if t.word(e, x.stride, 1+w).Load()&mask[w] != 0 {
+				hit = true
+				break
+			}
+		}
+		if !hit {
+			continue
+		}
+		s.beginWrite()
+		empty := true
+		for w := 0; w < x.words; w++ {
+			p := t.word(e, x.stride, 1+w)
+			v := p.Load()
+			if cleared := v & mask[w]; cleared != 0 {
+				forEachBit([]uint64{cleared}, func(b int) {
+					slot := w*64 + b
+					s.counts[slot]--
+					k := detailKey{h, uint16(slot)}
+					if c, ok := s.details[k]; ok {
+						x.setDetail(s, k, c, tierCounts{})
+					}
+				})
+				v &^= mask[w]
+				p.Store(v)
+			}
+			if v != 0 {
+				empty = false
+			}
+		}
+		if empty {
+			i, _, _ := t.find(h, x.stride)
+			s.deleteEntry(t, i, e, x.stride)
+		}
+		s.endWrite()
+	}
+	return to
+}
+
+// Match is one pod's answer to a lookup: how many leading blocks of the query
+// chain it holds.
+type Match struct {
+	Pod    PodID
+	Blocks int
+}
+
+// Lookup returns, for the query chain H_0..H_{n-1}, every live pod holding at
+// least H_0 with the number of leading blocks it holds, ranked by blocks
+// (most first; ties by slot). It appends to dst[:0] and returns the result;
+// with cap(dst) >= PodCapacity it allocates nothing.
+//
+// It exploits prefix closure (a pod holding H_i holds H_0..H_{i-1}): starting
+// from the set S of pods holding H_0, a binary search finds the first depth
+// where some pod of S drops out, records the pods that dropped, and continues
+// from there with the rest. Each of the K distinct drop-off depths costs
+// O(log n) probes, so a lookup costs O(K log n) probes, not O(pods * n).
+//
+// When evictions have broken prefix closure (a middle block evicted while its
+// descendants are still announced), the answer d for a pod p still satisfies
+//
+//	c <= d <= n, p holds H_{d-1} (if d > 0), and p does not hold H_d (if d < n)
+//
+// where c is the consecutive-scan answer: the search only ever reports a pod
+// at a depth where it was seen to drop out after holding the previous block,
+// and a pod holding H_0..H_{c-1} cannot drop out before c. So it never
+// under-reports, and over-reports only across a hole: by at most
+// (last index p holds along the chain + 1) - c.
+func (x *Index) Lookup(chain []uint64, dst []Match) []Match {
+	dst = dst[:0]
+	n := len(chain)
+	if n == 0 {
+		return dst
+	}
+	w := x.words
+	var cand, probe, atR [maxWords]uint64
+	x.load(chain[0], probe[:w])
+	total := 0
+	for i := 0; i < w; i++ {
+		cand[i] = probe[i] & x.pods.alive[i].Load()
+		total += bits.OnesCount64(cand[i])
+	}
+	if total == 0 {
+		return dst
+	}
+	if cap(dst) < total {
+		dst = make([]Match, total)
+	}
+	dst = dst[:total]
+	end := total
+	lo := 0
+	for {
+		// Invariant: every pod in cand holds chain[lo]. Find the smallest
+		// r in (lo, n] where some pod of cand does not hold chain[r]
+		// (chain[n] is held by nobody). atR is the bitmap at r.
+		l, r := lo, n
+		clear(atR[:w])
+		for r-l > 1 {
+			m := int(uint(l+r) >> 1)
+			x.load(chain[m], probe[:w])
+			if subset(cand[:w], probe[:w]) {
+				l = m
+			} else {
+				r = m
+				copy(atR[:w], probe[:w])
+			}
+		}
+		// Pods of cand missing at r matched exactly r blocks.
+		var dropped [maxWords]uint64
+		k, remaining := 0, 0
+		for i := 0; i < w; i++ {
+			dropped[i] = cand[i] &^ atR[i]
+			cand[i] &= atR[i]
+			k += bits.OnesCount64(dropped[i])
+			remaining += bits.OnesCount64(cand[i])
+		}
+		// This depth's group goes just below the deeper groups (found
+		// later), so dst ends sorted by depth, most first, slots ascending.
+		end -= k
+		j := end
+		for i := 0; i < w; i++ {
+			for d := dropped[i]; d != 0; d &= d - 1 {
+				dst[j] = Match{Pod: x.pods.id(i*64 + bits.TrailingZeros64(d)), Blocks: r}
+				j++
+			}
+		}
+		if remaining == 0 {
+			break
+		}
+		lo = r
+	}
+	return dst
+}
+
+// load copies the pod bitmap of block h into dst (zeroed when absent).
+func (x *Index) load(h uint64, dst []uint64) bool {
+	return x.shards[shardOf(h)].load(h, x.stride, dst)
+}
+
+// subset reports whether every bit of a is set in b.
+func subset(a, b []uint64) bool {
+	for i := range a {
+		if a[i]&^b[i] != 0 {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,296 @@
+package index
+
+import (
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+const (
+	shardBits = 8
+	numShards = 1 << shardBits
+	// fib is 2^64 / golden ratio: multiplying by it and keeping the high bits
+	// (Fibonacci hashing) spreads structured keys evenly over the shards.
+	fib = 0x9E3779B97F4A7C15
+
+	chunkShift = 8 // slab entries per chunk = 256
+	chunkLen   = 1 << chunkShift
+	chunkMask  = chunkLen - 1
+
+	minTableBits = 4
+	maxTableBits = 32
+)
+
+// shardOf picks the shard of a block hash: the top 8 bits of key*fib.
+func shardOf(key uint64) uint64 { return (key * fib) >> (64 - shardBits) }
+
+// fingerprint is bits 24..55 of key*fib: the bits below the shard bits. The
+// top bits of the fingerprint are the key's home position in its shard's
+// table, so a table slot alone says where its key belongs (which backward-
+// shift deletion and growth need) without reading the slab.
+func fingerprint(key uint64) uint32 { return uint32((key * fib) >> 24) }
+
+// table is one shard's published view: an open-addressing (linear probing)
+// array of slots and the slab of entries they point to. A table header is
+// immutable once published; the atomics inside it change only under the
+// shard's mutex, inside a seqlock write window.
+type table struct {
+	// slots[i] = fingerprint<<32 | (entry+1); 0 is an empty slot.
+	slots []atomic.Uint64
+	bits  uint // len(slots) == 1<<bits
+	// chunks is the slab: entry e lives at chunks[e>>chunkShift], words
+	// [(e&chunkMask)*stride, +stride): word 0 is the block hash (0 while the
+	// entry is free), then the pod bitmap.
+	chunks [][]atomic.Uint64
+}
+
+// shard is 1/256 of the index. Readers never lock: they read under a seqlock
+// (seq is odd while a writer mutates, and changes with every mutation), so a
+// lookup costs no atomic read-modify-write and scales with cores. Writers
+// serialize on mu. Each mutation is its own short write window, so a long
+// writer operation (a sweep of the shard) never stalls readers for long.
+//
+// shard is padded to a multiple of two cache lines so that two hot shards
+// never share one.
+type shard struct {
+	shardState
+	_ [(cacheLine - unsafe.Sizeof(shardState{})%cacheLine) % cacheLine]byte
+}
+
+// cacheLine is the padding unit: two 64-byte lines, as adjacent-line
+// prefetching pairs lines on current x86 cores.
+const cacheLine = 128
+
+type shardState struct {
+	mu  sync.Mutex
+	seq atomic.Uint64
+	tab atomic.Pointer[table]
+
+	// Writer-only state, guarded by mu.
+	n    int      // entries in use
+	used uint32   // slab high-water mark
+	free []uint32 // freed slab entries, reused before used grows
+	// details holds the tier reference counts of (block, pod) pairs that are
+	// not in the default state "held once, on GPU" (the bit alone says that).
+	details map[detailKey]tierCounts
+	// counts[slot] is the number of this shard's blocks whose bit for slot is set.
+	counts []int32
+}
+
+type detailKey struct {
+	block uint64
+	slot  uint16
+}
+
+// tierCounts are the reference counts of one (block, pod) pair per tier.
+type tierCounts [NumTiers]uint16
+
+var defaultCounts = tierCounts{TierGPU: 1}
+
+func (c tierCounts) empty() bool { return c == tierCounts{} }
+
+func (c tierCounts) offloaded() bool {
+	for t := TierCPU; t < NumTiers; t++ {
+		if c[t] != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// best is the fastest tier with a reference.
+func (c tierCounts) best() Tier {
+	for t := TierGPU; t < NumTiers; t++ {
+		if c[t] != 0 {
+			return t
+		}
+	}
+	return NumTiers
+}
+
+func (s *shard) beginWrite() { s.seq.Add(1) }
+func (s *shard) endWrite()   { s.seq.Add(1) }
+
+// load copies key's pod bitmap into dst (len(dst) words) and reports whether
+// the key is present; when absent dst is zeroed. It never blocks on writers.
+func (s *shard) load(key uint64, stride int, dst []uint64) bool {
+	for spins := 0; ; spins++ {
+		v := s.seq.Load()
+		if v&1 == 0 {
+			if t := s.tab.Load(); t != nil {
+				ok, consistent := t.read(key, stride, dst)
+				if consistent && s.seq.Load() == v {
+					return ok
+				}
+			} else if s.seq.Load() == v {
+				clear(dst)
+				return false
+			}
+		}
+		if spins&63 == 63 {
+			// A writer was preempted inside its window: let it run.
+			runtime.Gosched()
+		}
+	}
+}
+
+// read probes for key. consistent is false when the table was seen mid-update
+// (a slot naming an entry beyond the slab this header knows); the caller
+// retries. Every access is atomic, so a racing writer can make the answer
+// stale but never unsafe; the seqlock check discards stale answers.
+func (t *table) read(key uint64, stride int, dst []uint64) (ok, consistent bool) {
+	mask := uint64(len(t.slots) - 1)
+	fp := fingerprint(key)
+	i := uint64(fp>>(32-t.bits)) & mask
+	for probes := uint64(0); probes <= mask; probes++ {
+		v := t.slots[i].Load()
+		if v == 0 {
+			break
+		}
+		if uint32(v>>32) == fp {
+			e := uint32(v) - 1
+			ci := int(e >> chunkShift)
+			if ci >= len(t.chunks) {
+				return false, false
+			}
+			c := t.chunks[ci]
+			base := int(e&chunkMask) * stride
+			if c[base].Load() == key {
+				for w := range dst {
+					dst[w] = c[base+1+w].Load()
+				}
+				return true, true
+			}
+		}
+		i = (i + 1) & mask
+	}
+	clear(dst)
+	return false, true
+}
+
+// The methods below are for writers and require s.mu.
+
+// find returns the slot index and entry of key, or ok=false.
+func (t *table) find(key uint64, stride int) (slot uint64, entry uint32, ok bool) {
+	if t == nil {
+		return 0, 0, false
+	}
+	mask := uint64(len(t.slots) - 1)
+	fp := fingerprint(key)
+	i := uint64(fp>>(32-t.bits)) & mask
+	for probes := uint64(0); probes <= mask; probes++ {
+		v := t.slots[i].Load()
+		if v == 0 {
+			return 0, 0, false
+		}
+		if uint32(v>>32) == fp {
+			e := uint32(v) - 1
+			if t.word(e, stride, 0).Load() == key {
+				return i, e, true
+			}
+		}
+		i = (i + 1) & mask
+	}
+	return 0, 0, false
+}
+
+func (t *table) word(e uint32, stride, w int) *atomic.Uint64 {
+	return &t.chunks[e>>chunkShift][int(e&chunkMask)*stride+w]
+}
+
+// insertEntry makes room if needed, allocates a slab entry for key holding
+// only the given bit, and links it into the table. It returns the entry.
+func (s *shard) insertEntry(key uint64, stride, word int, bit uint64) uint32 {
+	t := s.tab.Load()
+	if t == nil || uint64(s.n+1)*4 > uint64(len(t.slots))*3 { // max load 3/4
+		t = s.grow(t)
+	}
+	var e uint32
+	if n := len(s.free); n > 0 {
+		e = s.free[n-1]
+		s.free = s.free[:n-1]
+	} else {
+		e = s.used
+		s.used++
+		if int(e>>chunkShift) >= len(t.chunks) {
+			nt := &table{slots: t.slots, bits: t.bits, chunks: append(t.chunks, make([]atomic.Uint64, chunkLen*stride))}
+			s.tab.Store(nt) // no write window needed: only adds an entry nobody references yet
+			t = nt
+		}
+	}
+	mask := uint64(len(t.slots) - 1)
+	fp := fingerprint(key)
+	i := uint64(fp>>(32-t.bits)) & mask
+	for t.slots[i].Load() != 0 {
+		i = (i + 1) & mask
+	}
+	s.beginWrite()
+	base := t.word(e, stride, 0)
+	base.Store(key)
+	for w := 1; w < stride; w++ {
+		t.word(e, stride, w).Store(0)
+	}
+	t.word(e, stride, 1+word).Store(bit)
+	t.slots[i].Store(uint64(fp)<<32 | uint64(e+1))
+	s.endWrite()
+	s.n++
+	return e
+}
+
+// grow publishes a table with twice the slots (or the first table).
+func (s *shard) grow(old *table) *table {
+	bits := uint(minTableBits)
+	var chunks [][]atomic.Uint64
+	if old != nil {
+		bits = old.bits + 1
+		chunks = old.chunks
+	}
+	if bits > maxTableBits {
+		panic("index: shard table exceeds 2^32 slots")
+	}
+	nt := &table{slots: make([]atomic.Uint64, 1<<bits), bits: bits, chunks: chunks}
+	if old != nil {
+		mask := uint64(len(nt.slots) - 1)
+		for i := range old.slots {
+			v := old.slots[i].Load()
+			if v == 0 {
+				continue
+			}
+			j := uint64(uint32(v>>32)>>(32-bits)) & mask
+			for nt.slots[j].Load() != 0 {
+				j = (j + 1) & mask
+			}
+			nt.slots[j].Store(v)
+		}
+	}
+	s.beginWrite()
+	s.tab.Store(nt)
+	s.endWrite()
+	return nt
+}
+
+// deleteEntry unlinks the entry at slot i (backward-shift deletion keeps
+// every probe run unbroken, so no tombstones accumulate) and frees it. It
+// must be called inside a write window.
+func (s *shard) deleteEntry(t *table, i uint64, e uint32, stride int) {
+	mask := uint64(len(t.slots) - 1)
+	j := i
+	for {
+		j = (j + 1) & mask
+		v := t.slots[j].Load()
+		if v == 0 {
+			break
+		}
+		home := uint64(uint32(v>>32)>>(32-t.bits)) & mask
+		// v may move back to i only if i lies on its probe path, from home to j.
+		if (j-home)&mask >= (j-i)&mask {
+			t.slots[i].Store(v)
+			i = j
+		}
+	}
+	t.slots[i].Store(0)
+	t.word(e, stride, 0).Store(0)
+	s.free = append(s.free, e)
+	s.n--
+}
