@@ -1,0 +1,36 @@
+// Package tokenize turns an OpenAI-compatible request into token ids exactly
+// as the engine computes them. The regional router and the engine simulator
+// (scenarios/enginesim) both call it, so for the same request and the same
+// Model they produce the same ids by construction; the tests check it.
+//
+// A Model is a Tokenizer (a tiktoken-format byte-pair encoding whose ranks are
+// compiled into github.com/tiktoken-go/tokenizer, so nothing is fetched over
+// the network) plus a chat Template (Jinja, rendered with gonja the way
+// Hugging Face transformers renders `chat_template`: trim_blocks and
+// lstrip_blocks on, `raise_exception` and `strftime_now` defined). A Model is
+// loaded from a model directory's `tokenizer_config.json` or named in Config;
+// without a template it uses a built-in ChatML template.
+//
+// How the engine tokenizes, and therefore how this package does:
+//   - chat: the messages are rendered with the template (add_generation_prompt
+//     true unless the request says otherwise) and the text is encoded without
+//     adding BOS (the template writes it, as vLLM does with
+//     add_special_tokens=False);
+//   - completions: BOS is prepended when the model adds it (add_bos_token),
+//     then the prompt text is encoded; `prompt_token_ids`, or `prompt` given as
+//     a list of ints, are used as they are;
+//   - special tokens (base ones of the encoding, the ChatML extension, and the
+//     model's added tokens) are recognised anywhere in the text, longest match
+//     first, as Hugging Face tokenizers and tiktoken's allowed_special="all"
+//     do; the text between them is byte-pair encoded.
+//
+// Invariants:
+//   - Encode is deterministic and safe for concurrent use; two Models built
+//     from the same Config produce identical ids.
+//   - Extend (the multi-turn shortcut) returns exactly the ids a full Encode of
+//     the new text would: it reuses the previous ids only up to a point where
+//     tokenization restarts (the end of a special token far enough inside the
+//     common prefix), so no byte-pair merge can cross the reuse boundary.
+//
+// It imports nothing of ours.
+package tokenize
