@@ -9,8 +9,9 @@ import (
 // is always true of every request, and some redundancies (for instance a glob
 // covered only by the union of two others) go unreported.
 
-// analyze reports shadowed rules, allow rules that overlap with different
-// results, and allow targets that deny rules always take away. Rules with
+// analyze reports shadowed rules, overlapping allow rules where the earlier
+// allows more than the later, and allow targets that deny rules always take
+// away. Rules with
 // their own problems (broken[i]) are left out.
 func (d *decoder) analyze(p *Policy, broken []bool) {
 	a := analyzer{p: p}
@@ -48,13 +49,13 @@ func (d *decoder) analyze(p *Policy, broken []bool) {
 			if !overlap {
 				continue
 			}
-			o, differ := a.differ(r, b, w.originSet)
-			if !differ || a.coveredEarlier(p.allowRules[:ii], ok, i, j) {
+			o, wider := a.wider(r, b, w.originSet)
+			if !wider || a.coveredEarlier(p.allowRules[:ii], ok, i, j) {
 				continue
 			}
 			w.origin = o
-			d.at(b.Line, b.Column, b.Name, "rules %q (line %d) and %q overlap and allow different regions: for a request such as %s, %q decides (allow %s) and %q would allow %s; make them disjoint or add an earlier rule for the overlap",
-				r.Name, r.Line, b.Name, w.describe(p), r.Name, a.show(r, o), b.Name, a.show(b, o))
+			d.at(b.Line, b.Column, b.Name, "rules %q (line %d) and %q overlap and contradict: for a request such as %s, %q comes first and allows %s, beyond the %s that %q allows; make them disjoint or add an earlier rule for the overlap",
+				r.Name, r.Line, b.Name, w.describe(p), r.Name, a.show(r, o), a.show(b, o), b.Name)
 			break
 		}
 	}
@@ -310,14 +311,15 @@ func patternsOverlap(r, s *matcher) (string, bool) {
 	return "", false
 }
 
-// differ reports an origin in set for which the two allow rules allow
-// different regions.
-func (a *analyzer) differ(r, s *Rule, set RegionSet) (int, bool) {
+// wider reports an origin in set for which the earlier allow rule r allows a
+// region the later rule s does not: for those requests r silently bypasses
+// the narrower residency s states.
+func (a *analyzer) wider(r, s *Rule, set RegionSet) (int, bool) {
 	for o := range set.Indexes() {
 		st := evalState{origin: present, originIdx: o}
 		x, _ := a.p.resolve(r, &st)
 		y, _ := a.p.resolve(s, &st)
-		if x != y {
+		if !x.SubsetOf(y) {
 			return o, true
 		}
 	}

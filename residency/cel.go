@@ -119,14 +119,16 @@ func (d *decoder) celPos(n *yaml.Node, line, col int) (int, int) {
 	}
 	switch n.Style {
 	case yaml.LiteralStyle, yaml.FoldedStyle:
-		fileLine := n.Line + line
+		// The block's indentation is that of its first non-blank line.
 		lines := bytes.Split(d.data, []byte("\n"))
-		if fileLine-1 >= len(lines) {
-			return n.Line, n.Column
+		indent := 0
+		for l := n.Line; l < len(lines); l++ {
+			if t := bytes.TrimLeft(lines[l], " "); len(bytes.TrimSpace(t)) > 0 {
+				indent = len(lines[l]) - len(t)
+				break
+			}
 		}
-		src := lines[fileLine-1]
-		indent := len(src) - len(bytes.TrimLeft(src, " "))
-		return fileLine, indent + col + 1
+		return n.Line + line, indent + col + 1
 	case yaml.DoubleQuotedStyle, yaml.SingleQuotedStyle:
 		if line == 1 {
 			return n.Line, n.Column + 1 + col

@@ -149,11 +149,13 @@
 //     every request it matches can never decide;
 //   - overlapping and contradicting: two unconditional allow rules, neither
 //     covering the other, that some request matches both of (an example is
-//     given) and that allow different regions for it, unless an earlier rule
-//     already decides their overlap: the order would silently decide, so make
-//     them disjoint or add an earlier rule for the overlap. (A later rule
-//     that covers an earlier one is the usual "narrow first, broad later"
-//     idiom and is not reported.);
+//     given), where the earlier one allows a region the later one does not,
+//     unless an earlier rule already decides their overlap. For those requests
+//     the order silently bypasses the narrower residency the later rule
+//     states: make the rules disjoint or add an earlier rule for the overlap.
+//     (A later rule that covers an earlier one is the usual "narrow first,
+//     broad later" idiom, and an earlier rule that allows less is safe; neither
+//     is reported.);
 //   - contradicted by deny: an allow target (or a target of the default) that
 //     unconditional deny rules matching every request of the rule always
 //     remove entirely.

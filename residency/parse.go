@@ -215,10 +215,28 @@ func (d *decoder) yamlError(err error) {
 		if num, after, ok := strings.Cut(rest, ": "); ok {
 			if n, err := strconv.Atoi(num); err == nil {
 				line, msg = n, after
+				// The YAML library reports parser errors (unlike scanner
+				// errors) with a 0-based line.
+				if yamlParserProblems[msg] {
+					line++
+				}
 			}
 		}
 	}
 	d.at(line, 1, "", "invalid YAML: %s", msg)
+}
+
+var yamlParserProblems = map[string]bool{
+	"did not find expected ',' or ']'":       true,
+	"did not find expected ',' or '}'":       true,
+	"did not find expected '-' indicator":    true,
+	"did not find expected <document start>": true,
+	"did not find expected key":              true,
+	"did not find expected node content":     true,
+	"found duplicate %TAG directive":         true,
+	"found duplicate %YAML directive":        true,
+	"found incompatible YAML document":       true,
+	"found undefined tag handle":             true,
 }
 
 var kindNames = map[yaml.Kind]string{
