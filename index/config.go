@@ -8,6 +8,9 @@ import (
 // MaxPods is the largest pod capacity an index can be built with.
 const MaxPods = 1024
 
+// maxExpectedBlocks bounds the ExpectedBlocks hint (1<<36, 68.7 billion).
+const maxExpectedBlocks = 1 << 36
+
 // maxWords is the bitmap width, in 64-bit words, at MaxPods.
 const maxWords = MaxPods / 64
 
@@ -17,6 +20,12 @@ type Config struct {
 	// MaxPods. It fixes the width of every block's pod bitmap, so memory per
 	// indexed block grows with it (8 bytes per 64 pods). Default 256.
 	PodCapacity int
+	// ExpectedBlocks pre-sizes the tables so that this many distinct blocks
+	// fit without growing (a fleet's KV capacity in blocks is a good value).
+	// Growing rehashes a shard under its writer lock, which delays that
+	// shard's event ingestion (never lookups). 0, the default, starts small
+	// and grows on demand; the slots cost 8 bytes each up front.
+	ExpectedBlocks int
 }
 
 // DefaultConfig returns the configuration the benchmarks use: 256 pods.
@@ -29,6 +38,9 @@ var ErrInvalidConfig = errors.New("invalid index config")
 func (c Config) Validate() error {
 	if c.PodCapacity < 64 || c.PodCapacity > MaxPods || c.PodCapacity%64 != 0 {
 		return fmt.Errorf("%w: PodCapacity = %d, want a multiple of 64 in [64, %d]", ErrInvalidConfig, c.PodCapacity, MaxPods)
+	}
+	if c.ExpectedBlocks < 0 || c.ExpectedBlocks > maxExpectedBlocks {
+		return fmt.Errorf("%w: ExpectedBlocks = %d, want 0 to %d", ErrInvalidConfig, c.ExpectedBlocks, maxExpectedBlocks)
 	}
 	return nil
 }

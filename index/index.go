@@ -34,12 +34,27 @@ func New(cfg Config) (*Index, error) {
 		pods:      newPods(cfg.PodCapacity),
 		offloaded: make([]atomic.Int64, cfg.PodCapacity),
 	}
+	presize := tableBitsFor((cfg.ExpectedBlocks + numShards - 1) / numShards)
 	for i := range x.shards {
-		x.shards[i].details = make(map[detailKey]tierCounts)
-		x.shards[i].counts = make([]int32, cfg.PodCapacity)
+		s := &x.shards[i]
+		s.details = make(map[detailKey]tierCounts)
+		s.counts = make([]int32, cfg.PodCapacity)
+		if cfg.ExpectedBlocks > 0 {
+			s.tab.Store(&table{slots: make([]atomic.Uint64, 1<<presize), bits: presize})
+		}
 	}
 	x.sweep.mask = make([]uint64, x.words)
 	return x, nil
+}
+
+// tableBitsFor is the smallest table size (log2) holding n entries within
+// the 3/4 load limit.
+func tableBitsFor(n int) uint {
+	b := uint(minTableBits)
+	for uint64(n)*4 > (uint64(1)<<b)*3 {
+		b++
+	}
+	return b
 }
 
 // PodCapacity is the number of pod slots.
@@ -59,6 +74,7 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 	}
 	slot := pod.Slot()
 	word, bit := slot/64, uint64(1)<<(slot%64)
+	x.prefetch(hashes)
 	for _, h := range hashes {
 		if h == 0 {
 			continue // never a chain hash (see Extend); ignore rather than corrupt
@@ -79,20 +95,22 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 
 func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, tier Tier) {
 	t := s.tab.Load()
-	_, e, ok := t.find(h, x.stride)
+	i, e, ok := t.find(h, x.stride)
 	if !ok {
-		x.insertDetail(s, h, slot, tierCounts{}, tier)
-		s.insertEntry(h, x.stride, word, bit)
+		if tier != TierGPU {
+			x.insertDetail(s, h, slot, tierCounts{}, tier)
+		}
+		s.insertEntry(t, i, h, x.stride, word, bit)
 		s.counts[slot]++
 		return
 	}
 	w := t.word(e, x.stride, 1+word)
 	cur := w.Load()
 	if cur&bit == 0 {
-		x.insertDetail(s, h, slot, tierCounts{}, tier)
-		s.beginWrite()
+		if tier != TierGPU {
+			x.insertDetail(s, h, slot, tierCounts{}, tier)
+		}
 		w.Store(cur | bit)
-		s.endWrite()
 		s.counts[slot]++
 		return
 	}
@@ -177,12 +195,10 @@ func (x *Index) evictLocked(s *shard, h uint64, slot, word int, bit uint64, tier
 		return
 	}
 	s.counts[slot]--
-	s.beginWrite()
 	w.Store(cur &^ bit)
 	if cur&^bit == 0 && x.bitmapEmpty(t, e) {
 		s.deleteEntry(t, i, e, x.stride)
 	}
-	s.endWrite()
 }
 
 func (x *Index) bitmapEmpty(t *table, e uint32) bool {
@@ -240,7 +256,6 @@ func (x *Index) clearSlots(s *shard, mask []uint64, from, to uint32) uint32 {
 		if !hit {
 			continue
 		}
-		s.beginWrite()
 		empty := true
 		for w := 0; w < x.words; w++ {
 			p := t.word(e, x.stride, 1+w)
@@ -265,7 +280,6 @@ func (x *Index) clearSlots(s *shard, mask []uint64, from, to uint32) uint32 {
 			i, _, _ := t.find(h, x.stride)
 			s.deleteEntry(t, i, e, x.stride)
 		}
-		s.endWrite()
 	}
 	return to
 }
@@ -377,4 +391,27 @@ func subset(a, b []uint64) bool {
 		}
 	}
 	return true
+}
+
+// prefetchSink keeps the prefetch loads from being optimized away.
+var prefetchSink atomic.Uint64
+
+// prefetch touches the home slot of each hash before the batch is applied.
+// The loads are independent, so the CPU overlaps their cache misses instead
+// of taking them one at a time inside the locked section. Reading the table
+// without the lock is safe: every access is atomic.
+func (x *Index) prefetch(hashes []uint64) {
+	if len(hashes) < 8 {
+		return
+	}
+	var acc uint64
+	for _, h := range hashes {
+		if t := x.shards[shardOf(h)].tab.Load(); t != nil {
+			fp := fingerprint(h)
+			acc += t.slots[uint64(fp>>(32-t.bits))&uint64(len(t.slots)-1)].Load()
+		}
+	}
+	if acc == 1 {
+		prefetchSink.Store(acc)
+	}
 }

@@ -45,11 +45,15 @@ type table struct {
 	chunks [][]atomic.Uint64
 }
 
-// shard is 1/256 of the index. Readers never lock: they read under a seqlock
-// (seq is odd while a writer mutates, and changes with every mutation), so a
-// lookup costs no atomic read-modify-write and scales with cores. Writers
-// serialize on mu. Each mutation is its own short write window, so a long
-// writer operation (a sweep of the shard) never stalls readers for long.
+// shard is 1/256 of the index. Readers never lock: they read under a seqlock,
+// so a lookup costs no atomic read-modify-write and scales with cores.
+// Writers serialize on mu. Most mutations are a single atomic store that
+// leaves the table consistent at every instant (inserting into an empty slot,
+// setting or clearing a bit); only deletion moves slots and frees an entry
+// for reuse, and it alone runs inside a write window (seq odd while it runs,
+// and changed after), which makes concurrent readers retry. Each deletion is
+// its own short window, so a long writer operation (a sweep of the shard)
+// never stalls readers for long.
 //
 // shard is padded to a multiple of two cache lines so that two hot shards
 // never share one.
@@ -171,7 +175,9 @@ func (t *table) read(key uint64, stride int, dst []uint64) (ok, consistent bool)
 
 // The methods below are for writers and require s.mu.
 
-// find returns the slot index and entry of key, or ok=false.
+// find returns the slot index and entry of key; when the key is absent, ok
+// is false and slot is the empty slot that ended the probe (where an insert
+// into this same table goes), or len(slots) if the table is nil or full.
 func (t *table) find(key uint64, stride int) (slot uint64, entry uint32, ok bool) {
 	if t == nil {
 		return 0, 0, false
@@ -182,7 +188,7 @@ func (t *table) find(key uint64, stride int) (slot uint64, entry uint32, ok bool
 	for probes := uint64(0); probes <= mask; probes++ {
 		v := t.slots[i].Load()
 		if v == 0 {
-			return 0, 0, false
+			return i, 0, false
 		}
 		if uint32(v>>32) == fp {
 			e := uint32(v) - 1
@@ -192,50 +198,50 @@ func (t *table) find(key uint64, stride int) (slot uint64, entry uint32, ok bool
 		}
 		i = (i + 1) & mask
 	}
-	return 0, 0, false
+	return uint64(len(t.slots)), 0, false
 }
 
 func (t *table) word(e uint32, stride, w int) *atomic.Uint64 {
 	return &t.chunks[e>>chunkShift][int(e&chunkMask)*stride+w]
 }
 
-// insertEntry makes room if needed, allocates a slab entry for key holding
-// only the given bit, and links it into the table. It returns the entry.
-func (s *shard) insertEntry(key uint64, stride, word int, bit uint64) uint32 {
-	t := s.tab.Load()
-	if t == nil || uint64(s.n+1)*4 > uint64(len(t.slots))*3 { // max load 3/4
+// insertEntry links a new entry for key, holding only the given bit, into
+// the table t at the empty slot that find returned, growing first if the
+// load would pass 3/4 (the probe is then redone in the new table).
+//
+// It needs no seqlock window: the entry's words are written before the slot
+// that makes it reachable (all atomics, so in that order for readers), and
+// filling an empty slot never breaks another key's probe run. A freed entry
+// is all zeros (deletion requires an empty bitmap and zeroes the hash), so
+// only the hash and one bitmap word are stored.
+func (s *shard) insertEntry(t *table, slot uint64, key uint64, stride, word int, bit uint64) {
+	if t == nil || uint64(s.n+1)*4 > uint64(len(t.slots))*3 || slot >= uint64(len(t.slots)) {
 		t = s.grow(t)
+		slot, _, _ = t.find(key, stride)
 	}
 	var e uint32
 	if n := len(s.free); n > 0 {
+		// A reused entry may still be read by a reader that found it before
+		// it was freed (that reader will retry): store atomically.
 		e = s.free[n-1]
 		s.free = s.free[:n-1]
+		t.word(e, stride, 0).Store(key)
+		t.word(e, stride, 1+word).Store(bit)
 	} else {
 		e = s.used
 		s.used++
 		if int(e>>chunkShift) >= len(t.chunks) {
 			nt := &table{slots: t.slots, bits: t.bits, chunks: append(t.chunks, make([]atomic.Uint64, chunkLen*stride))}
-			s.tab.Store(nt) // no write window needed: only adds an entry nobody references yet
+			s.tab.Store(nt)
 			t = nt
 		}
+		// A never-used entry is unreachable until the slot store below
+		// publishes it, so plain stores suffice (and cost no bus lock).
+		*plain(t.word(e, stride, 0)) = key
+		*plain(t.word(e, stride, 1+word)) = bit
 	}
-	mask := uint64(len(t.slots) - 1)
-	fp := fingerprint(key)
-	i := uint64(fp>>(32-t.bits)) & mask
-	for t.slots[i].Load() != 0 {
-		i = (i + 1) & mask
-	}
-	s.beginWrite()
-	base := t.word(e, stride, 0)
-	base.Store(key)
-	for w := 1; w < stride; w++ {
-		t.word(e, stride, w).Store(0)
-	}
-	t.word(e, stride, 1+word).Store(bit)
-	t.slots[i].Store(uint64(fp)<<32 | uint64(e+1))
-	s.endWrite()
+	t.slots[slot].Store(uint64(fingerprint(key))<<32 | uint64(e+1))
 	s.n++
-	return e
 }
 
 // grow publishes a table with twice the slots (or the first table).
@@ -249,31 +255,37 @@ func (s *shard) grow(old *table) *table {
 	if bits > maxTableBits {
 		panic("index: shard table exceeds 2^32 slots")
 	}
-	nt := &table{slots: make([]atomic.Uint64, 1<<bits), bits: bits, chunks: chunks}
+	// Fill the new slots with plain stores: nothing can read them before
+	// the atomic publication below, which orders these writes before it.
+	raw := make([]uint64, 1<<bits)
 	if old != nil {
-		mask := uint64(len(nt.slots) - 1)
+		mask := uint64(len(raw) - 1)
 		for i := range old.slots {
 			v := old.slots[i].Load()
 			if v == 0 {
 				continue
 			}
 			j := uint64(uint32(v>>32)>>(32-bits)) & mask
-			for nt.slots[j].Load() != 0 {
+			for raw[j] != 0 {
 				j = (j + 1) & mask
 			}
-			nt.slots[j].Store(v)
+			raw[j] = v
 		}
 	}
-	s.beginWrite()
+	nt := &table{slots: asAtomic(raw), bits: bits, chunks: chunks}
+	// Readers still holding the old table answer from the state before the
+	// swap; any deletion after it bumps seq and sends them round again.
 	s.tab.Store(nt)
-	s.endWrite()
 	return nt
 }
 
 // deleteEntry unlinks the entry at slot i (backward-shift deletion keeps
-// every probe run unbroken, so no tombstones accumulate) and frees it. It
-// must be called inside a write window.
+// every probe run unbroken, so no tombstones accumulate) and frees it. The
+// entry's bitmap must already be empty. Moving slots is the one mutation a
+// reader could see half done, so it runs inside a seqlock write window.
 func (s *shard) deleteEntry(t *table, i uint64, e uint32, stride int) {
+	s.beginWrite()
+	defer s.endWrite()
 	mask := uint64(len(t.slots) - 1)
 	j := i
 	for {
@@ -294,3 +306,13 @@ func (s *shard) deleteEntry(t *table, i uint64, e uint32, stride int) {
 	s.free = append(s.free, e)
 	s.n--
 }
+
+// asAtomic views a freshly built []uint64 as atomics (same size and
+// alignment), so it can be filled with plain stores before publication.
+func asAtomic(raw []uint64) []atomic.Uint64 {
+	return unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(unsafe.SliceData(raw))), len(raw))
+}
+
+// plain gives the writer a non-atomic store into a word nobody else can
+// reach yet (see insertEntry).
+func plain(w *atomic.Uint64) *uint64 { return (*uint64)(unsafe.Pointer(w)) }

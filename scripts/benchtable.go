@@ -113,8 +113,10 @@ func main() {
 		}},
 		{"naive lookup (baseline)", "BenchmarkNaiveLookup/pods=256/blocks=64/depths=4", "ns/op", nil},
 		{"lookup 1024 blocks, 16 depths", "BenchmarkLookup/pods=256/blocks=1024/depths=16", "ns/op", atMost(10000, "ns")},
-		{"registrations, 1 cpu", "BenchmarkRegister", "blocks/s", nil},
-		{"registrations, 2 cpus", "BenchmarkRegister-2", "blocks/s", atLeast(10e6, "blocks/s")},
+		{"registrations, presized, 1 cpu", "BenchmarkRegister/presized", "blocks/s", nil},
+		{"registrations, presized, 2 cpus", "BenchmarkRegister/presized-2", "blocks/s", atLeast(10e6, "blocks/s")},
+		{"registrations, growing, 1 cpu", "BenchmarkRegister/grow", "blocks/s", nil},
+		{"registrations, growing, 2 cpus", "BenchmarkRegister/grow-2", "blocks/s", nil},
 		{"memory at 1M blocks", "BenchmarkMemory/blocks=1M", "B/block", atMost(64, "B/block")},
 		{"memory at 10M blocks", "BenchmarkMemory/blocks=10M", "B/block", atMost(64, "B/block")},
 	}
