@@ -1,0 +1,829 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+)
+
+// DecoderConfig bounds what one message may make a Decoder hold. Every limit
+// is checked before the memory is taken, so a hostile message costs at most
+// O(MaxMessageBytes) memory and time.
+type DecoderConfig struct {
+	// MaxMessageBytes is the largest message accepted, in bytes. Default 16 MiB
+	// (Kafka's default message limit is 1 MiB; a vLLM step with a 128k-token
+	// prefill is about 0.5 MiB).
+	MaxMessageBytes int
+	// MaxEvents is the most events one batch may hold. Default 65536.
+	MaxEvents int
+	// MaxBlocksPerEvent caps block_hashes and extra_keys of one event.
+	// Default 65536 (1M tokens at 16 tokens per block).
+	MaxBlocksPerEvent int
+	// MaxTokensPerEvent caps token_ids of one event. Default 4194304.
+	MaxTokensPerEvent int
+	// MaxStringBytes caps any string field (tag, medium, LoRA name, pod name,
+	// endpoint...). Default 4096.
+	MaxStringBytes int
+	// MaxHashBytes caps a block hash sent as bytes. Default 64 (vLLM sends 32
+	// for SHA-256, 16 for XXH3-128).
+	MaxHashBytes int
+	// MaxDepth caps the nesting of values the decoder skips or keeps raw
+	// (unknown fields, extra_keys). Default 32.
+	MaxDepth int
+}
+
+// DefaultDecoderConfig returns the defaults documented on DecoderConfig.
+func DefaultDecoderConfig() DecoderConfig {
+	return DecoderConfig{
+		MaxMessageBytes:   16 << 20,
+		MaxEvents:         1 << 16,
+		MaxBlocksPerEvent: 1 << 16,
+		MaxTokensPerEvent: 1 << 22,
+		MaxStringBytes:    4096,
+		MaxHashBytes:      64,
+		MaxDepth:          32,
+	}
+}
+
+// ErrInvalidConfig is wrapped by every Validate error of this package.
+var ErrInvalidConfig = errors.New("invalid kvevents config")
+
+// Validate names the first field that is out of range.
+func (c DecoderConfig) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    int
+	}{
+		{"MaxMessageBytes", c.MaxMessageBytes}, {"MaxEvents", c.MaxEvents},
+		{"MaxBlocksPerEvent", c.MaxBlocksPerEvent}, {"MaxTokensPerEvent", c.MaxTokensPerEvent},
+		{"MaxStringBytes", c.MaxStringBytes}, {"MaxHashBytes", c.MaxHashBytes}, {"MaxDepth", c.MaxDepth},
+	} {
+		if f.v <= 0 {
+			return fmt.Errorf("%w: DecoderConfig.%s = %d, want > 0", ErrInvalidConfig, f.name, f.v)
+		}
+	}
+	if c.MaxMessageBytes > 1<<30 {
+		return fmt.Errorf("%w: DecoderConfig.MaxMessageBytes = %d, want <= 1 GiB", ErrInvalidConfig, c.MaxMessageBytes)
+	}
+	return nil
+}
+
+// Decoder decodes vLLM KVEventBatch messages. It reuses its buffers: the
+// *Batch and everything it points to stay valid only until the next call. A
+// Decoder is not safe for concurrent use; use one per goroutine. It retains
+// buffers sized to the largest message it has decoded (bounded by its
+// config).
+type Decoder struct {
+	cfg DecoderConfig
+	r   reader
+
+	batch   Batch
+	events  []Event
+	skipped []Skipped
+	stored  []BlockStored
+	removed []BlockRemoved
+	podUp   []PodUp
+	podDown []PodDown
+	hashes  []uint64
+	tokens  []uint32
+	raws    []Raw
+	rawBuf  []byte
+	intern  map[string]string
+}
+
+// maxInterned bounds the decoder's string table (medium, kind, LoRA and pod
+// names repeat; anything past the bound is allocated per use).
+const (
+	maxInterned    = 4096
+	maxInternedLen = 128
+)
+
+// NewDecoder returns a Decoder with cfg, which must be valid.
+func NewDecoder(cfg DecoderConfig) (*Decoder, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Decoder{cfg: cfg, intern: make(map[string]string)}, nil
+}
+
+// Config returns the decoder's limits.
+func (d *Decoder) Config() DecoderConfig { return d.cfg }
+
+// Decode decodes msg, which must hold exactly one batch.
+func (d *Decoder) Decode(msg []byte) (*Batch, error) {
+	if len(msg) > d.cfg.MaxMessageBytes {
+		return nil, &DecodeError{Offset: 0, Reason: ReasonTooLarge,
+			Detail: fmt.Sprintf("message of %d bytes, limit %d", len(msg), d.cfg.MaxMessageBytes)}
+	}
+	b, n, err := d.DecodePrefix(msg)
+	if err != nil {
+		return nil, err
+	}
+	if n != len(msg) {
+		return nil, &DecodeError{Offset: n, Reason: ReasonTrailingBytes,
+			Detail: fmt.Sprintf("%d bytes follow the batch", len(msg)-n)}
+	}
+	return b, nil
+}
+
+// DecodePrefix decodes the batch at the start of p and returns it with the
+// number of bytes it took; p may hold more (a file of concatenated batches).
+// The batch may take at most MaxMessageBytes.
+func (d *Decoder) DecodePrefix(p []byte) (*Batch, int, error) {
+	d.reset()
+	d.r = reader{b: p}
+	if len(p) > d.cfg.MaxMessageBytes {
+		d.r = reader{b: p[:d.cfg.MaxMessageBytes], limited: true}
+	}
+	if err := d.envelope(); err != nil {
+		return nil, 0, err
+	}
+	d.batch.Events = d.events
+	d.batch.Skipped = d.skipped
+	return &d.batch, d.r.i, nil
+}
+
+func (d *Decoder) reset() {
+	clear(d.events) // drop references into the previous batch's buffers
+	d.batch = Batch{}
+	d.events = d.events[:0]
+	d.skipped = d.skipped[:0]
+	d.stored = d.stored[:0]
+	d.removed = d.removed[:0]
+	d.podUp = d.podUp[:0]
+	d.podDown = d.podDown[:0]
+	d.hashes = d.hashes[:0]
+	d.tokens = d.tokens[:0]
+	d.raws = d.raws[:0]
+	d.rawBuf = d.rawBuf[:0]
+}
+
+func (d *Decoder) envelope() error {
+	r := &d.r
+	start := r.i
+	c, err := r.peek()
+	if err != nil {
+		return err
+	}
+	isMap, n, err := r.container("batch")
+	if err != nil {
+		if ReasonOf(err) == ReasonBadFieldType {
+			return r.fail(start, ReasonBadEnvelope, "batch: want array [ts, events, data_parallel_rank] or map, found %s", typeName(c))
+		}
+		return err
+	}
+	if isMap {
+		return d.envelopeMap(start, n)
+	}
+	if n < 2 {
+		return r.fail(start, ReasonBadEnvelope, "batch array has %d elements, want at least 2 (ts, events)", n)
+	}
+	if d.batch.TS, err = d.ts(); err != nil {
+		return err
+	}
+	if err := d.eventList(); err != nil {
+		return err
+	}
+	if n >= 3 {
+		if d.batch.DataParallelRank, err = d.rank(); err != nil {
+			return err
+		}
+	}
+	for k := 3; k < n; k++ {
+		if err := r.skip(d.cfg.MaxDepth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Decoder) envelopeMap(start, n int) error {
+	r := &d.r
+	sawEvents := false
+	for k := 0; k < n; k++ {
+		keyOff := r.i
+		key, _, err := r.bytes("batch key", d.cfg.MaxStringBytes)
+		if err != nil {
+			if ReasonOf(err) == ReasonBadFieldType {
+				return r.fail(keyOff, ReasonBadEnvelope, "batch map key is not a string")
+			}
+			return err
+		}
+		switch string(key) {
+		case "ts":
+			if d.batch.TS, err = d.ts(); err != nil {
+				return err
+			}
+		case "events":
+			if sawEvents {
+				return r.fail(keyOff, ReasonBadEnvelope, "batch map has two events keys")
+			}
+			sawEvents = true
+			if err := d.eventList(); err != nil {
+				return err
+			}
+		case "data_parallel_rank", "attn_dp_rank":
+			if d.batch.DataParallelRank, err = d.rank(); err != nil {
+				return err
+			}
+		default:
+			if err := r.skip(d.cfg.MaxDepth); err != nil {
+				return err
+			}
+		}
+	}
+	if !sawEvents {
+		return r.fail(start, ReasonBadEnvelope, "batch map has no events key")
+	}
+	return nil
+}
+
+func (d *Decoder) ts() (float64, error) {
+	off := d.r.i
+	v, err := d.r.number("ts")
+	if ReasonOf(err) == ReasonBadFieldType {
+		return 0, d.r.fail(off, ReasonBadEnvelope, "ts: %s", err.(*DecodeError).Detail)
+	}
+	return v, err
+}
+
+func (d *Decoder) rank() (Opt[int64], error) {
+	if d.r.nextNil() {
+		return Opt[int64]{}, nil
+	}
+	off := d.r.i
+	v, err := d.r.int64("data_parallel_rank")
+	if ReasonOf(err) == ReasonBadFieldType {
+		return Opt[int64]{}, d.r.fail(off, ReasonBadEnvelope, "data_parallel_rank: %s", err.(*DecodeError).Detail)
+	}
+	return Some(v), err
+}
+
+func (d *Decoder) eventList() error {
+	r := &d.r
+	start := r.i
+	c, err := r.peek()
+	if err != nil {
+		return err
+	}
+	isMap, n, err := r.container("events")
+	if err != nil || isMap {
+		if err == nil || ReasonOf(err) == ReasonBadFieldType {
+			return r.fail(start, ReasonBadEnvelope, "events: want array, found %s", typeName(c))
+		}
+		return err
+	}
+	if n > d.cfg.MaxEvents {
+		return r.fail(start, ReasonTooLarge, "events: %d events, limit %d", n, d.cfg.MaxEvents)
+	}
+	for k := 0; k < n; k++ {
+		if err := d.event(k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (d *Decoder) event(idx int) error {
+	r := &d.r
+	start := r.i
+	c, err := r.peek()
+	if err != nil {
+		return err
+	}
+	isMap, n, err := r.container("event")
+	if err != nil {
+		if ReasonOf(err) == ReasonBadFieldType {
+			return r.fail(start, ReasonBadEvent, "event %d: want array [tag, fields...] or map with \"type\", found %s", idx, typeName(c))
+		}
+		return err
+	}
+	if isMap {
+		return d.eventMap(idx, start, n)
+	}
+	if n == 0 {
+		return r.fail(start, ReasonBadEvent, "event %d: empty array, want [tag, fields...]", idx)
+	}
+	tagOff := r.i
+	tag, err := d.tag(idx)
+	if err != nil {
+		return err
+	}
+	kind := kindOfTag(tag)
+	if kind == 0 {
+		d.skip(idx, start, tag)
+		for k := 1; k < n; k++ {
+			if err := r.skip(d.cfg.MaxDepth); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	f := fieldsOf(kind)
+	var u union
+	for k := 1; k < n; k++ {
+		if k-1 < len(f) {
+			if err := d.field(&u, f[k-1]); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.skip(d.cfg.MaxDepth); err != nil {
+			return err
+		}
+	}
+	return d.emit(kind, &u, tagOff)
+}
+
+func (d *Decoder) tag(idx int) ([]byte, error) {
+	off := d.r.i
+	tag, _, err := d.r.bytes("event tag", d.cfg.MaxStringBytes)
+	if ReasonOf(err) == ReasonBadFieldType {
+		return nil, d.r.fail(off, ReasonBadEvent, "event %d: tag is not a string", idx)
+	}
+	return tag, err
+}
+
+func (d *Decoder) skip(idx, off int, tag []byte) {
+	if len(tag) > 64 {
+		tag = tag[:64]
+	}
+	d.skipped = append(d.skipped, Skipped{Index: idx, Offset: off, Tag: d.str(tag), Reason: ReasonUnknownEvent})
+}
+
+func (d *Decoder) eventMap(idx, start, n int) error {
+	r := &d.r
+	// Find "type" first: key order is not part of the contract. It is
+	// usually the first key (msgspec writes the tag first), which saves a scan.
+	var tag []byte
+	found := false
+	scan := r.i
+	for k := 0; k < n && !found; k++ {
+		keyOff := r.i
+		key, _, err := r.bytes("event key", d.cfg.MaxStringBytes)
+		if err != nil {
+			if ReasonOf(err) == ReasonBadFieldType {
+				return r.fail(keyOff, ReasonBadEvent, "event %d: map key is not a string", idx)
+			}
+			return err
+		}
+		if string(key) == "type" {
+			if tag, err = d.tag(idx); err != nil {
+				return err
+			}
+			found = true
+			if k == 0 {
+				scan = r.i // fields follow the tag: no second pass over it
+				n--
+			}
+			break
+		}
+		if err := r.skip(d.cfg.MaxDepth); err != nil {
+			return err
+		}
+	}
+	if !found {
+		return r.fail(start, ReasonBadEvent, "event %d: map has no \"type\" key", idx)
+	}
+	kind := kindOfTag(tag)
+	r.i = scan
+	var u union
+	for k := 0; k < n; k++ {
+		key, _, err := r.bytes("event key", d.cfg.MaxStringBytes)
+		if err != nil {
+			return err
+		}
+		fi := fieldNone
+		if kind != 0 {
+			fi = fieldByName(kind, key)
+		}
+		if fi == fieldNone {
+			if err := r.skip(d.cfg.MaxDepth); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := d.field(&u, fi); err != nil {
+			return err
+		}
+	}
+	if kind == 0 {
+		d.skip(idx, start, tag)
+		return nil
+	}
+	return d.emit(kind, &u, start)
+}
+
+// field ids, shared by every event kind.
+type fieldID uint8
+
+const (
+	fieldNone fieldID = iota
+	fBlockHashes
+	fParent
+	fTokenIDs
+	fBlockSize
+	fLoRAID
+	fMedium
+	fLoRAName
+	fExtraKeys
+	fGroupIdx
+	fSpecKind
+	fSlidingWindow
+	fPod
+	fEndpoint
+	fModel
+	fHardware
+	fRegion
+	fEpoch
+	fReason
+)
+
+var (
+	storedFields  = []fieldID{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow}
+	removedFields = []fieldID{fBlockHashes, fMedium, fGroupIdx}
+	podUpFields   = []fieldID{fPod, fEndpoint, fModel, fHardware, fRegion, fEpoch}
+	podDownFields = []fieldID{fPod, fEpoch, fReason}
+)
+
+// fieldsOf is the positional field order of kind.
+func fieldsOf(k Kind) []fieldID {
+	switch k {
+	case KindBlockStored:
+		return storedFields
+	case KindBlockRemoved:
+		return removedFields
+	case KindPodUp:
+		return podUpFields
+	case KindPodDown:
+		return podDownFields
+	}
+	return nil
+}
+
+var fieldNames = [...]string{
+	fBlockHashes: "block_hashes", fParent: "parent_block_hash", fTokenIDs: "token_ids",
+	fBlockSize: "block_size", fLoRAID: "lora_id", fMedium: "medium", fLoRAName: "lora_name",
+	fExtraKeys: "extra_keys", fGroupIdx: "group_idx", fSpecKind: "kv_cache_spec_kind",
+	fSlidingWindow: "kv_cache_spec_sliding_window", fPod: "pod", fEndpoint: "endpoint",
+	fModel: "model", fHardware: "hardware", fRegion: "region", fEpoch: "epoch", fReason: "reason",
+}
+
+// fieldByName returns the field of kind called name; fieldNone for a field the
+// kind does not have (ignored, as vLLM's decoders ignore unknown fields).
+func fieldByName(kind Kind, name []byte) fieldID {
+	for _, f := range fieldsOf(kind) {
+		if fieldNames[f] == string(name) {
+			return f
+		}
+	}
+	return fieldNone
+}
+
+// union holds the fields of any event kind while it is decoded.
+type union struct {
+	hashes    []uint64
+	parent    Opt[uint64]
+	tokens    []uint32
+	blockSize int64
+	loraID    Opt[int64]
+	medium    Opt[string]
+	loraName  Opt[string]
+	extra     []Raw
+	group     Opt[int64]
+	specKind  Opt[string]
+	window    Opt[int64]
+	pod       string
+	endpoint  string
+	model     string
+	hardware  string
+	region    string
+	epoch     uint64
+	reason    string
+}
+
+func (d *Decoder) field(u *union, f fieldID) error {
+	r := &d.r
+	name := fieldNames[f]
+	var err error
+	switch f {
+	case fBlockHashes:
+		u.hashes, err = d.hashList(name)
+	case fParent:
+		if !r.nextNil() {
+			var h uint64
+			h, err = d.hash(name)
+			u.parent = Some(h)
+		}
+	case fTokenIDs:
+		u.tokens, err = d.tokenList()
+	case fBlockSize:
+		if !r.nextNil() {
+			u.blockSize, err = r.int64(name)
+		}
+	case fLoRAID:
+		u.loraID, err = d.optInt(name)
+	case fMedium:
+		u.medium, err = d.optStr(name)
+	case fLoRAName:
+		u.loraName, err = d.optStr(name)
+	case fExtraKeys:
+		u.extra, err = d.extraKeys()
+	case fGroupIdx:
+		u.group, err = d.optInt(name)
+	case fSpecKind:
+		u.specKind, err = d.optStr(name)
+	case fSlidingWindow:
+		u.window, err = d.optInt(name)
+	case fPod:
+		u.pod, err = d.reqStr(name)
+	case fEndpoint:
+		u.endpoint, err = d.reqStr(name)
+	case fModel:
+		u.model, err = d.reqStr(name)
+	case fHardware:
+		u.hardware, err = d.reqStr(name)
+	case fRegion:
+		u.region, err = d.reqStr(name)
+	case fReason:
+		u.reason, err = d.reqStr(name)
+	case fEpoch:
+		if !r.nextNil() {
+			off := r.i
+			var v uint64
+			var signed bool
+			v, signed, err = r.intBits(name)
+			if err == nil && signed && int64(v) < 0 {
+				err = r.fail(off, ReasonBadFieldType, "epoch: negative %d", int64(v))
+			}
+			u.epoch = v
+		}
+	default:
+		err = r.skip(d.cfg.MaxDepth)
+	}
+	return err
+}
+
+func (d *Decoder) emit(kind Kind, u *union, off int) error {
+	switch kind {
+	case KindBlockStored:
+		d.stored = append(d.stored, BlockStored{
+			BlockHashes: u.hashes, ParentBlockHash: u.parent, TokenIDs: u.tokens, BlockSize: u.blockSize,
+			LoRAID: u.loraID, Medium: u.medium, LoRAName: u.loraName, ExtraKeys: u.extra,
+			GroupIdx: u.group, KVCacheSpecKind: u.specKind, KVCacheSpecSlidingWindow: u.window,
+		})
+		d.events = append(d.events, &d.stored[len(d.stored)-1])
+	case KindBlockRemoved:
+		d.removed = append(d.removed, BlockRemoved{BlockHashes: u.hashes, Medium: u.medium, GroupIdx: u.group})
+		d.events = append(d.events, &d.removed[len(d.removed)-1])
+	case KindAllBlocksCleared:
+		d.events = append(d.events, &AllBlocksCleared{})
+	case KindPodUp:
+		if u.pod == "" {
+			return d.r.fail(off, ReasonMissingField, "PodUp without a pod name")
+		}
+		d.podUp = append(d.podUp, PodUp{Pod: u.pod, Endpoint: u.endpoint, Model: u.model,
+			Hardware: u.hardware, Region: u.region, Epoch: u.epoch})
+		d.events = append(d.events, &d.podUp[len(d.podUp)-1])
+	case KindPodDown:
+		if u.pod == "" {
+			return d.r.fail(off, ReasonMissingField, "PodDown without a pod name")
+		}
+		d.podDown = append(d.podDown, PodDown{Pod: u.pod, Epoch: u.epoch, Reason: u.reason})
+		d.events = append(d.events, &d.podDown[len(d.podDown)-1])
+	}
+	return nil
+}
+
+// hash reads one block hash: u64, i64 (same bits) or bytes (the last 8 bytes
+// big-endian, left-padded with zeros when shorter), as llm-d's
+// getHashAsUint64 does.
+func (d *Decoder) hash(what string) (uint64, error) {
+	r := &d.r
+	if r.i < len(r.b) {
+		c := r.b[r.i]
+		if c <= 0x7f {
+			r.i++
+			return uint64(c), nil
+		}
+		if c == mpUint64 && len(r.b)-r.i >= 9 {
+			r.i++
+			return r.u64(), nil
+		}
+	}
+	start := r.i
+	c, err := r.peek()
+	if err != nil {
+		return 0, err
+	}
+	switch c {
+	case mpBin8, mpBin16, mpBin32, mpStr8, mpStr16, mpStr32:
+	default:
+		if c >= 0xa0 && c <= 0xbf {
+			break
+		}
+		v, _, err := r.intBits(what)
+		if ReasonOf(err) == ReasonBadFieldType {
+			return 0, r.fail(start, ReasonBadHash, "%s: want integer or bytes, found %s", what, typeName(c))
+		}
+		return v, err
+	}
+	p, isStr, err := r.bytes(what, d.cfg.MaxHashBytes)
+	if err != nil {
+		if ReasonOf(err) == ReasonTooLarge {
+			return 0, r.fail(start, ReasonBadHash, "%s: %s", what, err.(*DecodeError).Detail)
+		}
+		return 0, err
+	}
+	if isStr {
+		return 0, r.fail(start, ReasonBadHash, "%s: want integer or bytes, found string", what)
+	}
+	var v uint64
+	if len(p) > 8 {
+		p = p[len(p)-8:]
+	}
+	for _, b := range p {
+		v = v<<8 | uint64(b)
+	}
+	return v, nil
+}
+
+func (d *Decoder) hashList(what string) ([]uint64, error) {
+	r := &d.r
+	if r.nextNil() {
+		return nil, nil
+	}
+	start := r.i
+	n, err := r.array(what)
+	if err != nil {
+		return nil, err
+	}
+	if n > d.cfg.MaxBlocksPerEvent {
+		return nil, r.fail(start, ReasonTooLarge, "%s: %d hashes, limit %d", what, n, d.cfg.MaxBlocksPerEvent)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	s := len(d.hashes)
+	for k := 0; k < n; k++ {
+		h, err := d.hash(what)
+		if err != nil {
+			return nil, err
+		}
+		d.hashes = append(d.hashes, h)
+	}
+	return d.hashes[s:len(d.hashes):len(d.hashes)], nil
+}
+
+func (d *Decoder) tokenList() ([]uint32, error) {
+	r := &d.r
+	if r.nextNil() {
+		return nil, nil
+	}
+	start := r.i
+	n, err := r.array("token_ids")
+	if err != nil {
+		return nil, err
+	}
+	if n > d.cfg.MaxTokensPerEvent {
+		return nil, r.fail(start, ReasonTooLarge, "token_ids: %d tokens, limit %d", n, d.cfg.MaxTokensPerEvent)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	s := len(d.tokens)
+	d.tokens = append(d.tokens, make([]uint32, n)...)
+	out := d.tokens[s : s+n : s+n]
+	b := r.b
+	i := r.i
+	for k := range out {
+		// Fast paths: vLLM's token ids are fixints, uint8, uint16 or uint32.
+		if i < len(b) {
+			c := b[i]
+			if c <= 0x7f {
+				out[k] = uint32(c)
+				i++
+				continue
+			}
+			switch c {
+			case mpUint16:
+				if len(b)-i >= 3 {
+					out[k] = uint32(b[i+1])<<8 | uint32(b[i+2])
+					i += 3
+					continue
+				}
+			case mpUint32:
+				if len(b)-i >= 5 {
+					out[k] = uint32(b[i+1])<<24 | uint32(b[i+2])<<16 | uint32(b[i+3])<<8 | uint32(b[i+4])
+					i += 5
+					continue
+				}
+			}
+		}
+		r.i = i
+		off := i
+		v, signed, err := r.intBits("token id")
+		if err != nil {
+			return nil, err
+		}
+		if (signed && int64(v) < 0) || v > 0xffffffff {
+			if signed {
+				return nil, r.fail(off, ReasonBadFieldType, "token id %d out of range [0, 2^32)", int64(v))
+			}
+			return nil, r.fail(off, ReasonBadFieldType, "token id %d out of range [0, 2^32)", v)
+		}
+		out[k] = uint32(v)
+		i = r.i
+	}
+	r.i = i
+	return out, nil
+}
+
+func (d *Decoder) extraKeys() ([]Raw, error) {
+	r := &d.r
+	if r.nextNil() {
+		return nil, nil
+	}
+	start := r.i
+	n, err := r.array("extra_keys")
+	if err != nil {
+		return nil, err
+	}
+	if n > d.cfg.MaxBlocksPerEvent {
+		return nil, r.fail(start, ReasonTooLarge, "extra_keys: %d entries, limit %d", n, d.cfg.MaxBlocksPerEvent)
+	}
+	if n == 0 {
+		return emptyRaws, nil
+	}
+	s := len(d.raws)
+	for k := 0; k < n; k++ {
+		vs := r.i
+		if err := r.skip(d.cfg.MaxDepth); err != nil {
+			return nil, err
+		}
+		bs := len(d.rawBuf)
+		d.rawBuf = append(d.rawBuf, r.b[vs:r.i]...)
+		d.raws = append(d.raws, Raw(d.rawBuf[bs:len(d.rawBuf):len(d.rawBuf)]))
+	}
+	return d.raws[s:len(d.raws):len(d.raws)], nil
+}
+
+// emptyRaws is a present, empty extra_keys list (not nil, which means absent).
+var emptyRaws = []Raw{}
+
+func (d *Decoder) optInt(what string) (Opt[int64], error) {
+	if d.r.nextNil() {
+		return Opt[int64]{}, nil
+	}
+	v, err := d.r.int64(what)
+	return Some(v), err
+}
+
+func (d *Decoder) optStr(what string) (Opt[string], error) {
+	if d.r.nextNil() {
+		return Opt[string]{}, nil
+	}
+	p, err := d.strBytes(what)
+	if err != nil {
+		return Opt[string]{}, err
+	}
+	return Some(d.str(p)), nil
+}
+
+func (d *Decoder) reqStr(what string) (string, error) {
+	if d.r.nextNil() {
+		return "", nil
+	}
+	p, err := d.strBytes(what)
+	if err != nil {
+		return "", err
+	}
+	return d.str(p), nil
+}
+
+func (d *Decoder) strBytes(what string) ([]byte, error) {
+	off := d.r.i
+	p, isStr, err := d.r.bytes(what, d.cfg.MaxStringBytes)
+	if err == nil && !isStr {
+		return nil, d.r.fail(off, ReasonBadFieldType, "%s: want string, found bytes", what)
+	}
+	return p, err
+}
+
+// str returns p as a string, interned when short so that repeated values
+// (medium, kind, LoRA and pod names) do not allocate.
+func (d *Decoder) str(p []byte) string {
+	if len(p) == 0 {
+		return ""
+	}
+	if len(p) > maxInternedLen {
+		return string(p)
+	}
+	if s, ok := d.intern[string(p)]; ok {
+		return s
+	}
+	s := string(p)
+	if len(d.intern) < maxInterned {
+		d.intern[s] = s
+	}
+	return s
+}

@@ -1,0 +1,341 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+)
+
+// EventStyle is how events are laid out on the wire.
+type EventStyle uint8
+
+const (
+	// EventsArray is vLLM before PR 42892: [tag, field1, field2, ...], with
+	// trailing fields that have a default (extra_keys and later; BlockRemoved's
+	// group_idx) omitted while they are absent.
+	EventsArray EventStyle = iota
+	// EventsMap is vLLM since PR 42892: {"type": tag, field: value, ...},
+	// fields that have a default omitted while they are absent.
+	EventsMap
+)
+
+// EnvelopeStyle is how the batch itself is laid out.
+type EnvelopeStyle uint8
+
+const (
+	// EnvelopeArray is [ts, events, data_parallel_rank], what every vLLM
+	// release writes; the rank is omitted when absent.
+	EnvelopeArray EnvelopeStyle = iota
+	// EnvelopeMap is {"ts", "events", "data_parallel_rank"}, seen in one
+	// vLLM main snapshot.
+	EnvelopeMap
+)
+
+// HashStyle is how block hashes are written.
+type HashStyle uint8
+
+const (
+	// HashUint writes the hash as an unsigned integer (vLLM's default,
+	// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1).
+	HashUint HashStyle = iota
+	// HashInt writes the same 64 bits as a signed integer (older builds that
+	// used Python's builtin hash).
+	HashInt
+	// HashBytes writes the 8 bytes big-endian as msgpack bin
+	// (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0 with a 64-bit hash).
+	HashBytes
+)
+
+// Encoding chooses the wire layout. The zero Encoding is what vLLM before PR
+// 42892 writes: array envelope, array events, unsigned hashes.
+type Encoding struct {
+	Events   EventStyle
+	Envelope EnvelopeStyle
+	Hashes   HashStyle
+}
+
+// AppendBatch appends b encoded as one msgpack message to dst. Integers take
+// their shortest msgpack form and ts is always a float64, as msgspec writes
+// them; ExtraKeys values are written as they are (an empty Raw as nil). It
+// fails only on an event of a type it does not know (or nil).
+func (e Encoding) AppendBatch(dst []byte, b *Batch) ([]byte, error) {
+	n := 2
+	if b.DataParallelRank.Valid {
+		n = 3
+	}
+	if e.Envelope == EnvelopeMap {
+		dst = appendMapHeader(dst, n)
+		dst = appendStr(dst, "ts")
+	} else {
+		dst = appendArrayHeader(dst, n)
+	}
+	dst = appendFloat64(dst, b.TS)
+	if e.Envelope == EnvelopeMap {
+		dst = appendStr(dst, "events")
+	}
+	dst = appendArrayHeader(dst, len(b.Events))
+	for i, ev := range b.Events {
+		var err error
+		if dst, err = e.appendEvent(dst, ev); err != nil {
+			return dst, fmt.Errorf("encode kv event batch: event %d: %w", i, err)
+		}
+	}
+	if b.DataParallelRank.Valid {
+		if e.Envelope == EnvelopeMap {
+			dst = appendStr(dst, "data_parallel_rank")
+		}
+		dst = appendInt(dst, b.DataParallelRank.V)
+	}
+	return dst, nil
+}
+
+// fieldWriter writes one event's fields in either style.
+type fieldWriter struct {
+	dst   []byte
+	isMap bool
+}
+
+func (w *fieldWriter) key(f fieldID) {
+	if w.isMap {
+		w.dst = appendStr(w.dst, fieldNames[f])
+	}
+}
+
+func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
+	w := fieldWriter{dst: dst, isMap: e.Events == EventsMap}
+	header := func(tag string, n int) {
+		if w.isMap {
+			w.dst = appendMapHeader(w.dst, n+1)
+			w.dst = appendStr(w.dst, "type")
+		} else {
+			w.dst = appendArrayHeader(w.dst, n+1)
+		}
+		w.dst = appendStr(w.dst, tag)
+	}
+	switch ev := ev.(type) {
+	case *BlockStored:
+		present := [4]bool{ev.ExtraKeys != nil, ev.GroupIdx.Valid, ev.KVCacheSpecKind.Valid, ev.KVCacheSpecSlidingWindow.Valid}
+		n := 7 + countTrailing(present[:], w.isMap)
+		header(TagBlockStored, n)
+		w.key(fBlockHashes)
+		w.dst = e.appendHashes(w.dst, ev.BlockHashes)
+		w.key(fParent)
+		if ev.ParentBlockHash.Valid {
+			w.dst = e.appendHash(w.dst, ev.ParentBlockHash.V)
+		} else {
+			w.dst = append(w.dst, mpNil)
+		}
+		w.key(fTokenIDs)
+		w.dst = appendArrayHeader(w.dst, len(ev.TokenIDs))
+		for _, t := range ev.TokenIDs {
+			w.dst = appendUint(w.dst, uint64(t))
+		}
+		w.key(fBlockSize)
+		w.dst = appendInt(w.dst, ev.BlockSize)
+		w.key(fLoRAID)
+		w.dst = appendOptInt(w.dst, ev.LoRAID)
+		w.key(fMedium)
+		w.dst = appendOptStr(w.dst, ev.Medium)
+		w.key(fLoRAName)
+		w.dst = appendOptStr(w.dst, ev.LoRAName)
+		k := 7
+		if w.isMap || k < n {
+			if ev.ExtraKeys != nil {
+				w.key(fExtraKeys)
+				w.dst = appendArrayHeader(w.dst, len(ev.ExtraKeys))
+				for _, r := range ev.ExtraKeys {
+					if len(r) == 0 {
+						w.dst = append(w.dst, mpNil)
+					} else {
+						w.dst = append(w.dst, r...)
+					}
+				}
+			} else if !w.isMap {
+				w.dst = append(w.dst, mpNil)
+			}
+		}
+		w.optIntField(fGroupIdx, ev.GroupIdx, n > 8)
+		w.optStrField(fSpecKind, ev.KVCacheSpecKind, n > 9)
+		w.optIntField(fSlidingWindow, ev.KVCacheSpecSlidingWindow, n > 10)
+	case *BlockRemoved:
+		n := 2 + countTrailing([]bool{ev.GroupIdx.Valid}, w.isMap)
+		header(TagBlockRemoved, n)
+		w.key(fBlockHashes)
+		w.dst = e.appendHashes(w.dst, ev.BlockHashes)
+		w.key(fMedium)
+		w.dst = appendOptStr(w.dst, ev.Medium)
+		w.optIntField(fGroupIdx, ev.GroupIdx, n > 2)
+	case *AllBlocksCleared:
+		header(TagAllBlocksCleared, 0)
+	case *PodUp:
+		header(TagPodUp, 6)
+		for _, f := range []struct {
+			id fieldID
+			v  string
+		}{{fPod, ev.Pod}, {fEndpoint, ev.Endpoint}, {fModel, ev.Model}, {fHardware, ev.Hardware}, {fRegion, ev.Region}} {
+			w.key(f.id)
+			w.dst = appendStr(w.dst, f.v)
+		}
+		w.key(fEpoch)
+		w.dst = appendUint(w.dst, ev.Epoch)
+	case *PodDown:
+		header(TagPodDown, 3)
+		w.key(fPod)
+		w.dst = appendStr(w.dst, ev.Pod)
+		w.key(fEpoch)
+		w.dst = appendUint(w.dst, ev.Epoch)
+		w.key(fReason)
+		w.dst = appendStr(w.dst, ev.Reason)
+	default:
+		return w.dst, fmt.Errorf("unknown event type %T", ev)
+	}
+	return w.dst, nil
+}
+
+// countTrailing returns how many optional trailing fields are written: in a
+// map each present one; in an array all up to the last present one (the
+// absent ones before it as nil).
+func countTrailing(present []bool, isMap bool) int {
+	n := 0
+	for i, p := range present {
+		if p {
+			if isMap {
+				n++
+			} else {
+				n = i + 1
+			}
+		}
+	}
+	return n
+}
+
+// optIntField writes an optional trailing field: in a map only when present,
+// in an array when inArray says the array reaches it (as nil if absent).
+func (w *fieldWriter) optIntField(f fieldID, v Opt[int64], inArray bool) {
+	if w.isMap {
+		if v.Valid {
+			w.key(f)
+			w.dst = appendInt(w.dst, v.V)
+		}
+		return
+	}
+	if inArray {
+		w.dst = appendOptInt(w.dst, v)
+	}
+}
+
+func (w *fieldWriter) optStrField(f fieldID, v Opt[string], inArray bool) {
+	if w.isMap {
+		if v.Valid {
+			w.key(f)
+			w.dst = appendStr(w.dst, v.V)
+		}
+		return
+	}
+	if inArray {
+		w.dst = appendOptStr(w.dst, v)
+	}
+}
+
+func (e Encoding) appendHashes(dst []byte, hs []uint64) []byte {
+	dst = appendArrayHeader(dst, len(hs))
+	for _, h := range hs {
+		dst = e.appendHash(dst, h)
+	}
+	return dst
+}
+
+func (e Encoding) appendHash(dst []byte, h uint64) []byte {
+	switch e.Hashes {
+	case HashInt:
+		return appendInt(dst, int64(h))
+	case HashBytes:
+		dst = append(dst, mpBin8, 8)
+		return binary.BigEndian.AppendUint64(dst, h)
+	}
+	return appendUint(dst, h)
+}
+
+func appendOptInt(dst []byte, v Opt[int64]) []byte {
+	if !v.Valid {
+		return append(dst, mpNil)
+	}
+	return appendInt(dst, v.V)
+}
+
+func appendOptStr(dst []byte, v Opt[string]) []byte {
+	if !v.Valid {
+		return append(dst, mpNil)
+	}
+	return appendStr(dst, v.V)
+}
+
+func appendArrayHeader(dst []byte, n int) []byte {
+	switch {
+	case n <= 15:
+		return append(dst, 0x90|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(dst, mpArray16), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(dst, mpArray32), uint32(n))
+}
+
+func appendMapHeader(dst []byte, n int) []byte {
+	switch {
+	case n <= 15:
+		return append(dst, 0x80|byte(n))
+	case n <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(dst, mpMap16), uint16(n))
+	}
+	return binary.BigEndian.AppendUint32(append(dst, mpMap32), uint32(n))
+}
+
+func appendStr(dst []byte, s string) []byte {
+	n := len(s)
+	switch {
+	case n <= 31:
+		dst = append(dst, 0xa0|byte(n))
+	case n <= math.MaxUint8:
+		dst = append(dst, mpStr8, byte(n))
+	case n <= math.MaxUint16:
+		dst = binary.BigEndian.AppendUint16(append(dst, mpStr16), uint16(n))
+	default:
+		dst = binary.BigEndian.AppendUint32(append(dst, mpStr32), uint32(n))
+	}
+	return append(dst, s...)
+}
+
+func appendFloat64(dst []byte, f float64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, mpFloat64), math.Float64bits(f))
+}
+
+func appendUint(dst []byte, v uint64) []byte {
+	switch {
+	case v <= 0x7f:
+		return append(dst, byte(v))
+	case v <= math.MaxUint8:
+		return append(dst, mpUint8, byte(v))
+	case v <= math.MaxUint16:
+		return binary.BigEndian.AppendUint16(append(dst, mpUint16), uint16(v))
+	case v <= math.MaxUint32:
+		return binary.BigEndian.AppendUint32(append(dst, mpUint32), uint32(v))
+	}
+	return binary.BigEndian.AppendUint64(append(dst, mpUint64), v)
+}
+
+func appendInt(dst []byte, v int64) []byte {
+	if v >= 0 {
+		return appendUint(dst, uint64(v))
+	}
+	switch {
+	case v >= -32:
+		return append(dst, byte(int8(v)))
+	case v >= math.MinInt8:
+		return append(dst, mpInt8, byte(int8(v)))
+	case v >= math.MinInt16:
+		return binary.BigEndian.AppendUint16(append(dst, mpInt16), uint16(int16(v)))
+	case v >= math.MinInt32:
+		return binary.BigEndian.AppendUint32(append(dst, mpInt32), uint32(int32(v)))
+	}
+	return binary.BigEndian.AppendUint64(append(dst, mpInt64), uint64(v))
+}

@@ -1,0 +1,833 @@
+package kvevents
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/meridian-llm/meridian/index"
+)
+
+// OpKind is what an Op does to the index.
+type OpKind uint8
+
+// The index operations a Rekeyer emits.
+const (
+	// OpRegister: the pod now holds each of Hashes in Tier (one more
+	// reference per hash).
+	OpRegister OpKind = iota + 1
+	// OpEvict: drop one reference per hash of Hashes in Tier for the pod.
+	OpEvict
+	// OpClearPod: the pod holds nothing any more, in any tier.
+	OpClearPod
+)
+
+func (k OpKind) String() string {
+	switch k {
+	case OpRegister:
+		return "register"
+	case OpEvict:
+		return "evict"
+	case OpClearPod:
+		return "clear"
+	}
+	return "op(" + strconv.Itoa(int(k)) + ")"
+}
+
+// Op is one index operation for the Rekeyer's pod, in the shape of
+// index.Index's Register, Evict and ClearPod. Registrations are balanced: every
+// hash registered in a tier is evicted from it exactly once later (or cleared
+// with the pod), so an index that counts references per (pod, hash, tier)
+// holds exactly what the pod holds.
+type Op struct {
+	Kind   OpKind
+	Tier   index.Tier // for OpRegister and OpEvict
+	Hashes []uint64   // our chain hashes; valid until the Rekeyer's next call
+}
+
+// RekeyConfig configures the Rekeyer of one pod.
+type RekeyConfig struct {
+	// Model is the pod's served model name: the Namespace every chain starts
+	// from. Required.
+	Model string
+	// BlockSize is the router's block size in tokens (index.Namespace
+	// BlockSize). The engine's block size must divide it or be a multiple of
+	// it. Default 64.
+	BlockSize int
+	// MaxEntries caps the engine blocks tracked for the pod (live blocks, and
+	// removed ones still needed by a live descendant). Set it a little above
+	// the pod's KV capacity in blocks (GPU plus offload tiers). Past it, the
+	// least recently stored leaf block is forgotten and evicted from the
+	// index (RekeyStats.CapEvicted). About 150 bytes per entry plus 4 bytes
+	// per token for blocks that end inside a router block. Default 1<<20.
+	MaxEntries int
+	// MaxRanks is one more than the highest data-parallel rank accepted.
+	// Default 64.
+	MaxRanks int
+	// Media adds medium aliases (upper case) to the built-in table of TierOf,
+	// and overrides it.
+	Media map[string]index.Tier
+}
+
+// DefaultRekeyConfig returns the documented defaults, without a Model.
+func DefaultRekeyConfig() RekeyConfig {
+	return RekeyConfig{BlockSize: 64, MaxEntries: 1 << 20, MaxRanks: 64}
+}
+
+// Validate names the first field that is wrong.
+func (c RekeyConfig) Validate() error {
+	switch {
+	case c.Model == "":
+		return fmt.Errorf("%w: RekeyConfig.Model is empty", ErrInvalidConfig)
+	case c.BlockSize <= 0 || c.BlockSize > maxBlockSize:
+		return fmt.Errorf("%w: RekeyConfig.BlockSize = %d, want 1..%d", ErrInvalidConfig, c.BlockSize, maxBlockSize)
+	case c.MaxEntries < 2 || c.MaxEntries > 1<<30:
+		return fmt.Errorf("%w: RekeyConfig.MaxEntries = %d, want 2..2^30", ErrInvalidConfig, c.MaxEntries)
+	case c.MaxRanks <= 0 || c.MaxRanks > 1<<16:
+		return fmt.Errorf("%w: RekeyConfig.MaxRanks = %d, want 1..65536", ErrInvalidConfig, c.MaxRanks)
+	}
+	for m, t := range c.Media {
+		if t >= index.NumTiers {
+			return fmt.Errorf("%w: RekeyConfig.Media[%q] = %d, not a tier", ErrInvalidConfig, m, t)
+		}
+		if m != strings.ToUpper(m) {
+			return fmt.Errorf("%w: RekeyConfig.Media key %q is not upper case", ErrInvalidConfig, m)
+		}
+	}
+	return nil
+}
+
+// maxBlockSize bounds engine and router block sizes (tokens).
+const maxBlockSize = 1 << 16
+
+// RekeyStats counts what a Rekeyer did and dropped; each field only grows,
+// except Entries. Event counts are per event, block counts per block hash.
+type RekeyStats struct {
+	StoredBlocks  uint64 // block announcements applied (new or repeated)
+	RemovedBlocks uint64 // block removals applied
+	Clears        uint64 // AllBlocksCleared applied
+	// UnknownParent: BlockStored events dropped because their parent is not
+	// held by the pod (never seen, removed, or forgotten at the cap).
+	UnknownParent uint64
+	// NoTokensUnknown: blocks of a BlockStored without token_ids (CPU offload)
+	// whose hash the pod does not hold; a no-op, as in llm-d.
+	NoTokensUnknown uint64
+	// UnknownRemoved: removed block hashes the pod does not hold (usually
+	// stored before this Rekeyer started); RemovedNotHeld: held, but not in
+	// the removal's tier.
+	UnknownRemoved uint64
+	RemovedNotHeld uint64
+	// UnknownMedium: events skipped because TierOf and Media do not know
+	// their medium.
+	UnknownMedium uint64
+	// BadBlocks: BlockStored events dropped because block_size is not
+	// positive, token_ids is not len(block_hashes)*block_size long, the ratio
+	// to the router block size is not whole, or a block's size differs from
+	// its parent's.
+	BadBlocks uint64
+	// BadRank: events dropped because the data-parallel rank or group_idx is
+	// out of range.
+	BadRank uint64
+	// Conflicts: stored blocks whose hash is already held under a different
+	// parent (a hash collision or an engine bug); the first mapping stays.
+	Conflicts uint64
+	// Opaque: new blocks that are never registered because they or an
+	// ancestor carry extra keys our chain hash cannot express (multimodal
+	// items, prompt embeddings, or a LoRA or salt where it is not expected).
+	Opaque uint64
+	// CapEvicted: blocks forgotten to stay within MaxEntries; CapDropped:
+	// stored blocks not tracked because nothing could be forgotten.
+	CapEvicted uint64
+	CapDropped uint64
+	// Entries is the number of engine blocks tracked now.
+	Entries int
+}
+
+// Rekeyer turns one pod's engine events into index operations on our own
+// chain hashes. It is a single-threaded state machine (no I/O, no clock);
+// feed it the pod's batches in order. See the package documentation for the
+// exact rules.
+type Rekeyer struct {
+	cfg   RekeyConfig
+	stats RekeyStats
+
+	byKey   map[ekey]int32
+	entries []entry
+	free    []int32
+	// leaf list (no children), least recently stored first
+	leafHead, leafTail int32
+	rankCount          []int
+
+	tokFree  [][]uint32 // recycled token slices of length tokFreeN
+	tokFreeN int
+
+	ops      []opRec
+	opHashes []uint64
+	scratch  []uint32
+	stack    []int32
+	nsCache  index.Namespace
+	seed     uint64
+}
+
+type ekey struct {
+	hash  uint64
+	group int32
+	rank  int32
+}
+
+const none int32 = -1
+
+type entry struct {
+	key                ekey
+	parent             int32 // none for the first block of a sequence
+	child              int32 // first child, none if a leaf
+	prevSib, nextSib   int32
+	prevLeaf, nextLeaf int32
+	pos                uint32 // index of this engine block within its router block (engine < router)
+	ebs                uint32 // engine block size
+	nours              uint32 // router blocks this entry completes
+	base               uint64 // our hash the router block being filled chains from
+	last               uint64 // our hash of the last router block this entry completes
+	ours               []uint64
+	toks               []uint32 // own tokens, while a descendant may need them
+	count              [index.NumTiers]uint32
+	reg                uint8 // bit t: this entry's router blocks are registered in tier t
+	opaque             bool
+	inLeaf             bool
+}
+
+type opRec struct {
+	kind       OpKind
+	tier       index.Tier
+	start, end int
+}
+
+// NewRekeyer returns an empty Rekeyer for one pod.
+func NewRekeyer(cfg RekeyConfig) (*Rekeyer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	r := &Rekeyer{cfg: cfg, byKey: make(map[ekey]int32), leafHead: none, leafTail: none,
+		rankCount: make([]int, cfg.MaxRanks)}
+	return r, nil
+}
+
+// Stats returns the counters.
+func (r *Rekeyer) Stats() RekeyStats {
+	s := r.stats
+	s.Entries = len(r.byKey)
+	return s
+}
+
+// Len is the number of engine blocks tracked.
+func (r *Rekeyer) Len() int { return len(r.byKey) }
+
+// Apply appends to dst the index operations that b's block events imply and
+// returns it. Lifecycle events (PodUp, PodDown) are not the Rekeyer's: the
+// caller decides, e.g. on a new epoch, to call Reset. The Hashes of the ops
+// stay valid until the next call on r.
+func (r *Rekeyer) Apply(dst []Op, b *Batch) []Op {
+	r.begin()
+	rank := b.Rank()
+	for _, ev := range b.Events {
+		r.event(rank, ev)
+	}
+	return r.finish(dst)
+}
+
+// ApplyEvent is Apply for a single event published by data-parallel rank.
+func (r *Rekeyer) ApplyEvent(dst []Op, rank int64, ev Event) []Op {
+	r.begin()
+	r.event(rank, ev)
+	return r.finish(dst)
+}
+
+// Reset forgets everything (the engine restarted, or the caller lost track)
+// and appends the OpClearPod that says so.
+func (r *Rekeyer) Reset(dst []Op) []Op {
+	r.begin()
+	r.clearAll()
+	return r.finish(dst)
+}
+
+func (r *Rekeyer) begin() {
+	r.ops = r.ops[:0]
+	r.opHashes = r.opHashes[:0]
+}
+
+func (r *Rekeyer) finish(dst []Op) []Op {
+	for _, o := range r.ops {
+		op := Op{Kind: o.kind, Tier: o.tier}
+		if o.end > o.start {
+			op.Hashes = r.opHashes[o.start:o.end:o.end]
+		}
+		dst = append(dst, op)
+	}
+	return dst
+}
+
+// emit records an op, merging it into the previous one when kind and tier
+// match (the index takes a slice per call).
+func (r *Rekeyer) emit(kind OpKind, t index.Tier, e *entry) {
+	if n := len(r.ops); n > 0 && kind != OpClearPod {
+		if last := &r.ops[n-1]; last.kind == kind && last.tier == t && last.end == len(r.opHashes) {
+			r.opHashes = e.appendOurs(r.opHashes)
+			last.end = len(r.opHashes)
+			return
+		}
+	}
+	start := len(r.opHashes)
+	if e != nil {
+		r.opHashes = e.appendOurs(r.opHashes)
+	}
+	r.ops = append(r.ops, opRec{kind: kind, tier: t, start: start, end: len(r.opHashes)})
+}
+
+func (e *entry) appendOurs(dst []uint64) []uint64 {
+	if e.nours == 1 {
+		return append(dst, e.last)
+	}
+	return append(dst, e.ours...)
+}
+
+func (r *Rekeyer) event(rank int64, ev Event) {
+	switch ev := ev.(type) {
+	case *BlockStored:
+		if k, ok := r.key(rank, ev.GroupIdx); ok {
+			r.stored(k, ev)
+		}
+	case *BlockRemoved:
+		if k, ok := r.key(rank, ev.GroupIdx); ok {
+			r.removed(k, ev)
+		}
+	case *AllBlocksCleared:
+		if rank < 0 || rank >= int64(r.cfg.MaxRanks) {
+			r.stats.BadRank++
+			return
+		}
+		r.stats.Clears++
+		r.clearRank(int32(rank))
+	}
+}
+
+// key returns the key template (hash 0) for an event's rank and group.
+func (r *Rekeyer) key(rank int64, group Opt[int64]) (ekey, bool) {
+	g := int64(0)
+	if group.Valid {
+		g = group.V
+	}
+	if rank < 0 || rank >= int64(r.cfg.MaxRanks) || g < 0 || g > 1<<30 {
+		r.stats.BadRank++
+		return ekey{}, false
+	}
+	return ekey{group: int32(g), rank: int32(rank)}, true
+}
+
+func (r *Rekeyer) tier(m Opt[string]) (index.Tier, bool) {
+	if m.Valid && len(r.cfg.Media) > 0 {
+		if t, ok := r.cfg.Media[m.V]; ok {
+			return t, true
+		}
+		if t, ok := r.cfg.Media[strings.ToUpper(m.V)]; ok {
+			return t, true
+		}
+	}
+	return TierOf(m)
+}
+
+func (r *Rekeyer) lookup(k ekey) int32 {
+	if i, ok := r.byKey[k]; ok {
+		return i
+	}
+	return none
+}
+
+func (e *entry) alive() bool {
+	for _, c := range e.count {
+		if c > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
+	t, ok := r.tier(ev.Medium)
+	if !ok {
+		r.stats.UnknownMedium++
+		return
+	}
+	n := len(ev.BlockHashes)
+	if n == 0 {
+		return
+	}
+	if len(ev.TokenIDs) == 0 {
+		// CPU offload announces blocks without tokens: they can only be
+		// blocks the pod already holds in another tier.
+		for _, h := range ev.BlockHashes {
+			k.hash = h
+			i := r.lookup(k)
+			if i == none || !r.entries[i].alive() {
+				r.stats.NoTokensUnknown++
+				continue
+			}
+			r.store(i, t)
+		}
+		return
+	}
+	ebs := ev.BlockSize
+	R := int64(r.cfg.BlockSize)
+	if ebs <= 0 || ebs > maxBlockSize || int64(len(ev.TokenIDs)) != int64(n)*ebs || (R%ebs != 0 && ebs%R != 0) {
+		r.stats.BadBlocks++
+		return
+	}
+	parent := none
+	if ev.ParentBlockHash.Valid {
+		pk := k
+		pk.hash = ev.ParentBlockHash.V
+		parent = r.lookup(pk)
+		if parent == none || !r.entries[parent].alive() {
+			r.stats.UnknownParent++
+			return
+		}
+		if int64(r.entries[parent].ebs) != ebs {
+			r.stats.BadBlocks++
+			return
+		}
+	}
+	lora := ""
+	if ev.LoRAName.Valid {
+		lora = ev.LoRAName.V
+	} else if ev.LoRAID.Valid {
+		// Only the deprecated id: a name no request will carry, so these
+		// blocks never match the base model's.
+		lora = "lora_id:" + strconv.FormatInt(ev.LoRAID.V, 10)
+	}
+	for b, h := range ev.BlockHashes {
+		k.hash = h
+		var extra Raw
+		if b < len(ev.ExtraKeys) {
+			extra = ev.ExtraKeys[b]
+		}
+		if i := r.lookup(k); i != none {
+			if r.entries[i].parent != parent {
+				r.stats.Conflicts++
+			}
+			r.store(i, t)
+			parent = i
+			continue
+		}
+		i := r.create(k, parent, ev.TokenIDs[int64(b)*ebs:int64(b+1)*ebs], lora, extra)
+		if i == none {
+			r.stats.CapDropped += uint64(n - b)
+			return
+		}
+		r.store(i, t)
+		parent = i
+	}
+}
+
+// create adds the entry for a new engine block under parent (none for the
+// first block of a sequence) and returns its index, or none when the cap is
+// reached and nothing can be forgotten.
+func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, lora string, extra Raw) int32 {
+	if len(r.byKey) >= r.cfg.MaxEntries && !r.evictOne(parent) {
+		return none
+	}
+	var i int32
+	if n := len(r.free); n > 0 {
+		i = r.free[n-1]
+		r.free = r.free[:n-1]
+	} else {
+		r.entries = append(r.entries, entry{})
+		i = int32(len(r.entries) - 1)
+	}
+	ebs := uint32(len(toks))
+	R := uint32(r.cfg.BlockSize)
+	e := entry{key: k, parent: parent, child: none, prevSib: none, nextSib: none,
+		prevLeaf: none, nextLeaf: none, ebs: ebs}
+	salt, opaque := classifyExtra(extra, lora, parent == none)
+	var p *entry
+	if parent != none {
+		p = &r.entries[parent]
+		e.opaque = p.opaque
+	}
+	if opaque {
+		e.opaque = true
+	}
+	var base uint64
+	switch {
+	case p == nil:
+		base = r.seedFor(lora, salt)
+	case R > ebs && p.pos+1 < R/ebs:
+		base = p.base
+		e.pos = p.pos + 1
+	default:
+		base = p.last
+	}
+	e.base = base
+	if R >= ebs {
+		kk := R / ebs
+		if e.pos == kk-1 {
+			e.nours = 1
+			e.last = index.Extend(base, r.routerBlock(p, kk-1, toks))
+		} else {
+			e.toks = r.tokSlice(len(toks))
+			copy(e.toks, toks)
+		}
+	} else {
+		m := ebs / R
+		e.nours = m
+		e.ours = index.ChainFrom(base, int(R), toks, make([]uint64, 0, m))
+		e.last = e.ours[m-1]
+	}
+	if e.opaque {
+		r.stats.Opaque++
+	}
+	r.entries[i] = e
+	r.byKey[k] = i
+	r.rankCount[k.rank]++
+	if parent != none {
+		p := &r.entries[parent]
+		if p.child == none {
+			r.leafRemove(parent)
+		} else {
+			r.entries[p.child].prevSib = i
+			r.entries[i].nextSib = p.child
+		}
+		p.child = i
+	}
+	r.leafPushBack(i)
+	return i
+}
+
+// routerBlock returns the tokens of the router block that ends with toks: the
+// own tokens of the n ancestors before it, then toks.
+func (r *Rekeyer) routerBlock(p *entry, n uint32, toks []uint32) []uint32 {
+	if n == 0 {
+		return toks
+	}
+	total := int(n+1) * len(toks)
+	if cap(r.scratch) < total {
+		r.scratch = make([]uint32, total)
+	}
+	s := r.scratch[:total]
+	copy(s[int(n)*len(toks):], toks)
+	for j := int(n) - 1; j >= 0; j-- {
+		copy(s[j*len(toks):], p.toks)
+		if j > 0 {
+			p = &r.entries[p.parent]
+		}
+	}
+	return s
+}
+
+func (r *Rekeyer) seedFor(lora, salt string) uint64 {
+	ns := index.Namespace{Model: r.cfg.Model, LoRA: lora, CacheSalt: salt, BlockSize: r.cfg.BlockSize}
+	if r.seed == 0 || ns != r.nsCache {
+		r.nsCache, r.seed = ns, ns.Seed()
+	}
+	return r.seed
+}
+
+func (r *Rekeyer) tokSlice(n int) []uint32 {
+	if n == r.tokFreeN {
+		if k := len(r.tokFree); k > 0 {
+			s := r.tokFree[k-1]
+			r.tokFree[k-1] = nil
+			r.tokFree = r.tokFree[:k-1]
+			return s
+		}
+	}
+	return make([]uint32, n)
+}
+
+func (r *Rekeyer) tokRelease(s []uint32) {
+	if s == nil {
+		return
+	}
+	if len(s) != r.tokFreeN {
+		if len(r.tokFree) > 0 {
+			return // keep recycling the size we have
+		}
+		r.tokFreeN = len(s)
+	}
+	if len(r.tokFree) < 4096 {
+		r.tokFree = append(r.tokFree, s)
+	}
+}
+
+// classifyExtra reads a block's extra_keys tuple. The chain hash covers model,
+// LoRA name and cache salt and nothing else, so: the LoRA name (first
+// element, when it equals the event's) is expected on every block; a string
+// on the first block of a sequence is the cache salt; anything else
+// (multimodal (id, offset) pairs, prompt-embeds digests, strings elsewhere)
+// makes the block opaque.
+func classifyExtra(raw Raw, lora string, first bool) (salt string, opaque bool) {
+	if len(raw) == 0 || (len(raw) == 1 && raw[0] == mpNil) {
+		return "", false
+	}
+	rd := reader{b: raw}
+	isMap, n, err := rd.container("extra_keys")
+	if err != nil || isMap {
+		return "", true
+	}
+	sawSalt := false
+	for k := 0; k < n; k++ {
+		c, err := rd.peek()
+		if err != nil || typeName(c) != "string" {
+			return "", true
+		}
+		p, isStr, err := rd.bytes("extra key", 1<<20)
+		if err != nil || !isStr {
+			return "", true
+		}
+		switch {
+		case k == 0 && lora != "" && string(p) == lora:
+		case first && !sawSalt:
+			salt, sawSalt = string(p), true
+		default:
+			return "", true
+		}
+	}
+	return salt, false
+}
+
+// store adds one announcement of entry i in tier t.
+func (r *Rekeyer) store(i int32, t index.Tier) {
+	r.stats.StoredBlocks++
+	e := &r.entries[i]
+	e.count[t]++
+	if e.count[t] == 1 {
+		r.flip(i, t)
+	}
+	if e.inLeaf && e.nextLeaf != none {
+		// Most recently stored leaf goes last.
+		r.leafRemove(i)
+		r.leafPushBack(i)
+	}
+}
+
+func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
+	t, ok := r.tier(ev.Medium)
+	if !ok {
+		r.stats.UnknownMedium++
+		return
+	}
+	for _, h := range ev.BlockHashes {
+		k.hash = h
+		i := r.lookup(k)
+		if i == none {
+			r.stats.UnknownRemoved++
+			continue
+		}
+		e := &r.entries[i]
+		if e.count[t] == 0 {
+			r.stats.RemovedNotHeld++
+			continue
+		}
+		r.stats.RemovedBlocks++
+		e.count[t]--
+		if e.count[t] == 0 {
+			r.flip(i, t)
+			r.maybeDelete(i)
+		}
+	}
+}
+
+// flip re-evaluates, in tier t, every router block whose engine blocks
+// include entry i, after i became held or not held in t.
+func (r *Rekeyer) flip(i int32, t index.Tier) {
+	e := &r.entries[i]
+	if e.nours > 0 {
+		r.recheck(i, t)
+		return
+	}
+	// i ends inside a router block: the completing descendants are below it.
+	r.stack = append(r.stack[:0], e.child)
+	for len(r.stack) > 0 {
+		c := r.stack[len(r.stack)-1]
+		r.stack = r.stack[:len(r.stack)-1]
+		for ; c != none; c = r.entries[c].nextSib {
+			ce := &r.entries[c]
+			if ce.nours > 0 {
+				r.recheck(c, t)
+			} else if ce.child != none {
+				r.stack = append(r.stack, ce.child)
+			}
+		}
+	}
+}
+
+// recheck registers or evicts the router blocks completed by entry c in tier
+// t: they are held exactly when every engine block they span is held in t
+// and none is opaque.
+func (r *Rekeyer) recheck(c int32, t index.Tier) {
+	e := &r.entries[c]
+	want := !e.opaque
+	if want {
+		w := e
+		for j := uint32(0); ; j++ {
+			if w.count[t] == 0 {
+				want = false
+				break
+			}
+			if j == e.pos {
+				break
+			}
+			w = &r.entries[w.parent]
+		}
+	}
+	bit := uint8(1) << t
+	switch {
+	case want && e.reg&bit == 0:
+		e.reg |= bit
+		r.emit(OpRegister, t, e)
+	case !want && e.reg&bit != 0:
+		e.reg &^= bit
+		r.emit(OpEvict, t, e)
+	}
+}
+
+// maybeDelete frees entry i if it is held nowhere and no entry needs it, and
+// then its ancestors on the same terms.
+func (r *Rekeyer) maybeDelete(i int32) {
+	for i != none {
+		e := &r.entries[i]
+		if e.alive() || e.child != none {
+			return
+		}
+		parent := e.parent
+		r.unlink(i)
+		r.release(i)
+		if parent != none && r.entries[parent].child == none && r.entries[parent].alive() {
+			r.leafPushFront(parent) // stored before its child: among the oldest leaves
+		}
+		i = parent
+	}
+}
+
+// evictOne forgets the least recently stored leaf other than keep, evicting
+// its router blocks from the index. It reports whether one was found.
+func (r *Rekeyer) evictOne(keep int32) bool {
+	v := r.leafHead
+	if v == keep && v != none {
+		v = r.entries[v].nextLeaf
+	}
+	if v == none {
+		return false
+	}
+	r.stats.CapEvicted++
+	e := &r.entries[v]
+	for t := index.Tier(0); t < index.NumTiers; t++ {
+		if e.reg&(1<<t) != 0 {
+			r.emit(OpEvict, t, e)
+		}
+	}
+	e.reg = 0
+	e.count = [index.NumTiers]uint32{}
+	r.maybeDelete(v)
+	return true
+}
+
+// unlink detaches entry i (which has no children) from its parent and from
+// the leaf list.
+func (r *Rekeyer) unlink(i int32) {
+	e := &r.entries[i]
+	if e.inLeaf {
+		r.leafRemove(i)
+	}
+	if e.prevSib != none {
+		r.entries[e.prevSib].nextSib = e.nextSib
+	} else if e.parent != none {
+		r.entries[e.parent].child = e.nextSib
+	}
+	if e.nextSib != none {
+		r.entries[e.nextSib].prevSib = e.prevSib
+	}
+}
+
+func (r *Rekeyer) release(i int32) {
+	e := &r.entries[i]
+	delete(r.byKey, e.key)
+	r.rankCount[e.key.rank]--
+	r.tokRelease(e.toks)
+	*e = entry{}
+	r.free = append(r.free, i)
+}
+
+func (r *Rekeyer) leafPushBack(i int32) {
+	e := &r.entries[i]
+	e.inLeaf, e.prevLeaf, e.nextLeaf = true, r.leafTail, none
+	if r.leafTail != none {
+		r.entries[r.leafTail].nextLeaf = i
+	} else {
+		r.leafHead = i
+	}
+	r.leafTail = i
+}
+
+func (r *Rekeyer) leafPushFront(i int32) {
+	e := &r.entries[i]
+	e.inLeaf, e.prevLeaf, e.nextLeaf = true, none, r.leafHead
+	if r.leafHead != none {
+		r.entries[r.leafHead].prevLeaf = i
+	} else {
+		r.leafTail = i
+	}
+	r.leafHead = i
+}
+
+func (r *Rekeyer) leafRemove(i int32) {
+	e := &r.entries[i]
+	if e.prevLeaf != none {
+		r.entries[e.prevLeaf].nextLeaf = e.nextLeaf
+	} else {
+		r.leafHead = e.nextLeaf
+	}
+	if e.nextLeaf != none {
+		r.entries[e.nextLeaf].prevLeaf = e.prevLeaf
+	} else {
+		r.leafTail = e.prevLeaf
+	}
+	e.inLeaf, e.prevLeaf, e.nextLeaf = false, none, none
+}
+
+// clearRank forgets every block of one data-parallel rank. When no other
+// rank holds anything the whole pod is cleared with one OpClearPod;
+// otherwise the rank's registered router blocks are evicted one by one.
+func (r *Rekeyer) clearRank(rank int32) {
+	if r.rankCount[rank] == len(r.byKey) {
+		r.clearAll()
+		return
+	}
+	for i := range r.entries {
+		e := &r.entries[i]
+		if e.ebs == 0 || e.key.rank != rank {
+			continue // a free slot, or another rank's
+		}
+		for t := index.Tier(0); t < index.NumTiers; t++ {
+			if e.reg&(1<<t) != 0 {
+				r.emit(OpEvict, t, e)
+			}
+		}
+		if e.inLeaf {
+			r.leafRemove(int32(i))
+		}
+		r.release(int32(i))
+	}
+	// The rank's trees were disjoint from the others': no live entry points
+	// into a released one.
+}
+
+func (r *Rekeyer) clearAll() {
+	r.emit(OpClearPod, 0, nil)
+	clear(r.byKey)
+	for i := range r.entries {
+		r.tokRelease(r.entries[i].toks)
+	}
+	r.entries = r.entries[:0]
+	r.free = r.free[:0]
+	r.leafHead, r.leafTail = none, none
+	clear(r.rankCount)
+}
