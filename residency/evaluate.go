@@ -256,7 +256,7 @@ func (p *Policy) Evaluate(a Attributes) Decision {
 		if r.cond != nil {
 			ok, err := r.cond.eval(&a, p.zoneNames(&st))
 			if err != nil {
-				d.Outcome, d.Rule, d.Err = OutcomeConditionError, r.Ref(), fmt.Errorf("rule %q: %w", r.Name, err)
+				d.Outcome, d.Rule, d.DeniedBy, d.Err = OutcomeConditionError, r.Ref(), RuleRef{}, fmt.Errorf("rule %q: %w", r.Name, err)
 				return d
 			}
 			if !ok {
@@ -282,7 +282,7 @@ func (p *Policy) Evaluate(a Attributes) Decision {
 		if r.cond != nil {
 			ok, err := r.cond.eval(&a, p.zoneNames(&st))
 			if err != nil {
-				d.Outcome, d.Rule, d.Err = OutcomeConditionError, r.Ref(), fmt.Errorf("rule %q: %w", r.Name, err)
+				d.Outcome, d.Rule, d.DeniedBy, d.Err = OutcomeConditionError, r.Ref(), RuleRef{}, fmt.Errorf("rule %q: %w", r.Name, err)
 				return d
 			}
 			if !ok {
@@ -308,7 +308,7 @@ func (p *Policy) Evaluate(a Attributes) Decision {
 }
 
 func failClosed(d Decision, r *Rule, attr Attr, pr presence) Decision {
-	d.Rule, d.Attr = r.Ref(), attr
+	d.Rule, d.Attr, d.DeniedBy = r.Ref(), attr, RuleRef{}
 	switch {
 	case attr == AttrOriginRegion && pr == unknown:
 		d.Outcome = OutcomeUnknownOrigin
