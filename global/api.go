@@ -1,0 +1,531 @@
+package global
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+)
+
+// PolicyRequest applies a policy document.
+type PolicyRequest struct {
+	Name      string `json:"name"`
+	Document  string `json:"document"`
+	Reason    string `json:"reason,omitempty"`
+	Actor     string `json:"actor,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// RegionRequest sets a region's state.
+type RegionRequest struct {
+	State     RegionState  `json:"state"`
+	Reason    string       `json:"reason,omitempty"`
+	Expect    *RegionState `json:"expect,omitempty"`
+	Force     bool         `json:"force,omitempty"`
+	Actor     string       `json:"actor,omitempty"`
+	RequestID string       `json:"request_id,omitempty"`
+}
+
+// FailoverRequest triggers or recovers a region.
+type FailoverRequest struct {
+	Region string `json:"region"`
+	Reason string `json:"reason,omitempty"`
+	// Drain (trigger only) drains the region instead of failing it: no new
+	// traffic, requests in flight finish.
+	Drain     bool   `json:"drain,omitempty"`
+	Force     bool   `json:"force,omitempty"`
+	Actor     string `json:"actor,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+}
+
+// TargetsRequest sets a region's failover targets.
+type TargetsRequest struct {
+	Targets   []string `json:"targets"`
+	Actor     string   `json:"actor,omitempty"`
+	RequestID string   `json:"request_id,omitempty"`
+}
+
+// CheckpointRequest anchors an audit checkpoint.
+type CheckpointRequest struct {
+	Checkpoint Checkpoint `json:"checkpoint"`
+	Actor      string     `json:"actor,omitempty"`
+	RequestID  string     `json:"request_id,omitempty"`
+}
+
+// RegionView is one region in a failover status.
+type RegionView struct {
+	RegionStatus
+	Routable    bool     `json:"routable"`
+	Targets     []string `json:"targets,omitempty"`
+	Controllers []string `json:"controllers,omitempty"`
+}
+
+// FailoverStatus is the failover picture of every known region.
+type FailoverStatus struct {
+	StateIndex uint64       `json:"state_index"`
+	Regions    []RegionView `json:"regions"`
+	Health     Health       `json:"health"`
+}
+
+// NodeStatus is GET /v1/global/status.
+type NodeStatus struct {
+	Health  Health         `json:"health"`
+	Servers []Server       `json:"servers"`
+	Members []Member       `json:"members"`
+	Policy  *PolicyVersion `json:"policy,omitempty"`
+}
+
+// PolicyHistory is GET /v1/global/policy?history=1.
+type PolicyHistory struct {
+	StateIndex uint64          `json:"state_index"`
+	Versions   []PolicyVersion `json:"versions"`
+}
+
+// RegionList is GET /v1/global/regions.
+type RegionList struct {
+	StateIndex uint64         `json:"state_index"`
+	Regions    []RegionStatus `json:"regions"`
+}
+
+// RegionRead is GET /v1/global/regions/{region}.
+type RegionRead struct {
+	StateIndex uint64       `json:"state_index"`
+	Region     RegionStatus `json:"region"`
+	Routable   bool         `json:"routable"`
+	Targets    []string     `json:"targets,omitempty"`
+}
+
+// CheckpointList is GET /v1/global/checkpoints.
+type CheckpointList struct {
+	StateIndex  uint64                  `json:"state_index"`
+	Checkpoints map[string][]Checkpoint `json:"checkpoints"`
+}
+
+// ErrorBody is the JSON of every error answer.
+type ErrorBody struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// Status returns the failover picture from the local state.
+func (n *Node) Status() FailoverStatus {
+	return failoverStatus(n.State(), n.Health())
+}
+
+func failoverStatus(st *State, h Health) FailoverStatus {
+	fs := FailoverStatus{StateIndex: st.index, Health: h}
+	ctrls := map[string][]string{}
+	for _, m := range st.Members() {
+		ctrls[m.Region] = append(ctrls[m.Region], m.ID)
+	}
+	for _, r := range st.KnownRegions() {
+		rs, ok := st.RegionStatus(r)
+		if !ok {
+			rs = RegionStatus{Region: r, State: RegionActive}
+		}
+		fs.Regions = append(fs.Regions, RegionView{RegionStatus: rs, Routable: st.Routable(r), Targets: st.Targets(r), Controllers: ctrls[r]})
+	}
+	return fs
+}
+
+const maxBody = 2*MaxPolicySize + 64<<10
+
+// Handler returns the admin API of the global tier, to be mounted on the
+// controller's admin server (paths under /v1/global/). Every request needs
+// "Authorization: Bearer <AdminToken>". Writes may go to any node: they are
+// forwarded to the leader. Reads answer from the local state unless
+// ?consistent=1 asks for a linearizable read on the leader.
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/global/health", n.getHealth)
+	mux.HandleFunc("GET /v1/global/status", n.getStatus)
+	mux.HandleFunc("GET /v1/global/members", n.getMembers)
+	mux.HandleFunc("POST /v1/global/join", n.postJoin)
+	mux.HandleFunc("DELETE /v1/global/members/{id}", n.deleteMember)
+	mux.HandleFunc("POST /v1/global/apply", n.postApply)
+	mux.HandleFunc("GET /v1/global/policy", n.getPolicy)
+	mux.HandleFunc("POST /v1/global/policy", n.postPolicy)
+	mux.HandleFunc("GET /v1/global/regions", n.getRegions)
+	mux.HandleFunc("GET /v1/global/regions/{region}", n.getRegion)
+	mux.HandleFunc("PUT /v1/global/regions/{region}", n.putRegion)
+	mux.HandleFunc("PUT /v1/global/regions/{region}/targets", n.putTargets)
+	mux.HandleFunc("GET /v1/global/failover", n.getFailover)
+	mux.HandleFunc("POST /v1/global/failover/trigger", n.postTrigger)
+	mux.HandleFunc("POST /v1/global/failover/recover", n.postRecover)
+	mux.HandleFunc("GET /v1/global/checkpoints", n.getCheckpoints)
+	mux.HandleFunc("POST /v1/global/checkpoints", n.postCheckpoint)
+	mux.HandleFunc("/v1/global/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeNotFound, fmt.Sprintf("no admin endpoint %s %s", r.Method, r.URL.Path))
+	})
+	want := sha256.Sum256([]byte(n.cfg.AdminToken))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got := sha256.Sum256([]byte(tok))
+		if !ok || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="meridian-admin"`)
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, "missing or invalid bearer token")
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, maxBody)
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	var b ErrorBody
+	b.Error.Code, b.Error.Message = code, msg
+	writeJSON(w, status, b)
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	code, status := codeOf(err)
+	if errors.Is(err, context.DeadlineExceeded) {
+		code, status = CodeTimeout, http.StatusGatewayTimeout
+	}
+	writeError(w, status, code, err.Error())
+}
+
+func readJSON(r *http.Request, v any) error {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return fmt.Errorf("%w: request body is larger than %d bytes", ErrInvalid, mbe.Limit)
+		}
+		return fmt.Errorf("%w: read body: %v", ErrInvalid, err)
+	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: decode JSON body: %v", ErrInvalid, err)
+	}
+	return nil
+}
+
+func isHop(r *http.Request) bool { return r.Header.Get(forwardedHeader) != "" }
+
+func (n *Node) getHealth(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, n.Health())
+}
+
+func (n *Node) getStatus(w http.ResponseWriter, r *http.Request) {
+	st := n.State()
+	ns := NodeStatus{Health: n.Health(), Members: st.Members()}
+	if servers, err := n.Servers(); err == nil {
+		ns.Servers = servers
+	}
+	if p, ok := st.Policy(); ok {
+		p.Document = nil
+		ns.Policy = &p
+	}
+	writeJSON(w, http.StatusOK, ns)
+}
+
+func (n *Node) getMembers(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, n.State().Members())
+}
+
+func (n *Node) postJoin(w http.ResponseWriter, r *http.Request) {
+	var req JoinRequest
+	if err := readJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if rej := validateMember(&req.Member, true); rej != nil {
+		writeErr(w, rej)
+		return
+	}
+	if req.RequestID == "" {
+		req.RequestID = NewRequestID()
+	}
+	body, _ := json.Marshal(req)
+	err := n.onLeader(r.Context(), isHop(r),
+		func(ctx context.Context) error { return n.addMember(ctx, req) },
+		func(ctx context.Context, admin string) error {
+			return n.forward(ctx, http.MethodPost, admin+"/v1/global/join", body, nil)
+		})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, req.Member)
+}
+
+func (n *Node) deleteMember(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if rej := validID("member id", id); rej != nil {
+		writeErr(w, rej)
+		return
+	}
+	err := n.onLeader(r.Context(), isHop(r),
+		func(ctx context.Context) error { return n.removeMember(ctx, id) },
+		func(ctx context.Context, admin string) error {
+			return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
+		})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
+}
+
+// postApply is the leader's end of forwarding: an encoded command from
+// another node. It answers 200 with the Result (a state machine rejection
+// included) or an error status when the command could not be committed here.
+func (n *Node) postApply(w http.ResponseWriter, r *http.Request) {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		writeErr(w, fmt.Errorf("%w: read body: %v", ErrInvalid, err))
+		return
+	}
+	c, err := decodeCommand(b)
+	if err != nil {
+		writeErr(w, fmt.Errorf("%w: %v", ErrInvalid, err))
+		return
+	}
+	if c.Op == opPolicyApply && c.Policy != nil {
+		// Validate again with the leader's validator: the accepting node may
+		// run another version.
+		declared, err := n.validatePolicy(c.Policy.Name, c.Policy.Document)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		c.Policy.Declared = declared
+	}
+	res, err := n.submit(r.Context(), c, true)
+	var rej *RejectedError
+	if errors.As(err, &rej) {
+		res.Err = rej
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+// consistentRead answers with read(state) from the local state, or, with
+// ?consistent=1, from the leader's state after a Raft barrier (a
+// linearizable read; forwarded to the leader when this node does not lead).
+func (n *Node) consistentRead(w http.ResponseWriter, r *http.Request, read func(*State) (any, error)) {
+	answer := func(st *State) {
+		v, err := read(st)
+		if err != nil {
+			writeErr(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, v)
+	}
+	if c := r.URL.Query().Get("consistent"); c == "" || c == "0" || c == "false" {
+		answer(n.State())
+		return
+	}
+	var (
+		st  *State
+		raw json.RawMessage
+	)
+	err := n.onLeader(r.Context(), isHop(r),
+		func(ctx context.Context) error {
+			if err := n.raft.Barrier(n.cfg.HoldTimeout).Error(); err != nil {
+				return err
+			}
+			st = n.State()
+			return nil
+		},
+		func(ctx context.Context, admin string) error {
+			raw = nil
+			return n.forward(ctx, http.MethodGet, admin+r.URL.RequestURI(), nil, &raw)
+		})
+	switch {
+	case err != nil:
+		writeErr(w, err)
+	case st != nil:
+		answer(st)
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(raw)
+	}
+}
+
+func (n *Node) getPolicy(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	n.consistentRead(w, r, func(st *State) (any, error) {
+		if q.Get("history") != "" && q.Get("history") != "0" {
+			return PolicyHistory{StateIndex: st.index, Versions: st.PolicyHistory()}, nil
+		}
+		if v := q.Get("version"); v != "" {
+			num, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%w: version %q is not a number", ErrInvalid, v)
+			}
+			p, ok := st.PolicyVersion(num)
+			if !ok {
+				return nil, fmt.Errorf("%w: policy version %d is not kept", ErrNotFound, num)
+			}
+			return p, nil
+		}
+		p, ok := st.Policy()
+		if !ok {
+			return nil, fmt.Errorf("%w: no policy has been applied", ErrNotFound)
+		}
+		return p, nil
+	})
+}
+
+func (n *Node) postPolicy(w http.ResponseWriter, r *http.Request) {
+	var req PolicyRequest
+	if err := readJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	pv, err := n.ApplyPolicy(r.Context(), req.Name, []byte(req.Document), req.Reason, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, pv)
+}
+
+func (n *Node) getRegions(w http.ResponseWriter, r *http.Request) {
+	n.consistentRead(w, r, func(st *State) (any, error) {
+		return RegionList{StateIndex: st.index, Regions: st.Regions()}, nil
+	})
+}
+
+func (n *Node) getRegion(w http.ResponseWriter, r *http.Request) {
+	region := r.PathValue("region")
+	n.consistentRead(w, r, func(st *State) (any, error) {
+		if rej := validRegion(region); rej != nil {
+			return nil, rej
+		}
+		rs, ok := st.RegionStatus(region)
+		if !ok {
+			if !st.knowsRegion(region) {
+				return nil, fmt.Errorf("%w: region %q (known: %s)", ErrUnknownRegion, region, listOrNone(st.KnownRegions()))
+			}
+			rs = RegionStatus{Region: region, State: RegionActive}
+		}
+		return RegionRead{StateIndex: st.index, Region: rs, Routable: st.Routable(region), Targets: st.Targets(region)}, nil
+	})
+}
+
+func (n *Node) putRegion(w http.ResponseWriter, r *http.Request) {
+	var req RegionRequest
+	if err := readJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	res, err := n.SetRegionState(r.Context(), RegionChange{
+		Region: r.PathValue("region"), State: req.State, Reason: req.Reason, Expect: req.Expect, Force: req.Force,
+	}, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (n *Node) putTargets(w http.ResponseWriter, r *http.Request) {
+	var req TargetsRequest
+	if err := readJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	res, err := n.SetTargets(r.Context(), r.PathValue("region"), req.Targets, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (n *Node) getFailover(w http.ResponseWriter, r *http.Request) {
+	h := n.Health()
+	n.consistentRead(w, r, func(st *State) (any, error) { return failoverStatus(st, h), nil })
+}
+
+func (n *Node) postTrigger(w http.ResponseWriter, r *http.Request) {
+	var req FailoverRequest
+	if err := readJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	to := RegionFailed
+	if req.Drain {
+		to = RegionDraining
+	}
+	res, err := n.SetRegionState(r.Context(), RegionChange{Region: req.Region, State: to, Reason: req.Reason, Force: req.Force},
+		WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (n *Node) postRecover(w http.ResponseWriter, r *http.Request) {
+	var req FailoverRequest
+	if err := readJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	if req.Drain {
+		writeErr(w, fmt.Errorf("%w: drain is only valid for trigger", ErrInvalid))
+		return
+	}
+	res, err := n.SetRegionState(r.Context(), RegionChange{Region: req.Region, State: RegionActive, Reason: req.Reason, Force: req.Force},
+		WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}
+
+func (n *Node) getCheckpoints(w http.ResponseWriter, r *http.Request) {
+	ctrl := r.URL.Query().Get("controller")
+	n.consistentRead(w, r, func(st *State) (any, error) {
+		out := CheckpointList{StateIndex: st.index, Checkpoints: map[string][]Checkpoint{}}
+		for _, c := range st.CheckpointControllers() {
+			if ctrl == "" || c == ctrl {
+				out.Checkpoints[c] = st.Checkpoints(c)
+			}
+		}
+		if ctrl != "" && len(out.Checkpoints) == 0 {
+			return nil, fmt.Errorf("%w: no checkpoints of controller %q", ErrNotFound, ctrl)
+		}
+		return out, nil
+	})
+}
+
+func (n *Node) postCheckpoint(w http.ResponseWriter, r *http.Request) {
+	var req CheckpointRequest
+	if err := readJSON(r, &req); err != nil {
+		writeErr(w, err)
+		return
+	}
+	res, err := n.AppendCheckpoint(r.Context(), req.Checkpoint, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, res)
+}

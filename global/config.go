@@ -1,0 +1,245 @@
+package global
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Timing holds the Raft timeouts. Use LANTiming inside one region or on
+// loopback, WANTiming when voters are regions apart.
+type Timing struct {
+	// HeartbeatTimeout: a follower without contact from the leader for this
+	// long starts an election. LAN 1s, WAN 5s.
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout: a candidate without a winner for this long starts a
+	// new election. Must be >= HeartbeatTimeout. LAN 1s, WAN 5s.
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout: a leader without contact with a quorum for this
+	// long steps down. Must be <= HeartbeatTimeout. LAN 500ms, WAN 2.5s.
+	LeaderLeaseTimeout time.Duration
+	// CommitTimeout: the longest a follower waits to learn a commit index
+	// without new entries. LAN 50ms, WAN 100ms.
+	CommitTimeout time.Duration
+	// SnapshotInterval: how often the log is checked for a snapshot. 120s.
+	SnapshotInterval time.Duration
+	// SnapshotThreshold: log entries since the last snapshot before one is
+	// taken. 8192.
+	SnapshotThreshold uint64
+	// TrailingLogs: entries kept after a snapshot, so a lagging follower can
+	// catch up without installing a snapshot. 10240.
+	TrailingLogs uint64
+}
+
+// LANTiming is hashicorp/raft's default timing, for voters in one region or
+// on loopback.
+func LANTiming() Timing {
+	return Timing{
+		HeartbeatTimeout:   time.Second,
+		ElectionTimeout:    time.Second,
+		LeaderLeaseTimeout: 500 * time.Millisecond,
+		CommitTimeout:      50 * time.Millisecond,
+		SnapshotInterval:   120 * time.Second,
+		SnapshotThreshold:  8192,
+		TrailingLogs:       10240,
+	}
+}
+
+// WANTiming is for voters regions apart (inter-voter RTT p99 up to ~250 ms):
+// heartbeat and election 5s (at least 10x the worst RTT), lease 2.5s, commit
+// 100ms. A lost leader is replaced in roughly 5-10 s; the request path does
+// not notice because it reads the local state.
+func WANTiming() Timing {
+	t := LANTiming()
+	t.HeartbeatTimeout = 5 * time.Second
+	t.ElectionTimeout = 5 * time.Second
+	t.LeaderLeaseTimeout = 2500 * time.Millisecond
+	t.CommitTimeout = 100 * time.Millisecond
+	return t
+}
+
+// Config configures one node of the global tier.
+type Config struct {
+	// NodeID is the stable Raft server id of this controller (never an
+	// address). Required.
+	NodeID string
+	// Region is the region this controller serves. Required.
+	Region string
+	// DataDir holds raft/wal (the log), raft/snapshots and, for a lost-quorum
+	// recovery, raft/peers.json. Required; created if missing.
+	DataDir string
+
+	// RaftBind is the TCP address the Raft transport listens on. Default
+	// "127.0.0.1:7400"; port 0 picks a free port.
+	RaftBind string
+	// RaftAdvertise is the address other nodes dial; default: the bound
+	// address (which must then not be unspecified).
+	RaftAdvertise string
+	// TLS, if set, wraps the Raft transport in TLS: it must hold this node's
+	// certificate, and RootCAs (to verify peers) and ClientCAs with
+	// ClientAuth = tls.RequireAndVerifyClientCert (mutual TLS). Default: plain
+	// TCP.
+	TLS *tls.Config
+	// StreamLayer, if set, replaces RaftBind/RaftAdvertise/TLS: Raft uses it
+	// as its network (tests use it to partition nodes).
+	StreamLayer raft.StreamLayer
+
+	// AdminAddr is the advertised base URL of this controller's admin API
+	// ("http://10.0.0.5:8081"); the other nodes forward writes to it when this
+	// node leads. Required.
+	AdminAddr string
+	// AdminToken is the bearer token of the admin API, shared by the cluster
+	// (forwarded requests carry it). Required.
+	AdminToken string
+	// HTTPClient is used to forward requests to the leader and to join; it
+	// must carry the TLS settings of the admin API if it uses https. Default: a
+	// client of its own, closed with the node.
+	HTTPClient *http.Client
+
+	// Bootstrap makes this node create a new cluster with itself as the only
+	// voter if it has no Raft state yet. Exactly one node of a new cluster
+	// bootstraps; the others Join.
+	Bootstrap bool
+	// Join lists admin URLs of existing members; a node with no Raft state
+	// asks them (in turn, until one accepts) to add it.
+	Join []string
+	// Voters is how many voters the leader keeps: 1 (a single node), 3 or 5.
+	// Joining nodes are added as non-voters and promoted, once caught up,
+	// while there are fewer voters. Default 3.
+	Voters int
+
+	// Timing is the Raft timing. Default LANTiming().
+	Timing Timing
+	// HoldTimeout bounds how long a write waits for a leader (retrying with
+	// the same request id across leader changes) before it fails with
+	// ErrNoLeader. Default 7s.
+	HoldTimeout time.Duration
+	// MaxStale: a follower without contact from a leader for longer than this
+	// reports Health.Stale. Default 3x HeartbeatTimeout.
+	MaxStale time.Duration
+	// ReconcileInterval is how often the leader checks membership (own
+	// record, promotion of caught-up non-voters). Default 1s.
+	ReconcileInterval time.Duration
+	// PromoteMaxLag is how far (in log entries) a non-voter may trail the
+	// leader's commit index to be promoted. Default 64.
+	PromoteMaxLag uint64
+	// SnapshotRetain is the number of snapshots kept on disk. Default 2.
+	SnapshotRetain int
+	// WALSegmentSize is the size of a raft-wal segment file in bytes. Default
+	// 64 MiB (raft-wal's default); tests use less.
+	WALSegmentSize int
+
+	// PolicyValidator checks a policy document before it is proposed (on the
+	// accepting node and again on the leader) and returns the version the
+	// document declares. name is the file name, for messages. nil accepts any
+	// non-empty document (the integrator wires the residency package in).
+	PolicyValidator func(name string, doc []byte) (version string, err error)
+	// PolicyCompiler turns the active document into what the router
+	// evaluates; its result travels in the same State snapshot
+	// (State.CompiledPolicy). nil: no compiled form.
+	PolicyCompiler func(doc []byte) (any, error)
+
+	// Registerer receives the metrics; nil: metrics are not exported.
+	Registerer prometheus.Registerer
+	// Logger for the node and Raft; nil: discard.
+	Logger *slog.Logger
+	// Now is the clock used to stamp commands and measure staleness; nil:
+	// time.Now.
+	Now func() time.Time
+}
+
+// DefaultConfig returns a Config with every optional field at its default.
+// NodeID, Region, DataDir, AdminAddr and AdminToken must still be set.
+func DefaultConfig() Config {
+	t := LANTiming()
+	return Config{
+		RaftBind:          "127.0.0.1:7400",
+		Voters:            3,
+		Timing:            t,
+		HoldTimeout:       7 * time.Second,
+		MaxStale:          3 * t.HeartbeatTimeout,
+		ReconcileInterval: time.Second,
+		PromoteMaxLag:     64,
+		SnapshotRetain:    2,
+		WALSegmentSize:    64 << 20,
+	}
+}
+
+// Validate checks the configuration; errors name the field and the value.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if rej := validID("NodeID", c.NodeID); rej != nil {
+		bad("global config: NodeID: %s", rej.Message)
+	}
+	if rej := validRegion(c.Region); rej != nil {
+		bad("global config: Region: %s", rej.Message)
+	}
+	if c.DataDir == "" {
+		bad("global config: DataDir must be set")
+	}
+	if c.StreamLayer == nil && c.RaftBind == "" {
+		bad("global config: RaftBind must be set (or StreamLayer)")
+	}
+	if u, err := url.Parse(c.AdminAddr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("global config: AdminAddr %q must be an http:// or https:// base URL", c.AdminAddr)
+	}
+	if c.AdminToken == "" {
+		bad("global config: AdminToken must be set (the admin API is always authenticated)")
+	}
+	for i, j := range c.Join {
+		if u, err := url.Parse(j); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("global config: Join[%d] %q must be an http:// or https:// admin URL", i, j)
+		}
+	}
+	if c.Bootstrap && len(c.Join) > 0 {
+		bad("global config: Bootstrap and Join are exclusive (one node bootstraps, the others join)")
+	}
+	switch c.Voters {
+	case 1, 3, 5:
+	default:
+		bad("global config: Voters = %d: must be 1, 3 or 5", c.Voters)
+	}
+	t := c.Timing
+	if t.HeartbeatTimeout < 5*time.Millisecond {
+		bad("global config: Timing.HeartbeatTimeout = %v: must be at least 5ms", t.HeartbeatTimeout)
+	}
+	if t.ElectionTimeout < t.HeartbeatTimeout {
+		bad("global config: Timing.ElectionTimeout = %v: must be >= HeartbeatTimeout (%v)", t.ElectionTimeout, t.HeartbeatTimeout)
+	}
+	if t.LeaderLeaseTimeout < 5*time.Millisecond || t.LeaderLeaseTimeout > t.HeartbeatTimeout {
+		bad("global config: Timing.LeaderLeaseTimeout = %v: must be between 5ms and HeartbeatTimeout (%v)", t.LeaderLeaseTimeout, t.HeartbeatTimeout)
+	}
+	if t.CommitTimeout < time.Millisecond {
+		bad("global config: Timing.CommitTimeout = %v: must be at least 1ms", t.CommitTimeout)
+	}
+	if t.SnapshotInterval < 5*time.Millisecond {
+		bad("global config: Timing.SnapshotInterval = %v: must be at least 5ms", t.SnapshotInterval)
+	}
+	if t.SnapshotThreshold == 0 {
+		bad("global config: Timing.SnapshotThreshold must be > 0")
+	}
+	if c.HoldTimeout <= 0 {
+		bad("global config: HoldTimeout = %v: must be > 0", c.HoldTimeout)
+	}
+	if c.MaxStale <= 0 {
+		bad("global config: MaxStale = %v: must be > 0", c.MaxStale)
+	}
+	if c.ReconcileInterval <= 0 {
+		bad("global config: ReconcileInterval = %v: must be > 0", c.ReconcileInterval)
+	}
+	if c.SnapshotRetain < 1 {
+		bad("global config: SnapshotRetain = %d: must be >= 1", c.SnapshotRetain)
+	}
+	if c.WALSegmentSize < 64<<10 {
+		bad("global config: WALSegmentSize = %d: must be at least 64 KiB", c.WALSegmentSize)
+	}
+	return errors.Join(errs...)
+}

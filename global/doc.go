@@ -1,0 +1,111 @@
+// Package global is the Raft-replicated control tier shared by the regional
+// controllers: the active residency policy and its history, region states
+// (active, draining, failed, recovering) with who changed them, when and why,
+// failover targets, audit checkpoints and the member list. Its one job is to
+// make every controller see the same committed control state while never
+// putting Raft on the request path.
+//
+// # Invariants
+//
+//   - The request path reads Node.State(): an immutable *State swapped
+//     atomically after each applied command. The read never blocks and does
+//     not allocate; State.RegionState and State.Routable do not allocate.
+//   - Losing quorum degrades freshness, not availability: a node keeps serving
+//     its last committed State and reports Health.Stale (and the gauge
+//     meridian_global_stale) once no leader was heard from for MaxStale.
+//   - The state machine is deterministic: a command carries its request id,
+//     its time (stamped by the controller that accepted it, never by the state
+//     machine) and everything else it needs. Retention limits are constants
+//     (PolicyHistoryKept, PolicyDocsKept, CheckpointsKept, DedupWindow), not
+//     configuration, so every replica prunes alike.
+//   - Commands are idempotent: the latest DedupWindow request ids are
+//     remembered with their results (and snapshotted), so a write retried
+//     after an unknown outcome (leadership lost, timeout) is applied once and
+//     the retry gets the first result.
+//   - Policy documents are opaque here: they are checked by the injected
+//     Config.PolicyValidator before they are proposed (on the accepting node
+//     and again on the leader), never inside the state machine, so a
+//     validator change cannot make replicas diverge.
+//
+// It must not import the other packages of Meridian except its own
+// sub-packages; regional, dr and cmd import it.
+//
+// # Raft
+//
+// hashicorp/raft v1.8.0 with raft-wal v0.4.1 as log and stable store (behind
+// a 512-entry log cache) in DataDir/raft/wal and file snapshots in
+// DataDir/raft/snapshots; the TCP transport optionally wrapped in TLS
+// (Config.TLS; mutual TLS when ClientCAs are set). Node ids are stable
+// controller ids, never addresses. One node bootstraps a new cluster
+// (Config.Bootstrap); the others Join through any member's admin API: the
+// leader records the member (its region and admin URL) in the state and adds
+// it as a non-voter, and promotes caught-up non-voters to voters while there
+// are fewer than Config.Voters (3 or 5). The other controllers stay
+// non-voters: they replicate and serve reads but do not vote.
+//
+// Timing presets: LANTiming (hashicorp/raft's defaults: heartbeat and
+// election 1s, lease 500ms) and WANTiming for voters regions apart
+// (heartbeat and election 5s, lease 2.5s, commit 100ms; at least ten times the
+// worst inter-voter RTT). Put the voters in 3 or 5 roughly equidistant
+// regions; a write costs the leader's fsync plus the RTT to the nearest
+// majority.
+//
+// # Writes and reads
+//
+// Writes may be sent to any controller: a follower forwards the encoded
+// command to the leader's admin API (POST /v1/global/apply, marked with the
+// X-Meridian-Forwarded header so it is never forwarded twice). While there is
+// no leader, or it changes, the write is retried with the same request id
+// until Config.HoldTimeout (default 7s), then fails with ErrNoLeader (outcome
+// unknown: retry with the same id). Reads come from the local state (stale by
+// at most the replication lag, bounded by MaxStale while Health.Stale is
+// false); ?consistent=1 on the admin API reads on the leader after a Raft
+// barrier, which is linearizable.
+//
+// # Encodings
+//
+// Commands are JSON objects with a version field:
+//
+//	{"v":1,"op":"region.set","rid":"<request id>","at":<unix ns>,"actor":"operator:alice",
+//	 "region":{"region":"eu-west-1","state":"failed","reason":"...","expect":"active","automatic":false}}
+//
+// with op one of policy.apply (body "policy": name, declared version, reason,
+// base64 document), region.set, region.targets, audit.checkpoint,
+// member.upsert and member.remove, and exactly one body. A replica rejects a
+// command of an unknown version deterministically (a rejection changes no
+// state and is remembered with the request id). Snapshots are one JSON
+// document {"v":1, "index", "policy_history", "regions", "targets",
+// "checkpoints", "members", "dedup"}, with every list sorted, so equal states
+// give equal bytes. A change of either encoding bumps its version; all
+// controllers must run a version that reads the new one before any writes it.
+//
+// # Failover
+//
+// Trigger fails a region over (RegionFailed; with drain, RegionDraining),
+// Recover makes it active again; only active regions are routable. The
+// automatic failover (Node.RunAutoFailover) runs the Decider on the leader:
+// a deterministic function of the committed state, explicit observations
+// (controllers declared dead, healthy pod counts) and the time. A region
+// unhealthy for Grace is failed (never the last routable one); an
+// automatically failed region that is healthy again is recovering, and active
+// after HoldDown. Decisions commit as compare-and-set, so an operator's
+// concurrent change wins. Regions failed or drained by an operator recover
+// only by hand.
+//
+// # Recovering from a lost quorum
+//
+// When a majority of voters is lost for good, the survivors cannot elect a
+// leader and keep serving their last state. To recover:
+//
+//  1. Stop every surviving controller.
+//  2. On each of them write the same DataDir/raft/peers.json listing the
+//     survivors (WritePeersFile, or by hand in hashicorp/raft's format:
+//     [{"id":"ctrl-a","address":"10.0.0.5:7400","non_voter":false}]).
+//  3. Start them. Open applies the file with raft.RecoverCluster (which
+//     commits every entry in the local log, so writes that were in flight may
+//     become committed), renames it to peers.json.applied, and the survivors
+//     elect a leader among themselves.
+//  4. Join replacement controllers as usual.
+//
+// A node that ends up the only voter can be recovered alone the same way.
+package global

@@ -1,0 +1,235 @@
+// Package globaltest runs clusters of global nodes in one test process: real
+// Raft TCP transports and admin HTTP servers on 127.0.0.1 ephemeral ports,
+// over a Network that can partition nodes (refusing new connections across
+// the cut and closing the ones that cross it). It is test scaffolding only;
+// production code must not import it.
+package globaltest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// ErrPartitioned is the dial error across a partition.
+var ErrPartitioned = errors.New("globaltest: partitioned")
+
+// Network is a loopback network whose links between named nodes can be cut.
+// Every listener is owned by a node; every dial names the dialing node.
+type Network struct {
+	mu    sync.Mutex
+	owner map[string]string // listen address -> node
+	cut   map[[2]string]bool
+	conns map[*netConn]struct{}
+}
+
+// NewNetwork returns a network with every link up.
+func NewNetwork() *Network {
+	return &Network{owner: map[string]string{}, cut: map[[2]string]bool{}, conns: map[*netConn]struct{}{}}
+}
+
+func pair(a, b string) [2]string {
+	if a > b {
+		a, b = b, a
+	}
+	return [2]string{a, b}
+}
+
+// Listen opens a listener owned by node at addr ("127.0.0.1:0" for a fresh
+// port). Connections it accepts are closed when the listener closes.
+func (nw *Network) Listen(node, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	nw.mu.Lock()
+	nw.owner[ln.Addr().String()] = node
+	nw.mu.Unlock()
+	return &listener{Listener: ln, nw: nw, node: node, conns: map[*netConn]struct{}{}}, nil
+}
+
+// Dial connects from node to addr, unless the link is cut.
+func (nw *Network) Dial(ctx context.Context, from, addr string) (net.Conn, error) {
+	nw.mu.Lock()
+	to := nw.owner[addr]
+	blocked := nw.cut[pair(from, to)]
+	nw.mu.Unlock()
+	if blocked {
+		return nil, fmt.Errorf("dial %s (%s) from %s: %w", addr, to, from, ErrPartitioned)
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	nc := &netConn{Conn: c, from: from, to: to, nw: nw}
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	if nw.cut[pair(from, to)] {
+		c.Close()
+		return nil, fmt.Errorf("dial %s (%s) from %s: %w", addr, to, from, ErrPartitioned)
+	}
+	nw.conns[nc] = struct{}{}
+	return nc, nil
+}
+
+// Partition cuts every link between nodes of different groups and closes
+// the connections that cross a cut. Nodes in no group keep their links.
+func (nw *Network) Partition(groups ...[]string) {
+	nw.mu.Lock()
+	for i, g := range groups {
+		for _, h := range groups[i+1:] {
+			for _, a := range g {
+				for _, b := range h {
+					nw.cut[pair(a, b)] = true
+				}
+			}
+		}
+	}
+	var drop []*netConn
+	for c := range nw.conns {
+		if nw.cut[pair(c.from, c.to)] {
+			drop = append(drop, c)
+		}
+	}
+	nw.mu.Unlock()
+	for _, c := range drop {
+		c.Close()
+	}
+}
+
+// Heal restores every link.
+func (nw *Network) Heal() {
+	nw.mu.Lock()
+	nw.cut = map[[2]string]bool{}
+	nw.mu.Unlock()
+}
+
+// HTTPClient returns an HTTP client whose connections are dialed from node
+// over the network (so partitions apply to forwarding and joins).
+func (nw *Network) HTTPClient(node string) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, addr string) (net.Conn, error) {
+			return nw.Dial(ctx, node, addr)
+		},
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
+	}}
+}
+
+// StreamLayer returns a Raft stream layer for node: it accepts on ln and
+// dials over the network. Closing it closes ln and every connection it made
+// or accepted.
+func (nw *Network) StreamLayer(node string, ln net.Listener) raft.StreamLayer {
+	return &streamLayer{ln: ln, nw: nw, node: node, dialed: map[net.Conn]struct{}{}}
+}
+
+type netConn struct {
+	net.Conn
+	from, to string
+	nw       *Network
+	once     sync.Once
+}
+
+func (c *netConn) Close() error {
+	c.once.Do(func() {
+		c.nw.mu.Lock()
+		delete(c.nw.conns, c)
+		c.nw.mu.Unlock()
+	})
+	return c.Conn.Close()
+}
+
+type listener struct {
+	net.Listener
+	nw     *Network
+	node   string
+	mu     sync.Mutex
+	conns  map[*netConn]struct{}
+	closed bool
+}
+
+func (l *listener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	nc := &netConn{Conn: c, to: l.node, nw: l.nw}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	l.conns[nc] = struct{}{}
+	return nc, nil
+}
+
+func (l *listener) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	conns := l.conns
+	l.conns = nil
+	l.mu.Unlock()
+	err := l.Listener.Close()
+	for c := range conns {
+		c.Close()
+	}
+	return err
+}
+
+type streamLayer struct {
+	ln     net.Listener
+	nw     *Network
+	node   string
+	mu     sync.Mutex
+	dialed map[net.Conn]struct{}
+	closed bool
+}
+
+func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
+func (s *streamLayer) Addr() net.Addr            { return s.ln.Addr() }
+
+func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	c, err := s.nw.Dial(ctx, s.node, string(address))
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		c.Close()
+		return nil, net.ErrClosed
+	}
+	s.dialed[c] = struct{}{}
+	return c, nil
+}
+
+func (s *streamLayer) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	dialed := s.dialed
+	s.dialed = nil
+	s.mu.Unlock()
+	err := s.ln.Close()
+	for c := range dialed {
+		c.Close()
+	}
+	return err
+}

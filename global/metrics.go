@@ -1,0 +1,114 @@
+package global
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics of one node, registered on the injected Registerer.
+type metrics struct {
+	isLeader      prometheus.Gauge
+	stale         prometheus.Gauge
+	lastContact   prometheus.Gauge
+	appliedIndex  prometheus.Gauge
+	stateIndex    prometheus.Gauge
+	policyVersion prometheus.Gauge
+	regionState   *prometheus.GaugeVec
+	commands      *prometheus.CounterVec
+	submits       *prometheus.HistogramVec
+	forwarded     *prometheus.CounterVec
+	leaderChanges prometheus.Counter
+	autoFailovers *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	if reg == nil {
+		reg = prometheus.NewRegistry() // not exported anywhere
+	}
+	m := &metrics{
+		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_global_is_leader",
+			Help: "1 when this controller is the Raft leader of the global tier.",
+		}),
+		stale: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_global_stale",
+			Help: "1 when this controller has no leader contact for longer than MaxStale: it serves its last committed state.",
+		}),
+		lastContact: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_global_last_contact_seconds",
+			Help: "Seconds since this controller last heard from the Raft leader (0 on the leader).",
+		}),
+		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_global_applied_index",
+			Help: "Raft index applied to the local state machine.",
+		}),
+		stateIndex: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_global_state_index",
+			Help: "Raft index of the last command that changed the replicated state.",
+		}),
+		policyVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_global_policy_version",
+			Help: "Version number of the active residency policy (0: none).",
+		}),
+		regionState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meridian_global_region_state",
+			Help: "1 for the committed state of each recorded region.",
+		}, []string{"region", "state"}),
+		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_global_commands_total",
+			Help: "Commands applied to the local state machine by operation and outcome (changed, unchanged, duplicate, rejected).",
+		}, []string{"op", "outcome"}),
+		submits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "meridian_global_submit_duration_seconds",
+			Help:    "Time for a write accepted by this controller to commit (including forwarding and leader changes).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"op"}),
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_global_forwarded_total",
+			Help: "Requests forwarded to the leader by result (ok, error).",
+		}, []string{"result"}),
+		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_global_leader_changes_total",
+			Help: "Leader changes observed by this controller.",
+		}),
+		autoFailovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_global_auto_transitions_total",
+			Help: "Region state changes committed by the automatic failover, by target state.",
+		}, []string{"state"}),
+	}
+	reg.MustRegister(m.isLeader, m.stale, m.lastContact, m.appliedIndex, m.stateIndex, m.policyVersion,
+		m.regionState, m.commands, m.submits, m.forwarded, m.leaderChanges, m.autoFailovers)
+	return m
+}
+
+func (m *metrics) observeCommand(o op, res *Result, st *State) {
+	outcome := "changed"
+	switch {
+	case res.Duplicate:
+		outcome = "duplicate"
+	case res.Err != nil:
+		outcome = "rejected"
+	case !res.Changed:
+		outcome = "unchanged"
+	}
+	name := string(o)
+	if name == "" {
+		name = "undecodable"
+	}
+	m.commands.WithLabelValues(name, outcome).Inc()
+	if !res.Changed || res.Duplicate {
+		return
+	}
+	m.stateIndex.Set(float64(st.index))
+	if p, ok := st.Policy(); ok {
+		m.policyVersion.Set(float64(p.Version))
+	}
+	if res.Region != nil {
+		for _, s := range regionStateNames {
+			v := 0.0
+			if s == res.Region.State.String() {
+				v = 1
+			}
+			m.regionState.WithLabelValues(res.Region.Region, s).Set(v)
+		}
+	}
+}

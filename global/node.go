@@ -1,0 +1,462 @@
+package global
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	wal "github.com/hashicorp/raft-wal"
+)
+
+// Node is one controller's member of the global Raft group. It owns the Raft
+// instance, its storage and transport, and the goroutines that watch
+// leadership, report health and (on the leader) reconcile membership.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
+	fsm     *fsm
+	raft    *raft.Raft
+	wal     *wal.WAL
+	trans   *raft.NetworkTransport
+	httpc   *http.Client
+	ownHTTP bool
+	obs     *raft.Observer
+	obsCh   chan raft.Observation
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+	once   sync.Once
+	done   chan struct{}
+	err    error
+
+	hadState bool // Raft state existed when the node opened
+
+	mu       sync.Mutex
+	leaderCh chan struct{} // closed and replaced on every leader change
+
+	leadMu     sync.Mutex // serialises starting and stopping the leader loop
+	leadCancel context.CancelFunc
+	leadDone   chan struct{} // nil when the leader loop is not running
+}
+
+// Health is this node's view of the Raft group, for /readyz detail and
+// metrics. A stale node keeps serving its last committed State.
+type Health struct {
+	NodeID    string `json:"node_id"`
+	Region    string `json:"region"`
+	RaftState string `json:"raft_state"`
+	// Leader is the leader's node id ("" when none is known).
+	Leader     string `json:"leader,omitempty"`
+	LeaderAddr string `json:"leader_addr,omitempty"`
+	// LastContact is the time since the leader was last heard from: 0 on the
+	// leader, -1 if never.
+	LastContact time.Duration `json:"last_contact_ns"`
+	// Stale is true when no leader was heard from within MaxStale: writes fail
+	// and the state may be behind the cluster's.
+	Stale         bool   `json:"stale"`
+	Term          uint64 `json:"term"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	CommitIndex   uint64 `json:"commit_index"`
+	LastIndex     uint64 `json:"last_index"`
+	StateIndex    uint64 `json:"state_index"`
+	PolicyVersion uint64 `json:"policy_version"`
+}
+
+// Open starts the node: it opens (or creates) the Raft storage under
+// cfg.DataDir, applies a pending lost-quorum recovery (DataDir/raft/peers.json,
+// see doc.go), bootstraps or joins as configured, and starts Raft. Close
+// releases everything.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		httpc:    cfg.HTTPClient,
+		leaderCh: make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	n.log = n.log.With("component", "global", "node", cfg.NodeID)
+	if n.now == nil {
+		n.now = time.Now
+	}
+	if n.httpc == nil {
+		n.httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}}
+		n.ownHTTP = true
+	}
+	n.m = newMetrics(cfg.Registerer)
+	n.fsm = newFSM(cfg.PolicyCompiler)
+	n.fsm.observe = n.m.observeCommand
+
+	if err := n.openRaft(); err != nil {
+		n.release()
+		return nil, err
+	}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.obsCh = make(chan raft.Observation, 64)
+	n.obs = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.RaftState:
+			return true
+		}
+		return false
+	})
+	n.raft.RegisterObserver(n.obs)
+	n.wg.Add(2)
+	go n.observeLoop()
+	go n.healthLoop()
+	if len(cfg.Join) > 0 && !n.hadState {
+		n.wg.Add(1)
+		go n.joinLoop()
+	}
+	n.log.Info("global node open", "raft_addr", n.trans.LocalAddr(), "admin_addr", cfg.AdminAddr, "bootstrap", cfg.Bootstrap)
+	return n, nil
+}
+
+func (n *Node) raftConfig() *raft.Config {
+	t := n.cfg.Timing
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(n.cfg.NodeID)
+	rc.HeartbeatTimeout = t.HeartbeatTimeout
+	rc.ElectionTimeout = t.ElectionTimeout
+	rc.LeaderLeaseTimeout = t.LeaderLeaseTimeout
+	rc.CommitTimeout = t.CommitTimeout
+	rc.SnapshotInterval = t.SnapshotInterval
+	rc.SnapshotThreshold = t.SnapshotThreshold
+	rc.TrailingLogs = t.TrailingLogs
+	rc.ShutdownOnRemove = false
+	rc.NoLegacyTelemetry = true
+	rc.Logger = newHCLog(n.log, "raft")
+	return rc
+}
+
+func (n *Node) openRaft() error {
+	raftDir := filepath.Join(n.cfg.DataDir, "raft")
+	walDir := filepath.Join(raftDir, "wal")
+	if err := os.MkdirAll(walDir, 0o700); err != nil {
+		return fmt.Errorf("open global node: create %s: %w", walDir, err)
+	}
+	w, err := wal.Open(walDir, wal.WithLogger(newHCLog(n.log, "raft-wal")), wal.WithSegmentSize(n.cfg.WALSegmentSize))
+	if err != nil {
+		return fmt.Errorf("open global node: raft-wal in %s: %w", walDir, err)
+	}
+	n.wal = w
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, n.cfg.SnapshotRetain, newHCLog(n.log, "raft-snapshot"))
+	if err != nil {
+		return fmt.Errorf("open global node: snapshot store in %s: %w", raftDir, err)
+	}
+	layer := n.cfg.StreamLayer
+	if layer == nil {
+		sl, err := newStreamLayer(n.cfg.RaftBind, n.cfg.RaftAdvertise, n.cfg.TLS)
+		if err != nil {
+			return fmt.Errorf("open global node: %w", err)
+		}
+		layer = sl
+	}
+	timeout := min(max(10*n.cfg.Timing.HeartbeatTimeout, time.Second), 10*time.Second)
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream:  layer,
+		MaxPool: 3,
+		Timeout: timeout,
+		Logger:  newHCLog(n.log, "raft-net"),
+	})
+	logs := raft.LogStore(w)
+	if cache, err := raft.NewLogCache(512, w); err == nil {
+		logs = cache
+	}
+	rc := n.raftConfig()
+
+	peersFile := filepath.Join(raftDir, "peers.json")
+	if _, err := os.Stat(peersFile); err == nil {
+		if err := recoverFromPeersFile(rc, logs, w, snaps, n.trans, peersFile); err != nil {
+			return fmt.Errorf("open global node: %w", err)
+		}
+		n.log.Warn("recovered the raft configuration from peers.json; the file was renamed to peers.json.applied", "file", peersFile)
+	}
+
+	has, err := raft.HasExistingState(logs, w, snaps)
+	if err != nil {
+		return fmt.Errorf("open global node: check raft state: %w", err)
+	}
+	n.hadState = has
+	if n.cfg.Bootstrap && !has {
+		conf := raft.Configuration{Servers: []raft.Server{{
+			Suffrage: raft.Voter,
+			ID:       rc.LocalID,
+			Address:  n.trans.LocalAddr(),
+		}}}
+		if err := raft.BootstrapCluster(rc, logs, w, snaps, n.trans, conf); err != nil {
+			return fmt.Errorf("open global node: bootstrap: %w", err)
+		}
+	}
+	r, err := raft.NewRaft(rc, n.fsm, logs, w, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("open global node: start raft: %w", err)
+	}
+	n.raft = r
+	return nil
+}
+
+// release frees what openRaft acquired (after a failed Open, or on Close).
+func (n *Node) release() error {
+	var errs []error
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("shut down raft: %w", err))
+		}
+	}
+	if n.trans != nil {
+		if err := n.trans.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft transport: %w", err))
+		}
+		n.trans.CloseStreams()
+	}
+	if n.wal != nil {
+		if err := n.wal.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close raft-wal: %w", err))
+		}
+	}
+	if n.ownHTTP {
+		n.httpc.CloseIdleConnections()
+	}
+	return errors.Join(errs...)
+}
+
+// Close stops the node: the leader loop, the background goroutines, Raft,
+// its transport and storage. It is safe to call more than once; ctx bounds
+// the wait (the shutdown goes on in the background if ctx ends first).
+func (n *Node) Close(ctx context.Context) error {
+	n.once.Do(func() {
+		n.closed.Store(true)
+		go func() {
+			defer close(n.done)
+			n.cancel()
+			n.raft.DeregisterObserver(n.obs)
+			n.stopLeading()
+			n.wg.Wait()
+			n.err = n.release()
+			n.log.Info("global node closed")
+		}()
+	})
+	select {
+	case <-n.done:
+		return n.err
+	case <-ctx.Done():
+		return fmt.Errorf("close global node: %w", ctx.Err())
+	}
+}
+
+// State returns the latest committed state applied on this node. It never
+// blocks, never returns nil and does not allocate: it is the request path's
+// read.
+func (n *Node) State() *State { return n.fsm.state.Load() }
+
+// ID returns the node id.
+func (n *Node) ID() string { return n.cfg.NodeID }
+
+// RaftAddr returns the address other nodes reach this node's Raft at.
+func (n *Node) RaftAddr() string { return string(n.trans.LocalAddr()) }
+
+// IsLeader reports whether this node is the Raft leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Leader returns the current leader's id, or "" when none is known.
+func (n *Node) Leader() string {
+	_, id := n.raft.LeaderWithID()
+	return string(id)
+}
+
+// Health reports leadership, contact and indexes. It does not block on Raft.
+func (n *Node) Health() Health {
+	addr, id := n.raft.LeaderWithID()
+	rs := n.raft.State()
+	st := n.State()
+	h := Health{
+		NodeID:       n.cfg.NodeID,
+		Region:       n.cfg.Region,
+		RaftState:    rs.String(),
+		Leader:       string(id),
+		LeaderAddr:   string(addr),
+		Term:         n.raft.CurrentTerm(),
+		AppliedIndex: n.raft.AppliedIndex(),
+		CommitIndex:  n.raft.CommitIndex(),
+		LastIndex:    n.raft.LastIndex(),
+		StateIndex:   st.index,
+	}
+	if p, ok := st.Policy(); ok {
+		h.PolicyVersion = p.Version
+	}
+	switch {
+	case rs == raft.Leader:
+		h.LastContact = 0
+	case n.raft.LastContact().IsZero():
+		h.LastContact = -1
+		h.Stale = true
+	default:
+		h.LastContact = n.now().Sub(n.raft.LastContact())
+		h.Stale = h.LastContact > n.cfg.MaxStale || id == ""
+	}
+	if rs == raft.Shutdown {
+		h.Stale = true
+	}
+	return h
+}
+
+// LeaderChanged returns a channel closed at the next leader change seen by
+// this node (for waiting without polling).
+func (n *Node) LeaderChanged() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.leaderCh
+}
+
+func (n *Node) signalLeaderChange() {
+	n.mu.Lock()
+	close(n.leaderCh)
+	n.leaderCh = make(chan struct{})
+	n.mu.Unlock()
+}
+
+func (n *Node) observeLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case o := <-n.obsCh:
+			if lo, ok := o.Data.(raft.LeaderObservation); ok {
+				n.m.leaderChanges.Inc()
+				n.log.Debug("leader observed", "leader", lo.LeaderID)
+				n.signalLeaderChange()
+			}
+			n.syncLeadership()
+		}
+	}
+}
+
+func (n *Node) healthLoop() {
+	defer n.wg.Done()
+	every := min(n.cfg.Timing.HeartbeatTimeout/2, time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		n.syncLeadership()
+		n.updateGauges()
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (n *Node) updateGauges() {
+	h := n.Health()
+	n.m.isLeader.Set(b2f(h.RaftState == raft.Leader.String()))
+	n.m.stale.Set(b2f(h.Stale))
+	n.m.lastContact.Set(max(h.LastContact, 0).Seconds())
+	n.m.appliedIndex.Set(float64(h.AppliedIndex))
+	n.m.stateIndex.Set(float64(h.StateIndex))
+	n.m.policyVersion.Set(float64(h.PolicyVersion))
+	for _, r := range n.State().Regions() {
+		for _, s := range regionStateNames {
+			n.m.regionState.WithLabelValues(r.Region, s).Set(b2f(s == r.State.String()))
+		}
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// syncLeadership starts the leader loop when this node leads and stops it
+// when it does not.
+func (n *Node) syncLeadership() {
+	n.leadMu.Lock()
+	defer n.leadMu.Unlock()
+	if n.closed.Load() {
+		return
+	}
+	leader := n.raft.State() == raft.Leader
+	switch {
+	case leader && n.leadDone == nil:
+		ctx, cancel := context.WithCancel(n.ctx)
+		done := make(chan struct{})
+		n.leadCancel, n.leadDone = cancel, done
+		go func() {
+			defer close(done)
+			n.leaderLoop(ctx)
+		}()
+	case !leader && n.leadDone != nil:
+		n.stopLeadingLocked()
+	}
+}
+
+func (n *Node) stopLeading() {
+	n.leadMu.Lock()
+	defer n.leadMu.Unlock()
+	n.stopLeadingLocked()
+}
+
+func (n *Node) stopLeadingLocked() {
+	if n.leadDone == nil {
+		return
+	}
+	n.leadCancel()
+	<-n.leadDone
+	n.leadCancel, n.leadDone = nil, nil
+}
+
+// leaderLoop runs while this node leads: a barrier (so the local state holds
+// every committed entry), then membership reconciliation every
+// ReconcileInterval.
+func (n *Node) leaderLoop(ctx context.Context) {
+	n.log.Info("leading the global tier")
+	if err := n.raft.Barrier(n.cfg.HoldTimeout).Error(); err != nil {
+		n.log.Warn("leader barrier failed", "err", err)
+		return
+	}
+	t := time.NewTicker(n.cfg.ReconcileInterval)
+	defer t.Stop()
+	for {
+		if err := n.reconcile(ctx); err != nil && ctx.Err() == nil {
+			n.log.Warn("membership reconcile", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (n *Node) self() Member {
+	return Member{ID: n.cfg.NodeID, Region: n.cfg.Region, RaftAddr: n.RaftAddr(), AdminAddr: n.cfg.AdminAddr}
+}
+
+// drainBody reads and closes a response body so the connection is reused.
+func drainBody(b io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(b, 64<<10))
+	_ = b.Close()
+}

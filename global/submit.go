@@ -1,0 +1,322 @@
+package global
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// forwardedHeader marks a request forwarded to the leader: it is never
+// forwarded again (one hop at most), the receiver answers not_leader instead.
+const forwardedHeader = "X-Meridian-Forwarded"
+
+// NewRequestID returns a random request id for an idempotent write.
+func NewRequestID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// WriteOptions are the common fields of a write.
+type WriteOptions struct {
+	// RequestID makes the write idempotent: retrying with the same id returns
+	// the first result. Empty: a new random id (retries inside the node keep
+	// it).
+	RequestID string
+	// Actor is who asks ("operator:alice"); recorded with the change.
+	Actor string
+}
+
+// ApplyPolicy validates doc with the configured PolicyValidator and commits
+// it as the new active policy. name is the file name, for messages.
+func (n *Node) ApplyPolicy(ctx context.Context, name string, doc []byte, reason string, o WriteOptions) (PolicyVersion, error) {
+	declared, err := n.validatePolicy(name, doc)
+	if err != nil {
+		return PolicyVersion{}, err
+	}
+	c := &command{Op: opPolicyApply, RequestID: o.RequestID, Actor: o.Actor,
+		Policy: &policyCmd{Name: name, Declared: declared, Reason: reason, Document: doc}}
+	res, err := n.submit(ctx, c, false)
+	if err != nil {
+		return PolicyVersion{}, fmt.Errorf("apply policy %s: %w", name, err)
+	}
+	return *res.Policy, nil
+}
+
+func (n *Node) validatePolicy(name string, doc []byte) (string, error) {
+	if len(doc) == 0 {
+		return "", fmt.Errorf("%w: %s is empty", ErrInvalidPolicy, name)
+	}
+	if len(doc) > MaxPolicySize {
+		return "", fmt.Errorf("%w: %s is %d bytes, more than the limit of %d", ErrInvalidPolicy, name, len(doc), MaxPolicySize)
+	}
+	if n.cfg.PolicyValidator == nil {
+		return "", nil
+	}
+	v, err := n.cfg.PolicyValidator(name, doc)
+	if err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidPolicy, err)
+	}
+	return v, nil
+}
+
+// RegionChange asks for a region state change.
+type RegionChange struct {
+	Region string
+	State  RegionState
+	Reason string
+	// Expect, if set, makes the change conditional: it fails with
+	// ErrConflict unless the region is in that state.
+	Expect *RegionState
+	// Automatic marks a change decided by the automatic failover.
+	Automatic bool
+	// Force allows a region the cluster does not know yet.
+	Force bool
+}
+
+// SetRegionState commits a region state change. A change to the state the
+// region already has succeeds with Result.Changed false.
+func (n *Node) SetRegionState(ctx context.Context, ch RegionChange, o WriteOptions) (Result, error) {
+	c := &command{Op: opRegionSet, RequestID: o.RequestID, Actor: o.Actor, Region: &regionCmd{
+		Region: ch.Region, State: ch.State, Reason: ch.Reason, Expect: ch.Expect, Automatic: ch.Automatic, Force: ch.Force,
+	}}
+	res, err := n.submit(ctx, c, false)
+	if err != nil {
+		return res, fmt.Errorf("set region %s %s: %w", ch.Region, ch.State, err)
+	}
+	return res, nil
+}
+
+// Trigger fails region over: it stops taking traffic (RegionFailed), and
+// routers send its requests to allowed healthy regions.
+func (n *Node) Trigger(ctx context.Context, region, reason string, o WriteOptions) (Result, error) {
+	return n.SetRegionState(ctx, RegionChange{Region: region, State: RegionFailed, Reason: reason}, o)
+}
+
+// Drain stops new traffic to region (RegionDraining).
+func (n *Node) Drain(ctx context.Context, region, reason string, o WriteOptions) (Result, error) {
+	return n.SetRegionState(ctx, RegionChange{Region: region, State: RegionDraining, Reason: reason}, o)
+}
+
+// Recover makes region active again.
+func (n *Node) Recover(ctx context.Context, region, reason string, o WriteOptions) (Result, error) {
+	return n.SetRegionState(ctx, RegionChange{Region: region, State: RegionActive, Reason: reason}, o)
+}
+
+// SetTargets sets the ordered failover targets of region (empty clears them).
+func (n *Node) SetTargets(ctx context.Context, region string, targets []string, o WriteOptions) (Result, error) {
+	c := &command{Op: opTargetsSet, RequestID: o.RequestID, Actor: o.Actor,
+		Targets: &targetsCmd{Region: region, Targets: targets}}
+	res, err := n.submit(ctx, c, false)
+	if err != nil {
+		return res, fmt.Errorf("set failover targets of %s: %w", region, err)
+	}
+	return res, nil
+}
+
+// AppendCheckpoint anchors an audit chain head. Sequences of a controller
+// must not go back; resubmitting the latest checkpoint unchanged is a no-op.
+func (n *Node) AppendCheckpoint(ctx context.Context, cp Checkpoint, o WriteOptions) (Result, error) {
+	c := &command{Op: opCheckpoint, RequestID: o.RequestID, Actor: o.Actor, Checkpoint: &cp}
+	res, err := n.submit(ctx, c, false)
+	if err != nil {
+		return res, fmt.Errorf("append audit checkpoint of %s: %w", cp.ControllerID, err)
+	}
+	return res, nil
+}
+
+// submit stamps, validates and encodes a command and commits it on the
+// leader: locally when this node leads, else forwarded to the leader's admin
+// API. It retries across leader changes with the same request id until
+// HoldTimeout. hop is true for a request that was forwarded to this node.
+func (n *Node) submit(ctx context.Context, c *command, hop bool) (Result, error) {
+	if n.closed.Load() {
+		return Result{}, ErrClosed
+	}
+	c.V = commandVersion
+	if c.RequestID == "" {
+		c.RequestID = NewRequestID()
+	}
+	if c.At == 0 {
+		c.At = n.now().UnixNano()
+	}
+	if rej := c.validate(); rej != nil {
+		return Result{}, rej
+	}
+	data, err := encodeCommand(c)
+	if err != nil {
+		return Result{}, err
+	}
+	start := time.Now()
+	var res Result
+	err = n.onLeader(ctx, hop,
+		func(context.Context) error {
+			r, err := n.applyLocal(data)
+			res = r
+			return err
+		},
+		func(ctx context.Context, admin string) error {
+			r, err := n.forwardApply(ctx, admin, data)
+			res = r
+			return err
+		})
+	n.m.submits.WithLabelValues(string(c.Op)).Observe(time.Since(start).Seconds())
+	if err != nil {
+		return Result{}, err
+	}
+	if res.Err != nil {
+		return res, res.Err
+	}
+	return res, nil
+}
+
+// applyLocal proposes data on this node (which must lead) and waits for the
+// state machine's result.
+func (n *Node) applyLocal(data []byte) (Result, error) {
+	f := n.raft.Apply(data, n.cfg.HoldTimeout)
+	if err := f.Error(); err != nil {
+		return Result{}, err
+	}
+	res, ok := f.Response().(*Result)
+	if !ok || res == nil {
+		return Result{}, fmt.Errorf("apply: unexpected state machine response %T", f.Response())
+	}
+	return *res, nil
+}
+
+// onLeader runs local when this node leads, otherwise remote with the
+// leader's admin address, retrying retryable failures (no leader, leadership
+// lost, leader unreachable) on every leader change or after a short backoff,
+// until ctx ends or HoldTimeout passes. A forwarded request (hop) is never
+// forwarded again.
+func (n *Node) onLeader(ctx context.Context, hop bool, local func(context.Context) error, remote func(context.Context, string) error) error {
+	hold, cancel := context.WithTimeout(ctx, n.cfg.HoldTimeout)
+	defer cancel()
+	backoff := 5 * time.Millisecond
+	timer := time.NewTimer(0)
+	<-timer.C
+	defer timer.Stop()
+	var lastErr error
+	for {
+		if n.closed.Load() {
+			return ErrClosed
+		}
+		changed := n.LeaderChanged()
+		var err error
+		if n.raft.State() == raft.Leader {
+			err = local(hold)
+		} else if hop {
+			return ErrNotLeader
+		} else if _, id := n.raft.LeaderWithID(); id == "" {
+			err = errors.New("no leader is known")
+		} else if m, ok := n.State().Member(string(id)); !ok {
+			err = fmt.Errorf("the admin address of leader %s is not known yet", id)
+		} else if m.ID == n.cfg.NodeID {
+			err = errors.New("leadership is moving")
+		} else {
+			err = remote(hold, m.AdminAddr)
+			if err == nil {
+				n.m.forwarded.WithLabelValues("ok").Inc()
+			} else {
+				n.m.forwarded.WithLabelValues("error").Inc()
+			}
+		}
+		if err == nil || !retryable(err) {
+			return err
+		}
+		lastErr = err
+		timer.Reset(backoff)
+		select {
+		case <-hold.Done():
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+			}
+			return fmt.Errorf("%w within %v: %v", ErrNoLeader, n.cfg.HoldTimeout, lastErr)
+		case <-changed:
+			if !timer.Stop() {
+				<-timer.C
+			}
+		case <-timer.C:
+		}
+		backoff = min(backoff*2, 200*time.Millisecond)
+	}
+}
+
+// retryable reports whether a failed attempt may be retried (with the same
+// request id) against the next leader.
+func retryable(err error) bool {
+	var rej *RejectedError
+	if errors.As(err, &rej) {
+		return false
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var api *APIError
+	if errors.As(err, &api) {
+		switch api.Code {
+		case CodeNoLeader, CodeNotLeader, CodeClosed:
+			return true
+		}
+		return api.Status == http.StatusBadGateway || api.Status == http.StatusServiceUnavailable
+	}
+	if errors.Is(err, ErrClosed) {
+		return false
+	}
+	// Raft errors (not leader, leadership lost, transfer in progress, enqueue
+	// timeout, aborted by restore) and network errors reaching the leader.
+	return true
+}
+
+// forwardApply sends an encoded command to the leader's admin API.
+func (n *Node) forwardApply(ctx context.Context, admin string, data []byte) (Result, error) {
+	var res Result
+	err := n.forward(ctx, http.MethodPost, admin+"/v1/global/apply", data, &res)
+	return res, err
+}
+
+// forward performs one request to another node's admin API with the hop
+// marker and decodes the JSON answer into out (an error body into *APIError).
+func (n *Node) forward(ctx context.Context, method, url string, body []byte, out any) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("forward to leader: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(forwardedHeader, n.cfg.NodeID)
+	resp, err := n.httpc.Do(req)
+	if err != nil {
+		return fmt.Errorf("forward to leader %s: %w", url, err)
+	}
+	defer drainBody(resp.Body)
+	return decodeResponse(resp, out)
+}
+
+// decodeResponse decodes a 2xx JSON body into out, or an error body into
+// *APIError.
+func decodeResponse(resp *http.Response, out any) error {
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("read response: %w", err)
+	}
+	if resp.StatusCode/100 != 2 {
+		return apiErrorFrom(resp.StatusCode, b)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("decode response: %w", err)
+	}
+	return nil
+}
