@@ -1,0 +1,45 @@
+// Package gorgo is Meridian's cost model: for each place a request could be
+// served — a pod of the local region, or a remote region — it estimates the
+// time to first token, and it picks the cheapest place with guardrails, and
+// says why.
+//
+// In the spirit of GORGO (arXiv 2602.11688), every term is in milliseconds:
+//
+//	TTFT(c) = w_queue * queue(c) + prefill(c) + overhead(c) + w_rtt * RTT(c) + w_egress * egress(c)
+//
+//	queue(c)    = pending prefill tokens ahead of us at c x rate(c)     (FIFO prefill)
+//	            + slot wait when c already runs MaxConcurrency requests
+//	prefill(c)  = (prompt tokens - cached tokens at c) x rate(c)
+//	RTT(c)      = 0 at home; the measured (or configured) round trip to c's region
+//	egress(c)   = bytes leaving the region x $/GB x (ms a dollar is worth)
+//
+// rate(c) is the prefill time per token of c's hardware profile, calibrated
+// online from observed TTFT (Calibrator) and clamped to a band around the
+// profile's default, so one bad sample cannot send all traffic somewhere
+// (GORGO's autotune blew up to 77 ms/token for one replica).
+//
+// The load signal is the router's own count of in-flight prefill tokens, not
+// the engines' metrics: GORGO found engine metrics 10-30 s stale, and that
+// counting only uncached queued tokens hid load; callers pass raw pending
+// prefill work.
+//
+// # Guardrails (GORGO's failure modes)
+//
+//   - A remote candidate wins only if it beats the best local one by
+//     ForwardMarginMs and by ForwardMarginFrac of the local estimate: noise in
+//     remote estimates must not cause forwarding (GORGO was worst at p95 with
+//     short prompts and little reuse).
+//   - A remote region may take at most MaxRemoteShare of this region's
+//     traffic over a sliding window (ShareTracker): latency-only decisions
+//     must not pull everything to one place (GORGO's reward hacking sent
+//     100% to the nearest replica and end-to-end p95 got 4.8x worse).
+//   - Remote cache estimates come from summaries that age: full weight until
+//     FreshFor, linearly less until IgnoreAfter, then ignored.
+//
+// Residency is not this package's job: callers filter candidates to the
+// allowed regions before any cost is computed, and Choose never sees a
+// forbidden one.
+//
+// The package is pure (no I/O, no goroutines, time only as given) and
+// imports nothing of ours.
+package gorgo

@@ -1,0 +1,377 @@
+package gorgo
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"sort"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+)
+
+func mustModel(t interface{ Fatal(...any) }, cfg Config) *Model {
+	m, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestConfigValidate(t *testing.T) {
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"QueueWeight":       func(c *Config) { c.QueueWeight = -1 },
+		"RTTWeight":         func(c *Config) { c.RTTWeight = math.NaN() },
+		"ForwardMarginFrac": func(c *Config) { c.ForwardMarginFrac = 1 },
+		"MaxRemoteShare":    func(c *Config) { c.MaxRemoteShare = 0 },
+		"IgnoreAfter":       func(c *Config) { c.IgnoreAfter = c.FreshFor },
+		"ShareWindow":       func(c *Config) { c.ShareWindow = 0 },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		err := c.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !contains(err.Error(), name) {
+			t.Errorf("%s: got %v", name, err)
+		}
+	}
+	c := DefaultConfig()
+	c.DefaultProfile = "tpu"
+	if _, err := New(c); err == nil {
+		t.Error("unknown default profile accepted")
+	}
+	if _, err := New(DefaultConfig(), Profile{Name: "x"}); err == nil {
+		t.Error("profile without a rate accepted")
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+// The seed's example: 2K tokens on H100, ~80 ms on a hit and ~800 ms on a miss.
+func TestEstimateMatchesSeedExample(t *testing.T) {
+	m := mustModel(t, DefaultConfig())
+	hit := m.Estimate(&Candidate{Profile: "h100", PromptTokens: 2000, CachedTokens: 1984})
+	miss := m.Estimate(&Candidate{Profile: "h100", PromptTokens: 2000})
+	if hit.TotalMs < 70 || hit.TotalMs > 90 || miss.TotalMs < 750 || miss.TotalMs > 850 {
+		t.Fatalf("hit %.1f ms, miss %.1f ms; want ~80 and ~800", hit.TotalMs, miss.TotalMs)
+	}
+}
+
+// DESIGN.md: at ~0.1 ms/token and 240 ms extra RTT, a remote region must hold
+// ~2,400 more cached tokens to win (ignoring margins).
+func TestRTTTradeOff(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ForwardMarginMs, cfg.ForwardMarginFrac = 0, 0
+	cfg.DefaultProfile = "p"
+	m, err := New(cfg, Profile{Name: "p", PrefillMsPerToken: 0.1, MaxConcurrency: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d Decision
+	for _, extra := range []struct {
+		cached int
+		remote bool
+	}{{2300, false}, {2500, true}} {
+		cands := []Candidate{
+			{Region: "home", Pod: "a", Profile: "p", PromptTokens: 10000},
+			{Region: "far", Remote: true, Profile: "p", PromptTokens: 10000, CachedTokens: extra.cached, RTTMs: 240},
+		}
+		m.Choose(cands, nil, time.Time{}, &d)
+		if got := d.Winner == 1; got != extra.remote {
+			t.Errorf("remote holds %d more tokens: forwarded=%v, want %v (%+v)", extra.cached, got, extra.remote, d)
+		}
+	}
+}
+
+func TestGuardrails(t *testing.T) {
+	m := mustModel(t, DefaultConfig())
+	now := time.Unix(1000, 0)
+	base := []Candidate{
+		{Region: "us-east-1", Pod: "a", Profile: "h100", PromptTokens: 50000, PendingPrefillTokens: 2000},
+		{Region: "us-west-2", Remote: true, Profile: "h100", PromptTokens: 50000, CachedTokens: 48000, RTTMs: 65},
+	}
+	var d Decision
+	m.Choose(base, nil, now, &d)
+	if d.Winner != 1 || d.Reason != ReasonRemoteSaves {
+		t.Fatalf("warm remote not chosen: %+v", d)
+	}
+	// Stale summary: ignored.
+	stale := append([]Candidate(nil), base...)
+	stale[1].SummaryAge = 2 * time.Minute
+	m.Choose(stale, nil, now, &d)
+	if d.Winner != 0 || d.Estimates[1].Excluded != ExcludedStale {
+		t.Fatalf("stale summary used: %+v", d)
+	}
+	// Ageing summary: partial weight.
+	aging := append([]Candidate(nil), base...)
+	aging[1].SummaryAge = 35 * time.Second
+	if e := m.Estimate(&aging[1]); e.CacheWeight <= 0 || e.CacheWeight >= 1 {
+		t.Fatalf("weight at 35s = %v", e.CacheWeight)
+	}
+	// Share cap.
+	st := NewShareTracker(time.Minute)
+	for i := 0; i < 10; i++ {
+		st.Record("us-west-2", now)
+	}
+	m.Choose(base, st, now, &d)
+	if d.Winner != 0 || d.Estimates[1].Excluded != ExcludedShareCap {
+		t.Fatalf("share cap ignored: %+v", d)
+	}
+	// The cap forgets after the window.
+	m.Choose(base, st, now.Add(2*time.Minute), &d)
+	if d.Winner != 1 {
+		t.Fatalf("share window did not slide: %+v", d)
+	}
+	// Small saving: stay home.
+	small := append([]Candidate(nil), base...)
+	small[0].PendingPrefillTokens = 0
+	small[0].CachedTokens = 49000
+	m.Choose(small, nil, now, &d)
+	if d.Winner != 0 {
+		t.Fatalf("forwarded without a saving: %+v", d)
+	}
+	// No local candidate: the best remote, whatever the margin.
+	m.Choose(base[1:], nil, now, &d)
+	if d.Winner != 0 || d.Reason != ReasonRemoteOnly {
+		t.Fatalf("remote-only: %+v", d)
+	}
+	m.Choose(nil, nil, now, &d)
+	if d.Winner != -1 || d.Reason != ReasonNone {
+		t.Fatalf("empty: %+v", d)
+	}
+}
+
+// naiveChoose restates the decision rule plainly, from the cost formula.
+func naiveChoose(cfg Config, profiles map[string]Profile, cands []Candidate, share func(string) float64) int {
+	cost := func(c Candidate) (float64, bool) {
+		p, ok := profiles[c.Profile]
+		if !ok {
+			p = profiles[cfg.DefaultProfile]
+		}
+		w := 1.0
+		if c.Remote && c.SummaryAge > cfg.FreshFor {
+			if c.SummaryAge >= cfg.IgnoreAfter {
+				return 0, false
+			}
+			w = 1 - float64(c.SummaryAge-cfg.FreshFor)/float64(cfg.IgnoreAfter-cfg.FreshFor)
+		}
+		cached := math.Floor(float64(min(max(c.CachedTokens, 0), c.PromptTokens)) * w)
+		q := float64(max(c.PendingPrefillTokens, 0)) * p.PrefillMsPerToken
+		if c.Running >= p.MaxConcurrency {
+			q += float64(c.Running-p.MaxConcurrency+1) * (p.OverheadMs + float64(p.MeanOutputTokens)*p.DecodeMsPerToken) / float64(p.MaxConcurrency)
+		}
+		total := cfg.QueueWeight*q + math.Max(float64(c.PromptTokens)-cached, 0)*p.PrefillMsPerToken + p.OverheadMs + cfg.RTTWeight*math.Max(c.RTTMs, 0) + c.ExtraMs
+		if c.Remote && c.EgressBytes > 0 {
+			total += float64(c.EgressBytes) / 1e9 * cfg.EgressUSDPerGB * cfg.MsPerUSD
+		}
+		return total, true
+	}
+	type scored struct {
+		i     int
+		total float64
+	}
+	var locals, remotes []scored
+	for i, c := range cands {
+		t, ok := cost(c)
+		if !ok {
+			continue
+		}
+		if !c.Remote {
+			locals = append(locals, scored{i, t})
+		} else if share(c.Region) < cfg.MaxRemoteShare {
+			remotes = append(remotes, scored{i, t})
+		}
+	}
+	best := func(s []scored) (scored, bool) {
+		if len(s) == 0 {
+			return scored{}, false
+		}
+		sort.SliceStable(s, func(a, b int) bool { return s[a].total < s[b].total })
+		return s[0], true
+	}
+	l, okL := best(locals)
+	r, okR := best(remotes)
+	switch {
+	case !okL && !okR:
+		return -1
+	case !okL:
+		return r.i
+	case okR && l.total-r.total > math.Max(cfg.ForwardMarginMs, cfg.ForwardMarginFrac*l.total):
+		return r.i
+	}
+	return l.i
+}
+
+func genCandidate(t *rapid.T, remote bool) Candidate {
+	prompt := rapid.IntRange(0, 120000).Draw(t, "prompt")
+	c := Candidate{
+		Region:               rapid.SampledFrom([]string{"us-east-1", "us-west-2", "eu-west-1"}).Draw(t, "region"),
+		Remote:               remote,
+		Profile:              rapid.SampledFrom([]string{"h100", "h200", "b200", "unknown"}).Draw(t, "profile"),
+		PromptTokens:         prompt,
+		CachedTokens:         rapid.IntRange(-10, prompt+10).Draw(t, "cached"),
+		PendingPrefillTokens: rapid.IntRange(0, 200000).Draw(t, "pending"),
+		Running:              rapid.IntRange(0, 400).Draw(t, "running"),
+		ExtraMs:              float64(rapid.IntRange(-50, 50).Draw(t, "extra")),
+	}
+	if remote {
+		c.RTTMs = float64(rapid.IntRange(0, 300).Draw(t, "rtt"))
+		c.SummaryAge = time.Duration(rapid.IntRange(0, 90).Draw(t, "age")) * time.Second
+		c.EgressBytes = int64(prompt) * 4
+	} else {
+		c.Pod = "pod"
+	}
+	return c
+}
+
+func TestChooseMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cfg := DefaultConfig()
+		cfg.EgressUSDPerGB = 0.02
+		cfg.MsPerUSD = float64(rapid.IntRange(0, 1e6).Draw(t, "msPerUSD"))
+		m := mustModel(t, cfg)
+		profiles := map[string]Profile{}
+		for _, p := range DefaultProfiles() {
+			profiles[p.Name] = p
+		}
+		var cands []Candidate
+		for i := rapid.IntRange(0, 6).Draw(t, "locals"); i > 0; i-- {
+			cands = append(cands, genCandidate(t, false))
+		}
+		for i := rapid.IntRange(0, 4).Draw(t, "remotes"); i > 0; i-- {
+			cands = append(cands, genCandidate(t, true))
+		}
+		shares := map[string]float64{"us-west-2": rapid.Float64Range(0, 1).Draw(t, "share")}
+		view := shareFunc(func(r string) float64 { return shares[r] })
+		var d Decision
+		m.Choose(cands, view, time.Time{}, &d)
+		if want := naiveChoose(cfg, profiles, cands, func(r string) float64 { return shares[r] }); d.Winner != want {
+			t.Fatalf("Choose picked %d, naive %d\n%+v", d.Winner, want, d)
+		}
+		if d.Winner >= 0 && cands[d.Winner].Remote && d.BestLocal >= 0 {
+			if saving := d.Estimates[d.BestLocal].TotalMs - d.Estimates[d.Winner].TotalMs; saving <= d.RequiredMs {
+				t.Fatalf("forwarded with saving %.1f <= required %.1f", saving, d.RequiredMs)
+			}
+		}
+		if d.Winner >= 0 && cands[d.Winner].SummaryAge >= cfg.IgnoreAfter && cands[d.Winner].Remote {
+			t.Fatal("stale remote won")
+		}
+	})
+}
+
+type shareFunc func(string) float64
+
+func (f shareFunc) Share(r string, _ time.Time) float64 { return f(r) }
+
+// ShareTracker against a naive list of timestamped decisions.
+func TestShareTrackerMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		window := time.Minute
+		st := NewShareTracker(window)
+		bucket := window / shareBuckets
+		type rec struct {
+			at     time.Time
+			region string
+		}
+		var log []rec
+		now := time.Unix(1_000_000, 0)
+		for i := rapid.IntRange(0, 200).Draw(t, "n"); i > 0; i-- {
+			now = now.Add(time.Duration(rapid.IntRange(0, 5000).Draw(t, "dt")) * time.Millisecond)
+			r := rapid.SampledFrom([]string{"", "", "a", "b"}).Draw(t, "r")
+			st.Record(r, now)
+			log = append(log, rec{now, r})
+			// Naive: decisions in buckets newer than (now's bucket - 60).
+			cur := now.UnixNano() / int64(bucket)
+			var all, a int
+			for _, l := range log {
+				if l.at.UnixNano()/int64(bucket) > cur-shareBuckets {
+					all++
+					if l.region == "a" {
+						a++
+					}
+				}
+			}
+			want := 0.0
+			if all > 0 {
+				want = float64(a) / float64(all)
+			}
+			if got := st.Share("a", now); math.Abs(got-want) > 1e-12 {
+				t.Fatalf("share of a = %v, naive %v", got, want)
+			}
+		}
+	})
+}
+
+// Samples from a known linear TTFT model: the fit recovers it; a burst of
+// outliers cannot push the rate outside its band.
+func TestCalibratorRecoversRate(t *testing.T) {
+	m := mustModel(t, DefaultConfig())
+	c := NewCalibrator(m, DefaultCalibratorConfig())
+	rng := rand.New(rand.NewPCG(1, 2))
+	const trueRate, trueOverhead = 0.5, 60.0
+	for i := 0; i < 2000; i++ {
+		u := rng.IntN(20000)
+		q := rng.IntN(5000)
+		y := trueOverhead + trueRate*float64(u+q) + rng.NormFloat64()*20
+		c.Observe(Observation{Profile: "h100", UncachedTokens: u, PendingPrefillTokens: q, TTFTMs: y + 65, RTTMs: 65})
+	}
+	rate, overhead := m.Rate("h100")
+	if math.Abs(rate-trueRate) > 0.01 || math.Abs(overhead-trueOverhead) > 10 {
+		t.Fatalf("fitted rate %.4f overhead %.1f, want %.2f and %.0f", rate, overhead, trueRate, trueOverhead)
+	}
+	if fits := c.Fits(); len(fits) != 1 || fits[0].Samples != 2000 {
+		t.Fatalf("fits %+v", fits)
+	}
+	for i := 0; i < 5000; i++ {
+		c.Observe(Observation{Profile: "h100", UncachedTokens: rng.IntN(100), TTFTMs: 60000 + float64(rng.IntN(100000))})
+	}
+	if rate, _ := m.Rate("h100"); rate > 0.36*4+1e-9 || rate < 0.36*0.25-1e-9 {
+		t.Fatalf("rate %.3f escaped its band", rate)
+	}
+	if r, _ := m.Rate("b200"); r != 0.158 {
+		t.Fatalf("uncalibrated profile changed: %v", r)
+	}
+}
+
+func benchCandidates(locals, remotes int) []Candidate {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var cands []Candidate
+	for i := 0; i < locals; i++ {
+		cands = append(cands, Candidate{Region: "home", Pod: "pod", Profile: "h100", PromptTokens: 8000, CachedTokens: rng.IntN(8000), PendingPrefillTokens: rng.IntN(20000), Running: rng.IntN(40)})
+	}
+	for i := 0; i < remotes; i++ {
+		cands = append(cands, Candidate{Region: "r", Remote: true, Profile: "b200", PromptTokens: 8000, CachedTokens: rng.IntN(8000), PendingPrefillTokens: rng.IntN(20000), RTTMs: 65, SummaryAge: time.Second})
+	}
+	return cands
+}
+
+func BenchmarkChoose(b *testing.B) {
+	for _, c := range []struct {
+		name            string
+		locals, remotes int
+	}{
+		{"pods=256/remotes=0", 256, 0}, {"pods=1/remotes=3", 1, 3}, {"pods=1/remotes=10", 1, 10},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			m := mustModel(b, DefaultConfig())
+			cands := benchCandidates(c.locals, c.remotes)
+			st := NewShareTracker(time.Minute)
+			now := time.Unix(0, 0)
+			var d Decision
+			b.ReportAllocs()
+			for b.Loop() {
+				m.Choose(cands, st, now, &d)
+			}
+		})
+	}
+}

@@ -1,0 +1,331 @@
+package gorgo
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Profile is the latency model of one kind of pod (hardware and model).
+type Profile struct {
+	Name              string  `json:"name"`
+	PrefillMsPerToken float64 `json:"prefill_ms_per_token"` // prefill time per uncached prompt token
+	OverheadMs        float64 `json:"overhead_ms"`          // fixed part of TTFT (scheduling, one forward pass)
+	DecodeMsPerToken  float64 `json:"decode_ms_per_token"`  // time between output tokens
+	MaxConcurrency    int     `json:"max_concurrency"`      // requests a pod runs at once (vLLM max_num_seqs)
+	MeanOutputTokens  int     `json:"mean_output_tokens"`   // for the slot-wait estimate
+}
+
+// DefaultProfiles are 70B-class FP8 models at tensor parallelism 2, from the
+// public numbers in DESIGN.md: the seed's 2K-token prompt on H100 takes ~80 ms
+// to first token on a hit and ~800 ms on a miss, so prefill costs ~0.36 ms per
+// uncached token; H200 has the same FP8 compute and 1.43x the memory
+// bandwidth; B200 has 2.27x the dense FP8 compute and 2.39x the bandwidth.
+// They match the engine simulator's profiles (scenarios/enginesim).
+func DefaultProfiles() []Profile {
+	return []Profile{
+		{Name: "h100", PrefillMsPerToken: 0.36, OverheadMs: 75, DecodeMsPerToken: 25, MaxConcurrency: 256, MeanOutputTokens: 350},
+		{Name: "h200", PrefillMsPerToken: 0.36, OverheadMs: 52, DecodeMsPerToken: 17.4, MaxConcurrency: 256, MeanOutputTokens: 350},
+		{Name: "b200", PrefillMsPerToken: 0.158, OverheadMs: 31, DecodeMsPerToken: 10.5, MaxConcurrency: 256, MeanOutputTokens: 350},
+	}
+}
+
+// Config weighs the terms and sets the guardrails. Zero values are not
+// defaults; start from DefaultConfig.
+type Config struct {
+	QueueWeight float64 // multiplies the queue term; default 1
+	RTTWeight   float64 // multiplies the RTT term; default 1
+
+	EgressUSDPerGB float64 // price of cross-region egress; default 0 (term off)
+	MsPerUSD       float64 // TTFT milliseconds one dollar of egress is worth; default 0
+
+	// A remote candidate must beat the best local one by both margins.
+	ForwardMarginMs   float64 // default 25
+	ForwardMarginFrac float64 // of the best local estimate; default 0.10
+
+	// MaxRemoteShare caps the share of this region's decisions that go to any
+	// one remote region over ShareWindow; default 0.5, 1 turns it off.
+	MaxRemoteShare float64
+	ShareWindow    time.Duration // default 60s
+
+	// A remote region's cached-token estimate has full weight while its
+	// summary is younger than FreshFor, then loses weight linearly, and is
+	// ignored (the candidate is excluded) from IgnoreAfter.
+	FreshFor    time.Duration // default 10s
+	IgnoreAfter time.Duration // default 60s
+
+	// DefaultProfile is used for candidates naming an unknown profile.
+	DefaultProfile string // default "h100"
+}
+
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
+		QueueWeight:       1,
+		RTTWeight:         1,
+		ForwardMarginMs:   25,
+		ForwardMarginFrac: 0.10,
+		MaxRemoteShare:    0.5,
+		ShareWindow:       60 * time.Second,
+		FreshFor:          10 * time.Second,
+		IgnoreAfter:       60 * time.Second,
+		DefaultProfile:    "h100",
+	}
+}
+
+// ErrInvalidConfig is wrapped by Validate's errors.
+var ErrInvalidConfig = errors.New("invalid gorgo config")
+
+// Validate names the first field out of range and its value.
+func (c Config) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%w: %s = %v, want %s", ErrInvalidConfig, field, v, want)
+	}
+	switch {
+	case !(c.QueueWeight >= 0) || c.QueueWeight > 100:
+		return bad("QueueWeight", c.QueueWeight, "0..100")
+	case !(c.RTTWeight >= 0) || c.RTTWeight > 100:
+		return bad("RTTWeight", c.RTTWeight, "0..100")
+	case !(c.EgressUSDPerGB >= 0):
+		return bad("EgressUSDPerGB", c.EgressUSDPerGB, ">= 0")
+	case !(c.MsPerUSD >= 0):
+		return bad("MsPerUSD", c.MsPerUSD, ">= 0")
+	case !(c.ForwardMarginMs >= 0):
+		return bad("ForwardMarginMs", c.ForwardMarginMs, ">= 0")
+	case !(c.ForwardMarginFrac >= 0) || c.ForwardMarginFrac >= 1:
+		return bad("ForwardMarginFrac", c.ForwardMarginFrac, "0 <= x < 1")
+	case !(c.MaxRemoteShare > 0) || c.MaxRemoteShare > 1:
+		return bad("MaxRemoteShare", c.MaxRemoteShare, "0 < x <= 1")
+	case c.ShareWindow <= 0:
+		return bad("ShareWindow", c.ShareWindow, "> 0")
+	case c.FreshFor < 0 || c.IgnoreAfter <= c.FreshFor:
+		return bad("IgnoreAfter", c.IgnoreAfter, fmt.Sprintf("> FreshFor (%v)", c.FreshFor))
+	}
+	return nil
+}
+
+// Candidate is one place the request could be served. Callers fill it from
+// the index (local pods), region summaries (remote regions) and their own
+// in-flight accounting.
+type Candidate struct {
+	Region  string `json:"region"`
+	Pod     string `json:"pod,omitempty"` // empty for a remote region (its controller picks)
+	Remote  bool   `json:"remote"`
+	Profile string `json:"profile"`
+
+	PromptTokens int `json:"prompt_tokens"`
+	CachedTokens int `json:"cached_tokens"` // exact locally, estimated for remote regions
+
+	PendingPrefillTokens int `json:"pending_prefill_tokens"` // prefill work ahead of us
+	Running              int `json:"running"`                // requests in flight
+
+	RTTMs       float64       `json:"rtt_ms"`
+	EgressBytes int64         `json:"egress_bytes,omitempty"`
+	SummaryAge  time.Duration `json:"summary_age_ns,omitempty"` // remote only
+
+	// ExtraMs is added by the caller's other scorers (affinity, KV
+	// utilisation), already weighted, in milliseconds.
+	ExtraMs float64 `json:"extra_ms,omitempty"`
+}
+
+// Estimate is the cost of one candidate, term by term.
+type Estimate struct {
+	QueueMs     float64 `json:"queue_ms"`
+	PrefillMs   float64 `json:"prefill_ms"`
+	OverheadMs  float64 `json:"overhead_ms"`
+	RTTMs       float64 `json:"rtt_ms"`
+	EgressMs    float64 `json:"egress_ms"`
+	ExtraMs     float64 `json:"extra_ms"`
+	TotalMs     float64 `json:"total_ms"`
+	Uncached    int     `json:"uncached_tokens"`
+	CacheWeight float64 `json:"cache_weight"`       // staleness weight on CachedTokens
+	RateMs      float64 `json:"rate_ms_per_token"`  // prefill rate used
+	Excluded    string  `json:"excluded,omitempty"` // why it could not win
+}
+
+// Model holds the profiles with their calibrated rates. Safe for concurrent
+// use: rates are swapped atomically by a Calibrator.
+type Model struct {
+	cfg      Config
+	profiles map[string]*profileState
+	fallback *profileState
+}
+
+type profileState struct {
+	Profile
+	rate     atomic.Uint64 // float64 bits: calibrated prefill ms per token
+	overhead atomic.Uint64 // float64 bits: calibrated overhead ms
+}
+
+func (p *profileState) rateMs() float64     { return math.Float64frombits(p.rate.Load()) }
+func (p *profileState) overheadMs() float64 { return math.Float64frombits(p.overhead.Load()) }
+
+// New builds a model over the given profiles (DefaultProfiles if none).
+func New(cfg Config, profiles ...Profile) (*Model, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(profiles) == 0 {
+		profiles = DefaultProfiles()
+	}
+	m := &Model{cfg: cfg, profiles: map[string]*profileState{}}
+	for _, p := range profiles {
+		if p.Name == "" || !(p.PrefillMsPerToken > 0) || p.OverheadMs < 0 || p.MaxConcurrency <= 0 {
+			return nil, fmt.Errorf("%w: profile %+v: want a name, PrefillMsPerToken > 0, OverheadMs >= 0, MaxConcurrency > 0", ErrInvalidConfig, p)
+		}
+		if _, dup := m.profiles[p.Name]; dup {
+			return nil, fmt.Errorf("%w: profile %q defined twice", ErrInvalidConfig, p.Name)
+		}
+		ps := &profileState{Profile: p}
+		ps.rate.Store(math.Float64bits(p.PrefillMsPerToken))
+		ps.overhead.Store(math.Float64bits(p.OverheadMs))
+		m.profiles[p.Name] = ps
+	}
+	m.fallback = m.profiles[cfg.DefaultProfile]
+	if m.fallback == nil {
+		return nil, fmt.Errorf("%w: DefaultProfile %q is not among the profiles", ErrInvalidConfig, cfg.DefaultProfile)
+	}
+	return m, nil
+}
+
+// Config returns the model's configuration.
+func (m *Model) Config() Config { return m.cfg }
+
+func (m *Model) profile(name string) *profileState {
+	if p, ok := m.profiles[name]; ok {
+		return p
+	}
+	return m.fallback
+}
+
+// Rate returns the prefill ms per token and overhead ms currently used for a
+// profile (calibrated if a Calibrator has published).
+func (m *Model) Rate(profile string) (prefillMsPerToken, overheadMs float64) {
+	p := m.profile(profile)
+	return p.rateMs(), p.overheadMs()
+}
+
+// cacheWeight is the weight of a remote summary of the given age, or 0 and
+// false when it is too old to use.
+func (m *Model) cacheWeight(c *Candidate) (float64, bool) {
+	if !c.Remote || c.SummaryAge <= m.cfg.FreshFor {
+		return 1, true
+	}
+	if c.SummaryAge >= m.cfg.IgnoreAfter {
+		return 0, false
+	}
+	return 1 - float64(c.SummaryAge-m.cfg.FreshFor)/float64(m.cfg.IgnoreAfter-m.cfg.FreshFor), true
+}
+
+// Estimate computes a candidate's expected TTFT term by term.
+func (m *Model) Estimate(c *Candidate) Estimate {
+	p := m.profile(c.Profile)
+	rate := p.rateMs()
+	w, fresh := m.cacheWeight(c)
+	cached := int(math.Floor(float64(min(max(c.CachedTokens, 0), c.PromptTokens)) * w))
+	uncached := max(c.PromptTokens-cached, 0)
+	queue := float64(max(c.PendingPrefillTokens, 0)) * rate
+	if over := c.Running - p.MaxConcurrency; over >= 0 {
+		// Every running request must finish before one more starts: on
+		// average a slot frees every service time / concurrency.
+		service := p.overheadMs() + float64(p.MeanOutputTokens)*p.DecodeMsPerToken
+		queue += float64(over+1) * service / float64(p.MaxConcurrency)
+	}
+	e := Estimate{
+		QueueMs:     m.cfg.QueueWeight * queue,
+		PrefillMs:   float64(uncached) * rate,
+		OverheadMs:  p.overheadMs(),
+		RTTMs:       m.cfg.RTTWeight * max(c.RTTMs, 0),
+		ExtraMs:     c.ExtraMs,
+		Uncached:    uncached,
+		CacheWeight: w,
+		RateMs:      rate,
+	}
+	if c.Remote && c.EgressBytes > 0 {
+		e.EgressMs = float64(c.EgressBytes) / 1e9 * m.cfg.EgressUSDPerGB * m.cfg.MsPerUSD
+	}
+	e.TotalMs = e.QueueMs + e.PrefillMs + e.OverheadMs + e.RTTMs + e.EgressMs + e.ExtraMs
+	if !fresh {
+		e.Excluded = ExcludedStale
+	}
+	return e
+}
+
+// Reasons a candidate was excluded, and reasons for a decision.
+const (
+	ExcludedStale     = "summary_stale"
+	ExcludedShareCap  = "remote_share_cap"
+	ExcludedNoSaving  = "saving_below_margin"
+	ReasonLocalBest   = "local_best"
+	ReasonRemoteSaves = "remote_saves"
+	ReasonRemoteOnly  = "remote_only" // no local candidate (region failed, drained or empty)
+	ReasonNone        = "no_candidate"
+)
+
+// Decision is a choice with its full explanation.
+type Decision struct {
+	Winner     int        `json:"winner"` // index into Candidates, -1 if none
+	Reason     string     `json:"reason"`
+	BestLocal  int        `json:"best_local"`  // -1 if no local candidate
+	BestRemote int        `json:"best_remote"` // best eligible-by-freshness remote, -1 if none
+	MarginMs   float64    `json:"margin_ms"`   // best local total - winner total (0 when local wins)
+	RequiredMs float64    `json:"required_ms"` // saving a remote had to exceed
+	Estimates  []Estimate `json:"estimates"`   // parallel to the candidates
+}
+
+// ShareView tells Choose how much of this region's recent traffic already
+// went to a remote region (a ShareTracker implements it).
+type ShareView interface {
+	Share(region string, now time.Time) float64
+}
+
+// Choose estimates every candidate and picks the winner: the cheapest local
+// candidate, unless a fresh remote candidate is cheaper by the forwarding
+// margin and its region is under its share cap; with no local candidate, the
+// cheapest usable remote one. Ties go to the earlier candidate, so the
+// choice is deterministic for a given input. dst's Estimates slice is reused.
+func (m *Model) Choose(cands []Candidate, shares ShareView, now time.Time, dst *Decision) {
+	*dst = Decision{Winner: -1, BestLocal: -1, BestRemote: -1, Reason: ReasonNone, Estimates: dst.Estimates[:0]}
+	for i := range cands {
+		dst.Estimates = append(dst.Estimates, m.Estimate(&cands[i]))
+	}
+	for i := range cands {
+		e := &dst.Estimates[i]
+		if e.Excluded != "" {
+			continue
+		}
+		if !cands[i].Remote {
+			if dst.BestLocal < 0 || e.TotalMs < dst.Estimates[dst.BestLocal].TotalMs {
+				dst.BestLocal = i
+			}
+			continue
+		}
+		if shares != nil && shares.Share(cands[i].Region, now) >= m.cfg.MaxRemoteShare {
+			e.Excluded = ExcludedShareCap
+			continue
+		}
+		if dst.BestRemote < 0 || e.TotalMs < dst.Estimates[dst.BestRemote].TotalMs {
+			dst.BestRemote = i
+		}
+	}
+	switch {
+	case dst.BestLocal < 0 && dst.BestRemote < 0:
+		return
+	case dst.BestLocal < 0:
+		dst.Winner, dst.Reason = dst.BestRemote, ReasonRemoteOnly
+		return
+	}
+	local := dst.Estimates[dst.BestLocal].TotalMs
+	dst.Winner, dst.Reason = dst.BestLocal, ReasonLocalBest
+	dst.RequiredMs = max(m.cfg.ForwardMarginMs, m.cfg.ForwardMarginFrac*local)
+	if dst.BestRemote >= 0 {
+		saving := local - dst.Estimates[dst.BestRemote].TotalMs
+		if saving > dst.RequiredMs {
+			dst.Winner, dst.Reason, dst.MarginMs = dst.BestRemote, ReasonRemoteSaves, saving
+		} else if saving > 0 {
+			dst.Estimates[dst.BestRemote].Excluded = ExcludedNoSaving
+		}
+	}
+}
