@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -336,5 +337,25 @@ func TestConcurrentStress(t *testing.T) {
 	}
 	if st.Blocks != private+sharedMax {
 		t.Fatalf("index holds %d blocks, want %d private + %d shared", st.Blocks, private, sharedMax)
+	}
+}
+
+func TestAppendHashes(t *testing.T) {
+	x := mustIndex(t, 64)
+	a, _ := x.AddPod("a")
+	b, _ := x.AddPod("b")
+	_ = x.Register(a, TierGPU, []uint64{1, 2, 3, 4})
+	_ = x.Register(b, TierGPU, []uint64{4, 5})
+	_ = x.Evict(a, TierGPU, []uint64{2})
+	got := x.AppendHashes(nil, nil)
+	slices.Sort(got)
+	if !slices.Equal(got, []uint64{1, 3, 4, 5}) {
+		t.Fatalf("all hashes: %v", got)
+	}
+	_ = x.RemovePod(b) // dead before its sweep: its blocks are not listed
+	got = x.AppendHashes(nil, func(h uint64) bool { return h != 1 })
+	slices.Sort(got)
+	if !slices.Equal(got, []uint64{3, 4}) {
+		t.Fatalf("filtered, without the dead pod: %v", got)
 	}
 }

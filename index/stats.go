@@ -83,3 +83,35 @@ func (x *Index) Stats() Stats {
 	x.sweepMu.Unlock()
 	return st
 }
+
+// AppendHashes appends to dst every indexed block hash for which keep
+// returns true (all of them when keep is nil) and held by at least one live
+// pod, and returns the extended slice. It walks one shard at a time under
+// its writer lock; meant for periodic work such as building the region's
+// summary, not for the request path.
+func (x *Index) AppendHashes(dst []uint64, keep func(h uint64) bool) []uint64 {
+	var alive [maxWords]uint64
+	for i := 0; i < x.words; i++ {
+		alive[i] = x.pods.alive[i].Load()
+	}
+	for i := range x.shards {
+		s := &x.shards[i]
+		s.mu.Lock()
+		if t := s.tab.Load(); t != nil {
+			for e := uint32(0); e < s.used; e++ {
+				h := t.word(e, x.stride, 0).Load()
+				if h == 0 || (keep != nil && !keep(h)) {
+					continue
+				}
+				for w := 0; w < x.words; w++ {
+					if t.word(e, x.stride, 1+w).Load()&alive[w] != 0 {
+						dst = append(dst, h)
+						break
+					}
+				}
+			}
+		}
+		s.mu.Unlock()
+	}
+	return dst
+}
