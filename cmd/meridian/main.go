@@ -40,6 +40,7 @@ func newApp() *cli.App {
 		HideHelpCommand:      true,
 		Commands: []*cli.Command{
 			versionCommand(),
+			drCommand(),
 		},
 	}
 }

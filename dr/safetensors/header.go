@@ -65,9 +65,16 @@ type SizeError struct {
 
 func (e *SizeError) Error() string {
 	if e.Got < e.Want {
-		return fmt.Sprintf("file is %d bytes but its header describes %d: truncated by %d bytes", e.Got, e.Want, e.Want-e.Got)
+		return fmt.Sprintf("file is %d bytes but its header describes %d: %s missing at the end", e.Got, e.Want, bytesN(e.Want-e.Got))
 	}
-	return fmt.Sprintf("file is %d bytes but its header describes %d: %d unexpected trailing bytes", e.Got, e.Want, e.Got-e.Want)
+	return fmt.Sprintf("file is %d bytes but its header describes %d: %s too many", e.Got, e.Want, bytesN(e.Got-e.Want))
+}
+
+func bytesN(n int64) string {
+	if n == 1 {
+		return "1 byte"
+	}
+	return fmt.Sprintf("%d bytes", n)
 }
 
 // Truncated reports whether the file is shorter than its header says.

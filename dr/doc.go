@@ -1,0 +1,143 @@
+// Package dr is Meridian's disaster-recovery tooling. Its first job is the DR
+// manifest check: given a region's copy of a model deployment (a Hugging
+// Face style model folder plus engine and deployment files) and optionally
+// a DR manifest, say whether that region could serve the model, and name
+// every missing, broken or inconsistent file by its path. The seed incident
+// it exists for: 32% of LLM DR failures restored the weights but not the
+// tokenizer files, the quantisation config or the model and engine config.
+//
+// It reads folders only (never writes them), reads no tensor data except to
+// hash, and imports no other Meridian package except its own sub-packages
+// (dr/safetensors; dr/drtest in tests). It must not import regional,
+// scenarios or cmd; the failover drill, when added here, may import global.
+//
+// # The folder
+//
+// The model files (config.json, tokenizer, weights) sit at the top of the
+// folder, or in the manifest's model_dir, or in the one sub-directory that
+// holds config.json next to a tokenizer or weights. Engine and deployment
+// files may be anywhere below. Hidden files and directories are skipped;
+// file symlinks are followed (a dangling one is a finding), directory
+// symlinks are not. Files are recognised by name (see Kind and classify):
+//
+//	weights            *.safetensors, model.safetensors.index.json (or the .bin equivalents)
+//	tokenizer          tokenizer.json, tokenizer.model, tiktoken.model, *.tiktoken, vocab.json + merges.txt, vocab.txt
+//	tokenizer config   tokenizer_config.json (class, special tokens, chat template), special_tokens_map.json,
+//	                   chat_template.jinja / chat_template.json
+//	model config       config.json (architecture, vocab_size, RoPE scaling, attention, auto_map)
+//	quantisation       quantization_config in config.json, quantize_config.json, quant_config.json, hf_quant_config.json
+//	generation         generation_config.json
+//	remote code        the *.py modules config.json's or tokenizer_config.json's auto_map names
+//	engine config      *vllm*.yaml|yml|json, *sglang*.yaml|yml|json (options as on the command line, - or _),
+//	                   and containers of Kubernetes manifests that run vllm serve, vllm.entrypoints or
+//	                   sglang.launch_server (their flags; --config FILE merges FILE's options)
+//	LoRA               directories holding adapter_config.json; *lora*/*adapters* YAML/JSON manifests
+//	                   (a list of name=path or {name, path}); the engine's lora-modules / lora-paths
+//	deployment         YAML with apiVersion and kind (Kubernetes), Dockerfile / Containerfile,
+//	                   requirements*.txt, constraints*.txt, uv.lock, poetry.lock, Pipfile.lock, pdm.lock
+//
+// # The manifest
+//
+// A DR manifest is YAML, kept in git next to the deployment, written by
+// `meridian dr manifest init DIR` from a healthy folder:
+//
+//	version: 1                      # required; this package reads version 1
+//	model: meridian/tiny-llama-dr   # for people; default config.json _name_or_path
+//	model_dir: model                # optional; folder-relative directory of config.json etc. (default ".")
+//	engine: vllm                    # optional; vllm | sglang (default: from the engine config's file name)
+//	serves_chat: true               # optional; whether the engine serves chat completions, so needs a
+//	                                # chat template (default: true when an engine config exists and does
+//	                                # not run a pooling/embedding task)
+//	files:                          # every file the region needs
+//	  - path: config.json           # slash-separated, relative to the folder, clean, inside it, unique
+//	    kind: model_config          # one of the Kind values (weights, weights_index, tokenizer, ...)
+//	    size: 731                   # optional; bytes
+//	    sha256: 5f0c...             # optional; 64 lowercase hex digits
+//	    optional: false             # optional; a missing optional file is a warning, not blocking
+//
+// Unknown keys, unknown kinds, bad paths, duplicate paths and malformed
+// digests are rejected with a *ManifestError naming the file, line, field and
+// value. With a manifest, the check also reports every listed file missing
+// (blocking; the code is the kind's, e.g. tokenizer_missing, shard_missing),
+// every size that differs (size_mismatch), every recorded sha256 that differs
+// (checksum_mismatch), and every file present but unlisted (file_unlisted,
+// info). All other checks run with or without a manifest: a manifest that
+// forgot the tokenizer does not make a folder without one healthy.
+//
+// # The checks
+//
+// Presence and parsing: config.json, weights and a tokenizer must exist;
+// every JSON and YAML file must parse (json_invalid, yaml_invalid: blocking
+// for files with a role, a warning otherwise).
+//
+// Weights: every safetensors file's header is read (8-byte little-endian
+// length N, then N bytes of JSON; see dr/safetensors) and validated, and the
+// file size must equal 8 + N + the end of the last tensor (shard_truncated,
+// shard_size_mismatch, shard_header_invalid). Every shard the index names
+// must exist (shard_missing) and hold the tensors the index places in it
+// (tensor_missing); metadata.total_size must match the headers
+// (weights_total_size_mismatch); the embedding and lm_head rows must equal
+// vocab_size (embedding_vocab_mismatch).
+//
+// Tokenizer: tokenizer.json (BPE/WordPiece/WordLevel vocab objects, Unigram
+// lists, added_tokens), SentencePiece models (protobuf pieces) and tiktoken
+// files (base64 rank lines) are parsed for their vocabulary size; together
+// with tokenizer_config.json's added_tokens_decoder it must not exceed
+// config.json's vocab_size (vocab_mismatch), and under 90% of it is suspect
+// (vocab_undersized). The tokenizer class must have the files it loads
+// (tokenizer_class_mismatch: PreTrainedTokenizerFast needs tokenizer.json,
+// TikTokenTokenizer a tiktoken file, LlamaTokenizer tokenizer.model or
+// tokenizer.json, ...). Special tokens must be in the vocabulary
+// (special_token_unknown). When the engine serves chat, a chat template must
+// come from tokenizer_config.json, chat_template.jinja/json or the engine's
+// chat-template (chat_template_missing). Modules named by auto_map must be
+// present (remote_code_missing).
+//
+// Model config: architectures or model_type; RoPE scaling with the keys its
+// type needs (rope_scaling_invalid); attention heads divisible by KV heads
+// and hidden size by heads (attention_config_invalid); generation_config.json
+// token ids inside the vocabulary.
+//
+// Quantisation: the checkpoint's method (config.json first, as vLLM reads
+// it) against the engine's quantization option (quantization_mismatch;
+// awq_marlin runs AWQ, gptq_marlin GPTQ, moe_wna16 both); an engine method
+// that needs a checkpoint config with none present
+// (quantization_config_missing; fp8, bitsandbytes and other load-time methods
+// need none); packed .qweight tensors without a config, or an AWQ/GPTQ config
+// over unpacked weights (quantized_weights_missing); bits and group size.
+//
+// Engine: max-model-len within what config.json allows (max_position_embeddings,
+// times the factor of linear/dynamic/yarn RoPE scaling: max_model_len_exceeds);
+// tensor-parallel-size dividing the attention heads (tensor_parallel_mismatch);
+// LoRA adapters present (lora_adapter_missing), with weights and a config
+// (lora_adapter_invalid), within max-lora-rank (lora_rank_exceeds, vLLM's
+// default 16), enable-lora set (lora_disabled), not hub ids fetched at start
+// (lora_adapter_remote); two sources setting one option differently
+// (engine_config_conflict).
+//
+// Deployment: Kubernetes documents have apiVersion and kind; images and
+// Dockerfile bases carry a tag other than latest or a digest
+// (image_unpinned); requirements pin with == (dependency_unpinned); a missing
+// Kubernetes manifest, Dockerfile or lock is a warning.
+//
+// Regions: with two or more copies (Request.Sources, `--compare
+// us-east-1=DIR eu-west-1=DIR`), each copy is checked, then every path
+// present in some copy but not all is named (region_file_missing) and every
+// file whose copies differ in size, sha256 or safetensors header
+// (region_file_differs); blocking unless the file has no known role.
+//
+// # Severity and codes
+//
+// Blocking: a region restored from the folder would fail to start or serve
+// wrongly; the CLI exits 1. Warning: it starts, but differs from intent or
+// depends on luck. Info: noted. Codes are stable strings (the Code
+// constants); a Finding carries severity, code, region, path and message.
+//
+// # Speed
+//
+// Only headers and small files are read: a safetensors shard costs 8 + N
+// bytes. Checksums read everything, so they are chosen per run
+// (ChecksumMode): auto verifies what the manifest records, always hashes
+// every file, never hashes nothing. Shard headers and hashes are read by
+// Config.Workers goroutines, all of which have returned when Check does.
+package dr
