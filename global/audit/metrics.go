@@ -1,0 +1,57 @@
+package audit
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	records     prometheus.Counter
+	bytes       prometheus.Counter
+	writeErrors *prometheus.CounterVec
+	fsync       prometheus.Histogram
+	batch       prometheus.Histogram
+	rotations   prometheus.Counter
+	checkpoints *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer, queueDepth func() float64) (*metrics, error) {
+	m := &metrics{
+		records: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_audit_records_total", Help: "Audit records durably written.",
+		}),
+		bytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_audit_bytes_total", Help: "Bytes of audit records durably written.",
+		}),
+		writeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_audit_write_errors_total", Help: "Failed audit writes by operation (rotate, write, sync, index).",
+		}, []string{"op"}),
+		fsync: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meridian_audit_fsync_seconds", Help: "Duration of one batch fsync.",
+			Buckets: prometheus.ExponentialBuckets(50e-6, 2, 14),
+		}),
+		batch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "meridian_audit_batch_records", Help: "Records written by one fsync (group commit).",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 13),
+		}),
+		rotations: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_audit_segments_rotated_total", Help: "Segments sealed by size or age.",
+		}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_audit_checkpoints_total", Help: "Checkpoints handed to the sink, by result (ok, error).",
+		}, []string{"result"}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "meridian_audit_queue_depth", Help: "Appends waiting for the writer.",
+	}, queueDepth)
+	for _, c := range []prometheus.Collector{m.records, m.bytes, m.writeErrors, m.fsync, m.batch, m.rotations, m.checkpoints, queue} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register audit metrics: %w", err)
+		}
+	}
+	return m, nil
+}
