@@ -1,0 +1,460 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+)
+
+// Policies a Decider can pick pods by. PolicyTTFT is Meridian's; the others
+// are the baselines operators compare it with, through the same controller.
+const (
+	PolicyTTFT        = "ttft"         // lowest expected time to first token (cache + load)
+	PolicyRoundRobin  = "round_robin"  // in turn, ignoring cache and load
+	PolicyLeastLoaded = "least_loaded" // fewest requests in flight
+	PolicySessionHash = "session_hash" // rendezvous hash of the session id (stateless affinity)
+)
+
+// Filter names, applied in the configured order.
+const (
+	FilterAlive       = "alive"        // the pod is live in the index
+	FilterModel       = "model"        // the pod serves the requested model
+	FilterHealthy     = "healthy"      // not ejected by outlier detection
+	FilterBoundedLoad = "bounded_load" // in flight <= BoundedLoadFactor x mean
+)
+
+// DecisionConfig configures the decision pipeline: filters, then scorers
+// (each a term in milliseconds, multiplied by its weight), then the picker.
+type DecisionConfig struct {
+	// Policy picks among the pods the filters leave; default "ttft".
+	Policy string `yaml:"policy"`
+	// Filters in order; default alive, model, healthy, bounded_load.
+	Filters []string `yaml:"filters"`
+	// Weights of the scorers (0 turns one off):
+	//   prefix:   cached tokens count toward the prefill saving (1 = fully)
+	//   queue:    pending prefill tokens ahead (gorgo's queue term)
+	//   running:  RunningPenaltyMs per request already in flight on the pod
+	//   kv_util:  KVUtilPenaltyMs x how far the pod's KV cache is past 80% full
+	//   affinity: -AffinityBonusMs on the pod a session is pinned to
+	Weights map[string]float64 `yaml:"weights"`
+	// BoundedLoadFactor: a pod is a candidate only while its in-flight
+	// requests + 1 <= ceil(factor x (total in flight + 1) / pods), so no pod
+	// takes more than factor x its fair share (consistent hashing with
+	// bounded loads). Default 1.5.
+	BoundedLoadFactor float64 `yaml:"bounded_load_factor"`
+	// RunningPenaltyMs per request in flight on a pod (each slows the
+	// engine's batch steps). Default 2.
+	RunningPenaltyMs float64 `yaml:"running_penalty_ms"`
+	// KVUtilPenaltyMs at a full KV cache (linear from 80% to 100%). Default 100.
+	KVUtilPenaltyMs float64 `yaml:"kv_util_penalty_ms"`
+	// AffinityBonusMs is subtracted for a session's pinned pod. Default 50.
+	AffinityBonusMs float64 `yaml:"affinity_bonus_ms"`
+	// ThickSession is the number of a session's concurrent requests past
+	// which its requests no longer get the affinity bonus. Default 4.
+	ThickSession int `yaml:"thick_session"`
+	// TierWeights weight a matched block by where the pod holds it (gpu,
+	// cpu, disk, external); applied to the best candidates only. Default
+	// 1, 0.8, 0.5, 0.3.
+	TierWeights [index.NumTiers]float64 `yaml:"tier_weights"`
+	// SessionTTL and MaxSessions bound the affinity table. Defaults 30m, 1M.
+	SessionTTL  time.Duration `yaml:"session_ttl"`
+	MaxSessions int           `yaml:"max_sessions"`
+	// TopK candidates are explained in a decision. Default 3.
+	TopK int `yaml:"top_k"`
+}
+
+// DefaultDecisionConfig returns the defaults documented on DecisionConfig.
+func DefaultDecisionConfig() DecisionConfig {
+	return DecisionConfig{
+		Policy:            PolicyTTFT,
+		Filters:           []string{FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad},
+		Weights:           map[string]float64{"prefix": 1, "queue": 1, "running": 1, "kv_util": 1, "affinity": 1},
+		BoundedLoadFactor: 1.5,
+		RunningPenaltyMs:  2,
+		KVUtilPenaltyMs:   100,
+		AffinityBonusMs:   50,
+		ThickSession:      4,
+		TierWeights:       [index.NumTiers]float64{1, 0.8, 0.5, 0.3},
+		SessionTTL:        30 * time.Minute,
+		MaxSessions:       1 << 20,
+		TopK:              3,
+	}
+}
+
+var knownScorers = []string{"prefix", "queue", "running", "kv_util", "affinity"}
+
+// Validate names the first field that is wrong.
+func (c DecisionConfig) Validate() error {
+	switch c.Policy {
+	case PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash:
+	default:
+		return fmt.Errorf("decision config: policy %q: want one of ttft, round_robin, least_loaded, session_hash", c.Policy)
+	}
+	for _, f := range c.Filters {
+		switch f {
+		case FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad:
+		default:
+			return fmt.Errorf("decision config: filters: unknown filter %q (want alive, model, healthy, bounded_load)", f)
+		}
+	}
+	for name, w := range c.Weights {
+		if !slices.Contains(knownScorers, name) {
+			return fmt.Errorf("decision config: weights: unknown scorer %q (want %v)", name, knownScorers)
+		}
+		if !(w >= 0) || w > 100 {
+			return fmt.Errorf("decision config: weights.%s = %v: want 0..100", name, w)
+		}
+	}
+	switch {
+	case !(c.BoundedLoadFactor >= 1):
+		return fmt.Errorf("decision config: bounded_load_factor = %v: want >= 1", c.BoundedLoadFactor)
+	case c.RunningPenaltyMs < 0 || c.KVUtilPenaltyMs < 0 || c.AffinityBonusMs < 0:
+		return fmt.Errorf("decision config: running_penalty_ms, kv_util_penalty_ms and affinity_bonus_ms must be >= 0")
+	case c.ThickSession < 1:
+		return fmt.Errorf("decision config: thick_session = %d: want >= 1", c.ThickSession)
+	case c.SessionTTL <= 0 || c.MaxSessions < 1:
+		return fmt.Errorf("decision config: session_ttl = %v, max_sessions = %d: want > 0", c.SessionTTL, c.MaxSessions)
+	case c.TopK < 1:
+		return fmt.Errorf("decision config: top_k = %d: want >= 1", c.TopK)
+	}
+	for t, w := range c.TierWeights {
+		if !(w >= 0) || w > 1 {
+			return fmt.Errorf("decision config: tier_weights[%s] = %v: want 0..1", index.Tier(t), w)
+		}
+	}
+	return nil
+}
+
+func (c DecisionConfig) weight(name string) float64 {
+	if w, ok := c.Weights[name]; ok {
+		return w
+	}
+	return 0
+}
+
+// Errors of a decision.
+var (
+	ErrNoPod        = errors.New("no pod serves this region")
+	ErrNoHealthyPod = errors.New("no healthy pod can take the request")
+)
+
+// RouteRequest is what the decision needs to know about a request.
+type RouteRequest struct {
+	Model        string
+	Chain        []uint64 // chain hashes of the prompt's full blocks
+	BlockSize    int      // tokens per block of Chain
+	PromptTokens int
+	SessionID    string
+	RequestID    string
+	Policy       string // override of the configured policy (if allowed), or ""
+}
+
+// CandidateScore explains one candidate of a decision.
+type CandidateScore struct {
+	Pod           string         `json:"pod"`
+	Endpoint      string         `json:"endpoint"`
+	MatchedBlocks int            `json:"matched_blocks"`
+	CachedTokens  int            `json:"cached_tokens"`
+	Load          Load           `json:"load"`
+	Estimate      gorgo.Estimate `json:"estimate"`
+}
+
+// Decision is the outcome of routing one request inside the region.
+type Decision struct {
+	Pod           *Pod             `json:"-"`
+	PodName       string           `json:"pod"`
+	Endpoint      string           `json:"endpoint"`
+	Policy        string           `json:"policy"`
+	Reason        string           `json:"reason"`
+	MatchedBlocks int              `json:"matched_blocks"`
+	CachedTokens  int              `json:"cached_tokens"`   // predicted, tier-weighted
+	Uncached      int              `json:"uncached_tokens"` // prompt - predicted cached
+	Candidates    int              `json:"candidates"`      // pods left after filters
+	Filtered      map[string]int   `json:"filtered,omitempty"`
+	Top           []CandidateScore `json:"top"`
+	EstimateMs    float64          `json:"estimate_ms"`
+}
+
+// Decider runs the pipeline. Safe for concurrent use; it reads only
+// snapshots (index, registry) and its own small synchronized state.
+type Decider struct {
+	cfg      DecisionConfig
+	idx      *index.Index
+	reg      *Registry
+	model    *gorgo.Model
+	sessions *Sessions
+	now      func() time.Time
+	rr       atomic.Uint64
+	scratch  sync.Pool
+}
+
+type scratch struct {
+	matches []index.Match
+	bySlot  []int32
+	pods    []*Pod
+	cands   []gorgo.Candidate
+	dec     gorgo.Decision
+}
+
+// NewDecider builds the pipeline. now is the clock (time.Now in production).
+func NewDecider(cfg DecisionConfig, idx *index.Index, reg *Registry, model *gorgo.Model, now func() time.Time) (*Decider, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Decider{cfg: cfg, idx: idx, reg: reg, model: model, now: now,
+		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions)}
+	d.scratch.New = func() any {
+		return &scratch{matches: make([]index.Match, 0, idx.PodCapacity()), bySlot: make([]int32, idx.PodCapacity())}
+	}
+	return d, nil
+}
+
+// Sessions exposes the affinity table (the proxy records request ends).
+func (d *Decider) Sessions() *Sessions { return d.sessions }
+
+// Config returns the pipeline's configuration.
+func (d *Decider) Config() DecisionConfig { return d.cfg }
+
+// Decide picks a pod of this region for the request. On success the session
+// (if any) is recorded as begun on the chosen pod: the caller must call
+// Sessions().End when the request finishes.
+func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
+	pods := d.reg.Pods()
+	if len(pods) == 0 {
+		return nil, ErrNoPod
+	}
+	now := d.now()
+	s := d.scratch.Get().(*scratch)
+	defer d.scratch.Put(s)
+
+	// Data layer: the longest cached prefix of every pod.
+	s.matches = d.idx.Lookup(req.Chain, s.matches)
+	for _, m := range s.matches {
+		s.bySlot[m.Pod.Slot()] = int32(m.Blocks)
+	}
+	defer func() {
+		for _, m := range s.matches {
+			s.bySlot[m.Pod.Slot()] = 0
+		}
+	}()
+
+	// Filters.
+	s.pods = append(s.pods[:0], pods...)
+	var filtered map[string]int
+	drop := func(name string, keep func(*Pod) bool) {
+		n := 0
+		for _, p := range s.pods {
+			if keep(p) {
+				s.pods[n] = p
+				n++
+			}
+		}
+		if n < len(s.pods) {
+			if filtered == nil {
+				filtered = map[string]int{}
+			}
+			filtered[name] += len(s.pods) - n
+		}
+		s.pods = s.pods[:n]
+	}
+	for _, f := range d.cfg.Filters {
+		switch f {
+		case FilterAlive:
+			drop(f, func(p *Pod) bool { return d.idx.Alive(p.ID) })
+		case FilterModel:
+			drop(f, func(p *Pod) bool { m := p.Info().Model; return req.Model == "" || m == "" || m == req.Model })
+		case FilterHealthy:
+			drop(f, func(p *Pod) bool { return !p.Ejected(now) })
+		case FilterBoundedLoad:
+			var total int64
+			for _, p := range s.pods {
+				total += p.inflight.Load()
+			}
+			if n := int64(len(s.pods)); n > 0 {
+				limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)/float64(n) + 0.999999)
+				drop(f, func(p *Pod) bool { return p.inflight.Load()+1 <= limit })
+			}
+		}
+	}
+	if len(s.pods) == 0 {
+		return nil, fmt.Errorf("%w (filtered: %v)", ErrNoHealthyPod, filtered)
+	}
+
+	policy := d.cfg.Policy
+	if req.Policy != "" {
+		policy = req.Policy
+	}
+	dec := &Decision{Policy: policy, Candidates: len(s.pods), Filtered: filtered}
+	var chosen int
+	switch policy {
+	case PolicyRoundRobin:
+		chosen = int(d.rr.Add(1) % uint64(len(s.pods)))
+		dec.Reason = "round_robin"
+	case PolicyLeastLoaded:
+		chosen = d.leastLoaded(s.pods)
+		dec.Reason = "least_loaded"
+	case PolicySessionHash:
+		chosen = d.rendezvous(s.pods, req)
+		dec.Reason = "session_hash"
+	case PolicyTTFT:
+		chosen = d.ttft(s, req, now, dec)
+	default:
+		return nil, fmt.Errorf("unknown policy %q", policy)
+	}
+	p := s.pods[chosen]
+	info := p.Info()
+	dec.Pod, dec.PodName, dec.Endpoint = p, p.Name, info.Endpoint
+	dec.MatchedBlocks = int(s.bySlot[p.ID.Slot()])
+	if policy != PolicyTTFT {
+		dec.CachedTokens = min(dec.MatchedBlocks*req.BlockSize, req.PromptTokens)
+		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
+	}
+	dec.Uncached = req.PromptTokens - dec.CachedTokens
+	d.sessions.Begin(req.SessionID, p.Name, now)
+	return dec, nil
+}
+
+// ttft scores every candidate in milliseconds and picks the lowest expected
+// time to first token. Candidates are offered to gorgo starting at a rotating
+// offset, so exact ties (an idle, cold region) spread instead of always
+// going to the first pod.
+func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decision) int {
+	n := len(s.pods)
+	off := int(d.rr.Add(1) % uint64(n))
+	pinned, sessInflight, hasPin := d.sessions.Pinned(req.SessionID, now)
+	wPrefix, wRun, wKV, wAff := d.cfg.weight("prefix"), d.cfg.weight("running"), d.cfg.weight("kv_util"), d.cfg.weight("affinity")
+	s.cands = s.cands[:0]
+	for i := 0; i < n; i++ {
+		p := s.pods[(i+off)%n]
+		info := p.Info()
+		cached := min(int(s.bySlot[p.ID.Slot()])*req.BlockSize, req.PromptTokens)
+		extra := wRun * d.cfg.RunningPenaltyMs * float64(p.inflight.Load())
+		if u := math.Float64frombits(p.kvUtil.Load()); u > 0.8 {
+			extra += wKV * d.cfg.KVUtilPenaltyMs * (u - 0.8) / 0.2
+		}
+		if hasPin && p.Name == pinned && sessInflight < d.cfg.ThickSession {
+			extra -= wAff * d.cfg.AffinityBonusMs
+		}
+		s.cands = append(s.cands, gorgo.Candidate{
+			Pod:                  p.Name,
+			Profile:              info.Profile,
+			PromptTokens:         req.PromptTokens,
+			CachedTokens:         int(float64(cached) * wPrefix),
+			PendingPrefillTokens: int(p.pendingPrefill.Load()),
+			Running:              int(p.inflight.Load()),
+			ExtraMs:              extra,
+		})
+	}
+	d.model.Choose(s.cands, nil, now, &s.dec)
+	best := s.dec.Winner
+
+	// Tier detail for the best few: a block held only on CPU or disk saves
+	// less prefill than one in GPU memory.
+	order := d.topK(s, min(max(d.cfg.TopK, 2), n))
+	if best >= 0 {
+		for _, ci := range order {
+			c := &s.cands[ci]
+			p := s.pods[(ci+off)%n]
+			matched := int(s.bySlot[p.ID.Slot()])
+			if matched == 0 || c.CachedTokens == 0 {
+				continue
+			}
+			tc := d.idx.TierProfile(p.ID, req.Chain[:matched])
+			if tc[index.TierGPU] == matched {
+				continue
+			}
+			w := 0.0
+			for t, k := range tc {
+				w += float64(k) * d.cfg.TierWeights[t]
+			}
+			c.CachedTokens = int(float64(c.CachedTokens) * w / float64(matched))
+			s.dec.Estimates[ci] = d.model.Estimate(c)
+		}
+		for _, ci := range order {
+			if s.dec.Estimates[ci].TotalMs < s.dec.Estimates[best].TotalMs {
+				best = ci
+			}
+		}
+	}
+	dec.Reason = "lowest_ttft"
+	if s.cands[best].CachedTokens == 0 {
+		dec.Reason = "lowest_ttft_no_prefix"
+	}
+	dec.CachedTokens = s.cands[best].CachedTokens
+	dec.EstimateMs = s.dec.Estimates[best].TotalMs
+	if k := min(d.cfg.TopK, n); k < len(order) {
+		order = d.topK(s, k)
+	}
+	for _, ci := range order {
+		p := s.pods[(ci+off)%n]
+		dec.Top = append(dec.Top, CandidateScore{
+			Pod: p.Name, Endpoint: p.Info().Endpoint, MatchedBlocks: int(s.bySlot[p.ID.Slot()]),
+			CachedTokens: s.cands[ci].CachedTokens, Load: p.Load(), Estimate: s.dec.Estimates[ci],
+		})
+	}
+	return (best + off) % n
+}
+
+// topK returns the indexes of the k candidates with the lowest totals
+// (ties: earlier first), by selection: k is small.
+func (d *Decider) topK(s *scratch, k int) []int {
+	out := make([]int, 0, k)
+	for len(out) < k {
+		best := -1
+		for i := range s.cands {
+			if slices.Contains(out, i) {
+				continue
+			}
+			if best < 0 || s.dec.Estimates[i].TotalMs < s.dec.Estimates[best].TotalMs {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		out = append(out, best)
+	}
+	return out
+}
+
+func (d *Decider) leastLoaded(pods []*Pod) int {
+	off := int(d.rr.Add(1) % uint64(len(pods)))
+	best, bestLoad := -1, int64(0)
+	for i := range pods {
+		j := (i + off) % len(pods)
+		if l := pods[j].inflight.Load(); best < 0 || l < bestLoad {
+			best, bestLoad = j, l
+		}
+	}
+	return best
+}
+
+// rendezvous picks the pod with the highest hash of (session, pod): the same
+// session lands on the same pod while the pod set is stable, and only the
+// sessions of a removed pod move. Without a session id, the request id.
+func (d *Decider) rendezvous(pods []*Pod, req *RouteRequest) int {
+	key := req.SessionID
+	if key == "" {
+		key = req.RequestID
+	}
+	best, bestH := 0, uint64(0)
+	for i, p := range pods {
+		h := xxhash.New()
+		_, _ = h.WriteString(key)
+		_, _ = h.Write([]byte{0})
+		_, _ = h.WriteString(p.Name)
+		if v := h.Sum64(); i == 0 || v > bestH {
+			best, bestH = i, v
+		}
+	}
+	return best
+}

@@ -1,0 +1,313 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+)
+
+type fixture struct {
+	idx   *index.Index
+	reg   *Registry
+	dec   *Decider
+	clock time.Time
+}
+
+func newFixture(t *testing.T, pods int, mut func(*DecisionConfig)) *fixture {
+	t.Helper()
+	idx, err := index.New(index.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{idx: idx, reg: NewRegistry(idx), clock: time.Unix(1000, 0)}
+	for i := 0; i < pods; i++ {
+		if _, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 9000+i), Model: "m", Profile: "h100"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := DefaultDecisionConfig()
+	if mut != nil {
+		mut(&cfg)
+	}
+	model, err := gorgo.New(gorgo.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.dec, err = NewDecider(cfg, idx, f.reg, model, func() time.Time { return f.clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func (f *fixture) pod(t *testing.T, name string) *Pod {
+	p, ok := f.reg.Get(name)
+	if !ok {
+		t.Fatalf("no pod %s", name)
+	}
+	return p
+}
+
+func chain(prefix uint64, n int) []uint64 {
+	c := make([]uint64, n)
+	for i := range c {
+		c[i] = prefix<<32 | uint64(i+1)
+	}
+	return c
+}
+
+func req(c []uint64) *RouteRequest {
+	return &RouteRequest{Model: "m", Chain: c, BlockSize: 64, PromptTokens: len(c)*64 + 10}
+}
+
+func TestDecidePrefersCachedPrefix(t *testing.T) {
+	f := newFixture(t, 4, nil)
+	c := chain(1, 40)
+	_ = f.idx.Register(f.pod(t, "pod-2").ID, index.TierGPU, c[:30])
+	_ = f.idx.Register(f.pod(t, "pod-1").ID, index.TierGPU, c[:5])
+	d, err := f.dec.Decide(req(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.PodName != "pod-2" || d.MatchedBlocks != 30 || d.CachedTokens != 30*64 || d.Reason != "lowest_ttft" {
+		t.Fatalf("decision %+v", d)
+	}
+	if len(d.Top) != 3 || d.Top[0].Pod != "pod-2" || d.Top[1].Pod != "pod-1" {
+		t.Fatalf("top %+v", d.Top)
+	}
+}
+
+func TestDecideNoPrefixSpreadsByLoad(t *testing.T) {
+	f := newFixture(t, 4, nil)
+	seen := map[string]int{}
+	for i := 0; i < 8; i++ {
+		d, err := f.dec.Decide(req(chain(uint64(100+i), 10)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		d.Pod.Admit(d.Uncached) // stays in flight
+		seen[d.PodName]++
+	}
+	for name, n := range seen {
+		if n != 2 {
+			t.Fatalf("cold requests not spread by load: %v (%s)", seen, name)
+		}
+	}
+}
+
+func TestDecideLoadOutweighsSmallPrefix(t *testing.T) {
+	f := newFixture(t, 2, nil)
+	c := chain(1, 10)
+	warm := f.pod(t, "pod-0")
+	_ = f.idx.Register(warm.ID, index.TierGPU, c[:2])
+	warm.Admit(50000) // 50k prefill tokens queued on the warm pod
+	d, err := f.dec.Decide(req(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.PodName != "pod-1" {
+		t.Fatalf("queued pod chosen for a 128-token saving: %+v", d)
+	}
+}
+
+// A hot prefix held by one pod: bounded load keeps every pod under 1.5x its
+// fair share of in-flight requests.
+func TestDecideHotPrefixBoundedLoad(t *testing.T) {
+	f := newFixture(t, 8, nil)
+	c := chain(7, 32)
+	_ = f.idx.Register(f.pod(t, "pod-3").ID, index.TierGPU, c)
+	counts := map[string]int{}
+	var tickets []*Ticket
+	for i := 0; i < 80; i++ {
+		d, err := f.dec.Decide(req(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[d.PodName]++
+		tickets = append(tickets, d.Pod.Admit(d.Uncached))
+	}
+	for name, n := range counts {
+		if n > 15 { // 1.5 x 80/8
+			t.Fatalf("%s took %d of 80 in-flight requests: %v", name, n, counts)
+		}
+	}
+	if counts["pod-3"] < 10 {
+		t.Fatalf("the warm pod should still take its share: %v", counts)
+	}
+	for _, tk := range tickets {
+		tk.Done()
+	}
+	for _, p := range f.reg.Pods() {
+		if l := p.Load(); l.InFlight != 0 || l.PendingPrefill != 0 {
+			t.Fatalf("%s load after all done: %+v", p.Name, l)
+		}
+	}
+}
+
+func TestDecideSessionAffinityAndThickSplit(t *testing.T) {
+	f := newFixture(t, 4, func(c *DecisionConfig) { c.ThickSession = 2 })
+	r := req(chain(9, 4))
+	r.SessionID = "s1"
+	first, err := f.dec.Decide(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Pod.Admit(first.Uncached).Done()
+	f.dec.Sessions().End("s1", f.clock)
+	// Kept on its pod even though others are equally cold and idle.
+	for i := 0; i < 5; i++ {
+		d, _ := f.dec.Decide(r)
+		d.Pod.Admit(d.Uncached).Done()
+		f.dec.Sessions().End("s1", f.clock)
+		if d.PodName != first.PodName {
+			t.Fatalf("session moved from %s to %s", first.PodName, d.PodName)
+		}
+	}
+	// Concurrent requests past the threshold spread.
+	pods := map[string]bool{}
+	for i := 0; i < 4; i++ {
+		d, _ := f.dec.Decide(r)
+		d.Pod.Admit(d.Uncached)
+		pods[d.PodName] = true
+	}
+	if len(pods) < 2 {
+		t.Fatalf("thick session stayed on one pod: %v", pods)
+	}
+	if pin, _, _ := f.dec.Sessions().Pinned("s1", f.clock); pin != first.PodName {
+		t.Fatalf("thick overflow moved the pin to %s", pin)
+	}
+}
+
+func TestDecideFilters(t *testing.T) {
+	f := newFixture(t, 3, nil)
+	c := chain(3, 8)
+	p0 := f.pod(t, "pod-0")
+	_ = f.idx.Register(p0.ID, index.TierGPU, c)
+	// Ejected: 5 consecutive failures.
+	for i := 0; i < 5; i++ {
+		f.reg.Report(p0, false, f.clock, DefaultOutlierConfig())
+	}
+	d, err := f.dec.Decide(req(c))
+	if err != nil || d.PodName == "pod-0" || d.Filtered[FilterHealthy] != 1 {
+		t.Fatalf("ejected pod chosen or not counted: %+v %v", d, err)
+	}
+	// Only one of three may be ejected at once (10%, at least one).
+	p1 := f.pod(t, "pod-1")
+	for i := 0; i < 5; i++ {
+		f.reg.Report(p1, false, f.clock, DefaultOutlierConfig())
+	}
+	if p1.Ejected(f.clock) {
+		t.Fatal("second pod ejected past the ejection cap")
+	}
+	// Readmitted after 30s.
+	f.clock = f.clock.Add(31 * time.Second)
+	d, _ = f.dec.Decide(req(c))
+	if d.PodName != "pod-0" {
+		t.Fatalf("readmitted warm pod not chosen: %+v", d)
+	}
+	// Wrong model.
+	r := req(c)
+	r.Model = "other"
+	if _, err := f.dec.Decide(r); !errors.Is(err, ErrNoHealthyPod) {
+		t.Fatalf("model filter: %v", err)
+	}
+	// A removed pod is never chosen.
+	f.reg.Remove("pod-0")
+	for i := 0; i < 10; i++ {
+		d, err := f.dec.Decide(req(c))
+		if err != nil || d.PodName == "pod-0" {
+			t.Fatalf("removed pod: %+v %v", d, err)
+		}
+	}
+}
+
+func TestDecideTierWeighting(t *testing.T) {
+	f := newFixture(t, 2, nil)
+	c := chain(5, 20)
+	_ = f.idx.Register(f.pod(t, "pod-0").ID, index.TierDisk, c)
+	_ = f.idx.Register(f.pod(t, "pod-1").ID, index.TierGPU, c[:16])
+	d, err := f.dec.Decide(req(c))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 20 blocks on disk are worth 10 on GPU: the 16 on GPU win.
+	if d.PodName != "pod-1" {
+		t.Fatalf("disk-tier prefix outranked a GPU one: %+v", d)
+	}
+}
+
+func TestDecideBaselinePolicies(t *testing.T) {
+	f := newFixture(t, 3, func(c *DecisionConfig) { c.Policy = PolicyRoundRobin })
+	var order []string
+	for i := 0; i < 6; i++ {
+		d, _ := f.dec.Decide(req(chain(1, 2)))
+		order = append(order, d.PodName)
+	}
+	if order[0] == order[1] || order[0] != order[3] || order[1] != order[4] {
+		t.Fatalf("round robin order %v", order)
+	}
+	r := req(chain(1, 2))
+	r.Policy, r.SessionID = PolicySessionHash, "abc"
+	first, _ := f.dec.Decide(r)
+	for i := 0; i < 5; i++ {
+		if d, _ := f.dec.Decide(r); d.PodName != first.PodName {
+			t.Fatal("session hash not stable")
+		}
+	}
+	r = req(chain(1, 2))
+	r.Policy = PolicyLeastLoaded
+	f.pod(t, "pod-0").Admit(0)
+	f.pod(t, "pod-1").Admit(0)
+	if d, _ := f.dec.Decide(r); d.PodName != "pod-2" {
+		t.Fatalf("least loaded chose %s", d.PodName)
+	}
+}
+
+func TestDecisionConfigValidate(t *testing.T) {
+	for name, mut := range map[string]func(*DecisionConfig){
+		"policy":              func(c *DecisionConfig) { c.Policy = "random" },
+		"filters":             func(c *DecisionConfig) { c.Filters = []string{"alive", "nope"} },
+		"weights":             func(c *DecisionConfig) { c.Weights = map[string]float64{"magic": 1} },
+		"bounded_load_factor": func(c *DecisionConfig) { c.BoundedLoadFactor = 0.5 },
+		"thick_session":       func(c *DecisionConfig) { c.ThickSession = 0 },
+		"tier_weights":        func(c *DecisionConfig) { c.TierWeights[2] = 2 },
+	} {
+		c := DefaultDecisionConfig()
+		mut(&c)
+		if err := c.Validate(); err == nil || !contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+func contains(s, sub string) bool {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return true
+		}
+	}
+	return false
+}
+
+func BenchmarkDecide(b *testing.B) {
+	idx, _ := index.New(index.DefaultConfig())
+	reg := NewRegistry(idx)
+	c := chain(1, 128)
+	for i := 0; i < 256; i++ {
+		p, _, _ := reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%03d", i), Model: "m", Profile: "h100"})
+		_ = idx.Register(p.ID, index.TierGPU, c[:i%128])
+	}
+	model, _ := gorgo.New(gorgo.DefaultConfig())
+	dec, _ := NewDecider(DefaultDecisionConfig(), idx, reg, model, time.Now)
+	r := &RouteRequest{Model: "m", Chain: c, BlockSize: 64, PromptTokens: 128*64 + 10}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := dec.Decide(r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

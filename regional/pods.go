@@ -1,0 +1,199 @@
+package regional
+
+import (
+	"math"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-llm/meridian/index"
+)
+
+// PodInfo is what the controller knows about one inference pod: from its
+// lifecycle events on the region's topic, or from static configuration.
+type PodInfo struct {
+	Name     string `json:"name"`
+	Endpoint string `json:"endpoint"` // base URL of its OpenAI-compatible API
+	Model    string `json:"model"`
+	Profile  string `json:"profile"` // hardware profile (gorgo)
+	Epoch    uint64 `json:"epoch"`
+	Static   bool   `json:"static,omitempty"`
+}
+
+// Pod is one pod with its live load accounting and health. Load counters are
+// the router's own in-flight accounting — fresher than any engine metric.
+type Pod struct {
+	Name string
+	ID   index.PodID
+	info atomic.Pointer[PodInfo]
+
+	inflight       atomic.Int64  // requests routed here and not finished
+	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
+	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
+	scrapedAt      atomic.Int64  // unix nanos of the last successful scrape
+	routed         atomic.Int64  // requests routed here, ever
+
+	ejectedTo atomic.Int64 // unix nanos: ejected until then
+
+	mu        sync.Mutex
+	fails     int // consecutive 5xx or connection failures
+	ejections int // consecutive ejections (the ejection time grows with them)
+}
+
+// Info returns the pod's current description.
+func (p *Pod) Info() PodInfo { return *p.info.Load() }
+
+// Load is a snapshot of a pod's load.
+type Load struct {
+	InFlight       int64   `json:"in_flight"`
+	PendingPrefill int64   `json:"pending_prefill_tokens"`
+	KVUtil         float64 `json:"kv_util"`
+	Routed         int64   `json:"routed"`
+}
+
+// Load returns the pod's current load.
+func (p *Pod) Load() Load {
+	return Load{
+		InFlight:       p.inflight.Load(),
+		PendingPrefill: p.pendingPrefill.Load(),
+		KVUtil:         math.Float64frombits(p.kvUtil.Load()),
+		Routed:         p.routed.Load(),
+	}
+}
+
+// Admit accounts a request routed to the pod with uncached prompt tokens to
+// prefill; the returned ticket must be completed exactly once.
+func (p *Pod) Admit(uncached int) *Ticket {
+	p.inflight.Add(1)
+	p.pendingPrefill.Add(int64(uncached))
+	p.routed.Add(1)
+	return &Ticket{pod: p, pending: int64(uncached)}
+}
+
+// Ticket tracks one admitted request through first byte and completion.
+type Ticket struct {
+	pod     *Pod
+	pending int64
+	first   bool
+	done    bool
+}
+
+// FirstByte marks the end of prefill: its tokens leave the pending count.
+func (t *Ticket) FirstByte() {
+	if t.first || t.done {
+		return
+	}
+	t.first = true
+	t.pod.pendingPrefill.Add(-t.pending)
+}
+
+// Done marks the request finished (successfully or not).
+func (t *Ticket) Done() {
+	if t.done {
+		return
+	}
+	t.FirstByte()
+	t.done = true
+	t.pod.inflight.Add(-1)
+}
+
+// SetKVUtil records a scraped KV-cache utilisation (0..1).
+func (p *Pod) SetKVUtil(u float64, at time.Time) {
+	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
+	p.scrapedAt.Store(at.UnixNano())
+}
+
+// Ejected reports whether the pod is ejected at now.
+func (p *Pod) Ejected(now time.Time) bool { return now.UnixNano() < p.ejectedTo.Load() }
+
+// Registry holds the region's pods. The request path reads an immutable
+// snapshot (swapped on every membership change, which is rare), so it never
+// takes a lock for membership.
+type Registry struct {
+	idx  *index.Index
+	mu   sync.Mutex
+	pods map[string]*Pod
+	snap atomic.Pointer[[]*Pod] // sorted by name
+}
+
+// NewRegistry builds an empty registry over the region's index.
+func NewRegistry(idx *index.Index) *Registry {
+	r := &Registry{idx: idx, pods: map[string]*Pod{}}
+	empty := []*Pod{}
+	r.snap.Store(&empty)
+	return r
+}
+
+// Pods returns the current pods, sorted by name. The slice is shared: do
+// not modify it.
+func (r *Registry) Pods() []*Pod { return *r.snap.Load() }
+
+// Get returns a pod by name.
+func (r *Registry) Get(name string) (*Pod, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[name]
+	return p, ok
+}
+
+// Upsert adds a pod or updates its info; the *Pod of a known pod stays the
+// same, so its load accounting carries on. A new epoch for a known pod means
+// the engine restarted: restarted tells the caller to clear its blocks. An
+// announcement with an older epoch than the one known is a replay and
+// changes nothing. ErrFull from the index when no slot is free.
+func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.pods[info.Name]; ok && r.idx.Alive(old.ID) {
+		cur := old.info.Load()
+		if info.Epoch != 0 && info.Epoch < cur.Epoch {
+			return old, false, nil
+		}
+		restarted = info.Epoch != 0 && cur.Epoch != 0 && info.Epoch != cur.Epoch
+		if *cur != info {
+			old.info.Store(&info)
+		}
+		return old, restarted, nil
+	}
+	id, err := r.idx.AddPod(info.Name)
+	if err != nil {
+		return nil, false, err
+	}
+	p = &Pod{Name: info.Name, ID: id}
+	p.info.Store(&info)
+	r.pods[info.Name] = p
+	r.publish()
+	return p, false, nil
+}
+
+// Remove forgets a pod: it leaves the index at once (its blocks are swept
+// later) and is no longer a candidate. Removing an unknown pod is a no-op.
+func (r *Registry) Remove(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, ok := r.pods[name]
+	if !ok {
+		return
+	}
+	_ = r.idx.RemovePod(p.ID)
+	delete(r.pods, name)
+	r.publish()
+}
+
+func (r *Registry) publish() {
+	s := make([]*Pod, 0, len(r.pods))
+	for _, p := range r.pods {
+		s = append(s, p)
+	}
+	slices.SortFunc(s, func(a, b *Pod) int {
+		switch {
+		case a.Name < b.Name:
+			return -1
+		case a.Name > b.Name:
+			return 1
+		}
+		return 0
+	})
+	r.snap.Store(&s)
+}
