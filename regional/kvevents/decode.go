@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -696,27 +697,16 @@ func (d *Decoder) tokenList() ([]uint32, error) {
 	b := r.b
 	i := r.i
 	for k := range out {
-		// Fast paths: vLLM's token ids are fixints, uint8, uint16 or uint32.
-		if i < len(b) {
+		// Fast path, without branches on the integer width (vLLM's token ids
+		// mix fixint, uint8, uint16 and uint32 unpredictably): read 4 bytes
+		// after the type byte and shift off what the type does not use.
+		if len(b)-i >= 5 {
 			c := b[i]
-			if c <= 0x7f {
-				out[k] = uint32(c)
-				i++
+			if adv := tokenAdvance[c]; adv != 0 {
+				v := binary.BigEndian.Uint32(b[i+1:])
+				out[k] = v>>tokenShift[c] | tokenFix[c]
+				i += int(adv)
 				continue
-			}
-			switch c {
-			case mpUint16:
-				if len(b)-i >= 3 {
-					out[k] = uint32(b[i+1])<<8 | uint32(b[i+2])
-					i += 3
-					continue
-				}
-			case mpUint32:
-				if len(b)-i >= 5 {
-					out[k] = uint32(b[i+1])<<24 | uint32(b[i+2])<<16 | uint32(b[i+3])<<8 | uint32(b[i+4])
-					i += 5
-					continue
-				}
 			}
 		}
 		r.i = i
@@ -827,3 +817,16 @@ func (d *Decoder) str(p []byte) string {
 	}
 	return s
 }
+
+// Lookup tables of the token fast path, by type byte: bytes taken (0: not a
+// non-negative integer of at most 32 bits), right shift of the 4 bytes after
+// the type byte, and the value of a positive fixint.
+var tokenAdvance, tokenShift, tokenFix = func() (adv, shift [256]uint8, fix [256]uint32) {
+	for c := 0; c <= 0x7f; c++ {
+		adv[c], shift[c], fix[c] = 1, 32, uint32(c)
+	}
+	adv[mpUint8], shift[mpUint8] = 2, 24
+	adv[mpUint16], shift[mpUint16] = 3, 16
+	adv[mpUint32], shift[mpUint32] = 5, 0
+	return
+}()

@@ -64,6 +64,12 @@ func (e *DecodeError) Error() string {
 // ReasonOf returns the Reason of a *DecodeError anywhere in err's chain, or ""
 // when err is not a decode error.
 func ReasonOf(err error) Reason {
+	if err == nil {
+		return ""
+	}
+	if de, ok := err.(*DecodeError); ok {
+		return de.Reason
+	}
 	var de *DecodeError
 	if errors.As(err, &de) {
 		return de.Reason

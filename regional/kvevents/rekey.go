@@ -552,9 +552,8 @@ func (r *Rekeyer) tokRelease(s []uint32) {
 		}
 		r.tokFreeN = len(s)
 	}
-	if len(r.tokFree) < 4096 {
-		r.tokFree = append(r.tokFree, s)
-	}
+	// Bounded by the most entries ever live at once (at most MaxEntries).
+	r.tokFree = append(r.tokFree, s)
 }
 
 // classifyExtra reads a block's extra_keys tuple. The chain hash covers model,

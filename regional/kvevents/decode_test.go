@@ -1,0 +1,274 @@
+package kvevents
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+// msgOf builds a message with our encoder (for tests of limits and errors,
+// where the exact bytes are not the point; the vectors pin the bytes).
+func msgOf(t testing.TB, enc Encoding, evs ...Event) []byte {
+	t.Helper()
+	msg, err := enc.AppendBatch(nil, &Batch{TS: 1.5, Events: evs, DataParallelRank: Some[int64](0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+func decodeWith(t *testing.T, cfg DecoderConfig, msg []byte) (*Batch, error) {
+	t.Helper()
+	d, err := NewDecoder(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Decode(msg)
+}
+
+func wantReason(t *testing.T, err error, reason Reason, detail string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("decoded, want %s", reason)
+	}
+	var de *DecodeError
+	if !errors.As(err, &de) {
+		t.Fatalf("error %v is not a *DecodeError", err)
+	}
+	if de.Reason != reason || !strings.Contains(de.Detail, detail) {
+		t.Fatalf("error %v, want reason %s and detail containing %q", err, reason, detail)
+	}
+	if !strings.Contains(err.Error(), "at byte ") {
+		t.Fatalf("error %q does not name the byte offset", err)
+	}
+}
+
+func TestDecodeLimits(t *testing.T) {
+	stored := &BlockStored{BlockHashes: []uint64{1, 2, 3}, TokenIDs: []uint32{1, 2, 3, 4, 5, 6}, BlockSize: 2,
+		LoRAName: Some("a-long-lora-name"), ExtraKeys: []Raw{{mpNil}, {mpNil}, appendArrayHeader(appendArrayHeader(nil, 1), 0)}}
+	msg := msgOf(t, Encoding{}, stored, stored)
+	limit := func(f func(*DecoderConfig)) DecoderConfig {
+		c := DefaultDecoderConfig()
+		f(&c)
+		return c
+	}
+	cases := []struct {
+		name   string
+		cfg    DecoderConfig
+		msg    []byte
+		reason Reason
+		detail string
+	}{
+		{"events", limit(func(c *DecoderConfig) { c.MaxEvents = 1 }), msg, ReasonTooLarge, "2 events, limit 1"},
+		{"hashes", limit(func(c *DecoderConfig) { c.MaxBlocksPerEvent = 2 }), msg, ReasonTooLarge, "3 hashes, limit 2"},
+		{"tokens", limit(func(c *DecoderConfig) { c.MaxTokensPerEvent = 5 }), msg, ReasonTooLarge, "6 tokens, limit 5"},
+		{"string", limit(func(c *DecoderConfig) { c.MaxStringBytes = 8 }), msg, ReasonTooLarge, "limit 8"},
+		{"depth", limit(func(c *DecoderConfig) { c.MaxDepth = 1 }), msg, ReasonTooDeep, "nested"},
+		{"message", limit(func(c *DecoderConfig) { c.MaxMessageBytes = len(msg) - 1 }), msg, ReasonTooLarge, "limit"},
+		{"hash bytes", limit(func(c *DecoderConfig) { c.MaxHashBytes = 8 }),
+			msgOf(t, Encoding{}, &BlockRemoved{BlockHashes: []uint64{1}}), ReasonTooLarge, ""},
+	}
+	// A bytes hash longer than MaxHashBytes is a bad hash.
+	long := msgOf(t, Encoding{Hashes: HashBytes}, &BlockRemoved{BlockHashes: []uint64{1}})
+	i := strings.Index(string(long), "\xc4\x08")
+	long = append(long[:i:i], append([]byte{mpBin8, 9, 0}, long[i+2:]...)...)
+	cases[len(cases)-1] = struct {
+		name   string
+		cfg    DecoderConfig
+		msg    []byte
+		reason Reason
+		detail string
+	}{"hash bytes", limit(func(c *DecoderConfig) { c.MaxHashBytes = 8 }), long, ReasonBadHash, "9 bytes, limit 8"}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := decodeWith(t, c.cfg, c.msg)
+			wantReason(t, err, c.reason, c.detail)
+		})
+	}
+	// Within the limits the same message decodes.
+	if _, err := decodeWith(t, DefaultDecoderConfig(), msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestDecodePrefixLimit: in a stream, a batch that would run past
+// MaxMessageBytes is too large, not truncated.
+func TestDecodePrefixLimit(t *testing.T) {
+	one := msgOf(t, Encoding{}, &BlockStored{BlockHashes: []uint64{1}, TokenIDs: make([]uint32, 64), BlockSize: 64})
+	stream := append(append([]byte{}, one...), one...)
+	cfg := DefaultDecoderConfig()
+	cfg.MaxMessageBytes = len(one) - 1
+	d, _ := NewDecoder(cfg)
+	_, _, err := d.DecodePrefix(stream)
+	wantReason(t, err, ReasonTooLarge, "size limit")
+	cfg.MaxMessageBytes = len(one)
+	d, _ = NewDecoder(cfg)
+	for off := 0; off < len(stream); {
+		_, n, err := d.DecodePrefix(stream[off:])
+		if err != nil || n != len(one) {
+			t.Fatalf("at %d: n=%d err=%v", off, n, err)
+		}
+		off += n
+	}
+}
+
+func TestDecodeErrors(t *testing.T) {
+	hdr := []byte{0x93, mpFloat64, 0x3f, 0xf8, 0, 0, 0, 0, 0, 0} // [1.5, ...
+	batch := func(events ...[]byte) []byte {
+		m := append(append([]byte{}, hdr...), appendArrayHeader(nil, len(events))...)
+		for _, e := range events {
+			m = append(m, e...)
+		}
+		return append(m, 0)
+	}
+	cat := func(parts ...[]byte) []byte {
+		var out []byte
+		for _, p := range parts {
+			out = append(out, p...)
+		}
+		return out
+	}
+	str := func(s string) []byte { return appendStr(nil, s) }
+	cases := []struct {
+		name   string
+		msg    []byte
+		reason Reason
+		detail string
+	}{
+		{"envelope of one", []byte{0x91, 0x00}, ReasonBadEnvelope, "want at least 2"},
+		{"ts string", []byte{0x92, 0xa1, 'x', 0x90}, ReasonBadEnvelope, "ts"},
+		{"events map", []byte{0x92, 0x00, 0x80}, ReasonBadEnvelope, "events"},
+		{"events nil", []byte{0x92, 0x00, mpNil}, ReasonBadEnvelope, "events"},
+		{"rank string", []byte{0x93, 0x00, 0x90, 0xa1, 'x'}, ReasonBadEnvelope, "data_parallel_rank"},
+		{"map without events", cat([]byte{0x81}, str("ts"), []byte{0}), ReasonBadEnvelope, "no events"},
+		{"map key int", []byte{0x81, 0x01, 0x02}, ReasonBadEnvelope, "key"},
+		{"event int", batch([]byte{0x05}), ReasonBadEvent, "want array"},
+		{"event empty", batch([]byte{0x90}), ReasonBadEvent, "empty"},
+		{"tag int", batch([]byte{0x91, 0x05}), ReasonBadEvent, "tag"},
+		{"map without type", batch(cat([]byte{0x81}, str("medium"), str("GPU"))), ReasonBadEvent, "no \"type\""},
+		{"block_size string", batch(cat([]byte{0x95}, str(TagBlockStored), []byte{0x90, mpNil, 0x90}, str("x"))), ReasonBadFieldType, "block_size"},
+		{"medium int", batch(cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x90, 0x07})), ReasonBadFieldType, "medium"},
+		{"medium bytes", batch(cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x90, mpBin8, 1, 'G'})), ReasonBadFieldType, "medium"},
+		{"hashes map", batch(cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x80})), ReasonBadFieldType, "block_hashes"},
+		{"hash nil", batch(cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x91, mpNil})), ReasonBadHash, "found nil"},
+		{"hash string", batch(cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x91}, str("ab"))), ReasonBadHash, "string"},
+		{"token too big", batch(cat([]byte{0x94}, str(TagBlockStored), []byte{0x90, mpNil, 0x91, mpUint64, 0, 0, 0, 1, 0, 0, 0, 0})), ReasonBadFieldType, "out of range"},
+		{"token float", batch(cat([]byte{0x94}, str(TagBlockStored), []byte{0x90, mpNil, 0x91, mpFloat32, 0, 0, 0, 0})), ReasonBadFieldType, "token id"},
+		{"lora_id too big", batch(cat([]byte{0x96}, str(TagBlockStored), []byte{0x90, mpNil, 0x90, 0x02, mpUint64, 0xff, 0, 0, 0, 0, 0, 0, 0})), ReasonBadFieldType, "int64"},
+		{"pod up without pod", batch(cat([]byte{0x91}, str(TagPodUp))), ReasonMissingField, "pod name"},
+		{"pod down without pod", batch(cat([]byte{0x81}, str("type"), str(TagPodDown))), ReasonMissingField, "pod name"},
+		{"negative epoch", batch(cat([]byte{0x93}, str(TagPodDown), str("p"), []byte{0xff})), ReasonBadFieldType, "epoch"},
+		{"ext where a value is skipped", batch(cat([]byte{0x92}, str(TagAllBlocksCleared), []byte{mpExt8, 5, 1, 1})), ReasonTruncated, "ext"},
+		{"deep unknown field", batch(cat([]byte{0x92}, str(TagAllBlocksCleared), []byte(strings.Repeat("\x91", 40)), []byte{0})), ReasonTooDeep, "nested"},
+		{"array32 claims too much", []byte{0x92, 0x00, mpArray32, 0x7f, 0xff, 0xff, 0xff}, ReasonTruncated, "2147483647 elements"},
+		{"str32 claims too much", batch(cat([]byte{0x92}, str(TagAllBlocksCleared), []byte{mpStr32, 0x7f, 0xff, 0xff, 0xff})), ReasonTruncated, "bytes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := decodeWith(t, DefaultDecoderConfig(), c.msg)
+			wantReason(t, err, c.reason, c.detail)
+		})
+	}
+}
+
+// TestEveryPrefixIsTruncated: msgpack is prefix-free, so every strict prefix
+// of a valid message must fail, as truncated, without panicking.
+func TestEveryPrefixIsTruncated(t *testing.T) {
+	d := newTestDecoder(t)
+	for _, v := range loadVectors(t) {
+		if v.want == "" {
+			continue
+		}
+		for n := 0; n < len(v.msg); n++ {
+			_, err := d.Decode(v.msg[:n])
+			if ReasonOf(err) != ReasonTruncated {
+				t.Fatalf("%s: prefix of %d/%d bytes: %v, want truncated", v.name, n, len(v.msg), err)
+			}
+		}
+	}
+}
+
+// TestDecodeAllocs: a Decoder that has seen a message's shape before decodes
+// it again without allocating.
+func TestDecodeAllocs(t *testing.T) {
+	msg := benchBatch(t, 16, 4, 16, Encoding{})
+	mapMsg := benchBatch(t, 16, 4, 16, Encoding{Events: EventsMap})
+	d := newTestDecoder(t)
+	for _, m := range [][]byte{msg, mapMsg} {
+		if _, err := d.Decode(m); err != nil {
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(50, func() {
+			if _, err := d.Decode(m); err != nil {
+				t.Fatal(err)
+			}
+		}); n != 0 {
+			t.Fatalf("%v allocations per decode, want 0", n)
+		}
+	}
+}
+
+// TestHostileAllocs: a message that claims huge lists allocates nothing
+// beyond its error, whatever it claims.
+func TestHostileAllocs(t *testing.T) {
+	hostile := [][]byte{
+		{0x92, 0x00, mpArray32, 0xff, 0xff, 0xff, 0xff},
+		append(append([]byte{0x92, 0x00, 0x91, 0x94}, appendStr(nil, TagBlockStored)...), 0x90, mpNil, mpArray32, 0xff, 0xff, 0xff, 0xf0, 1, 2, 3),
+		append(append([]byte{0x92, 0x00, 0x91, 0x92}, appendStr(nil, TagBlockStored)...), mpArray32, 0x0f, 0xff, 0xff, 0xff),
+	}
+	d := newTestDecoder(t)
+	for i, m := range hostile {
+		if n := testing.AllocsPerRun(20, func() {
+			if _, err := d.Decode(m); err == nil {
+				t.Fatalf("hostile %d decoded", i)
+			}
+		}); n > 10 {
+			t.Fatalf("hostile %d: %v allocations per decode", i, n)
+		}
+		if cap(d.tokens) > 1<<10 || cap(d.hashes) > 1<<10 {
+			t.Fatalf("hostile %d grew buffers to %d tokens, %d hashes", i, cap(d.tokens), cap(d.hashes))
+		}
+	}
+}
+
+func TestDecoderConfigValidate(t *testing.T) {
+	if err := DefaultDecoderConfig().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := DefaultDecoderConfig()
+	c.MaxTokensPerEvent = 0
+	if err := c.Validate(); !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "MaxTokensPerEvent = 0") {
+		t.Fatalf("got %v", err)
+	}
+	c = DefaultDecoderConfig()
+	c.MaxMessageBytes = 2 << 30
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "MaxMessageBytes") {
+		t.Fatalf("got %v", err)
+	}
+	if _, err := NewDecoder(DecoderConfig{}); err == nil {
+		t.Fatal("zero config accepted")
+	}
+}
+
+func TestRawJSON(t *testing.T) {
+	for _, c := range []struct {
+		raw  []byte
+		want string
+	}{
+		{[]byte{mpNil}, "null"},
+		{[]byte{mpTrue}, "true"},
+		{[]byte{0xff}, "-1"},
+		{[]byte{mpFloat32, 0x3f, 0xc0, 0, 0}, "1.5"},
+		{[]byte{0x92, 0xa1, 'a', 0x05}, `["a",5]`},
+		{[]byte{mpBin8, 2, 0xab, 0xcd}, `{"bin":"abcd"}`},
+		{[]byte{0x81, 0xa1, 'k', 0x01}, `{"k":1}`},
+		{[]byte{0x81, 0x02, 0x01}, `{"map":[[2,1]]}`},
+		{[]byte{0xd4, 0x07, 0xee}, `{"ext":7,"data":"ee"}`},
+		{[]byte{mpExt8, 2, 0x01, 0xaa, 0xbb}, `{"ext":1,"data":"aabb"}`},
+		{[]byte{0x92, 0x01}, `{"invalid":"9201"}`},
+	} {
+		if got := string(AppendRawJSON(nil, c.raw)); got != c.want {
+			t.Errorf("%x: got %s, want %s", c.raw, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,437 @@
+package kvevents
+
+import (
+	"fmt"
+	"hash/fnv"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/meridian-llm/meridian/index"
+)
+
+// naiveRekeyer is the reference for Rekeyer: it keeps every engine block it
+// ever accepted, forever, with its own tokens, and after every event
+// recomputes from scratch which router blocks the pod holds, by re-hashing
+// each block's whole token history from the start of its sequence with
+// index.ChainHashes. No windows, no trees, no counters of registrations.
+type naiveRekeyer struct {
+	model  string
+	R      int
+	blocks map[ekey]*naiveBlock
+}
+
+type naiveBlock struct {
+	key        ekey
+	parent     *naiveBlock
+	tokens     []uint32
+	lora, salt string // of the sequence's first block
+	opaque     bool   // this block's own extra keys
+	count      [index.NumTiers]int
+}
+
+type tierHash struct {
+	hash uint64
+	tier index.Tier
+}
+
+func newNaive(model string, R int) *naiveRekeyer {
+	return &naiveRekeyer{model: model, R: R, blocks: map[ekey]*naiveBlock{}}
+}
+
+func (n *naiveBlock) alive() bool {
+	for _, c := range n.count {
+		if c > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *naiveRekeyer) apply(b *Batch) {
+	rank := b.Rank()
+	for _, ev := range b.Events {
+		n.event(rank, ev)
+	}
+}
+
+func (n *naiveRekeyer) event(rank int64, ev Event) {
+	group := func(g Opt[int64]) int32 {
+		if g.Valid {
+			return int32(g.V)
+		}
+		return 0
+	}
+	switch ev := ev.(type) {
+	case *AllBlocksCleared:
+		for _, b := range n.blocks {
+			if int64(b.key.rank) == rank {
+				b.count = [index.NumTiers]int{}
+			}
+		}
+	case *BlockRemoved:
+		t, ok := TierOf(ev.Medium)
+		if !ok {
+			return
+		}
+		for _, h := range ev.BlockHashes {
+			if b := n.blocks[ekey{h, group(ev.GroupIdx), int32(rank)}]; b != nil && b.count[t] > 0 {
+				b.count[t]--
+			}
+		}
+	case *BlockStored:
+		t, ok := TierOf(ev.Medium)
+		if !ok || len(ev.BlockHashes) == 0 {
+			return
+		}
+		k := ekey{group: group(ev.GroupIdx), rank: int32(rank)}
+		if len(ev.TokenIDs) == 0 {
+			for _, h := range ev.BlockHashes {
+				k.hash = h
+				if b := n.blocks[k]; b != nil && b.alive() {
+					b.count[t]++
+				}
+			}
+			return
+		}
+		E := int(ev.BlockSize)
+		if E <= 0 || len(ev.TokenIDs) != E*len(ev.BlockHashes) || (n.R%E != 0 && E%n.R != 0) {
+			return
+		}
+		var parent *naiveBlock
+		if ev.ParentBlockHash.Valid {
+			k.hash = ev.ParentBlockHash.V
+			parent = n.blocks[k]
+			if parent == nil || !parent.alive() || len(parent.tokens) != E {
+				return
+			}
+		}
+		lora := ""
+		if ev.LoRAName.Valid {
+			lora = ev.LoRAName.V
+		} else if ev.LoRAID.Valid {
+			lora = fmt.Sprintf("lora_id:%d", ev.LoRAID.V)
+		}
+		for i, h := range ev.BlockHashes {
+			k.hash = h
+			b := n.blocks[k]
+			if b == nil || (!b.alive() && !n.hasLiveDescendant(b)) {
+				// New, or forgotten by any implementation that keeps only
+				// what it needs: (re)defined by this event.
+				var extra Raw
+				if i < len(ev.ExtraKeys) {
+					extra = ev.ExtraKeys[i]
+				}
+				salt, opaque := classifyExtra(extra, lora, parent == nil)
+				b = &naiveBlock{key: k, parent: parent, tokens: ev.TokenIDs[i*E : (i+1)*E : (i+1)*E], opaque: opaque}
+				if parent == nil {
+					b.lora, b.salt = lora, salt
+				}
+				n.blocks[k] = b
+			}
+			b.count[t]++
+			parent = b
+		}
+	}
+}
+
+func (n *naiveRekeyer) hasLiveDescendant(b *naiveBlock) bool {
+	for _, o := range n.blocks {
+		for p := o.parent; p != nil; p = p.parent {
+			if p == b && o.alive() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// held returns, for each (our hash, tier), how many completing engine
+// blocks hold it: the multiset the index must hold for the pod.
+func (n *naiveRekeyer) held() map[tierHash]int {
+	out := map[tierHash]int{}
+	for _, b := range n.blocks {
+		var chain []*naiveBlock // root first
+		for p := b; p != nil; p = p.parent {
+			chain = append([]*naiveBlock{p}, chain...)
+		}
+		var toks []uint32
+		opaque := false
+		for _, p := range chain {
+			toks = append(toks, p.tokens...)
+			opaque = opaque || p.opaque
+		}
+		if opaque {
+			continue
+		}
+		root := chain[0]
+		ns := index.Namespace{Model: n.model, LoRA: root.lora, CacheSalt: root.salt, BlockSize: n.R}
+		ours := index.ChainHashes(ns, toks, nil)
+		E := len(b.tokens)
+		d := len(chain) - 1 // b covers tokens [d*E, (d+1)*E)
+		for j, h := range ours {
+			end := (j + 1) * n.R
+			if end <= d*E || end > (d+1)*E {
+				continue // not completed by b
+			}
+			for t := index.Tier(0); t < index.NumTiers; t++ {
+				all := true
+				for i, p := range chain {
+					if i*E < end && (i+1)*E > j*n.R && p.count[t] == 0 {
+						all = false
+					}
+				}
+				if all {
+					out[tierHash{h, t}]++
+				}
+			}
+		}
+	}
+	return out
+}
+
+// opIndex applies Ops to a reference-counted multiset, as the index does,
+// and fails on an eviction of something not registered.
+type opIndex struct {
+	m map[tierHash]int
+}
+
+func (x *opIndex) apply(t interface{ Fatalf(string, ...any) }, ops []Op) {
+	for _, op := range ops {
+		switch op.Kind {
+		case OpClearPod:
+			clear(x.m)
+		case OpRegister:
+			for _, h := range op.Hashes {
+				x.m[tierHash{h, op.Tier}]++
+			}
+		case OpEvict:
+			for _, h := range op.Hashes {
+				k := tierHash{h, op.Tier}
+				if x.m[k] == 0 {
+					t.Fatalf("evict of %x in %v, which is not registered", h, op.Tier)
+				}
+				x.m[k]--
+				if x.m[k] == 0 {
+					delete(x.m, k)
+				}
+			}
+		default:
+			t.Fatalf("bad op %+v", op)
+		}
+	}
+}
+
+// engineGen generates event sequences like an engine's, with the hostile
+// cases mixed in: engine hashes are a function of (parent hash, tokens,
+// rank, group, extra keys), as in vLLM, so one hash always means one block.
+type engineGen struct {
+	E      int
+	blocks []genBlock
+}
+
+type genBlock struct {
+	hash  uint64
+	rank  int64
+	group int64
+	depth int
+}
+
+func (g *engineGen) hash(parent uint64, toks []uint32, rank, group int64, extra string) uint64 {
+	f := fnv.New64a()
+	fmt.Fprint(f, parent, toks, rank, group, extra)
+	return f.Sum64()
+}
+
+func (g *engineGen) batch(t *rapid.T) *Batch {
+	rank := rapid.Int64Range(0, 1).Draw(t, "rank")
+	b := &Batch{TS: 1, DataParallelRank: Some(rank)}
+	for n := rapid.IntRange(1, 4).Draw(t, "events"); n > 0; n-- {
+		b.Events = append(b.Events, g.event(t, rank))
+	}
+	return b
+}
+
+var genMedia = []Opt[string]{{}, Some("GPU"), Some("CPU"), Some("DISK"), Some("gpu"), Some("WEIRD")}
+
+func (g *engineGen) event(t *rapid.T, rank int64) Event {
+	medium := rapid.SampledFrom(genMedia).Draw(t, "medium")
+	group := rapid.Int64Range(0, 1).Draw(t, "group")
+	known := func(label string) (genBlock, bool) {
+		var mine []genBlock
+		for _, b := range g.blocks {
+			if b.rank == rank {
+				mine = append(mine, b)
+			}
+		}
+		if len(mine) == 0 {
+			return genBlock{}, false
+		}
+		return rapid.SampledFrom(mine).Draw(t, label), true
+	}
+	switch rapid.IntRange(0, 9).Draw(t, "op") {
+	case 0, 1, 2, 3: // store new blocks (or re-store: same content gives the same hashes)
+		ev := &BlockStored{BlockSize: int64(g.E), Medium: medium}
+		var parent uint64
+		depth := 0
+		if p, ok := known("parent"); ok && rapid.IntRange(0, 3).Draw(t, "root?") > 0 {
+			parent, depth, group = p.hash, p.depth+1, p.group
+			ev.ParentBlockHash = Some(parent)
+		}
+		if rapid.IntRange(0, 5).Draw(t, "lora?") == 0 {
+			ev.LoRAName = Some("l1")
+		}
+		extraKind := rapid.IntRange(0, 9).Draw(t, "extra")
+		ev.GroupIdx = Some(group)
+		n := rapid.IntRange(1, 40).Draw(t, "blocks")
+		for i := 0; i < n; i++ {
+			toks := make([]uint32, g.E)
+			for j := range toks {
+				toks[j] = uint32(rapid.IntRange(0, 2).Draw(t, "tok"))
+			}
+			extra := "-"
+			switch {
+			case extraKind == 0 && depth == 0:
+				extra = "salt"
+			case extraKind == 1 && i == n/2:
+				extra = "image"
+			}
+			h := g.hash(parent, toks, rank, group, extra+ev.LoRAName.V)
+			ev.BlockHashes = append(ev.BlockHashes, h)
+			ev.TokenIDs = append(ev.TokenIDs, toks...)
+			var raw Raw = Raw{mpNil}
+			if ev.LoRAName.Valid || extra != "-" {
+				var items []byte
+				cnt := 0
+				if ev.LoRAName.Valid {
+					items = appendStr(items, ev.LoRAName.V)
+					cnt++
+				}
+				switch extra {
+				case "salt":
+					items = appendStr(items, "salt")
+					cnt++
+				case "image":
+					items = append(appendArrayHeader(items, 2), appendStr(nil, "img-hash")...)
+					items = append(items, 0x03)
+					cnt++
+				}
+				raw = append(appendArrayHeader(nil, cnt), items...)
+			}
+			ev.ExtraKeys = append(ev.ExtraKeys, raw)
+			g.blocks = append(g.blocks, genBlock{hash: h, rank: rank, group: group, depth: depth})
+			parent = h
+			depth++
+		}
+		if rapid.IntRange(0, 19).Draw(t, "bad?") == 0 {
+			ev.TokenIDs = ev.TokenIDs[1:] // wrong token count: dropped
+		}
+		if rapid.IntRange(0, 3).Draw(t, "no extra keys?") == 0 {
+			ev.ExtraKeys = nil
+		}
+		return ev
+	case 4: // offload: tokens-less store of known (or unknown) hashes
+		ev := &BlockStored{BlockSize: int64(g.E), Medium: medium}
+		for n := rapid.IntRange(1, 4).Draw(t, "n"); n > 0; n-- {
+			if b, ok := known("block"); ok {
+				ev.BlockHashes = append(ev.BlockHashes, b.hash)
+				ev.GroupIdx = Some(b.group)
+			} else {
+				ev.BlockHashes = append(ev.BlockHashes, rapid.Uint64().Draw(t, "h"))
+			}
+		}
+		return ev
+	case 5, 6, 7, 8: // remove known (and unknown) hashes, often a tail run
+		ev := &BlockRemoved{Medium: medium, GroupIdx: Some(group)}
+		for n := rapid.IntRange(1, 8).Draw(t, "n"); n > 0; n-- {
+			if b, ok := known("block"); ok && rapid.IntRange(0, 9).Draw(t, "unknown?") > 0 {
+				ev.BlockHashes = append(ev.BlockHashes, b.hash)
+				ev.GroupIdx = Some(b.group)
+			} else {
+				ev.BlockHashes = append(ev.BlockHashes, rapid.Uint64().Draw(t, "h"))
+			}
+		}
+		return ev
+	default:
+		if rapid.IntRange(0, 3).Draw(t, "clear?") == 0 {
+			return &AllBlocksCleared{}
+		}
+		// A store under a parent the pod never had.
+		return &BlockStored{BlockHashes: []uint64{rapid.Uint64().Draw(t, "h")}, ParentBlockHash: Some(rapid.Uint64().Draw(t, "p")),
+			TokenIDs: make([]uint32, g.E), BlockSize: int64(g.E), Medium: medium}
+	}
+}
+
+// TestRekeyerMatchesNaive runs random event sequences through the Rekeyer
+// and the naive reference, and after every batch compares the multiset of
+// (our hash, tier) that the Rekeyer's ops leave in an index with the one the
+// naive reference computes from scratch. Engine/router block size ratios
+// 1, 4 and 32 (engine smaller), and 1/4 (engine larger).
+func TestRekeyerMatchesNaive(t *testing.T) {
+	for _, c := range []struct{ E, R int }{{2, 2}, {2, 8}, {2, 64}, {8, 2}} {
+		t.Run(fmt.Sprintf("engine%d-router%d", c.E, c.R), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				cfg := DefaultRekeyConfig()
+				cfg.Model, cfg.BlockSize, cfg.MaxRanks = "m", c.R, 2
+				r, err := NewRekeyer(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				naive := newNaive("m", c.R)
+				idx := &opIndex{m: map[tierHash]int{}}
+				gen := &engineGen{E: c.E}
+				var ops []Op
+				for step := rapid.IntRange(1, 60).Draw(t, "steps"); step > 0; step-- {
+					b := gen.batch(t)
+					ops = r.Apply(ops[:0], b)
+					idx.apply(t, ops)
+					naive.apply(b)
+					if want := naive.held(); !maps.Equal(idx.m, want) {
+						t.Fatalf("after %s:\nrekeyer holds %s\nnaive holds   %s", AppendJSON(nil, b), fmtHeld(idx.m), fmtHeld(want))
+					}
+				}
+				// Removing everything that is held leaves nothing registered.
+				var all []Event
+				for _, blk := range naive.blocks {
+					for tr := index.Tier(0); tr < index.NumTiers; tr++ {
+						for i := 0; i < blk.count[tr]; i++ {
+							all = append(all, &BlockRemoved{BlockHashes: []uint64{blk.key.hash}, Medium: Some(strings.ToUpper(tr.String())),
+								GroupIdx: Some(int64(blk.key.group))})
+						}
+					}
+				}
+				for rank := int64(0); rank < 2; rank++ {
+					for _, ev := range all {
+						ops = r.ApplyEvent(ops[:0], rank, ev)
+						idx.apply(t, ops)
+						naive.event(rank, ev)
+					}
+				}
+				if len(idx.m) != 0 || r.Len() != 0 {
+					t.Fatalf("after removing everything: %d registrations, %d entries left", len(idx.m), r.Len())
+				}
+			})
+		})
+	}
+}
+
+func fmtHeld(m map[tierHash]int) string {
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b tierHash) int {
+		if a.hash != b.hash {
+			if a.hash < b.hash {
+				return -1
+			}
+			return 1
+		}
+		return int(a.tier) - int(b.tier)
+	})
+	var sb strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&sb, "%x/%v×%d ", k.hash, k.tier, m[k])
+	}
+	return sb.String()
+}
