@@ -1,0 +1,176 @@
+package enginesim
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/meridian-llm/meridian/regional/kvevents"
+)
+
+// Kafka message headers the engine simulator writes on every batch. The
+// key is the pod name, so one pod's batches stay in order on one partition.
+const (
+	HeaderPod      = "pod"      // pod name
+	HeaderModel    = "model"    // served model name
+	HeaderHardware = "hardware" // hardware profile, e.g. "h100"
+	HeaderSeq      = "seq"      // batch sequence number, 8 bytes big-endian (as vLLM's ZMQ frame)
+	HeaderEpoch    = "epoch"    // process-start epoch, 8 bytes big-endian
+)
+
+// KVBatch converts b to the vLLM wire model of regional/kvevents: BlockStored
+// with medium "GPU", the LoRA name, and extra_keys per block carrying the
+// LoRA name and, on a chain's first block, the cache salt (as vLLM writes
+// them); Meridian's PodUp and PodDown as they are.
+func (b Batch) KVBatch() kvevents.Batch {
+	out := kvevents.Batch{
+		TS:               float64(b.TS.UnixNano()) / 1e9,
+		DataParallelRank: kvevents.Some(int64(b.DPRank)),
+		Events:           make([]kvevents.Event, 0, len(b.Events)),
+	}
+	for _, ev := range b.Events {
+		switch ev.Kind {
+		case BlockStored:
+			s := &kvevents.BlockStored{
+				BlockHashes: ev.BlockHashes,
+				TokenIDs:    ev.TokenIDs,
+				BlockSize:   int64(ev.BlockSize),
+				Medium:      kvevents.Some(ev.Medium),
+			}
+			if ev.HasParent {
+				s.ParentBlockHash = kvevents.Some(ev.ParentHash)
+			}
+			if ev.LoRAName != "" {
+				s.LoRAName = kvevents.Some(ev.LoRAName)
+			}
+			if ev.LoRAName != "" || ev.CacheSalt != "" {
+				s.ExtraKeys = make([]kvevents.Raw, len(ev.BlockHashes))
+				for i := range s.ExtraKeys {
+					var keys []string
+					if ev.LoRAName != "" {
+						keys = append(keys, ev.LoRAName)
+					}
+					if i == 0 && !ev.HasParent && ev.CacheSalt != "" {
+						keys = append(keys, ev.CacheSalt)
+					}
+					s.ExtraKeys[i] = msgpackStrings(keys)
+				}
+			}
+			out.Events = append(out.Events, s)
+		case BlockRemoved:
+			out.Events = append(out.Events, &kvevents.BlockRemoved{BlockHashes: ev.BlockHashes, Medium: kvevents.Some(ev.Medium)})
+		case AllBlocksCleared:
+			out.Events = append(out.Events, &kvevents.AllBlocksCleared{})
+		case PodUp:
+			p := ev.Pod
+			out.Events = append(out.Events, &kvevents.PodUp{Pod: p.Name, Endpoint: p.Endpoint, Model: p.Model,
+				Hardware: p.Hardware, Region: p.Region, Epoch: p.Epoch})
+		case PodDown:
+			out.Events = append(out.Events, &kvevents.PodDown{Pod: ev.Pod.Name, Epoch: ev.Pod.Epoch, Reason: ev.Pod.Reason})
+		}
+	}
+	return out
+}
+
+// msgpackStrings encodes a list of strings as a msgpack array (nil when
+// empty, which vLLM writes for a block without extra keys).
+func msgpackStrings(ss []string) kvevents.Raw {
+	if len(ss) == 0 {
+		return kvevents.Raw{0xc0}
+	}
+	b := []byte{0x90 | byte(len(ss))} // fixarray: at most two entries here
+	for _, s := range ss {
+		switch n := len(s); {
+		case n < 32:
+			b = append(b, 0xa0|byte(n))
+		case n < 1<<8:
+			b = append(b, 0xd9, byte(n))
+		case n < 1<<16:
+			b = append(b, 0xda, byte(n>>8), byte(n))
+		default:
+			b = append(b, 0xdb)
+			b = binary.BigEndian.AppendUint32(b, uint32(n))
+		}
+		b = append(b, s...)
+	}
+	return b
+}
+
+// KafkaPublisher writes each batch as one Kafka message: value = the vLLM
+// KVEventBatch in msgpack (array envelope, array events, as vLLM before PR
+// 42892 writes them), key = pod name, headers pod/model/hardware/seq/epoch.
+// It uses its own kafka-go Transport (closed with it) and a Hash balancer
+// with RequireAll acks.
+type KafkaPublisher struct {
+	w       *kafka.Writer
+	tr      *kafka.Transport
+	key     []byte
+	headers []kafka.Header
+	enc     kvevents.Encoding
+	buf     []byte
+}
+
+// NewKafkaPublisher returns a publisher for pod's batches. Close it.
+func NewKafkaPublisher(cfg KafkaConfig, pod PodInfo) (*KafkaPublisher, error) {
+	if len(cfg.Brokers) == 0 {
+		return nil, errors.New("new kafka publisher: no brokers")
+	}
+	if cfg.Topic == "" {
+		return nil, errors.New("new kafka publisher: no topic")
+	}
+	tr := &kafka.Transport{ClientID: "meridian-enginesim-" + pod.Name}
+	w := &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Topic:                  cfg.Topic,
+		Balancer:               &kafka.Hash{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           cfg.BatchTimeout,
+		WriteTimeout:           cfg.WriteTimeout,
+		AllowAutoTopicCreation: true,
+		Transport:              tr,
+	}
+	return &KafkaPublisher{
+		w: w, tr: tr, key: []byte(pod.Name),
+		headers: []kafka.Header{
+			{Key: HeaderPod, Value: []byte(pod.Name)},
+			{Key: HeaderModel, Value: []byte(pod.Model)},
+			{Key: HeaderHardware, Value: []byte(pod.Hardware)},
+		},
+	}, nil
+}
+
+func newKafkaPublisher(cfg KafkaConfig, pod PodInfo) (*KafkaPublisher, error) {
+	return NewKafkaPublisher(cfg, pod)
+}
+
+// Publish implements Publisher. It is not safe for concurrent use (the
+// engine's event pipe calls it from one goroutine).
+func (p *KafkaPublisher) Publish(ctx context.Context, b Batch) error {
+	kb := b.KVBatch()
+	var err error
+	if p.buf, err = p.enc.AppendBatch(p.buf[:0], &kb); err != nil {
+		return fmt.Errorf("publish kv events: %w", err)
+	}
+	headers := append(slices.Clip(p.headers),
+		kafka.Header{Key: HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, b.Seq)},
+		kafka.Header{Key: HeaderEpoch, Value: binary.BigEndian.AppendUint64(nil, b.Epoch)})
+	msg := kafka.Message{Key: p.key, Value: slices.Clone(p.buf), Headers: headers}
+	if err := p.w.WriteMessages(ctx, msg); err != nil {
+		return fmt.Errorf("publish kv events to %s: %w", p.w.Topic, err)
+	}
+	return nil
+}
+
+// Close flushes and closes the writer and its transport's connections.
+func (p *KafkaPublisher) Close() error {
+	err := p.w.Close()
+	p.tr.CloseIdleConnections()
+	if err != nil {
+		return fmt.Errorf("close kafka publisher: %w", err)
+	}
+	return nil
+}
