@@ -1,0 +1,709 @@
+package regional
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/kvevents"
+)
+
+// IngestConfig configures the Kafka ingestion of one region's KV events.
+type IngestConfig struct {
+	// Brokers are Kafka seed addresses (host:port). Required.
+	Brokers []string `yaml:"brokers"`
+	// Topic; default "meridian.kv-events.<Region>".
+	Topic string `yaml:"topic"`
+	// Region this controller serves. Required.
+	Region string `yaml:"region"`
+	// GroupID of this controller's consumer group. Default
+	// "meridian-<Region>-<ControllerID>-<start time>": a group of its own
+	// per process start, because the index lives in memory and must be
+	// rebuilt from the topic's retained history (StartOffset earliest) each
+	// time; within a process, commits let a restarted consumer resume and
+	// the offsets already applied are skipped, so replays change nothing.
+	GroupID      string `yaml:"group_id"`
+	ControllerID string `yaml:"controller_id"`
+	// BlockSize is the router's block size in tokens. Default 64.
+	BlockSize int `yaml:"block_size"`
+	// DefaultModel names the model of pods whose events carry no model (no
+	// PodUp seen, no model header).
+	DefaultModel string `yaml:"default_model"`
+	// MaxEntriesPerPod bounds each pod's engine-hash map (see
+	// kvevents.RekeyConfig.MaxEntries). Default 1<<20.
+	MaxEntriesPerPod int `yaml:"max_entries_per_pod"`
+	// CommitInterval batches offset commits. Default 200ms.
+	CommitInterval time.Duration `yaml:"commit_interval"`
+	// MaxWait is how long a fetch waits for data. Default 100ms.
+	MaxWait time.Duration `yaml:"max_wait"`
+	// Backoff bounds the reconnect delay after a broker failure.
+	// Defaults 100ms and 5s.
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	BackoffMax time.Duration `yaml:"backoff_max"`
+}
+
+// DefaultIngestConfig returns the defaults documented on IngestConfig.
+func DefaultIngestConfig() IngestConfig {
+	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 20, CommitInterval: 200 * time.Millisecond,
+		MaxWait: 100 * time.Millisecond, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second}
+}
+
+// Validate names the first field that is wrong.
+func (c IngestConfig) Validate() error {
+	switch {
+	case len(c.Brokers) == 0:
+		return errors.New("ingest config: brokers: at least one broker address is required")
+	case c.Region == "":
+		return errors.New("ingest config: region is required")
+	case c.BlockSize <= 0:
+		return fmt.Errorf("ingest config: block_size = %d: want > 0", c.BlockSize)
+	case c.MaxEntriesPerPod <= 0:
+		return fmt.Errorf("ingest config: max_entries_per_pod = %d: want > 0", c.MaxEntriesPerPod)
+	case c.CommitInterval <= 0 || c.MaxWait <= 0:
+		return fmt.Errorf("ingest config: commit_interval and max_wait must be > 0")
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("ingest config: backoff_min = %v, backoff_max = %v: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
+	}
+	for _, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("ingest config: brokers: %q is not host:port", b)
+		}
+	}
+	return nil
+}
+
+// TopicFor is the default topic of a region.
+func TopicFor(region string) string { return "meridian.kv-events." + region }
+
+// Message is what the ingester needs of one Kafka message; Apply takes it so
+// the event logic is tested without a broker.
+type Message struct {
+	Partition     int
+	Offset        int64
+	HighWaterMark int64
+	Key           []byte
+	Headers       []kafka.Header
+	Value         []byte
+	Time          time.Time
+}
+
+// Ingester applies the region's KV events to the index and the pod registry.
+// Apply is the single-threaded core; Run owns the Kafka consumer.
+type Ingester struct {
+	cfg  IngestConfig
+	idx  *index.Index
+	reg  *Registry
+	log  *slog.Logger
+	now  func() time.Time
+	dec  *kvevents.Decoder
+	m    *ingestMetrics
+	warn *rateLimitedLog
+
+	mu      sync.Mutex // guards the state below against Stats readers
+	pods    map[string]*podStream
+	applied map[int]int64 // partition -> highest offset applied
+	hwm     map[int]int64 // partition -> high-water mark seen
+	ops     []kvevents.Op
+
+	notify chan struct{} // closed and replaced after every Apply
+
+	caughtUp   atomic.Bool
+	connected  atomic.Bool
+	lastFetch  atomic.Int64 // unix nanos of the last message fetched
+	lagMsgs    atomic.Int64
+	startHWM   map[int]int64 // high-water marks when the consumer started (catch-up target)
+	startReady bool
+}
+
+// podStream is the per-pod ingestion state.
+type podStream struct {
+	rekey   *kvevents.Rekeyer
+	model   string
+	epoch   uint64
+	seqs    map[int64]uint64 // last batch sequence number per data-parallel rank
+	lastAt  time.Time
+	missing bool // events arrive but the pod could not be registered
+}
+
+// NewIngester builds the ingester. reg must wrap idx.
+func NewIngester(cfg IngestConfig, idx *index.Index, reg *Registry, log *slog.Logger, reg2 prometheus.Registerer, now func() time.Time) (*Ingester, error) {
+	if cfg.Topic == "" {
+		cfg.Topic = TopicFor(cfg.Region)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.GroupID == "" {
+		cfg.GroupID = "meridian-" + cfg.Region + "-" + cfg.ControllerID + "-" + strconv.FormatInt(now().UnixNano(), 36)
+	}
+	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+	if err != nil {
+		return nil, err
+	}
+	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec,
+		pods: map[string]*podStream{}, applied: map[int]int64{}, hwm: map[int]int64{}, notify: make(chan struct{})}
+	g.warn = newRateLimitedLog(log, time.Minute, now)
+	g.m, err = newIngestMetrics(reg2, g)
+	if err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Config returns the effective configuration (with defaults filled in).
+func (g *Ingester) Config() IngestConfig { return g.cfg }
+
+// CaughtUp reports whether the ingester has applied everything the topic held
+// when it started: until then the index is incomplete and /readyz says so.
+func (g *Ingester) CaughtUp() bool { return g.caughtUp.Load() }
+
+// Connected reports whether the last fetch from the broker succeeded.
+func (g *Ingester) Connected() bool { return g.connected.Load() }
+
+// Staleness is the time since the last message was fetched (0 if never).
+func (g *Ingester) Staleness() time.Duration {
+	t := g.lastFetch.Load()
+	if t == 0 {
+		return 0
+	}
+	return g.now().Sub(time.Unix(0, t))
+}
+
+// Lag is the number of messages behind the high-water mark, from the last
+// message fetched.
+func (g *Ingester) Lag() int64 { return g.lagMsgs.Load() }
+
+// Apply applies one message. It is idempotent per (partition, offset): a
+// message at or below the highest offset applied for its partition is
+// skipped, so redeliveries after a consumer restart or a rebalance leave the
+// index exactly as it was. A malformed message is counted by reason, logged
+// once per reason per minute, and skipped; it never stops ingestion.
+func (g *Ingester) Apply(msg Message) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	defer func() {
+		close(g.notify)
+		g.notify = make(chan struct{})
+	}()
+	if last, ok := g.applied[msg.Partition]; ok && msg.Offset <= last {
+		g.m.skipped.WithLabelValues("replay").Inc()
+		return
+	}
+	g.applied[msg.Partition] = msg.Offset
+	if msg.HighWaterMark > 0 {
+		g.hwm[msg.Partition] = msg.HighWaterMark
+	}
+	g.checkCaughtUpLocked()
+
+	name := string(msg.Key)
+	if name == "" {
+		name = header(msg.Headers, kvevents.HeaderPod)
+	}
+	if name == "" {
+		g.reject("no_pod_key", fmt.Errorf("message at partition %d offset %d has no key and no pod header", msg.Partition, msg.Offset))
+		return
+	}
+	batch, err := g.dec.Decode(msg.Value)
+	if err != nil {
+		g.reject(string(kvevents.ReasonOf(err)), fmt.Errorf("pod %s, partition %d offset %d: %w", name, msg.Partition, msg.Offset, err))
+		return
+	}
+	for _, s := range batch.Skipped {
+		g.m.decodeErrors.WithLabelValues(string(s.Reason)).Inc()
+		g.warn.Log(string(s.Reason), "skipped unknown kv event", "pod", name, "tag", s.Tag)
+	}
+	ps := g.stream(name, msg.Headers)
+	if ps == nil {
+		return
+	}
+	rank := batch.Rank()
+	g.checkRestartLocked(name, ps, rank, msg.Headers)
+	ps.lastAt = g.now()
+	for _, ev := range batch.Events {
+		g.m.events.WithLabelValues(ev.Kind().String()).Inc()
+		switch e := ev.(type) {
+		case *kvevents.PodUp:
+			g.podUp(e, ps)
+		case *kvevents.PodDown:
+			g.podDown(e)
+			ps = nil
+		default:
+			if ps == nil { // events after a PodDown in the same batch
+				ps = g.stream(name, msg.Headers)
+			}
+			g.ops = ps.rekey.ApplyEvent(g.ops[:0], rank, ev)
+			g.applyOps(name, g.ops)
+		}
+	}
+}
+
+func (g *Ingester) reject(reason string, err error) {
+	if reason == "" {
+		reason = "other"
+	}
+	g.m.decodeErrors.WithLabelValues(reason).Inc()
+	g.warn.Log(reason, "skipped malformed kv event message", "reason", reason, "err", err)
+}
+
+// stream returns the pod's ingestion state, creating it (and registering the
+// pod, if unknown) on first sight.
+func (g *Ingester) stream(name string, hs []kafka.Header) *podStream {
+	if ps, ok := g.pods[name]; ok {
+		return ps
+	}
+	model := header(hs, kvevents.HeaderModel)
+	if model == "" {
+		model = g.cfg.DefaultModel
+	}
+	if model == "" {
+		g.reject("no_model", fmt.Errorf("pod %s: events carry no model header, no PodUp was seen and no default model is configured", name))
+		return nil
+	}
+	rcfg := kvevents.DefaultRekeyConfig()
+	rcfg.Model, rcfg.BlockSize, rcfg.MaxEntries = model, g.cfg.BlockSize, g.cfg.MaxEntriesPerPod
+	rk, err := kvevents.NewRekeyer(rcfg)
+	if err != nil {
+		g.reject("bad_config", err)
+		return nil
+	}
+	if _, ok := g.reg.Get(name); !ok {
+		// Events without a PodUp (a vLLM fleet through the ZMQ bridge): the
+		// pod is known from its events; its endpoint comes from static
+		// configuration or a later PodUp.
+		if _, _, err := g.reg.Upsert(PodInfo{Name: name, Model: model, Profile: header(hs, kvevents.HeaderHardware)}); err != nil {
+			g.reject("registry_full", fmt.Errorf("pod %s: %w", name, err))
+			return nil
+		}
+	}
+	ps := &podStream{rekey: rk, model: model, seqs: map[int64]uint64{}}
+	g.pods[name] = ps
+	return ps
+}
+
+// checkRestartLocked clears a pod whose producer restarted: a new epoch in
+// the headers, or a batch sequence number of a data-parallel rank that went
+// backwards (vLLM numbers each rank's batches from 0 per process start).
+func (g *Ingester) checkRestartLocked(name string, ps *podStream, rank int64, hs []kafka.Header) {
+	epoch, hasEpoch := headerU64(hs, kvevents.HeaderEpoch)
+	seq, hasSeq := headerU64(hs, kvevents.HeaderSeq)
+	restarted := false
+	if hasEpoch {
+		if ps.epoch != 0 && epoch != ps.epoch {
+			if epoch < ps.epoch {
+				return // a replay from an older incarnation: the newer one is known
+			}
+			restarted = true
+		}
+		ps.epoch = epoch
+	}
+	if restarted {
+		clear(ps.seqs)
+	}
+	if hasSeq {
+		if last, ok := ps.seqs[rank]; ok && seq < last && !hasEpoch {
+			restarted = true // vLLM's seq starts again at 0 when the engine restarts
+			clear(ps.seqs)
+		}
+		ps.seqs[rank] = seq
+	}
+	if restarted {
+		g.clearPod(name, ps, "restart")
+	}
+}
+
+func (g *Ingester) clearPod(name string, ps *podStream, why string) {
+	g.m.restarts.WithLabelValues(why).Inc()
+	g.ops = ps.rekey.Reset(g.ops[:0])
+	if p, ok := g.reg.Get(name); ok {
+		_ = g.idx.ClearPod(p.ID)
+	}
+	g.log.Info("cleared pod blocks", "pod", name, "why", why)
+}
+
+func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
+	info := PodInfo{Name: e.Pod, Endpoint: e.Endpoint, Model: e.Model, Profile: e.Hardware, Epoch: e.Epoch}
+	if old, ok := g.reg.Get(e.Pod); ok && old.Info().Static {
+		info.Static = true
+		if info.Endpoint == "" {
+			info.Endpoint = old.Info().Endpoint
+		}
+	}
+	_, restarted, err := g.reg.Upsert(info)
+	if err != nil {
+		g.reject("registry_full", fmt.Errorf("pod up %s: %w", e.Pod, err))
+		return
+	}
+	if ps != nil {
+		if e.Model != "" && e.Model != ps.model {
+			// The namespace of its chains changed: start the pod afresh.
+			ps.model = e.Model
+			rcfg := kvevents.DefaultRekeyConfig()
+			rcfg.Model, rcfg.BlockSize, rcfg.MaxEntries = e.Model, g.cfg.BlockSize, g.cfg.MaxEntriesPerPod
+			if rk, err := kvevents.NewRekeyer(rcfg); err == nil {
+				ps.rekey = rk
+			}
+			restarted = true
+		}
+		if restarted || (ps.epoch != 0 && e.Epoch > ps.epoch) {
+			g.clearPod(e.Pod, ps, "pod_up_new_epoch")
+		}
+		if e.Epoch > ps.epoch {
+			ps.epoch = e.Epoch
+		}
+	}
+}
+
+func (g *Ingester) podDown(e *kvevents.PodDown) {
+	p, ok := g.reg.Get(e.Pod)
+	if ok && e.Epoch != 0 && p.Info().Epoch != 0 && e.Epoch < p.Info().Epoch {
+		return // the end of an older incarnation, replayed
+	}
+	if ok && p.Info().Static {
+		// A statically configured pod stays known; its blocks are gone.
+		if ps := g.pods[e.Pod]; ps != nil {
+			g.clearPod(e.Pod, ps, "pod_down")
+		}
+		return
+	}
+	g.reg.Remove(e.Pod)
+	delete(g.pods, e.Pod)
+}
+
+func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
+	if len(ops) == 0 {
+		return
+	}
+	p, ok := g.reg.Get(name)
+	if !ok {
+		return
+	}
+	for _, op := range ops {
+		var err error
+		switch op.Kind {
+		case kvevents.OpRegister:
+			err = g.idx.Register(p.ID, op.Tier, op.Hashes)
+			g.m.blocksStored.Add(float64(len(op.Hashes)))
+		case kvevents.OpEvict:
+			err = g.idx.Evict(p.ID, op.Tier, op.Hashes)
+			g.m.blocksRemoved.Add(float64(len(op.Hashes)))
+		case kvevents.OpClearPod:
+			err = g.idx.ClearPod(p.ID)
+		}
+		if err != nil {
+			g.warn.Log("index", "index rejected an operation", "pod", name, "op", op.Kind.String(), "err", err)
+		}
+	}
+}
+
+// WaitFor blocks until cond holds (checked now and after every Apply) or
+// ctx ends.
+func (g *Ingester) WaitFor(ctx context.Context, cond func() bool) error {
+	for {
+		g.mu.Lock()
+		ch := g.notify
+		g.mu.Unlock()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// Applied returns the highest offset applied per partition.
+func (g *Ingester) Applied() map[int]int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make(map[int]int64, len(g.applied))
+	for p, o := range g.applied {
+		out[p] = o
+	}
+	return out
+}
+
+// SetStartOffsets records the high-water marks of the topic's partitions at
+// start: the ingester is caught up once it has applied up to them.
+func (g *Ingester) SetStartOffsets(hwm map[int]int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.startHWM, g.startReady = hwm, true
+	g.checkCaughtUpLocked()
+}
+
+func (g *Ingester) checkCaughtUpLocked() {
+	if g.caughtUp.Load() || !g.startReady {
+		return
+	}
+	for p, h := range g.startHWM {
+		if h <= 0 {
+			continue
+		}
+		if off, ok := g.applied[p]; !ok || off < h-1 {
+			return
+		}
+	}
+	g.caughtUp.Store(true)
+	g.log.Info("ingestion caught up with the topic", "topic", g.cfg.Topic, "partitions", len(g.startHWM))
+}
+
+// PodEventAge returns, per pod, the time since its last event.
+func (g *Ingester) PodEventAge() map[string]time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := g.now()
+	out := make(map[string]time.Duration, len(g.pods))
+	for name, ps := range g.pods {
+		if !ps.lastAt.IsZero() {
+			out[name] = now.Sub(ps.lastAt)
+		}
+	}
+	return out
+}
+
+// Run consumes the topic until ctx is done: fetch, apply, commit (at least
+// once). When the broker goes away it reconnects with exponential backoff;
+// the index keeps serving meanwhile and Staleness grows.
+func (g *Ingester) Run(ctx context.Context) error {
+	backoff := g.cfg.BackoffMin
+	for {
+		err := g.consume(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		g.connected.Store(false)
+		g.m.reconnects.Inc()
+		g.warn.Log("consume", "kafka consumer failed; reconnecting", "err", err, "backoff", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+		backoff = min(backoff*2, g.cfg.BackoffMax)
+	}
+}
+
+// consume runs one consumer until it fails or ctx is done.
+func (g *Ingester) consume(ctx context.Context) error {
+	if !g.startReady {
+		hwm, err := g.highWaterMarks(ctx)
+		if err != nil {
+			return fmt.Errorf("read high-water marks: %w", err)
+		}
+		g.SetStartOffsets(hwm)
+	}
+	r := kafka.NewReader(kafka.ReaderConfig{
+		Brokers:        g.cfg.Brokers,
+		GroupID:        g.cfg.GroupID,
+		Topic:          g.cfg.Topic,
+		MinBytes:       1,
+		MaxBytes:       32 << 20,
+		MaxWait:        g.cfg.MaxWait,
+		StartOffset:    kafka.FirstOffset,
+		CommitInterval: g.cfg.CommitInterval,
+		Dialer:         &kafka.Dialer{Timeout: 5 * time.Second, DualStack: true},
+		// Group session and rebalance timeouts short enough that a
+		// restarted consumer takes over quickly.
+		SessionTimeout:         10 * time.Second,
+		RebalanceTimeout:       10 * time.Second,
+		HeartbeatInterval:      time.Second,
+		JoinGroupBackoff:       200 * time.Millisecond,
+		PartitionWatchInterval: 5 * time.Second,
+		WatchPartitionChanges:  true,
+		ReadBackoffMin:         50 * time.Millisecond,
+		ReadBackoffMax:         time.Second,
+		MaxAttempts:            3,
+		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.warn.Log("kafka", fmt.Sprintf(msg, args...)) }),
+	})
+	defer r.Close()
+	for {
+		m, err := r.FetchMessage(ctx)
+		if err != nil {
+			return err
+		}
+		g.connected.Store(true)
+		g.lastFetch.Store(g.now().UnixNano())
+		g.lagMsgs.Store(max(m.HighWaterMark-m.Offset-1, 0))
+		g.Apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
+			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time})
+		if err := r.CommitMessages(ctx, m); err != nil {
+			return fmt.Errorf("commit: %w", err)
+		}
+	}
+}
+
+// highWaterMarks asks the broker for the current end offset of every
+// partition of the topic.
+func (g *Ingester) highWaterMarks(ctx context.Context) (map[int]int64, error) {
+	tr := &kafka.Transport{DialTimeout: 5 * time.Second}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
+	if err != nil {
+		return nil, err
+	}
+	out := map[int]int64{}
+	for _, t := range md.Topics {
+		if t.Name != g.cfg.Topic {
+			continue
+		}
+		if t.Error != nil {
+			if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
+				return out, nil // nothing published yet: caught up at once
+			}
+			return nil, t.Error
+		}
+		req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
+		for _, p := range t.Partitions {
+			req.Topics[g.cfg.Topic] = append(req.Topics[g.cfg.Topic], kafka.LastOffsetOf(p.ID))
+		}
+		res, err := c.ListOffsets(ctx, req)
+		if err != nil {
+			return nil, err
+		}
+		for _, po := range res.Topics[g.cfg.Topic] {
+			if po.Error != nil {
+				return nil, po.Error
+			}
+			out[po.Partition] = po.LastOffset
+		}
+	}
+	return out, nil
+}
+
+func header(hs []kafka.Header, key string) string {
+	for _, h := range hs {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func headerU64(hs []kafka.Header, key string) (uint64, bool) {
+	for _, h := range hs {
+		if h.Key == key && len(h.Value) == 8 {
+			return binary.BigEndian.Uint64(h.Value), true
+		}
+	}
+	return 0, false
+}
+
+// rateLimitedLog logs each kind of warning at most once per interval and
+// counts what it suppressed.
+type rateLimitedLog struct {
+	log      *slog.Logger
+	every    time.Duration
+	now      func() time.Time
+	mu       sync.Mutex
+	last     map[string]time.Time
+	suppress map[string]int
+}
+
+func newRateLimitedLog(log *slog.Logger, every time.Duration, now func() time.Time) *rateLimitedLog {
+	return &rateLimitedLog{log: log, every: every, now: now, last: map[string]time.Time{}, suppress: map[string]int{}}
+}
+
+func (l *rateLimitedLog) Log(kind, msg string, args ...any) {
+	l.mu.Lock()
+	now := l.now()
+	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
+		l.suppress[kind]++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppress[kind]
+	l.last[kind], l.suppress[kind] = now, 0
+	l.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed_since_last", n)
+	}
+	l.log.Warn(msg, args...)
+}
+
+type ingestMetrics struct {
+	events        *prometheus.CounterVec
+	blocksStored  prometheus.Counter
+	blocksRemoved prometheus.Counter
+	decodeErrors  *prometheus.CounterVec
+	skipped       *prometheus.CounterVec
+	restarts      *prometheus.CounterVec
+	reconnects    prometheus.Counter
+}
+
+func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, error) {
+	m := &ingestMetrics{
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_events_total",
+			Help: "KV events applied, by type."}, []string{"type"}),
+		blocksStored: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_blocks_stored_total",
+			Help: "Router blocks registered in the index."}),
+		blocksRemoved: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_blocks_removed_total",
+			Help: "Router blocks evicted from the index."}),
+		decodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_decode_errors_total",
+			Help: "Messages or events skipped as malformed, by reason."}, []string{"reason"}),
+		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_messages_skipped_total",
+			Help: "Messages skipped without error, by reason (replay: already applied)."}, []string{"reason"}),
+		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_clears_total",
+			Help: "Pods whose blocks were cleared, by cause (engine restart, pod down)."}, []string{"cause"}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_reconnects_total",
+			Help: "Kafka consumer reconnects after a failure."}),
+	}
+	for _, reason := range kvevents.Reasons() {
+		m.decodeErrors.WithLabelValues(string(reason))
+	}
+	gauges := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_consumer_lag_messages",
+			Help: "Messages behind the high-water mark, as of the last fetch."}, func() float64 { return float64(g.Lag()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_staleness_seconds",
+			Help: "Seconds since the last message was fetched (grows while the broker is unreachable)."},
+			func() float64 { return g.Staleness().Seconds() }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_connected",
+			Help: "1 while the Kafka consumer is fetching, 0 while it reconnects."}, func() float64 { return b2f(g.Connected()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_caught_up",
+			Help: "1 once the index holds everything the topic held at start."}, func() float64 { return b2f(g.CaughtUp()) }),
+		&podAgeCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_last_event_age_seconds",
+			"Seconds since the last KV event of each pod.", []string{"pod"}, nil)},
+	}
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects}, gauges...) {
+		if err := r.Register(c); err != nil {
+			return nil, fmt.Errorf("register ingest metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+type podAgeCollector struct {
+	g    *Ingester
+	desc *prometheus.Desc
+}
+
+func (c *podAgeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *podAgeCollector) Collect(ch chan<- prometheus.Metric) {
+	for pod, age := range c.g.PodEventAge() {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, math.Max(age.Seconds(), 0), pod)
+	}
+}

@@ -1,0 +1,377 @@
+package regional
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/kvevents"
+)
+
+const (
+	testModel       = "test-model"
+	engineBlockSize = 16
+	routerBlockSize = 64
+)
+
+// testEngine is a minimal vLLM-like cache that emits KV events: it holds
+// blocks in a hash chain of its own, stores the new full blocks of a prompt,
+// and removes leaf blocks first (as vLLM's free queue does).
+type testEngine struct {
+	name  string
+	epoch uint64
+	seq   uint64
+	held  map[uint64]engineBlock
+	enc   kvevents.Encoding
+}
+
+type engineBlock struct {
+	parent uint64 // 0 for a first block
+	tokens []uint32
+	pos    int
+}
+
+func newTestEngine(name string, epoch uint64) *testEngine {
+	return &testEngine{name: name, epoch: epoch, held: map[uint64]engineBlock{}}
+}
+
+func engineHash(parent uint64, tokens []uint32) uint64 {
+	var b bytes.Buffer
+	_ = binary.Write(&b, binary.BigEndian, parent)
+	_ = binary.Write(&b, binary.BigEndian, tokens)
+	return xxhash.Sum64(b.Bytes()) | 1
+}
+
+// store announces the full blocks of tokens the engine does not hold yet.
+func (e *testEngine) store(tokens []uint32) kvevents.Event {
+	ev := &kvevents.BlockStored{BlockSize: engineBlockSize, Medium: kvevents.Some("GPU")}
+	var parent uint64
+	for pos := 0; (pos+1)*engineBlockSize <= len(tokens); pos++ {
+		blk := tokens[pos*engineBlockSize : (pos+1)*engineBlockSize]
+		h := engineHash(parent, blk)
+		if _, ok := e.held[h]; !ok {
+			if len(ev.BlockHashes) == 0 && parent != 0 {
+				ev.ParentBlockHash = kvevents.Some(parent)
+			}
+			e.held[h] = engineBlock{parent: parent, tokens: slices.Clone(blk), pos: pos}
+			ev.BlockHashes = append(ev.BlockHashes, h)
+			ev.TokenIDs = append(ev.TokenIDs, blk...)
+		} else if len(ev.BlockHashes) > 0 {
+			panic("store of a held block after new ones")
+		}
+		parent = h
+	}
+	return ev
+}
+
+// evictLeaves removes up to n blocks that no held block extends.
+func (e *testEngine) evictLeaves(rng *rand.Rand, n int) kvevents.Event {
+	ev := &kvevents.BlockRemoved{Medium: kvevents.Some("GPU")}
+	for ; n > 0; n-- {
+		children := map[uint64]bool{}
+		for _, b := range e.held {
+			children[b.parent] = true
+		}
+		var leaves []uint64
+		for h := range e.held {
+			if !children[h] {
+				leaves = append(leaves, h)
+			}
+		}
+		if len(leaves) == 0 {
+			break
+		}
+		slices.Sort(leaves)
+		h := leaves[rng.IntN(len(leaves))]
+		delete(e.held, h)
+		ev.BlockHashes = append(ev.BlockHashes, h)
+	}
+	return ev
+}
+
+func (e *testEngine) batch(events ...kvevents.Event) []byte {
+	b, err := e.enc.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: events})
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func (e *testEngine) headers() []kafka.Header {
+	e.seq++
+	return []kafka.Header{
+		{Key: kvevents.HeaderModel, Value: []byte(testModel)},
+		{Key: kvevents.HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, e.seq-1)},
+		{Key: kvevents.HeaderEpoch, Value: binary.BigEndian.AppendUint64(nil, e.epoch)},
+	}
+}
+
+func (e *testEngine) podUp() kvevents.Event {
+	return &kvevents.PodUp{Pod: e.name, Endpoint: "http://" + e.name, Model: testModel, Hardware: "h100", Epoch: e.epoch}
+}
+
+// expected returns the router chains the index should hold for this engine:
+// one chain per held engine block that ends a router block.
+func (e *testEngine) expected() [][]uint64 {
+	var out [][]uint64
+	ns := index.Namespace{Model: testModel, BlockSize: routerBlockSize}
+	for h, b := range e.held {
+		if (b.pos+1)*engineBlockSize%routerBlockSize != 0 {
+			continue
+		}
+		var tokens []uint32
+		for cur := h; cur != 0; cur = e.held[cur].parent {
+			tokens = append(slices.Clone(e.held[cur].tokens), tokens...)
+		}
+		out = append(out, index.ChainHashes(ns, tokens, nil))
+	}
+	return out
+}
+
+// checkIndex compares the index with the engines' caches.
+func checkIndex(t *testing.T, idx *index.Index, reg *Registry, engines []*testEngine) {
+	t.Helper()
+	st := idx.Stats()
+	for _, e := range engines {
+		p, ok := reg.Get(e.name)
+		if !ok {
+			t.Fatalf("pod %s not registered", e.name)
+		}
+		want := e.expected()
+		if got := st.PodBlocks[p.ID.Slot()]; got != len(want) {
+			t.Fatalf("pod %s: index holds %d router blocks, engine %d", e.name, got, len(want))
+		}
+		for _, c := range want {
+			found := false
+			for _, m := range idx.Lookup(c, nil) {
+				if m.Pod == p.ID {
+					found = m.Blocks == len(c)
+				}
+			}
+			if !found {
+				t.Fatalf("pod %s: chain of %d blocks not matched in full", e.name, len(c))
+			}
+		}
+	}
+}
+
+func newTestIngester(t *testing.T) (*Ingester, *index.Index, *Registry, *prometheus.Registry, *bytes.Buffer) {
+	t.Helper()
+	idx, err := index.New(index.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(idx)
+	pr := prometheus.NewRegistry()
+	var logs bytes.Buffer
+	cfg := DefaultIngestConfig()
+	cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "test", routerBlockSize
+	clock := time.Unix(1000, 0)
+	g, err := NewIngester(cfg, idx, reg, slog.New(slog.NewTextHandler(&logs, nil)), pr, func() time.Time { return clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, idx, reg, pr, &logs
+}
+
+// workload produces messages from a few engines: prompts sharing prefixes,
+// leaf evictions, one engine restart. It returns the messages with their
+// partition and offset assigned (one partition per engine), and the engines
+// in their final state.
+func workload(seed uint64, pods int) ([]Message, []*testEngine) {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	var engines []*testEngine
+	var msgs []Message
+	offsets := map[int]int64{}
+	send := func(part int, e *testEngine, events ...kvevents.Event) {
+		msgs = append(msgs, Message{Partition: part, Offset: offsets[part], Key: []byte(e.name), Headers: e.headers(), Value: e.batch(events...)})
+		offsets[part]++
+	}
+	prefixes := make([][]uint32, 4)
+	for i := range prefixes {
+		for j := 0; j < 64*(1+i); j++ {
+			prefixes[i] = append(prefixes[i], uint32(rng.IntN(50000)))
+		}
+	}
+	for p := 0; p < pods; p++ {
+		e := newTestEngine(fmt.Sprintf("pod-%d", p), 1)
+		engines = append(engines, e)
+		send(p, e, e.podUp())
+	}
+	for step := 0; step < 60; step++ {
+		p := rng.IntN(pods)
+		e := engines[p]
+		switch k := rng.IntN(10); {
+		case k < 6:
+			prompt := slices.Clone(prefixes[rng.IntN(len(prefixes))])
+			for j := rng.IntN(300); j > 0; j-- {
+				prompt = append(prompt, uint32(rng.IntN(50000)))
+			}
+			send(p, e, e.store(prompt))
+		case k < 9:
+			send(p, e, e.evictLeaves(rng, 1+rng.IntN(8)))
+		default:
+			// The engine restarts: a new epoch, an empty cache, a new PodUp.
+			fresh := newTestEngine(e.name, e.epoch+1)
+			engines[p] = fresh
+			send(p, fresh, fresh.podUp())
+		}
+	}
+	return msgs, engines
+}
+
+func TestIngestAppliesEventsExactly(t *testing.T) {
+	g, idx, reg, _, _ := newTestIngester(t)
+	msgs, engines := workload(1, 3)
+	for _, m := range msgs {
+		g.Apply(m)
+	}
+	checkIndex(t, idx, reg, engines)
+	before := idx.Stats().Blocks
+
+	// Replays (a consumer restart resuming from an older commit) change nothing.
+	for _, m := range msgs[len(msgs)/2:] {
+		g.Apply(m)
+	}
+	checkIndex(t, idx, reg, engines)
+	if idx.Stats().Blocks != before {
+		t.Fatal("replay changed the index")
+	}
+}
+
+// Per-pod order is all Kafka promises: any interleaving of the pods'
+// partitions gives the same index.
+func TestIngestInterleavingsAgree(t *testing.T) {
+	msgs, engines := workload(7, 4)
+	for trial := 0; trial < 5; trial++ {
+		g, idx, reg, _, _ := newTestIngester(t)
+		rng := rand.New(rand.NewPCG(uint64(trial), 9))
+		byPart := map[int][]Message{}
+		for _, m := range msgs {
+			byPart[m.Partition] = append(byPart[m.Partition], m)
+		}
+		for len(byPart) > 0 {
+			parts := make([]int, 0, len(byPart))
+			for p := range byPart {
+				parts = append(parts, p)
+			}
+			slices.Sort(parts)
+			p := parts[rng.IntN(len(parts))]
+			g.Apply(byPart[p][0])
+			if byPart[p] = byPart[p][1:]; len(byPart[p]) == 0 {
+				delete(byPart, p)
+			}
+		}
+		checkIndex(t, idx, reg, engines)
+	}
+}
+
+func TestIngestMalformedCountedAndSkipped(t *testing.T) {
+	g, idx, reg, pr, logs := newTestIngester(t)
+	msgs, engines := workload(3, 2)
+	rng := rand.New(rand.NewPCG(5, 5))
+	var mixed []Message
+	bad := map[string]int{}
+	offset := map[int]int64{}
+	next := func(m Message) Message {
+		m.Offset = offset[m.Partition]
+		offset[m.Partition]++
+		return m
+	}
+	for _, m := range msgs {
+		for rng.IntN(3) == 0 {
+			var b Message
+			switch rng.IntN(4) {
+			case 0:
+				b = Message{Partition: m.Partition, Key: m.Key, Value: []byte{0x93, 0xcb}} // truncated
+				bad["truncated"]++
+			case 1:
+				b = Message{Partition: m.Partition, Key: m.Key, Value: []byte("not msgpack at all")}
+				bad["other"]++ // counted under whatever reason the decoder gives
+			case 2:
+				b = Message{Partition: m.Partition, Value: m.Value} // no key
+				bad["no_pod_key"]++
+			case 3:
+				b = Message{Partition: m.Partition, Key: m.Key, Value: bytes.Repeat([]byte{0xc1}, 10)}
+				bad["bad_msgpack"]++
+			}
+			mixed = append(mixed, next(b))
+		}
+		mixed = append(mixed, next(m))
+	}
+	for _, m := range mixed {
+		g.Apply(m)
+	}
+	checkIndex(t, idx, reg, engines)
+	total := 0.0
+	for _, reason := range []string{"truncated", "bad_msgpack", "no_pod_key", "bad_envelope", "bad_field_type"} {
+		total += testutil.ToFloat64(g.m.decodeErrors.WithLabelValues(reason))
+	}
+	want := bad["truncated"] + bad["other"] + bad["no_pod_key"] + bad["bad_msgpack"]
+	if int(total) != want {
+		t.Fatalf("counted %v malformed messages, sent %d (%v)", total, want, bad)
+	}
+	if got := testutil.ToFloat64(g.m.decodeErrors.WithLabelValues("no_pod_key")); int(got) != bad["no_pod_key"] {
+		t.Fatalf("no_pod_key counted %v, sent %d", got, bad["no_pod_key"])
+	}
+	// Logged once per reason (rate limited), not once per message.
+	if n := strings.Count(logs.String(), "no_pod_key"); n != 1 && bad["no_pod_key"] > 0 {
+		t.Fatalf("no_pod_key logged %d times for %d messages", n, bad["no_pod_key"])
+	}
+	if _, err := testutil.GatherAndCount(pr, "meridian_ingest_decode_errors_total"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestIngestSequenceResetClearsPod(t *testing.T) {
+	g, idx, reg, _, _ := newTestIngester(t)
+	e := newTestEngine("pod-x", 0)
+	tokens := make([]uint32, 256)
+	for i := range tokens {
+		tokens[i] = uint32(i)
+	}
+	seqHeader := func(seq uint64) []kafka.Header {
+		return []kafka.Header{{Key: kvevents.HeaderModel, Value: []byte(testModel)},
+			{Key: kvevents.HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, seq)}}
+	}
+	g.Apply(Message{Offset: 0, Key: []byte(e.name), Headers: seqHeader(5), Value: e.batch(e.store(tokens))})
+	p, _ := reg.Get("pod-x")
+	if got := idx.Stats().PodBlocks[p.ID.Slot()]; got != 4 {
+		t.Fatalf("pod holds %d blocks, want 4", got)
+	}
+	// vLLM restarted without a lifecycle event: its seq starts again at 0.
+	e2 := newTestEngine("pod-x", 0)
+	g.Apply(Message{Offset: 1, Key: []byte(e.name), Headers: seqHeader(0), Value: e2.batch(e2.store(tokens[:128]))})
+	if got := idx.Stats().PodBlocks[p.ID.Slot()]; got != 2 {
+		t.Fatalf("after restart pod holds %d blocks, want the 2 stored since", got)
+	}
+}
+
+func TestIngestConfigValidate(t *testing.T) {
+	for name, mut := range map[string]func(*IngestConfig){
+		"brokers":    func(c *IngestConfig) { c.Brokers = nil },
+		"region":     func(c *IngestConfig) { c.Region = "" },
+		"block_size": func(c *IngestConfig) { c.BlockSize = 0 },
+		"host:port":  func(c *IngestConfig) { c.Brokers = []string{"localhost"} },
+		"backoff":    func(c *IngestConfig) { c.BackoffMax = time.Millisecond },
+	} {
+		c := DefaultIngestConfig()
+		c.Brokers, c.Region = []string{"127.0.0.1:9092"}, "r"
+		mut(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}

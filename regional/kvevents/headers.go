@@ -1,0 +1,13 @@
+package kvevents
+
+// Kafka message headers of the region topic. The key of every message is the
+// pod name (so each pod's events stay ordered in one partition); producers
+// (the engine simulator, the ZMQ bridge) add these headers where they know
+// the values, and the ingester reads them.
+const (
+	HeaderPod      = "pod"      // pod name (same as the key)
+	HeaderModel    = "model"    // served model name
+	HeaderHardware = "hardware" // hardware profile, e.g. "h100"
+	HeaderSeq      = "seq"      // batch sequence number, 8 bytes big-endian (vLLM's ZMQ frame 1)
+	HeaderEpoch    = "epoch"    // producer process-start epoch, 8 bytes big-endian
+)
