@@ -41,6 +41,8 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			versionCommand(),
 			drCommand(),
+			eventsCommand(),
+			policyCommand(),
 		},
 	}
 }

@@ -1,0 +1,277 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/meridian-llm/meridian/residency"
+)
+
+// policyCommand builds "meridian policy": validate and diff need no cluster;
+// the global tier appends apply and show as extra subcommands.
+func policyCommand(extra ...*cli.Command) *cli.Command {
+	return &cli.Command{
+		Name:        "policy",
+		Usage:       "check and compare data-residency policy files (format: go doc ./residency)",
+		Subcommands: append([]*cli.Command{policyValidateCommand(), policyDiffCommand()}, extra...),
+	}
+}
+
+func policyUsage(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+func policyValidateCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "validate",
+		Usage: "validate policy files offline; print every problem as FILE:LINE:COL: message",
+		ArgsUsage: "FILE... (- reads standard input)\n\n" +
+			"   Exit status: 0 when every file is valid, 1 when any has a problem, 2 for usage errors.\n" +
+			"   Flags go before the files.",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+		},
+		Action: runPolicyValidate,
+	}
+}
+
+// validateResult is one file's result in --json output.
+type validateResult struct {
+	File     string              `json:"file"`
+	OK       bool                `json:"ok"`
+	Revision string              `json:"revision,omitempty"`
+	ID       string              `json:"id,omitempty"`
+	Regions  int                 `json:"regions,omitempty"`
+	Zones    int                 `json:"zones,omitempty"`
+	Rules    int                 `json:"rules,omitempty"`
+	Problems []residency.Problem `json:"problems"`
+}
+
+func readPolicyFile(c *cli.Context, name string) ([]byte, error) {
+	if name == "-" {
+		r := c.App.Reader
+		if r == nil {
+			r = os.Stdin
+		}
+		return io.ReadAll(r)
+	}
+	return os.ReadFile(name)
+}
+
+// loadPolicy reads and parses one file; a file that cannot be read becomes a
+// problem at 1:1 so that every failure prints as FILE:LINE:COL: message.
+func loadPolicy(c *cli.Context, name string) (*residency.Policy, []residency.Problem) {
+	data, err := readPolicyFile(c, name)
+	if err != nil {
+		return nil, []residency.Problem{{File: name, Line: 1, Column: 1, Message: "cannot read: " + err.Error()}}
+	}
+	p, err := residency.Parse(name, data)
+	var ve *residency.ValidationError
+	if errors.As(err, &ve) {
+		return nil, ve.Problems
+	}
+	if err != nil {
+		return nil, []residency.Problem{{File: name, Line: 1, Column: 1, Message: err.Error()}}
+	}
+	return p, nil
+}
+
+func runPolicyValidate(c *cli.Context) error {
+	files := c.Args().Slice()
+	if len(files) == 0 {
+		return policyUsage("policy validate: name at least one policy file")
+	}
+	for _, f := range files {
+		if strings.HasPrefix(f, "-") && f != "-" {
+			return policyUsage("policy validate: flag %s after the files: put flags first", f)
+		}
+	}
+	w := c.App.Writer
+	var results []validateResult
+	bad, total := 0, 0
+	for _, f := range files {
+		p, problems := loadPolicy(c, f)
+		r := validateResult{File: f, OK: p != nil, Problems: problems}
+		if p != nil {
+			r.Revision, r.ID = p.Revision(), p.ID()
+			r.Regions, r.Zones, r.Rules = len(p.Regions()), len(p.Zones()), len(p.Rules())
+			r.Problems = []residency.Problem{}
+		} else {
+			bad++
+			total += len(problems)
+		}
+		results = append(results, r)
+		if c.Bool("json") {
+			continue
+		}
+		for _, pr := range problems {
+			fmt.Fprintln(w, pr.String())
+		}
+		if p != nil {
+			fmt.Fprintf(w, "%s: ok (policy %s: %d regions, %d zones, %d rules)\n", f, p.ID(), r.Regions, r.Zones, r.Rules)
+		}
+	}
+	if c.Bool("json") {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(map[string]any{"files": results, "problems": total}); err != nil {
+			return fmt.Errorf("policy validate: write json: %w", err)
+		}
+	}
+	if bad > 0 {
+		return &exitError{code: 1, err: fmt.Errorf("policy validate: %d problem%s in %d of %d file%s", total, policyPlural(total), bad, len(files), policyPlural(len(files)))}
+	}
+	return nil
+}
+
+func policyPlural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func policyDiffCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "diff",
+		Usage: "compare two policy files: what changed, and (with --attrs) which requests they decide differently",
+		ArgsUsage: "OLD NEW\n\n" +
+			"   --attrs FILE holds sample requests, one JSON object per line, e.g.\n" +
+			"   {\"tenant\":\"acme\",\"data_class\":\"phi\",\"origin_region\":\"eu-west-1\",\"session\":\"s1\",\"model\":\"m\",\"labels\":{\"k\":\"v\"}}\n" +
+			"   (blank lines and lines starting with # are skipped).\n" +
+			"   Exit status: 0, or 1 when a file has a problem (or, with --exit-code, when the policies differ); 2 for usage errors.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "attrs", Usage: "JSON-lines file of request attributes to evaluate under both policies"},
+			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
+			&cli.BoolFlag{Name: "exit-code", Usage: "exit 1 when the policies differ in structure or in a decision"},
+		},
+		Action: runPolicyDiff,
+	}
+}
+
+// decisionJSON is a decision in --json output.
+type decisionJSON struct {
+	Regions  []string          `json:"regions"`
+	Outcome  string            `json:"outcome"`
+	Rule     residency.RuleRef `json:"rule"`
+	DeniedBy string            `json:"denied_by,omitempty"`
+	Reason   string            `json:"reason"`
+	Policy   string            `json:"policy"`
+}
+
+func toDecisionJSON(d residency.Decision) decisionJSON {
+	regions := d.Regions()
+	if regions == nil {
+		regions = []string{}
+	}
+	return decisionJSON{Regions: regions, Outcome: d.Outcome.String(), Rule: d.Rule, DeniedBy: d.DeniedBy.Name, Reason: d.Reason(), Policy: d.PolicyID}
+}
+
+type differenceJSON struct {
+	Line      int                  `json:"line"`
+	Attrs     residency.Attributes `json:"attrs"`
+	Active    decisionJSON         `json:"old"`
+	Candidate decisionJSON         `json:"new"`
+}
+
+// readAttrs reads JSON lines of attributes, remembering each one's line.
+func readPolicyAttrs(name string) ([]residency.Attributes, []int, error) {
+	data, err := os.ReadFile(name)
+	if err != nil {
+		return nil, nil, fmt.Errorf("read attrs: %w", err)
+	}
+	var attrs []residency.Attributes
+	var lines []int
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		l := strings.TrimSpace(sc.Text())
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		dec := json.NewDecoder(strings.NewReader(l))
+		dec.DisallowUnknownFields()
+		var a residency.Attributes
+		if err := dec.Decode(&a); err != nil {
+			return nil, nil, fmt.Errorf("%s:%d: bad attributes: %w", name, n, err)
+		}
+		attrs = append(attrs, a)
+		lines = append(lines, n)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, nil, fmt.Errorf("read attrs %s: %w", name, err)
+	}
+	return attrs, lines, nil
+}
+
+func runPolicyDiff(c *cli.Context) error {
+	args := c.Args().Slice()
+	if len(args) != 2 {
+		return policyUsage("policy diff: want OLD NEW, got %d argument%s (flags go first)", len(args), policyPlural(len(args)))
+	}
+	w := c.App.Writer
+	old, p1 := loadPolicy(c, args[0])
+	cand, p2 := loadPolicy(c, args[1])
+	if problems := append(p1, p2...); len(problems) > 0 {
+		for _, pr := range problems {
+			fmt.Fprintln(w, pr.String())
+		}
+		return &exitError{code: 1, err: fmt.Errorf("policy diff: %d problem%s in the policy files", len(problems), policyPlural(len(problems)))}
+	}
+	var attrs []residency.Attributes
+	var lines []int
+	if f := c.String("attrs"); f != "" {
+		var err error
+		if attrs, lines, err = readPolicyAttrs(f); err != nil {
+			return &exitError{code: 1, err: fmt.Errorf("policy diff: %w", err)}
+		}
+	}
+	changes := residency.DiffStructure(old, cand)
+	diffs := residency.Diff(old, cand, attrs)
+	if c.Bool("json") {
+		out := struct {
+			Old         string             `json:"old"`
+			New         string             `json:"new"`
+			Changes     []residency.Change `json:"changes"`
+			Requests    int                `json:"requests"`
+			Differences []differenceJSON   `json:"differences"`
+		}{Old: old.ID(), New: cand.ID(), Changes: changes, Requests: len(attrs), Differences: []differenceJSON{}}
+		if out.Changes == nil {
+			out.Changes = []residency.Change{}
+		}
+		for _, d := range diffs {
+			out.Differences = append(out.Differences, differenceJSON{Line: lines[d.Index], Attrs: d.Attrs, Active: toDecisionJSON(d.Active), Candidate: toDecisionJSON(d.Candidate)})
+		}
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return fmt.Errorf("policy diff: write json: %w", err)
+		}
+	} else {
+		fmt.Fprintf(w, "--- %s (policy %s)\n+++ %s (policy %s)\n", args[0], old.ID(), args[1], cand.ID())
+		for _, ch := range changes {
+			fmt.Fprintln(w, ch.String())
+		}
+		if len(changes) == 0 {
+			fmt.Fprintln(w, "no structural changes")
+		}
+		if c.String("attrs") != "" {
+			for _, d := range diffs {
+				fmt.Fprintf(w, "%s:%d: %s\n", c.String("attrs"), lines[d.Index], d)
+			}
+			fmt.Fprintf(w, "%d of %d request%s decided differently\n", len(diffs), len(attrs), policyPlural(len(attrs)))
+		}
+	}
+	if c.Bool("exit-code") && (len(changes) > 0 || len(diffs) > 0) {
+		return &exitError{code: 1, err: fmt.Errorf("policy diff: the policies differ (%d change%s, %d decision%s)", len(changes), policyPlural(len(changes)), len(diffs), policyPlural(len(diffs)))}
+	}
+	return nil
+}
