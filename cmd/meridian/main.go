@@ -41,7 +41,6 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			versionCommand(),
 			drCommand(),
-			eventsCommand(),
 			policyCommand(),
 		},
 	}
