@@ -160,7 +160,7 @@ func (fo *folder) checkManifest() {
 			if fo.f.hasAt(e.Path, CodeDanglingSymlink, CodeFileUnreadable) {
 				continue
 			}
-			fo.f.add(sev, e.Kind.MissingCode(), e.Path, "listed in the manifest (%s) but not in the folder", e.Kind)
+			fo.f.addOnce(sev, e.Kind.MissingCode(), e.Path, "listed in the manifest (%s) but not in the folder", e.Kind)
 			continue
 		}
 		if e.Size != nil && *e.Size != f.size && !fo.f.hasAt(e.Path, CodeShardTruncated, CodeShardSizeMismatch) {

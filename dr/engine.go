@@ -395,7 +395,7 @@ func (fo *folder) checkEngineConflicts() {
 				continue
 			}
 			if pv := settingStr(prev.own[key]); pv != v {
-				fo.f.add(Warning, CodeEngineConfigConflict, e.path, "%s sets %s %s but %s sets %s: which one wins depends on how the engine is started", e.origin, key, v, prev.origin, pv)
+				fo.f.add(Warning, CodeEngineConfigConflict, e.path, "%s sets %s %s but %s sets %s: the copies of the engine settings disagree (on a command line, flags override --config)", e.origin, key, v, prev.origin, pv)
 			}
 		}
 	}

@@ -190,24 +190,34 @@ func compareFindings(a, b Finding) int {
 	)
 }
 
-// findings collects the findings of one folder, dropping repeats of the same
-// (code, path).
+// findings collects the findings of one folder, dropping exact repeats.
 type findings struct {
 	region string
 	list   []Finding
-	seen   map[[2]string]bool
+	seen   map[[3]string]bool
 }
 
 func (fs *findings) add(sev Severity, code Code, path, format string, args ...any) {
-	key := [2]string{string(code), path}
+	msg := fmt.Sprintf(format, args...)
+	key := [3]string{string(code), path, msg}
 	if fs.seen == nil {
-		fs.seen = make(map[[2]string]bool)
+		fs.seen = make(map[[3]string]bool)
 	}
 	if fs.seen[key] {
 		return
 	}
 	fs.seen[key] = true
-	fs.list = append(fs.list, Finding{Severity: sev, Code: code, Region: fs.region, Path: path, Message: fmt.Sprintf(format, args...)})
+	fs.list = append(fs.list, Finding{Severity: sev, Code: code, Region: fs.region, Path: path, Message: msg})
+}
+
+// addOnce adds the finding unless one with the same code and path exists:
+// for a second route to the same problem (the manifest and the index both
+// missing a shard), the first, more specific, message stands.
+func (fs *findings) addOnce(sev Severity, code Code, path, format string, args ...any) {
+	if fs.hasAt(path, code) {
+		return
+	}
+	fs.add(sev, code, path, format, args...)
 }
 
 func (fs *findings) has(code Code) bool {

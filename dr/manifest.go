@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"regexp"
 	"slices"
 	"strings"
 
@@ -152,6 +153,9 @@ func (m *Manifest) validate(name string) error {
 	default:
 		return bad(0, "engine", m.Engine, "want vllm or sglang")
 	}
+	if len(m.Files) == 0 {
+		return bad(0, "files", "", "empty: a manifest lists at least one file")
+	}
 	seen := make(map[string]int)
 	for i, e := range m.Files {
 		field := fmt.Sprintf("files[%d]", i)
@@ -227,12 +231,23 @@ func yamlErrLine(err error) int {
 	return n
 }
 
+var linePrefix = regexp.MustCompile(`^line \d+: `)
+
+// yamlErrMsg renders a yaml error without its "yaml: " and "line N: "
+// prefixes (the line is reported separately) or Go type names.
 func yamlErrMsg(err error) string {
-	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	msgs := []string{strings.TrimPrefix(err.Error(), "yaml: ")}
 	if te, ok := err.(*yaml.TypeError); ok {
-		msg = strings.Join(te.Errors, "; ")
+		msgs = te.Errors
 	}
-	return msg
+	for i, m := range msgs {
+		m = linePrefix.ReplaceAllString(m, "")
+		if j := strings.Index(m, " in type dr."); j >= 0 {
+			m = m[:j]
+		}
+		msgs[i] = m
+	}
+	return strings.Join(msgs, "; ")
 }
 
 const manifestHeader = `# Meridian DR manifest: every file a region needs to serve this model.

@@ -85,7 +85,7 @@ func (fo *folder) parseAll() {
 					fo.f.add(Info, CodeYAMLTemplated, p, "a template (holds {{ }}), not plain YAML: not checked")
 					continue
 				}
-				fo.f.add(invalidSeverity(f.kind), CodeYAMLInvalid, p, "not valid YAML: %s", yamlErrMsg(err))
+				fo.f.add(invalidSeverity(f.kind), CodeYAMLInvalid, p, "not valid YAML: line %d: %s", yamlErrLine(err), yamlErrMsg(err))
 				continue
 			}
 			fo.yamls[p] = docs
@@ -114,16 +114,18 @@ func decodeYAML(b []byte) ([]any, error) {
 	}
 }
 
+// isKubernetes reports whether any document looks like a Kubernetes object
+// (apiVersion or kind at the top; checkKubernetes then wants both).
 func isKubernetes(docs []any) bool {
 	for _, d := range docs {
 		m, ok := d.(map[string]any)
 		if !ok {
 			continue
 		}
-		if _, ok := m["apiVersion"]; ok {
-			if _, ok := m["kind"]; ok {
-				return true
-			}
+		_, av := m["apiVersion"]
+		_, kind := m["kind"]
+		if av || kind {
+			return true
 		}
 	}
 	return false

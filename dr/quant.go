@@ -135,7 +135,7 @@ func (fo *folder) checkQuantization() {
 		if gidx > 0 {
 			family = "gptq"
 		}
-		fo.f.add(Blocking, CodeQuantConfigMissing, fo.inModel(quantConfigFile(family)), "the weights hold %d packed .qweight tensors (AWQ/GPTQ) but there is no quantisation config: not in config.json, no quantize_config.json or quant_config.json", packed)
+		fo.f.addOnce(Blocking, CodeQuantConfigMissing, fo.inModel(quantConfigFile(family)), "the weights hold %d packed .qweight tensors (AWQ/GPTQ) but there is no quantisation config: not in config.json, no quantize_config.json or quant_config.json", packed)
 	case ckpt != nil && (quantFamily(ckpt.method) == "awq" || quantFamily(ckpt.method) == "gptq") && packed == 0 && complete:
 		fo.f.add(Blocking, CodeQuantizedWeightMissing, ckpt.path, "quantisation is %s but no shard holds packed .qweight tensors: these are unquantised weights (restored from another copy?)", ckpt.method)
 	}

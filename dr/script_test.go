@@ -29,13 +29,16 @@ var update = flag.Bool("update", false, "rewrite the expected output of testdata
 //	healthy [bf16|awq]          replace $WORK with a healthy folder
 //	rm PATH...                  delete files or directories
 //	write PATH                  write the lines up to "EOF" into PATH
-//	json-set PATH KEY JSON      set a (dotted) key of a JSON file
+//	json-set PATH KEY JSON      set a key of a JSON file (a.b, or a/b.c when names hold dots)
 //	json-del PATH KEY           delete a (dotted) key of a JSON file
 //	yaml-set PATH KEY VALUE     set a top-level key of a YAML file (VALUE is YAML)
 //	yaml-del PATH KEY           delete a top-level key of a YAML file
 //	truncate PATH SIZE          cut a file to SIZE bytes (-N: N bytes shorter)
 //	flip PATH OFFSET            invert one byte (negative: from the end)
 //	symlink PATH TARGET         make PATH a symlink to TARGET
+//	mv SRC DST                  rename a file or directory
+//	spm PATH N                  write a SentencePiece model of N pieces
+//	tiktoken PATH N             write a tiktoken rank file of N tokens
 //	manifest [flags]            write $WORK/dr-manifest.yaml (flags: --no-checksums, --force)
 //	region NAME                 copy $WORK to $REGIONS/NAME
 //	check [flags]               run the check and print the text report and
@@ -170,6 +173,21 @@ func (s *scriptState) run(args []string) error {
 		return os.WriteFile(s.path(args[0]), b, 0o644)
 	case "symlink":
 		return os.Symlink(args[1], s.path(args[0]))
+	case "mv":
+		if err := os.MkdirAll(filepath.Dir(s.path(args[1])), 0o755); err != nil {
+			return err
+		}
+		return os.Rename(s.path(args[0]), s.path(args[1]))
+	case "spm", "tiktoken":
+		n, err := strconv.Atoi(args[1])
+		if err != nil {
+			return err
+		}
+		b := drtest.SentencePiece(n)
+		if cmd == "tiktoken" {
+			b = drtest.Tiktoken(n)
+		}
+		return os.WriteFile(s.path(args[0]), b, 0o644)
 	case "manifest":
 		m, rep, err := dr.Init(context.Background(), dr.DefaultConfig(), dr.Source{Dir: s.work},
 			dr.InitOptions{Checksums: !slices.Contains(args, "--no-checksums"), Exclude: []string{dr.DefaultManifestName}})
@@ -258,9 +276,14 @@ func (s *scriptState) check(args []string) error {
 	return nil
 }
 
-// setPath sets or deletes a dotted key in a decoded JSON object.
+// setPath sets or deletes a dotted (or, when it holds a slash,
+// slash-separated) key in a decoded JSON object.
 func setPath(doc map[string]any, key string, val any, del bool) error {
-	parts := strings.Split(key, ".")
+	sep := "."
+	if strings.Contains(key, "/") {
+		sep = "/"
+	}
+	parts := strings.Split(key, sep)
 	m := doc
 	for _, p := range parts[:len(parts)-1] {
 		next, ok := m[p].(map[string]any)

@@ -86,7 +86,7 @@ func (fo *folder) checkIndex(idx string, safetensors bool) {
 		p := fo.inModel(name)
 		f := fo.files[p]
 		if f == nil {
-			fo.f.add(Blocking, CodeShardMissing, p, "%s places %d tensors in this shard but it is not in the folder", path.Base(idx), len(tensors))
+			fo.f.add(Blocking, CodeShardMissing, p, "%s places %s in this shard but it is not in the folder", path.Base(idx), plural(len(tensors), "tensor"))
 			allRead = false
 			continue
 		}
@@ -109,7 +109,7 @@ func (fo *folder) checkIndex(idx string, safetensors bool) {
 			}
 		}
 		if len(lack) > 0 {
-			fo.f.add(Blocking, CodeTensorMissing, p, "%s places %d tensors in this shard that its header lacks: %s", path.Base(idx), len(lack), sample(lack, 3))
+			fo.f.add(Blocking, CodeTensorMissing, p, "%s places %s in this shard that its header lacks: %s", path.Base(idx), plural(len(lack), "tensor"), sample(lack, 3))
 		}
 	}
 	if !safetensors {

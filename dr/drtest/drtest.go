@@ -10,6 +10,7 @@
 package drtest
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -310,6 +311,54 @@ func WriteHealthy(dir string, v Variant) error {
 		if err := os.WriteFile(p, fs[n], 0o644); err != nil {
 			return fmt.Errorf("drtest: %w", err)
 		}
+	}
+	return nil
+}
+
+// SentencePiece returns a minimal SentencePiece ModelProto with the tiny
+// vocabulary's first n tokens as pieces (field 1), each with a score and a
+// type, plus an empty trainer spec.
+func SentencePiece(n int) []byte {
+	var out []byte
+	for i, tok := range Vocab()[:n] {
+		var p []byte
+		p = append(p, 0x0a, byte(len(tok)))
+		p = append(p, tok...)
+		p = append(p, 0x15, 0, 0, 0x80, 0xbf) // score -1.0 as float32
+		typ := byte(1)                          // NORMAL
+		if i < 4 {
+			typ = 3 // CONTROL
+		}
+		p = append(p, 0x18, typ)
+		out = append(out, 0x0a, byte(len(p)))
+		out = append(out, p...)
+	}
+	return append(out, 0x12, 0x00)
+}
+
+// Tiktoken returns a tiktoken BPE rank file with the tiny vocabulary's
+// first n tokens.
+func Tiktoken(n int) []byte {
+	var b strings.Builder
+	for i, tok := range Vocab()[:n] {
+		fmt.Fprintf(&b, "%s %d\n", base64.StdEncoding.EncodeToString([]byte(tok)), i)
+	}
+	return []byte(b.String())
+}
+
+// WriteSparseShard writes at path a safetensors file holding one U8 tensor
+// of dataBytes bytes whose data is a hole: the file has its full size but
+// takes no disk space, so tests and benchmarks can check multi-GB shards.
+func WriteSparseShard(path, tensor string, dataBytes uint64) error {
+	hdr, n, err := safetensors.Layout([]safetensors.Tensor{{Name: tensor, DType: "U8", Shape: []uint64{dataBytes}}}, nil)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, hdr, 0o644); err != nil {
+		return fmt.Errorf("drtest: %w", err)
+	}
+	if err := os.Truncate(path, int64(len(hdr))+int64(n)); err != nil {
+		return fmt.Errorf("drtest: %w", err)
 	}
 	return nil
 }

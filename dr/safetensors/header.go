@@ -25,6 +25,7 @@ import (
 	"math/bits"
 	"slices"
 	"strings"
+	"unicode/utf8"
 )
 
 // MaxHeaderBytes is the largest header the reference implementation accepts.
@@ -216,6 +217,9 @@ func decode(buf []byte) (*Header, error) {
 	h := &Header{Len: uint64(len(js)), Sum: sha256.Sum256(buf)}
 	if len(js) == 0 || js[0] != '{' {
 		return nil, &FormatError{Reason: "header does not start with '{'"}
+	}
+	if !utf8.Valid(js) {
+		return nil, &FormatError{Reason: "header is not valid UTF-8"}
 	}
 	dec := json.NewDecoder(bytes.NewReader(js))
 	if _, err := dec.Token(); err != nil { // '{'
