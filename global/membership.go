@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sort"
 	"time"
 
@@ -211,4 +212,31 @@ func (n *Node) caughtUp(ctx context.Context, id string) (bool, string) {
 		return false, "no recent contact with the leader"
 	}
 	return true, ""
+}
+
+// TransferLeadership asks the leader (this node) to hand leadership to the
+// voter to ("" for the most up-to-date voter), e.g. to keep the leader in a
+// central region. It fails with ErrNotLeader on a follower.
+func (n *Node) TransferLeadership(to string) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("transfer leadership: %w", ErrNotLeader)
+	}
+	var f raft.Future
+	if to == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		servers, err := n.Servers()
+		if err != nil {
+			return fmt.Errorf("transfer leadership: %w", err)
+		}
+		i := slices.IndexFunc(servers, func(s Server) bool { return s.ID == to })
+		if i < 0 || servers[i].Suffrage != "voter" {
+			return fmt.Errorf("transfer leadership: %w: %q is not a voter", ErrInvalid, to)
+		}
+		f = n.raft.LeadershipTransferToServer(raft.ServerID(to), raft.ServerAddress(servers[i].Address))
+	}
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("transfer leadership: %w", err)
+	}
+	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -36,6 +37,10 @@ type Options struct {
 	Configure func(i int, cfg *global.Config)
 	// Token is the admin token (default "test-token").
 	Token string
+	// OwnTransport makes the nodes use their own Raft TCP (or TLS, see
+	// Configure) transport instead of the partitionable Network; partitions
+	// then apply to the admin API only.
+	OwnTransport bool
 }
 
 // Cluster is a set of global nodes on loopback in this process.
@@ -186,26 +191,34 @@ func (c *Cluster) Start(i int) error {
 	if adminAddr == "" {
 		adminAddr = "127.0.0.1:0"
 	}
-	raftLn, err := c.Net.Listen(nd.Name, raftAddr)
-	if err != nil {
-		return fmt.Errorf("raft listener: %w", err)
-	}
 	adminLn, err := c.Net.Listen(nd.Name, adminAddr)
 	if err != nil {
-		raftLn.Close()
 		return fmt.Errorf("admin listener: %w", err)
 	}
-	nd.RaftAddr, nd.AdminAddr = raftLn.Addr().String(), adminLn.Addr().String()
+	nd.AdminAddr = adminLn.Addr().String()
 	nd.httpc = c.Net.HTTPClient(nd.Name)
 	cfg := c.Config(i)
-	cfg.StreamLayer = c.Net.StreamLayer(nd.Name, raftLn)
 	cfg.HTTPClient = nd.httpc
+	var raftLn net.Listener
+	if c.opts.OwnTransport {
+		cfg.RaftBind = raftAddr
+	} else {
+		raftLn, err = c.Net.Listen(nd.Name, raftAddr)
+		if err != nil {
+			adminLn.Close()
+			return fmt.Errorf("raft listener: %w", err)
+		}
+		cfg.StreamLayer = c.Net.StreamLayer(nd.Name, raftLn)
+	}
 	n, err := global.Open(context.Background(), cfg)
 	if err != nil {
-		raftLn.Close()
+		if raftLn != nil {
+			raftLn.Close()
+		}
 		adminLn.Close()
 		return err
 	}
+	nd.RaftAddr = n.RaftAddr()
 	srv := &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 5 * time.Second}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(adminLn) }()

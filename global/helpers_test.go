@@ -1,0 +1,15 @@
+package global_test
+
+import (
+	"net"
+	"testing"
+)
+
+func mustListen(t testing.TB) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}

@@ -1,0 +1,351 @@
+package global_test
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/global/globaltest"
+)
+
+func TestConfigValidate(t *testing.T) {
+	good := func() global.Config {
+		c := global.DefaultConfig()
+		c.NodeID, c.Region, c.DataDir = "ctrl-a", "eu-west-1", t.TempDir()
+		c.AdminAddr, c.AdminToken = "http://127.0.0.1:8081", "secret"
+		return c
+	}
+	base := good()
+	if err := base.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]func(*global.Config){
+		"NodeID":                        func(c *global.Config) { c.NodeID = "" },
+		"Region":                        func(c *global.Config) { c.Region = "EU" },
+		"DataDir":                       func(c *global.Config) { c.DataDir = "" },
+		"RaftBind":                      func(c *global.Config) { c.RaftBind = "" },
+		`AdminAddr "10.0.0.1:8081"`:     func(c *global.Config) { c.AdminAddr = "10.0.0.1:8081" },
+		"AdminToken":                    func(c *global.Config) { c.AdminToken = "" },
+		`Join[0] "ctrl-b"`:              func(c *global.Config) { c.Join = []string{"ctrl-b"} },
+		"Bootstrap and Join":            func(c *global.Config) { c.Bootstrap, c.Join = true, []string{"http://x:1"} },
+		"Voters = 4":                    func(c *global.Config) { c.Voters = 4 },
+		"Timing.HeartbeatTimeout":       func(c *global.Config) { c.Timing.HeartbeatTimeout = time.Millisecond },
+		"Timing.ElectionTimeout":        func(c *global.Config) { c.Timing.ElectionTimeout = time.Millisecond * 500 },
+		"Timing.LeaderLeaseTimeout":     func(c *global.Config) { c.Timing.LeaderLeaseTimeout = 2 * time.Second },
+		"Timing.CommitTimeout":          func(c *global.Config) { c.Timing.CommitTimeout = 0 },
+		"Timing.SnapshotInterval":       func(c *global.Config) { c.Timing.SnapshotInterval = 0 },
+		"Timing.SnapshotThreshold":      func(c *global.Config) { c.Timing.SnapshotThreshold = 0 },
+		"HoldTimeout":                   func(c *global.Config) { c.HoldTimeout = 0 },
+		"MaxStale":                      func(c *global.Config) { c.MaxStale = -1 },
+		"ReconcileInterval":             func(c *global.Config) { c.ReconcileInterval = 0 },
+		"SnapshotRetain":                func(c *global.Config) { c.SnapshotRetain = 0 },
+		"WALSegmentSize":                func(c *global.Config) { c.WALSegmentSize = 1 },
+		"Timing.HeartbeatTimeout = 1ms": func(c *global.Config) { c.Timing = global.Timing{HeartbeatTimeout: time.Millisecond} },
+	}
+	for want, mut := range cases {
+		c := good()
+		mut(&c)
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+	w := global.WANTiming()
+	if w.HeartbeatTimeout != 5*time.Second || w.LeaderLeaseTimeout != 2500*time.Millisecond {
+		t.Fatalf("WAN preset %+v", w)
+	}
+	c := good()
+	c.Timing = w
+	if err := c.Validate(); err != nil {
+		t.Fatalf("WAN preset invalid: %v", err)
+	}
+	if _, err := global.Open(context.Background(), global.Config{}); err == nil {
+		t.Fatal("Open accepted an empty config")
+	}
+}
+
+// TestRecoverLostQuorum: two of three voters are lost for good; the survivor
+// keeps serving its last state but cannot commit; after a peers.json
+// recovery it leads alone with every committed write, and commits again.
+func TestRecoverLostQuorum(t *testing.T) {
+	c := globaltest.NewCluster(t, 3, globaltest.Options{Voters: 3})
+	var writes []acked
+	for i := 0; i < 3; i++ {
+		writes = append(writes, applyVia(t, c.Nodes[i], "zones: {} # before the loss "+string(rune('a'+i))))
+	}
+	if _, err := c.Nodes[1].Client.Trigger(ctxT(t, 10*time.Second), global.FailoverRequest{Region: "region-2"}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor(5*time.Second, "node-0 caught up", func() bool { return c.Converged() })
+	c.Stop(1)
+	c.Stop(2)
+
+	survivor := c.Nodes[0]
+	_, err := survivor.Node.ApplyPolicy(ctxT(t, 10*time.Second), "p.yaml", []byte("lost"), "", global.WriteOptions{})
+	if !errors.Is(err, global.ErrNoLeader) {
+		t.Fatalf("write without quorum: %v", err)
+	}
+	c.WaitFor(5*time.Second, "the survivor to report stale", func() bool { return survivor.Node.Health().Stale })
+	checkAcked(t, survivor.Node, writes)
+	if survivor.Node.State().Routable("region-2") {
+		t.Fatal("the survivor lost its region state")
+	}
+
+	c.Stop(0)
+	if err := global.WritePeersFile(survivor.Dir, []global.Peer{{ID: survivor.Name, Address: survivor.RaftAddr}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitLeader(10*time.Second, 0); err != nil {
+		t.Fatal(err)
+	}
+	checkAcked(t, survivor.Node, writes)
+	writes = append(writes, applyVia(t, survivor, "zones: {} # after recovery"))
+	if _, err := os.Stat(filepath.Join(survivor.Dir, "raft", "peers.json.applied")); err != nil {
+		t.Fatalf("peers.json was not marked applied: %v", err)
+	}
+	servers, err := survivor.Node.Servers()
+	if err != nil || len(servers) != 1 || servers[0].ID != survivor.Name {
+		t.Fatalf("configuration after recovery: %+v %v", servers, err)
+	}
+	// RecoverCluster commits whatever was in the survivor's log, so the write
+	// that failed without quorum may have become committed (documented): the
+	// history holds the acknowledged writes plus at most that one.
+	got := survivor.Node.State().PolicyHistory()
+	lost := sha256.Sum256([]byte("lost"))
+	if len(got) != len(writes) && !(len(got) == len(writes)+1 && mustVersion(t, survivor.Node, 4).SHA256 == hex.EncodeToString(lost[:])) {
+		t.Fatalf("%d versions after recovery, want %d (or %d with the in-flight write as version 4)", len(got), len(writes), len(writes)+1)
+	}
+	for i, p := range got {
+		if p.Version != uint64(i+1) {
+			t.Fatalf("versions are not contiguous: %+v", got)
+		}
+	}
+}
+
+func TestWritePeersFileRejectsBadInput(t *testing.T) {
+	dir := t.TempDir()
+	for name, peers := range map[string][]global.Peer{
+		"no peers":     nil,
+		"no address":   {{ID: "a"}},
+		"bad id":       {{ID: "a b", Address: "127.0.0.1:1"}},
+		"twice":        {{ID: "a", Address: "127.0.0.1:1"}, {ID: "a", Address: "127.0.0.1:2"}},
+		"no voter":     {{ID: "a", Address: "127.0.0.1:1", NonVoter: true}},
+		"empty string": {{ID: "", Address: "127.0.0.1:1"}},
+	} {
+		if err := global.WritePeersFile(dir, peers); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "raft", "peers.json")); !os.IsNotExist(err) {
+		t.Fatal("a refused peers file was written")
+	}
+}
+
+// TestNonVoters: with Voters 3, a fourth controller stays a non-voter; it
+// replicates the state and its writes are forwarded to the leader. A node
+// restarted after snapshots and log truncation catches up by snapshot.
+func TestNonVoters(t *testing.T) {
+	c := globaltest.NewCluster(t, 4, globaltest.Options{Voters: 3, Configure: func(i int, cfg *global.Config) {
+		cfg.Timing.SnapshotThreshold = 8
+		cfg.Timing.SnapshotInterval = 50 * time.Millisecond
+		cfg.Timing.TrailingLogs = 4
+	}})
+	l, _ := c.Leader()
+	servers, err := c.Nodes[l].Node.Servers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	voters := 0
+	for _, s := range servers {
+		if s.Suffrage == "voter" {
+			voters++
+		}
+	}
+	if len(servers) != 4 || voters != 3 {
+		t.Fatalf("servers %+v", servers)
+	}
+	var nonvoter int
+	for i, nd := range c.Nodes {
+		for _, s := range servers {
+			if s.ID == nd.Name && s.Suffrage == "nonvoter" {
+				nonvoter = i
+			}
+		}
+	}
+	c.Stop((nonvoter + 1) % 4)
+	if (nonvoter+1)%4 == l {
+		if _, err := c.WaitLeader(5 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var writes []acked
+	for i := 0; i < 30; i++ {
+		writes = append(writes, applyVia(t, c.Nodes[nonvoter], "v"+string(rune('a'+i%26))))
+	}
+	c.WaitFor(5*time.Second, "the non-voter to apply its own writes", func() bool { return c.Converged() })
+	checkAcked(t, c.Nodes[nonvoter].Node, writes)
+	// The stopped node missed 30 writes, more than the trailing logs kept
+	// after a snapshot: it catches up by installing one.
+	c.WaitFor(5*time.Second, "a snapshot on the leader", func() bool {
+		l, err := c.Leader()
+		if err != nil {
+			return false
+		}
+		snaps, _ := filepath.Glob(filepath.Join(c.Nodes[l].Dir, "raft", "snapshots", "*", "state.bin"))
+		return len(snaps) > 0
+	})
+	if err := c.Start((nonvoter + 1) % 4); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor(10*time.Second, "the restarted node to catch up", func() bool { return c.Converged() })
+	checkAcked(t, c.Nodes[(nonvoter+1)%4].Node, writes)
+}
+
+// TestAutoFailoverRunner runs the automatic failover on every node, as the
+// controllers do: only the leader commits, the failed region comes back
+// through recovering after the hold-down.
+func TestAutoFailoverRunner(t *testing.T) {
+	c := globaltest.NewCluster(t, 3, globaltest.Options{Voters: 3})
+	var pods atomic.Int64
+	pods.Store(3)
+	observe := func(context.Context) global.Observations {
+		return global.Observations{
+			"region-0": {Controllers: 1, HealthyPods: 3},
+			"region-1": {Controllers: 1, HealthyPods: 3},
+			"region-2": {Controllers: 1, HealthyPods: int(pods.Load())},
+		}
+	}
+	cfg := global.DefaultAutoFailoverConfig()
+	cfg.Interval, cfg.Grace, cfg.HoldDown = 20*time.Millisecond, 50*time.Millisecond, 100*time.Millisecond
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, len(c.Nodes))
+	for _, nd := range c.Nodes {
+		go func() { done <- nd.Node.RunAutoFailover(ctx, cfg, observe) }()
+	}
+	defer func() {
+		cancel()
+		for range c.Nodes {
+			if err := <-done; err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	pods.Store(0)
+	c.WaitFor(10*time.Second, "region-2 failed automatically everywhere", func() bool {
+		for _, nd := range c.Nodes {
+			if nd.Node.State().RegionState("region-2") != global.RegionFailed {
+				return false
+			}
+		}
+		return true
+	})
+	rs, _ := c.Nodes[0].Node.State().RegionStatus("region-2")
+	l, _ := c.Leader()
+	if !rs.Automatic || rs.Actor != "auto:"+c.Nodes[l].Name || !strings.Contains(rs.Reason, "0 healthy pods") {
+		t.Fatalf("automatic failure record %+v (leader %s)", rs, c.Nodes[l].Name)
+	}
+	pods.Store(3)
+	c.WaitFor(10*time.Second, "region-2 active again", func() bool {
+		rs, _ := c.Nodes[0].Node.State().RegionStatus("region-2")
+		return rs.State == global.RegionActive && rs.Automatic && strings.Contains(rs.Reason, "hold-down")
+	})
+	bad := global.DefaultAutoFailoverConfig()
+	bad.Interval = 0
+	if err := c.Nodes[0].Node.RunAutoFailover(context.Background(), bad, nil); err == nil {
+		t.Fatal("RunAutoFailover accepted an invalid config")
+	}
+}
+
+// testPKI makes a CA and a certificate for 127.0.0.1 signed by it.
+func testPKI(t *testing.T) (*tls.Config, *x509.CertPool) {
+	t.Helper()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "meridian test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IsCA: true,
+		KeyUsage: x509.KeyUsageCertSign, BasicConstraintsValid: true}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "controller"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}, KeyUsage: x509.KeyUsageDigitalSignature}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(ca)
+	return &tls.Config{
+		Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}},
+		RootCAs:      pool, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13,
+	}, pool
+}
+
+// TestTLSTransport runs a cluster whose Raft traffic is mutual TLS; a peer
+// without a certificate from the cluster CA cannot talk to it.
+func TestTLSTransport(t *testing.T) {
+	tlsCfg, _ := testPKI(t)
+	c := globaltest.NewCluster(t, 3, globaltest.Options{Voters: 3, OwnTransport: true, Configure: func(i int, cfg *global.Config) {
+		cfg.TLS = tlsCfg
+	}})
+	w := applyVia(t, c.Nodes[2], "zones: {} # over tls")
+	c.WaitFor(5*time.Second, "convergence over TLS", func() bool { return c.Converged() })
+	for _, nd := range c.Nodes {
+		checkAcked(t, nd.Node, []acked{w})
+	}
+	// A client with a certificate from another CA is refused.
+	other, _ := testPKI(t)
+	other.ClientAuth = tls.NoClientCert
+	d := tls.Dialer{Config: &tls.Config{Certificates: other.Certificates, RootCAs: other.RootCAs, MinVersion: tls.VersionTLS13}}
+	conn, err := d.DialContext(ctxT(t, 5*time.Second), "tcp", c.Nodes[0].RaftAddr)
+	if err == nil {
+		conn.Close()
+		t.Fatal("a peer with a foreign certificate completed a handshake")
+	}
+	// Plain TCP gets nothing Raft would answer: the server waits for a TLS
+	// ClientHello and drops garbage.
+	raw, err := net.Dial("tcp", c.Nodes[0].RaftAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	_, _ = raw.Write([]byte{0, 1, 2, 3, 4, 5, 6, 7})
+	_ = raw.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 64)
+	n, _ := raw.Read(buf)
+	if n > 0 && buf[0] != 0x15 { // 0x15: a TLS alert record
+		t.Fatalf("plain TCP got a non-TLS answer %x", buf[:n])
+	}
+}
+
+func mustVersion(t *testing.T, n *global.Node, v uint64) global.PolicyVersion {
+	t.Helper()
+	p, ok := n.State().PolicyVersion(v)
+	if !ok {
+		t.Fatalf("%s has no policy version %d", n.ID(), v)
+	}
+	return p
+}
