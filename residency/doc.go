@@ -165,8 +165,9 @@
 //
 // # Shadow mode and diffs
 //
-// Compare and Diff evaluate a candidate policy beside the active one and report
-// the requests they decide differently (by region names, so the two may
+// Shadow evaluates a candidate policy beside the active one on each request
+// (without allocating, for rules without conditions), and Diff runs it over a
+// list of requests, reporting those the two decide differently (by region names, so the two may
 // declare different regions); DiffStructure lists regions, zones, data
 // classes, rules and default added, removed, changed or moved between two
 // policies.
