@@ -1,0 +1,106 @@
+package regional
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// startKafka runs an in-process Kafka-protocol broker cluster (franz-go's
+// kfake) on loopback and a kafka-go writer keyed by pod (Hash balancer).
+func startKafka(t *testing.T, brokers int, topic string) (*kfake.Cluster, *kafka.Writer) {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &kafka.Transport{}
+	w := &kafka.Writer{Addr: kafka.TCP(c.ListenAddrs()...), Topic: topic, Balancer: &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Transport: tr, AllowAutoTopicCreation: true}
+	t.Cleanup(func() {
+		_ = w.Close()
+		tr.CloseIdleConnections()
+		c.Close()
+	})
+	return c, w
+}
+
+func produce(t *testing.T, w *kafka.Writer, msgs []Message) {
+	t.Helper()
+	kms := make([]kafka.Message, len(msgs))
+	for i, m := range msgs {
+		kms[i] = kafka.Message{Key: m.Key, Value: m.Value, Headers: m.Headers}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for {
+		err := w.WriteMessages(ctx, kms...)
+		if err == nil {
+			return
+		}
+		// The first write may race the topic's auto-creation.
+		if !errors.Is(err, kafka.UnknownTopicOrPartition) && !errors.Is(err, kafka.LeaderNotAvailable) || ctx.Err() != nil {
+			t.Fatalf("produce: %v", err)
+		}
+	}
+}
+
+func applied(g *Ingester) int64 {
+	var n int64
+	for _, off := range g.Applied() {
+		n += off + 1
+	}
+	return n
+}
+
+// End to end over a Kafka-protocol broker: the index ends up holding exactly
+// what the engines hold, through a consumer restart mid-stream (redelivered
+// messages are skipped) and a group-coordinator move.
+func TestIngestOverKafka(t *testing.T) {
+	msgs, engines := workload(11, 4)
+	g, idx, reg, _, _ := newTestIngester(t)
+	cluster, w := startKafka(t, 3, TopicFor("test"))
+	g.cfg.Brokers = cluster.ListenAddrs()
+
+	half := len(msgs) / 2
+	produce(t, w, msgs[:half])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	run := func() (stop func()) {
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- g.Run(rctx) }()
+		return func() {
+			rcancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Errorf("Run: %v", err)
+			}
+		}
+	}
+	stop := run()
+	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(half/2) }); err != nil {
+		t.Fatalf("waiting for the first messages: %v (applied %d)", err, applied(g))
+	}
+	stop() // the consumer dies mid-stream
+
+	produce(t, w, msgs[half:])
+	stop = run()
+	defer stop()
+	cluster.RehashCoordinators()
+	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(len(msgs)) }); err != nil {
+		t.Fatalf("waiting for all %d messages: %v (applied %d)", len(msgs), err, applied(g))
+	}
+	checkIndex(t, idx, reg, engines)
+	if !g.CaughtUp() {
+		t.Error("not caught up after applying everything")
+	}
+	if got := fmt.Sprint(g.Lag()); got != "0" {
+		t.Errorf("lag %s after the last message", got)
+	}
+}
