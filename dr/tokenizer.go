@@ -442,12 +442,25 @@ func (fo *folder) checkVocab(vocabs []vocab, tc tokenizerConfig) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
+	unknown := map[string][]string{} // file -> "field \"token\""
+	var files []string
 	for _, k := range keys {
 		s := tc.special[k]
 		if !known[s[1]] {
 			field := k[strings.IndexByte(k, 0)+1:]
-			fo.f.add(Warning, CodeSpecialTokenUnknown, s[0], "%s %q is not in the tokenizer's vocabulary", field, s[1])
+			if _, ok := unknown[s[0]]; !ok {
+				files = append(files, s[0])
+			}
+			unknown[s[0]] = append(unknown[s[0]], fmt.Sprintf("%s %q", field, s[1]))
 		}
+	}
+	for _, f := range files {
+		u := unknown[f]
+		verb := "is"
+		if len(u) > 1 {
+			verb = "are"
+		}
+		fo.f.add(Warning, CodeSpecialTokenUnknown, f, "%s %s not in the tokenizer's vocabulary", strings.Join(u, ", "), verb)
 	}
 }
 

@@ -325,7 +325,7 @@ func SentencePiece(n int) []byte {
 		p = append(p, 0x0a, byte(len(tok)))
 		p = append(p, tok...)
 		p = append(p, 0x15, 0, 0, 0x80, 0xbf) // score -1.0 as float32
-		typ := byte(1)                          // NORMAL
+		typ := byte(1)                        // NORMAL
 		if i < 4 {
 			typ = 3 // CONTROL
 		}
