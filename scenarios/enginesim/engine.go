@@ -41,6 +41,7 @@ type Engine struct {
 	cache   *prefixCache
 	waiting []*request
 	running int
+	stalled int // requests hanging in an injected stall
 	changed chan struct{} // closed and replaced at every scheduler change
 
 	pipe     *eventPipe
@@ -78,6 +79,8 @@ const (
 // Stats is a snapshot of the engine's scheduler and cache.
 type Stats struct {
 	Running, Waiting int
+	// Stalled counts requests hanging in an injected stall (not yet queued).
+	Stalled int
 	// UsedBlocks counts blocks occupied (cached or reserved); CachedBlocks
 	// those findable by hash; Capacity the total.
 	UsedBlocks, CachedBlocks, Capacity int
@@ -283,7 +286,7 @@ func (e *Engine) Stats() Stats {
 }
 
 func (e *Engine) statsLocked() Stats {
-	return Stats{Running: e.running, Waiting: len(e.waiting), UsedBlocks: e.cache.used, CachedBlocks: len(e.cache.table),
+	return Stats{Running: e.running, Waiting: len(e.waiting), Stalled: e.stalled, UsedBlocks: e.cache.used, CachedBlocks: len(e.cache.table),
 		Capacity: e.cache.capacity, KVUsage: e.cache.usage()}
 }
 
@@ -345,6 +348,21 @@ func (e *Engine) waitUntil(ctx context.Context, cond func(Stats) bool) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// stallBegin and stallEnd count requests in an injected stall.
+func (e *Engine) stallBegin() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stalled++
+	e.changedLocked()
+}
+
+func (e *Engine) stallEnd() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.stalled--
+	e.changedLocked()
 }
 
 // submit queues r and admits what fits.

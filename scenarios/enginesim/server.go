@@ -190,6 +190,8 @@ func (e *Engine) resolveModel(model string) (lora string, ok bool) {
 // stall hangs before the first byte for d (0: until released), or until the
 // client leaves; it reports whether the request should go on.
 func (e *Engine) stall(ctx context.Context, d time.Duration, released <-chan struct{}) bool {
+	e.stallBegin()
+	defer e.stallEnd()
 	var timerC <-chan time.Time
 	if d > 0 {
 		t := e.clock.NewTimer(d)
