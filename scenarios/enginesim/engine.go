@@ -41,7 +41,7 @@ type Engine struct {
 	cache   *prefixCache
 	waiting []*request
 	running int
-	stalled int // requests hanging in an injected stall
+	stalled int           // requests hanging in an injected stall
 	changed chan struct{} // closed and replaced at every scheduler change
 
 	pipe     *eventPipe
