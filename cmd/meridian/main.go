@@ -41,6 +41,7 @@ func newApp() *cli.App {
 		Commands: []*cli.Command{
 			versionCommand(),
 			drCommand(),
+			engineSimCommand(),
 			policyCommand(),
 		},
 	}
