@@ -83,11 +83,10 @@ func Check(ctx context.Context, cfg Config, req Request) (*Report, error) {
 
 // file is one regular file of a folder (symlinks followed).
 type file struct {
-	rel     string
-	size    int64
-	kind    Kind
-	listed  bool
-	symlink bool
+	rel    string
+	size   int64
+	kind   Kind
+	listed bool
 
 	sum    string // hex SHA-256, once hashed
 	hdr    *safetensors.Header
@@ -164,7 +163,6 @@ func checkFolder(ctx context.Context, cfg Config, src Source, man *Manifest, exc
 // scan walks the folder, skipping hidden files and directories, following
 // file symlinks, and classifies each file.
 func (fo *folder) scan(ctx context.Context, exclude []string) error {
-	var symlinks []string
 	err := fs.WalkDir(fo.fsys, ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if p == "." {
@@ -189,9 +187,6 @@ func (fo *folder) scan(ctx context.Context, exclude []string) error {
 			fo.dirs[p] = true
 			return nil
 		}
-		if d.Type()&fs.ModeSymlink != 0 {
-			symlinks = append(symlinks, p)
-		}
 		if !d.Type().IsRegular() && d.Type()&fs.ModeSymlink == 0 {
 			return nil // sockets, devices
 		}
@@ -208,7 +203,7 @@ func (fo *folder) scan(ctx context.Context, exclude []string) error {
 			fo.f.add(Info, CodeSymlinkedDir, p, "symlink to a directory: not followed")
 			return nil
 		}
-		fo.files[p] = &file{rel: p, size: st.Size(), symlink: d.Type()&fs.ModeSymlink != 0}
+		fo.files[p] = &file{rel: p, size: st.Size()}
 		if path.Base(p) == "adapter_config.json" {
 			fo.adapterDirs[path.Dir(p)] = true
 		}

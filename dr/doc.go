@@ -130,8 +130,83 @@
 //
 // Blocking: a region restored from the folder would fail to start or serve
 // wrongly; the CLI exits 1. Warning: it starts, but differs from intent or
-// depends on luck. Info: noted. Codes are stable strings (the Code
-// constants); a Finding carries severity, code, region, path and message.
+// depends on luck. Info: noted. A Finding carries severity, code, region,
+// path and message. Codes are stable strings (the Code constants; a test
+// keeps this list complete). B = blocking, W = warning, I = info; B/W means
+// blocking for a file with a role, a warning otherwise.
+//
+//	file_missing                   B   a listed file of kind other is missing (listed files of other kinds use their kind's code)
+//	file_unreadable                B   a file cannot be opened, read or hashed
+//	dangling_symlink               B   a symlink whose target is missing
+//	symlinked_dir_skipped          I   a symlink to a directory, not followed
+//	json_invalid, yaml_invalid     B/W the file does not parse (with line and column)
+//	yaml_templated                 I   a Helm-style template, not checked
+//	file_too_large_to_parse        W   over Config.MaxParseBytes, contents not checked
+//	size_mismatch                  B   size differs from the manifest
+//	checksum_mismatch              B   sha256 differs from the manifest
+//	checksum_missing               I   (checksums always) the manifest records no sha256 for the file
+//	checksums_skipped              I   (checksums never) the manifest's checksums were not verified
+//	file_unlisted                  I   present but not in the manifest
+//	model_dir_detected             I   the model was found in a sub-directory
+//	weights_missing                B   no weights at all
+//	weights_index_missing          W   several shards, no index (B when listed)
+//	weights_index_invalid          B   the index has no usable weight_map
+//	weights_not_safetensors        I   .bin weights: checked by checksum only
+//	weights_total_size_mismatch    W   index metadata.total_size differs from the headers
+//	shard_missing                  B   a shard the index names is absent
+//	shard_header_invalid           B/W a safetensors header that does not validate
+//	shard_truncated                B   shorter than its header says
+//	shard_size_mismatch            B   longer than its header says
+//	shard_unreferenced             I   a shard the index does not name
+//	tensor_missing                 B   the index places tensors in a shard whose header lacks them
+//	embedding_vocab_mismatch       B   embedding/lm_head rows differ from vocab_size
+//	tokenizer_missing              B   no tokenizer file
+//	tokenizer_invalid              B   a tokenizer file that does not parse as its format
+//	tokenizer_config_missing       W   no tokenizer_config.json (B when listed)
+//	tokenizer_class_mismatch       B   the tokenizer class lacks the files it loads
+//	tokenizer_class_unknown        I   a class this check does not know, without tokenizer.json
+//	tokenizer_conversion           W   a fast tokenizer converted from slow files at every start
+//	special_tokens_missing         B   a listed special_tokens_map.json / added_tokens.json is missing
+//	special_token_unknown          W   a special token not in the vocabulary
+//	chat_template_missing          B   the engine serves chat and no chat template exists
+//	chat_template_absent           I   no chat template, and no chat is served
+//	vocab_mismatch                 B   the tokenizer has more tokens than vocab_size
+//	vocab_undersized               W   the tokenizer has under 90% of vocab_size
+//	remote_code_missing            B   a module auto_map names is absent
+//	generation_token_out_of_range  W   a generation_config.json token id outside the vocabulary
+//	generation_config_missing      W   no generation_config.json (B when listed)
+//	config_missing                 B   no config.json
+//	config_field_missing           B/W no architectures/model_type (B); no vocab_size (W)
+//	rope_scaling_invalid           B   RoPE scaling lacks its keys or has factor < 1
+//	rope_scaling_unknown           W   a RoPE type this check does not know
+//	attention_config_invalid       B   heads not divisible by KV heads, hidden size by heads
+//	quantization_config_missing    B   the engine or the packed weights need a quantisation config
+//	quantization_config_invalid    B   no quant_method; bits or group size engines reject
+//	quantization_config_conflict   W   two quantisation configs disagree
+//	quantization_mismatch          B   the engine's quantization is not the checkpoint's
+//	quantization_method_unknown    W   a method this check does not know
+//	quantization_dynamic           I   the engine quantises at load time
+//	quantized_weights_missing      B   an AWQ/GPTQ config over unpacked weights
+//	engine_config_missing          W   no engine config found (B when listed)
+//	engine_config_invalid          B   not a mapping, or a non-integer max-model-len / tensor-parallel-size
+//	engine_config_conflict         W   two engine sources set one option differently
+//	max_model_len_exceeds          B   max-model-len over what config.json allows
+//	tensor_parallel_mismatch       B   tensor-parallel-size does not divide the attention heads
+//	lora_manifest_missing          B   a listed LoRA manifest is missing
+//	lora_adapter_missing           B   an adapter (or its weights) is not in the folder
+//	lora_adapter_invalid           B   an adapter without a usable adapter_config.json
+//	lora_adapter_remote            W   an adapter given as a hub id, fetched at start
+//	lora_rank_exceeds              B   an adapter's rank over max-lora-rank
+//	lora_disabled                  W   adapters listed without enable-lora
+//	deployment_manifest_missing    W   no Kubernetes manifest (B when listed)
+//	deployment_manifest_invalid    B   a Kubernetes document without apiVersion or kind
+//	dockerfile_missing             W   no Dockerfile (B when listed)
+//	dockerfile_invalid             B   no FROM, or FROM without an image
+//	dependency_lock_missing        W   no dependency lock (B when listed)
+//	dependency_unpinned            W   requirements without an exact == pin
+//	image_unpinned                 W   an image without a tag other than latest, or a digest
+//	region_file_missing            B/W a file present in some regions' copies but not all
+//	region_file_differs            B/W copies differ in size, sha256 or safetensors header
 //
 // # Speed
 //

@@ -3,12 +3,16 @@ package dr
 import (
 	"context"
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -417,5 +421,41 @@ func TestReportJSONRoundTrip(t *testing.T) {
 	}
 	if !strings.Contains(string(b), `"severity": "blocking"`) {
 		t.Fatalf("json %s", b)
+	}
+}
+
+// TestDocListsEveryCode keeps the code table in doc.go complete.
+func TestDocListsEveryCode(t *testing.T) {
+	doc, err := os.ReadFile("doc.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "finding.go", nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Code" {
+				continue
+			}
+			for _, v := range vs.Values {
+				code, _ := strconv.Unquote(v.(*ast.BasicLit).Value)
+				n++
+				if !strings.Contains(string(doc), "//\t"+code+" ") && !strings.Contains(string(doc), ", "+code+" ") && !strings.Contains(string(doc), "//\t"+code+",") {
+					t.Errorf("doc.go does not list code %s", code)
+				}
+			}
+		}
+	}
+	if n < 60 {
+		t.Fatalf("found only %d codes in finding.go", n)
 	}
 }
