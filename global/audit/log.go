@@ -149,7 +149,8 @@ func (l *Log) Append(ctx context.Context, e Entry) error {
 	if err != nil {
 		return err
 	}
-	r := &request{body: body, done: make(chan error, 1)}
+	r := requestPool.Get().(*request)
+	r.body = body
 	l.mu.RLock()
 	if l.closed {
 		l.mu.RUnlock()
@@ -160,15 +161,21 @@ func (l *Log) Append(ctx context.Context, e Entry) error {
 		l.mu.RUnlock()
 	case <-ctx.Done():
 		l.mu.RUnlock()
+		requestPool.Put(r)
 		return &AppendError{Op: "append", Err: ctx.Err()}
 	}
 	select {
 	case err := <-r.done:
+		r.body = nil
+		requestPool.Put(r) // its done channel is empty again
 		return err
 	case <-ctx.Done():
+		// The writer will still answer on r.done: r is not reused.
 		return &AppendError{Op: "wait", Err: fmt.Errorf("fsync not confirmed: %w", ctx.Err())}
 	}
 }
+
+var requestPool = sync.Pool{New: func() any { return &request{done: make(chan error, 1)} }}
 
 // Close stops accepting appends, writes what was already accepted, seals the
 // active segment, hands a last checkpoint to the sink and returns. It is safe

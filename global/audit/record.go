@@ -8,9 +8,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 	"unicode/utf8"
 )
@@ -114,6 +116,7 @@ func (e *EntryError) Error() string {
 type Hasher struct {
 	key   []byte
 	keyID string
+	macs  sync.Pool // of hash.Hash: HMAC-SHA256 under key
 }
 
 // MinKeyBytes is the shortest HMAC key accepted.
@@ -125,7 +128,9 @@ func NewHasher(key []byte) (*Hasher, error) {
 		return nil, fmt.Errorf("audit hmac key: %d bytes, need at least %d", len(key), MinKeyBytes)
 	}
 	id := sha256.Sum256(append([]byte("meridian/audit/kid\x00"), key...))
-	return &Hasher{key: slices.Clone(key), keyID: hex.EncodeToString(id[:8])}, nil
+	h := &Hasher{key: slices.Clone(key), keyID: hex.EncodeToString(id[:8])}
+	h.macs.New = func() any { return hmac.New(sha256.New, h.key) }
+	return h, nil
 }
 
 // KeyID names the key without revealing it (stored in each record as kid),
@@ -133,21 +138,25 @@ func NewHasher(key []byte) (*Hasher, error) {
 func (h *Hasher) KeyID() string { return h.keyID }
 
 // Tenant returns the HMAC of a raw tenant id as stored in tenant_h ("" for "").
-func (h *Hasher) Tenant(raw string) string { return h.sum("tenant", raw) }
+func (h *Hasher) Tenant(raw string) string { return string(h.appendSum(nil, "tenant", raw)) }
 
 // Session returns the HMAC of a raw session id as stored in session_h.
-func (h *Hasher) Session(raw string) string { return h.sum("session", raw) }
+func (h *Hasher) Session(raw string) string { return string(h.appendSum(nil, "session", raw)) }
 
-func (h *Hasher) sum(domain, raw string) string {
+// appendSum appends the hex HMAC of domain, 0, raw (nothing for raw "").
+func (h *Hasher) appendSum(dst []byte, domain, raw string) []byte {
 	if raw == "" {
-		return ""
+		return dst
 	}
-	m := hmac.New(sha256.New, h.key)
+	m := h.macs.Get().(hash.Hash)
+	m.Reset()
 	m.Write([]byte(domain))
 	m.Write([]byte{0})
 	m.Write([]byte(raw))
 	var out [sha256.Size]byte
-	return hex.EncodeToString(m.Sum(out[:0]))
+	sum := m.Sum(out[:0])
+	h.macs.Put(m)
+	return hex.AppendEncode(dst, sum)
 }
 
 // prepare validates e and encodes the members the writer does not assign:
@@ -186,11 +195,17 @@ func prepare(e *Entry, h *Hasher, dst []byte) ([]byte, error) {
 		return nil, &EntryError{Field: "cost", Reason: err.Error()}
 	}
 	b := dst
+	if b == nil {
+		b = make([]byte, 0, 512+len(cost))
+	}
 	b = appendMember(b, "kind", string(e.Kind))
 	b = appendMember(b, "decision_id", e.DecisionID)
 	b = appendMember(b, "request_id", e.RequestID)
-	b = appendMember(b, "tenant_h", h.Tenant(e.Tenant))
-	b = appendMember(b, "session_h", h.Session(e.Session))
+	b = append(b, `,"tenant_h":"`...)
+	b = h.appendSum(b, "tenant", e.Tenant)
+	b = append(b, `","session_h":"`...)
+	b = h.appendSum(b, "session", e.Session)
+	b = append(b, '"')
 	b = appendMember(b, "kid", h.KeyID())
 	b = appendMember(b, "origin", e.Origin)
 	b = appendMember(b, "region", e.Region)
@@ -379,31 +394,6 @@ func appendString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// canonicalCost re-encodes a JSON object canonically: object keys sorted by
-// bytes, no insignificant space, numbers as their literal text, strings as
-// appendString writes them. Empty input is {}. canonicalCost is idempotent.
-func canonicalCost(raw json.RawMessage) ([]byte, error) {
-	if len(bytes.TrimSpace(raw)) == 0 {
-		return []byte("{}"), nil
-	}
-	if len(raw) > MaxCostBytes {
-		return nil, fmt.Errorf("%d bytes, limit %d", len(raw), MaxCostBytes)
-	}
-	d := json.NewDecoder(bytes.NewReader(raw))
-	d.UseNumber()
-	var v any
-	if err := d.Decode(&v); err != nil {
-		return nil, fmt.Errorf("not JSON: %w", err)
-	}
-	if _, err := d.Token(); err != io.EOF {
-		return nil, errors.New("trailing data after the JSON object")
-	}
-	if _, ok := v.(map[string]any); !ok {
-		return nil, fmt.Errorf("must be a JSON object, got %s", jsonType(v))
-	}
-	return appendValue(make([]byte, 0, len(raw)), v), nil
-}
-
 func jsonType(v any) string {
 	switch v.(type) {
 	case nil:
@@ -420,41 +410,3 @@ func jsonType(v any) string {
 	return "an object"
 }
 
-func appendValue(b []byte, v any) []byte {
-	switch x := v.(type) {
-	case nil:
-		return append(b, "null"...)
-	case bool:
-		return strconv.AppendBool(b, x)
-	case json.Number:
-		return append(b, x...)
-	case string:
-		return appendString(b, x)
-	case []any:
-		b = append(b, '[')
-		for i, e := range x {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendValue(b, e)
-		}
-		return append(b, ']')
-	case map[string]any:
-		keys := make([]string, 0, len(x))
-		for k := range x {
-			keys = append(keys, k)
-		}
-		slices.Sort(keys)
-		b = append(b, '{')
-		for i, k := range keys {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = appendString(b, k)
-			b = append(b, ':')
-			b = appendValue(b, x[k])
-		}
-		return append(b, '}')
-	}
-	panic(fmt.Sprintf("audit: unexpected JSON value %T", v))
-}
