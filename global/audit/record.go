@@ -409,4 +409,3 @@ func jsonType(v any) string {
 	}
 	return "an object"
 }
-
