@@ -79,6 +79,14 @@ func parsePrompt(raw json.RawMessage) (text string, ids []uint32, isIDs bool, er
 	default:
 		return "", nil, false, fmt.Errorf("%w: prompt: want a string, a list of one string or a list of token ids", ErrInvalidPrompt)
 	}
+	// Fast path: a flat list of token ids decodes in one allocation.
+	if err := json.Unmarshal(raw, &ids); err == nil {
+		if len(ids) == 0 {
+			return "", nil, false, fmt.Errorf("%w: prompt: empty list", ErrInvalidPrompt)
+		}
+		return "", ids, true, nil
+	}
+	ids = nil
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return "", nil, false, fmt.Errorf("%w: prompt: %v", ErrInvalidPrompt, err)

@@ -172,7 +172,8 @@ func (c *prefixCache) release(h *holding) {
 	}
 	c.used -= h.scratch
 	h.scratch = 0
-	h.blocks = nil
+	clear(h.blocks)
+	h.blocks = h.blocks[:0]
 }
 
 // reset empties the cache (vLLM's reset_prefix_cache). Pinned blocks stay

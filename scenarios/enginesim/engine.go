@@ -472,10 +472,12 @@ func (e *Engine) sleep(ctx context.Context, d time.Duration) error {
 // Whatever happens the request's cache holdings are released on return.
 func (e *Engine) generate(ctx context.Context, g genRequest, emit func(i int, res genResult) error) (genResult, error) {
 	var res genResult
+	nblocks := len(g.tokens) / e.cfg.BlockSize
 	r := &request{
 		h: holding{
 			tokens:    g.tokens,
-			hashes:    e.chain.appendHashes(make([]uint64, 0, len(g.tokens)/e.cfg.BlockSize), g.tokens, e.cfg.BlockSize, g.lora, g.salt),
+			hashes:    e.chain.appendHashes(make([]uint64, 0, nblocks), g.tokens, e.cfg.BlockSize, g.lora, g.salt),
+			blocks:    make([]*cacheBlock, 0, nblocks),
 			lora:      g.lora,
 			salt:      g.salt,
 			maxTokens: g.maxTokens,
