@@ -3,12 +3,14 @@ package dr
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/meridian-llm/meridian/dr/drtest"
+	"github.com/meridian-llm/meridian/dr/safetensors"
 )
 
 // BenchmarkCheckHealthy checks the tiny generated deployment (14 files).
@@ -70,6 +72,53 @@ func BenchmarkHash(b *testing.B) {
 	for b.Loop() {
 		if _, err := fo.hash(context.Background(), "blob"); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCheck1000Shards checks a model split into 1000 small shards named
+// by the index (plus the generated deployment files).
+func BenchmarkCheck1000Shards(b *testing.B) {
+	dir := b.TempDir()
+	if err := drtest.WriteHealthy(dir, drtest.BF16); err != nil {
+		b.Fatal(err)
+	}
+	weightMap := map[string]any{}
+	var total uint64
+	for i := range 1000 {
+		name := fmt.Sprintf("model-%05d-of-01000.safetensors", i+1)
+		tensor := fmt.Sprintf("model.layers.%d.weight", i)
+		data, err := drtest.Safetensors([]safetensors.Tensor{{Name: tensor, DType: "BF16", Shape: []uint64{4, 4}}}, nil, byte(i))
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		weightMap[tensor] = name
+		total += 32
+	}
+	for _, s := range []string{drtest.Shard1, drtest.Shard2} {
+		if err := os.Remove(filepath.Join(dir, s)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	idx, err := json.Marshal(map[string]any{"metadata": map[string]any{"total_size": total}, "weight_map": weightMap})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "model.safetensors.index.json"), idx, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	req := Request{Sources: []Source{{Dir: dir}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		rep, err := Check(context.Background(), DefaultConfig(), req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if rep.Folders[0].Shards != 1000 {
+			b.Fatalf("%d shards", rep.Folders[0].Shards)
 		}
 	}
 }

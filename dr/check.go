@@ -101,6 +101,7 @@ type folder struct {
 	src       Source
 	fsys      fs.FS
 	man       *Manifest
+	entries   map[string]Entry // the manifest's entries by path
 	comparing bool
 
 	modelDir    string
@@ -136,6 +137,9 @@ func checkFolder(ctx context.Context, cfg Config, src Source, man *Manifest, exc
 		files: make(map[string]*file), dirs: map[string]bool{".": true}, adapterDirs: make(map[string]bool),
 		docs: make(map[string]any), yamls: make(map[string][]any), texts: make(map[string][]byte),
 		f: findings{region: src.Region},
+	}
+	if man != nil {
+		fo.entries = man.byPath()
 	}
 	if err := fo.scan(ctx, exclude); err != nil {
 		return nil, err
@@ -221,7 +225,7 @@ func (fo *folder) scan(ctx context.Context, exclude []string) error {
 		f := fo.files[p]
 		f.kind = classify(p, fo.modelDir, fo.adapterDirs)
 		if fo.man != nil {
-			if e, ok := fo.man.entry(p); ok {
+			if e, ok := fo.entries[p]; ok {
 				f.kind, f.listed = e.Kind, true
 			}
 		}

@@ -33,7 +33,7 @@
 //	                   sglang.launch_server (their flags; --config FILE merges FILE's options)
 //	LoRA               directories holding adapter_config.json; *lora*/*adapters* YAML/JSON manifests
 //	                   (a list of name=path or {name, path}); the engine's lora-modules / lora-paths
-//	deployment         YAML with apiVersion and kind (Kubernetes), Dockerfile / Containerfile,
+//	deployment         YAML with apiVersion or kind (Kubernetes), Dockerfile / Containerfile,
 //	                   requirements*.txt, constraints*.txt, uv.lock, poetry.lock, Pipfile.lock, pdm.lock
 //
 // # The manifest

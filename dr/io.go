@@ -108,7 +108,7 @@ func (fo *folder) wantHash(f *file) bool {
 		return true
 	}
 	if fo.man != nil {
-		if e, ok := fo.man.entry(f.rel); ok && e.SHA256 != "" && (e.Size == nil || *e.Size == f.size) {
+		if e, ok := fo.entries[f.rel]; ok && e.SHA256 != "" && (e.Size == nil || *e.Size == f.size) {
 			return true
 		}
 	}

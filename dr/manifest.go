@@ -274,12 +274,11 @@ func (m *Manifest) Marshal() ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// entry returns the manifest entry for p, if listed.
-func (m *Manifest) entry(p string) (Entry, bool) {
+// byPath indexes the entries by path.
+func (m *Manifest) byPath() map[string]Entry {
+	out := make(map[string]Entry, len(m.Files))
 	for _, e := range m.Files {
-		if e.Path == p {
-			return e, true
-		}
+		out[e.Path] = e
 	}
-	return Entry{}, false
+	return out
 }

@@ -244,6 +244,6 @@ func (fo *folder) listed(p string) bool {
 	if fo.man == nil {
 		return false
 	}
-	_, ok := fo.man.entry(p)
+	_, ok := fo.entries[p]
 	return ok
 }
