@@ -42,6 +42,7 @@ func newApp() *cli.App {
 			versionCommand(),
 			drCommand(),
 			engineSimCommand(),
+			eventsCommand(),
 			policyCommand(),
 		},
 	}

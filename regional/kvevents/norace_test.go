@@ -1,0 +1,5 @@
+//go:build !race
+
+package kvevents
+
+const raceEnabled = false

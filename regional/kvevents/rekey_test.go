@@ -1,0 +1,374 @@
+package kvevents
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/meridian-llm/meridian/index"
+)
+
+func newTestRekeyer(t interface {
+	Helper()
+	Fatal(...any)
+}, R int, tweak ...func(*RekeyConfig)) *Rekeyer {
+	t.Helper()
+	cfg := DefaultRekeyConfig()
+	cfg.Model, cfg.BlockSize = "m", R
+	for _, f := range tweak {
+		f(&cfg)
+	}
+	r, err := NewRekeyer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func seq(n int, from uint32) []uint32 {
+	out := make([]uint32, n)
+	for i := range out {
+		out[i] = from + uint32(i)
+	}
+	return out
+}
+
+// opsString renders ops compactly, with hashes as their position in want
+// (h0, h1, ...) when found there, so expectations read as text.
+func opsString(ops []Op, names map[uint64]string) string {
+	var parts []string
+	for _, op := range ops {
+		if op.Kind == OpClearPod {
+			parts = append(parts, "clear")
+			continue
+		}
+		var hs []string
+		for _, h := range op.Hashes {
+			if n, ok := names[h]; ok {
+				hs = append(hs, n)
+			} else {
+				hs = append(hs, fmt.Sprintf("%x", h))
+			}
+		}
+		parts = append(parts, fmt.Sprintf("%s %s [%s]", op.Kind, op.Tier, strings.Join(hs, " ")))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func stored(parent Opt[uint64], bs int, toks []uint32, hashes ...uint64) *BlockStored {
+	return &BlockStored{BlockHashes: hashes, ParentBlockHash: parent, TokenIDs: toks, BlockSize: int64(bs), Medium: Some("GPU")}
+}
+
+func removed(medium string, hashes ...uint64) *BlockRemoved {
+	return &BlockRemoved{BlockHashes: hashes, Medium: Some(medium)}
+}
+
+// TestRekeyRatio4 walks the E=16, R=64 case by hand: a router block is
+// registered when its 4th engine block arrives, evicted when any of its 4 is
+// removed, and registered again when that one is stored again.
+func TestRekeyRatio4(t *testing.T) {
+	r := newTestRekeyer(t, 64)
+	toks := seq(128, 1)
+	want := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 64}, toks, nil)
+	names := map[uint64]string{want[0]: "A", want[1]: "B"}
+	step := func(ev Event, exp string) {
+		t.Helper()
+		if got := opsString(r.ApplyEvent(nil, 0, ev), names); got != exp {
+			t.Fatalf("ops %q, want %q", got, exp)
+		}
+	}
+	step(stored(Opt[uint64]{}, 16, toks[:48], 1, 2, 3), "")
+	step(stored(Some[uint64](3), 16, toks[48:128], 4, 5, 6, 7, 8), "register gpu [A B]")
+	step(removed("GPU", 2), "evict gpu [A]")
+	step(removed("GPU", 8), "evict gpu [B]")
+	step(stored(Some[uint64](1), 16, toks[16:32], 2), "register gpu [A]")
+	// Offload of blocks 1..4 without tokens: A in the CPU tier too.
+	step(&BlockStored{BlockHashes: []uint64{1, 2, 3}, BlockSize: 16, Medium: Some("CPU")}, "")
+	step(&BlockStored{BlockHashes: []uint64{4, 9}, BlockSize: 16, Medium: Some("CPU")}, "register cpu [A]")
+	if s := r.Stats(); s.NoTokensUnknown != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	step(removed("GPU", 1, 2, 3, 4, 5, 6, 7), "evict gpu [A]")
+	step(removed("CPU", 1), "evict cpu [A]")
+	step(removed("CPU", 2, 3, 4), "")
+	if r.Len() != 0 {
+		t.Fatalf("%d entries left", r.Len())
+	}
+}
+
+// TestRekeyEngineLarger: E=64, R=16: each engine block completes 4 router
+// blocks, registered and evicted together.
+func TestRekeyEngineLarger(t *testing.T) {
+	r := newTestRekeyer(t, 16)
+	toks := seq(128, 7)
+	want := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 16}, toks, nil)
+	names := map[uint64]string{}
+	for i, h := range want {
+		names[h] = fmt.Sprintf("h%d", i)
+	}
+	if got := opsString(r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 64, toks, 10, 11)), names); got != "register gpu [h0 h1 h2 h3 h4 h5 h6 h7]" {
+		t.Fatal(got)
+	}
+	if got := opsString(r.ApplyEvent(nil, 0, removed("GPU", 10)), names); got != "evict gpu [h0 h1 h2 h3]" {
+		t.Fatal(got)
+	}
+}
+
+func TestRekeyUnknownParentAndBadBlocks(t *testing.T) {
+	r := newTestRekeyer(t, 4)
+	if ops := r.ApplyEvent(nil, 0, stored(Some[uint64](99), 4, seq(4, 0), 1)); len(ops) != 0 {
+		t.Fatalf("ops %v", ops)
+	}
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(3, 0), 1))  // 3 tokens for one block of 4
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 3, seq(3, 0), 1))  // 3 does not divide 4
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 0, nil, 1))        // no tokens, unknown hash
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 2, seq(2, 0), 20)) // fine
+	r.ApplyEvent(nil, 0, stored(Some[uint64](20), 4, seq(4, 0), 21))
+	r.ApplyEvent(nil, 0, &BlockStored{BlockHashes: []uint64{1}, TokenIDs: seq(4, 0), BlockSize: 4, Medium: Some("TAPE")})
+	r.ApplyEvent(nil, 0, removed("GPU", 77))
+	r.ApplyEvent(nil, 0, removed("CPU", 20))
+	r.ApplyEvent(nil, 64, removed("GPU", 20))
+	s := r.Stats()
+	want := RekeyStats{StoredBlocks: 1, UnknownParent: 1, BadBlocks: 3, NoTokensUnknown: 1, UnknownMedium: 1,
+		UnknownRemoved: 1, RemovedNotHeld: 1, BadRank: 1, Entries: 1}
+	if s != want {
+		t.Fatalf("stats\n got %+v\nwant %+v", s, want)
+	}
+}
+
+// TestRekeyDuplicates: vLLM can hold two blocks with one hash; each
+// announcement needs its removal.
+func TestRekeyDuplicates(t *testing.T) {
+	r := newTestRekeyer(t, 4)
+	ev := stored(Opt[uint64]{}, 4, seq(4, 0), 1)
+	if len(r.ApplyEvent(nil, 0, ev)) != 1 || len(r.ApplyEvent(nil, 0, ev)) != 0 {
+		t.Fatal("a duplicate announcement must register once")
+	}
+	if ops := r.ApplyEvent(nil, 0, removed("GPU", 1)); len(ops) != 0 {
+		t.Fatalf("first removal of two announcements evicted: %v", ops)
+	}
+	if ops := r.ApplyEvent(nil, 0, removed("GPU", 1)); len(ops) != 1 || ops[0].Kind != OpEvict {
+		t.Fatalf("second removal: %v", ops)
+	}
+}
+
+// TestRekeyNamespace: LoRA name and the cache salt (a string in block 0's
+// extra keys) seed the chain; multimodal extra keys make a block and its
+// descendants opaque.
+func TestRekeyNamespace(t *testing.T) {
+	r := newTestRekeyer(t, 4)
+	toks := seq(8, 100)
+	ev := stored(Opt[uint64]{}, 4, toks, 1, 2)
+	ev.LoRAName = Some("sql")
+	ev.ExtraKeys = []Raw{
+		append(appendArrayHeader(nil, 2), append(appendStr(nil, "sql"), appendStr(nil, "salty")...)...),
+		append(appendArrayHeader(nil, 1), appendStr(nil, "sql")...),
+	}
+	want := index.ChainHashes(index.Namespace{Model: "m", LoRA: "sql", CacheSalt: "salty", BlockSize: 4}, toks, nil)
+	ops := r.ApplyEvent(nil, 0, ev)
+	if len(ops) != 1 || fmt.Sprint(ops[0].Hashes) != fmt.Sprint(want) {
+		t.Fatalf("ops %v, want register %v", ops, want)
+	}
+	// A multimodal item on block 2 of a new sequence: block 1 registers,
+	// block 2 and the block after it (in a later event) do not.
+	img := append(appendArrayHeader(nil, 1), append(appendArrayHeader(nil, 2), append(appendStr(nil, "img"), 0)...)...)
+	ev = stored(Opt[uint64]{}, 4, seq(8, 500), 11, 12)
+	ev.ExtraKeys = []Raw{{mpNil}, img}
+	if ops := r.ApplyEvent(nil, 0, ev); len(ops) != 1 || len(ops[0].Hashes) != 1 {
+		t.Fatalf("ops %v", ops)
+	}
+	if ops := r.ApplyEvent(nil, 0, stored(Some[uint64](12), 4, seq(4, 0), 13)); len(ops) != 0 {
+		t.Fatalf("descendant of an opaque block registered: %v", ops)
+	}
+	if s := r.Stats(); s.Opaque != 2 {
+		t.Fatalf("Opaque = %d, want 2", s.Opaque)
+	}
+	// Only the deprecated lora_id: a namespace no request has.
+	ev = stored(Opt[uint64]{}, 4, toks[:4], 21)
+	ev.LoRAID = Some[int64](3)
+	ops = r.ApplyEvent(nil, 0, ev)
+	base := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 4}, toks[:4], nil)
+	if len(ops) != 1 || ops[0].Hashes[0] == base[0] {
+		t.Fatalf("lora_id blocks keyed like the base model: %v", ops)
+	}
+}
+
+func TestRekeyMediaAliases(t *testing.T) {
+	r := newTestRekeyer(t, 4, func(c *RekeyConfig) { c.Media = map[string]index.Tier{"HBM": index.TierGPU, "CPU": index.TierDisk} })
+	ev := stored(Opt[uint64]{}, 4, seq(4, 0), 1)
+	ev.Medium = Some("hbm")
+	if ops := r.ApplyEvent(nil, 0, ev); len(ops) != 1 || ops[0].Tier != index.TierGPU {
+		t.Fatalf("ops %v", ops)
+	}
+	ev.Medium = Some("CPU")
+	if ops := r.ApplyEvent(nil, 0, ev); len(ops) != 1 || ops[0].Tier != index.TierDisk {
+		t.Fatalf("an alias must override the table: %v", ops)
+	}
+}
+
+// TestRekeyClear: AllBlocksCleared clears the pod in one op when the rank
+// is the only one holding blocks, and otherwise evicts that rank's blocks
+// only.
+func TestRekeyClear(t *testing.T) {
+	r := newTestRekeyer(t, 4)
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(8, 0), 1, 2))
+	r.ApplyEvent(nil, 1, stored(Opt[uint64]{}, 4, seq(4, 0), 1))
+	ops := r.ApplyEvent(nil, 1, &AllBlocksCleared{})
+	if len(ops) != 1 || ops[0].Kind != OpEvict || len(ops[0].Hashes) != 1 || r.Len() != 2 {
+		t.Fatalf("clear of rank 1: ops %v, %d entries", ops, r.Len())
+	}
+	ops = r.ApplyEvent(nil, 0, &AllBlocksCleared{})
+	if len(ops) != 1 || ops[0].Kind != OpClearPod || r.Len() != 0 {
+		t.Fatalf("clear of rank 0: ops %v, %d entries", ops, r.Len())
+	}
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 0), 1))
+	if ops := r.Reset(nil); len(ops) != 1 || ops[0].Kind != OpClearPod || r.Len() != 0 {
+		t.Fatalf("reset: %v", ops)
+	}
+	// Lifecycle events are not the Rekeyer's.
+	if ops := r.ApplyEvent(nil, 0, &PodDown{Pod: "p"}); len(ops) != 0 {
+		t.Fatalf("PodDown made ops %v", ops)
+	}
+}
+
+// TestRekeyCap: at MaxEntries the least recently stored leaf goes (with its
+// router blocks evicted from the index), never the parent being extended;
+// a chain longer than the cap keeps its head and drops its tail.
+func TestRekeyCap(t *testing.T) {
+	r := newTestRekeyer(t, 4, func(c *RekeyConfig) { c.MaxEntries = 3 })
+	names := map[uint64]string{}
+	for i, base := range []uint32{0, 100, 200} {
+		h := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 4}, seq(4, base), nil)[0]
+		names[h] = fmt.Sprintf("s%d", i)
+		r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, base), uint64(i+1)))
+	}
+	// Sequence 1 is re-stored (announced again): the oldest leaf is now 0.
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 0), 1))
+	r.ApplyEvent(nil, 0, removed("GPU", 1))
+	got := opsString(r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 300), 4)), names)
+	if !strings.HasPrefix(got, "evict gpu [s1]; register gpu [") {
+		t.Fatalf("ops %q, want the least recently stored leaf (s1) evicted first", got)
+	}
+	// Leaves now, oldest first: s2, s0 (re-stored), 4. Extending 4 at the
+	// cap evicts s2.
+	got = opsString(r.ApplyEvent(nil, 0, stored(Some[uint64](4), 4, seq(4, 0), 5)), names)
+	if !strings.HasPrefix(got, "evict gpu [s2]") {
+		t.Fatalf("ops %q", got)
+	}
+	s := r.Stats()
+	if s.CapEvicted != 2 || s.Entries != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+	// The parent being extended is spared even when it is the oldest leaf.
+	r = newTestRekeyer(t, 4, func(c *RekeyConfig) { c.MaxEntries = 2 })
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 0), 1))
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 100), 2))
+	got = opsString(r.ApplyEvent(nil, 0, stored(Some[uint64](1), 4, seq(4, 200), 3)), names)
+	if !strings.HasPrefix(got, "evict gpu [s1]; register") || r.Len() != 2 {
+		t.Fatalf("ops %q", got)
+	}
+	// One chain longer than the cap: its head stays, its tail is dropped.
+	r = newTestRekeyer(t, 4, func(c *RekeyConfig) { c.MaxEntries = 2 })
+	ops := r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(16, 0), 1, 2, 3, 4))
+	if len(ops) != 1 || len(ops[0].Hashes) != 2 || r.Stats().CapDropped != 2 || r.Len() != 2 {
+		t.Fatalf("ops %v, stats %+v", ops, r.Stats())
+	}
+}
+
+// TestRekeyCapProperty: with a small cap, under random streams, the
+// Rekeyer never tracks more than MaxEntries blocks, its ops stay balanced,
+// and what it registers is a subset of what the naive reference holds
+// (forgetting only ever loses blocks, never invents them).
+func TestRekeyCapProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		cap := rapid.IntRange(2, 24).Draw(t, "cap")
+		R := rapid.SampledFrom([]int{2, 8}).Draw(t, "R")
+		r := newTestRekeyer(t, R, func(c *RekeyConfig) { c.MaxEntries, c.MaxRanks = cap, 2 })
+		naive := newNaive("m", R)
+		idx := &opIndex{m: map[tierHash]int{}}
+		gen := &engineGen{E: 2, maxRun: 8}
+		var ops []Op
+		for step := rapid.IntRange(1, 40).Draw(t, "steps"); step > 0; step-- {
+			b := gen.batch(t)
+			ops = r.Apply(ops[:0], b)
+			idx.apply(t, ops)
+			naive.apply(b)
+			if r.Len() > cap {
+				t.Fatalf("%d entries, cap %d", r.Len(), cap)
+			}
+			held := naive.held()
+			for k, n := range idx.m {
+				if n > held[k] {
+					t.Fatalf("rekeyer holds %x/%v ×%d, naive ×%d", k.hash, k.tier, n, held[k])
+				}
+			}
+		}
+	})
+}
+
+func TestRekeyConfigValidate(t *testing.T) {
+	good := DefaultRekeyConfig()
+	good.Model = "m"
+	if err := good.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		f    func(*RekeyConfig)
+		want string
+	}{
+		{func(c *RekeyConfig) { c.Model = "" }, "Model"},
+		{func(c *RekeyConfig) { c.BlockSize = 0 }, "BlockSize = 0"},
+		{func(c *RekeyConfig) { c.MaxEntries = 1 }, "MaxEntries = 1"},
+		{func(c *RekeyConfig) { c.MaxRanks = 0 }, "MaxRanks = 0"},
+		{func(c *RekeyConfig) { c.Media = map[string]index.Tier{"x": 0} }, `"x"`},
+		{func(c *RekeyConfig) { c.Media = map[string]index.Tier{"X": 9} }, "not a tier"},
+	} {
+		cfg := good
+		c.f(&cfg)
+		err := cfg.Validate()
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("got %v, want an error naming %s", err, c.want)
+		}
+		if _, err := NewRekeyer(cfg); err == nil {
+			t.Errorf("NewRekeyer accepted %+v", cfg)
+		}
+	}
+}
+
+// TestRekeyAllocs: in steady state (a stream that leaves the pod as it
+// found it, replayed), re-keying allocates nothing.
+func TestRekeyAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	for _, ebs := range []int{64, 16} {
+		stream := engineStream(t, 64, 32, ebs, Encoding{})
+		d := newTestDecoder(t)
+		var batches []*Batch
+		for _, msg := range stream {
+			b, err := NewDecoder(d.Config())
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch, err := b.Decode(msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			batches = append(batches, batch)
+		}
+		r := newTestRekeyer(t, 64)
+		ops := make([]Op, 0, 1024)
+		run := func() {
+			for _, b := range batches {
+				ops = r.Apply(ops[:0], b)
+			}
+		}
+		run()
+		if n := testing.AllocsPerRun(5, run); n != 0 {
+			t.Fatalf("engine block %d: %v allocations per replay of the stream", ebs, n)
+		}
+	}
+}
