@@ -44,6 +44,7 @@ func newApp() *cli.App {
 			engineSimCommand(),
 			eventsCommand(),
 			policyCommand(),
+			auditCommand(),
 		},
 	}
 }

@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/meridian-llm/meridian/global/audit"
+)
+
+// Exit status of "audit verify" when it finds tampering (1 is "could not
+// run", 2 a usage error).
+const auditVerifyFailed = 3
+
+// auditCommand builds "meridian audit"; extra subcommands are appended.
+func auditCommand(extra ...*cli.Command) *cli.Command {
+	return &cli.Command{
+		Name:  "audit",
+		Usage: "query, follow and verify the hash-chained audit log of cross-region decisions",
+		Subcommands: append([]*cli.Command{
+			auditQueryCommand(), auditTailCommand(), auditVerifyCommand(), auditHashCommand(),
+		}, extra...),
+	}
+}
+
+func auditUsage(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}
+
+// auditSourceFlags select where records are read from. Today that is a
+// directory; a fan-out over controllers (--controllers) becomes one more
+// flag here and an audit.Multi of audit.HTTPSource in auditSource.
+func auditSourceFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
+		&cli.StringFlag{Name: "hmac-key-file", EnvVars: []string{"MERIDIAN_AUDIT_HMAC_KEY_FILE"}, Usage: "file holding the audit HMAC key (needed for --tenant)"},
+	}
+}
+
+func auditFilterFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "region", Usage: "records whose origin or chosen region is `REGION`"},
+		&cli.StringFlag{Name: "tenant", Usage: "records of raw tenant id `ID` (compared by its HMAC)"},
+		&cli.StringSliceFlag{Name: "kind", Usage: "decision kind (cross_region, residency_denied, forwarded_in, fallback); repeat or comma-separate"},
+		&cli.StringFlag{Name: "controller", Usage: "only this controller's chain"},
+		&cli.BoolFlag{Name: "json", Usage: "print each record as its canonical JSON line"},
+	}
+}
+
+// auditDir returns --dir, which must name a directory.
+func auditDir(c *cli.Context) (string, error) {
+	dir := c.String("dir")
+	if dir == "" {
+		return "", auditUsage("audit %s: --dir is required", c.Command.Name)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return "", auditUsage("--dir %q is not a directory", dir)
+	}
+	return dir, nil
+}
+
+func auditSource(c *cli.Context) (audit.Source, error) {
+	dir, err := auditDir(c)
+	if err != nil {
+		return nil, err
+	}
+	src := &audit.DirSource{Dir: dir, PollInterval: c.Duration("poll")}
+	if path := c.String("hmac-key-file"); path != "" {
+		h, err := auditHasher(path)
+		if err != nil {
+			return nil, err
+		}
+		src.Hasher = h
+	}
+	return src, nil
+}
+
+// auditHasher reads an HMAC key file (its bytes, without a trailing newline).
+func auditHasher(path string) (*audit.Hasher, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, auditUsage("--hmac-key-file: %v", err)
+	}
+	h, err := audit.NewHasher(bytes.TrimRight(b, "\r\n"))
+	if err != nil {
+		return nil, auditUsage("--hmac-key-file %s: %v", path, err)
+	}
+	return h, nil
+}
+
+// auditQuery builds the query from the filter flags (and --from, --to,
+// --limit where the command has them).
+func auditQuery(c *cli.Context) (audit.Query, error) {
+	q := audit.Query{Region: c.String("region"), Tenant: c.String("tenant"), Controller: c.String("controller"), Limit: c.Int("limit")}
+	now := time.Now()
+	for _, f := range []struct {
+		name string
+		dst  *time.Time
+	}{{"from", &q.From}, {"to", &q.To}} {
+		if s := c.String(f.name); s != "" {
+			t, err := audit.ParseTimeFlag(s, now)
+			if err != nil {
+				return q, auditUsage("--%s: %v", f.name, err)
+			}
+			*f.dst = t
+		}
+	}
+	for _, k := range c.StringSlice("kind") {
+		q.Kinds = append(q.Kinds, audit.Kind(k))
+	}
+	if err := q.Validate(); err != nil {
+		return q, auditUsage("%v", err)
+	}
+	if q.Tenant != "" && c.String("hmac-key-file") == "" {
+		return q, auditUsage("--tenant needs the audit HMAC key: pass --hmac-key-file (or MERIDIAN_AUDIT_HMAC_KEY_FILE)")
+	}
+	return q, nil
+}
+
+func auditQueryCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "query",
+		Usage: "print the records of a time range, region, tenant or decision kind",
+		Description: "Times are RFC 3339, a date (YYYY-MM-DD, UTC) or a duration ago (90m). --from is inclusive, --to exclusive.\n" +
+			"Records come in time order across controllers. Exit status: 0, 1 on error, 2 on a usage error.",
+		Flags: append(append(auditSourceFlags(), auditFilterFlags()...),
+			&cli.StringFlag{Name: "from", Usage: "first `TIME` (inclusive)"},
+			&cli.StringFlag{Name: "to", Usage: "end `TIME` (exclusive)"},
+			&cli.IntFlag{Name: "limit", Usage: "at most `N` records"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return auditUsage("audit query takes no arguments, got %q", c.Args().Slice())
+			}
+			q, err := auditQuery(c)
+			if err != nil {
+				return err
+			}
+			src, err := auditSource(c)
+			if err != nil {
+				return err
+			}
+			n, err := audit.WriteQuery(c.Context, src, q, c.App.Writer, c.Bool("json"))
+			if err != nil {
+				return fmt.Errorf("audit query: %w", err)
+			}
+			if !c.Bool("json") {
+				fmt.Fprintf(c.App.ErrWriter, "%d records\n", n)
+			}
+			return nil
+		},
+	}
+}
+
+func auditTailCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "tail",
+		Usage: "follow new records as controllers write them (until interrupted)",
+		Flags: append(append(auditSourceFlags(), auditFilterFlags()...),
+			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Usage: "how often to look for new records"},
+		),
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return auditUsage("audit tail takes no arguments, got %q", c.Args().Slice())
+			}
+			if c.Duration("poll") <= 0 {
+				return auditUsage("--poll %s must be positive", c.Duration("poll"))
+			}
+			q, err := auditQuery(c)
+			if err != nil {
+				return err
+			}
+			src, err := auditSource(c)
+			if err != nil {
+				return err
+			}
+			if err := audit.WriteTail(c.Context, src, q, c.App.Writer, c.Bool("json")); err != nil {
+				return fmt.Errorf("audit tail: %w", err)
+			}
+			return nil
+		},
+	}
+}
+
+func auditVerifyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "verify",
+		Usage: "recompute every chain and check it against the checkpoints",
+		Description: "Reports each edited, deleted, inserted, reordered or truncated record and each missing or\n" +
+			"swapped segment with its file and line. Without --checkpoints, a cut tail or a chain rewritten\n" +
+			"to its end cannot be detected. Exit status: 0 when intact, 3 when problems are found,\n" +
+			"1 when the log cannot be read, 2 on a usage error.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
+			&cli.StringFlag{Name: "checkpoints", Usage: "checkpoints as JSON lines (exported from the Raft tier)"},
+			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() > 0 {
+				return auditUsage("audit verify takes no arguments, got %q", c.Args().Slice())
+			}
+			dir, err := auditDir(c)
+			if err != nil {
+				return err
+			}
+			var cps []audit.Checkpoint
+			if path := c.String("checkpoints"); path != "" {
+				if cps, err = audit.ReadCheckpointsFile(path); err != nil {
+					return auditUsage("--checkpoints: %v", err)
+				}
+			} else {
+				fmt.Fprintln(c.App.ErrWriter, "warning: no --checkpoints: a cut tail or a chain rewritten to its end cannot be detected")
+			}
+			rep, err := audit.Verify(dir, cps)
+			if err != nil {
+				return fmt.Errorf("audit verify: %w", err)
+			}
+			if len(rep.Chains) == 0 {
+				return fmt.Errorf("audit verify: no audit segments under %s (expected DIR/<controller>/*.jsonl or DIR/*.jsonl)", dir)
+			}
+			if c.Bool("json") {
+				err = rep.WriteJSON(c.App.Writer)
+			} else {
+				err = rep.WriteText(c.App.Writer)
+			}
+			if err != nil {
+				return err
+			}
+			if !rep.OK() {
+				return &exitError{code: auditVerifyFailed, err: fmt.Errorf("audit verify: %d problems in %s", len(rep.Problems), dir)}
+			}
+			return nil
+		},
+	}
+}
+
+func auditHashCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "hash",
+		Usage: "print the HMAC stored for a tenant or session id (to search the files with other tools)",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "hmac-key-file", EnvVars: []string{"MERIDIAN_AUDIT_HMAC_KEY_FILE"}, Usage: "file holding the audit HMAC key", Required: true},
+			&cli.StringFlag{Name: "tenant", Usage: "raw tenant id"},
+			&cli.StringFlag{Name: "session", Usage: "raw session id"},
+		},
+		Action: func(c *cli.Context) error {
+			tenant, session := c.String("tenant"), c.String("session")
+			if (tenant == "") == (session == "") {
+				return auditUsage("audit hash: give exactly one of --tenant and --session")
+			}
+			h, err := auditHasher(c.String("hmac-key-file"))
+			if err != nil {
+				return err
+			}
+			out := h.Tenant(tenant)
+			if session != "" {
+				out = h.Session(session)
+			}
+			_, err = fmt.Fprintf(c.App.Writer, "%s\tkid=%s\n", out, h.KeyID())
+			return err
+		},
+	}
+}
