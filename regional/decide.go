@@ -156,6 +156,7 @@ type RouteRequest struct {
 	SessionID    string
 	RequestID    string
 	Policy       string // override of the configured policy (if allowed), or ""
+	Exclude      []*Pod // pods already tried for this request (retries)
 }
 
 // CandidateScore explains one candidate of a decision.
@@ -265,6 +266,9 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 			filtered[name] += len(s.pods) - n
 		}
 		s.pods = s.pods[:n]
+	}
+	if len(req.Exclude) > 0 {
+		drop("retried", func(p *Pod) bool { return !slices.Contains(req.Exclude, p) })
 	}
 	for _, f := range d.cfg.Filters {
 		switch f {

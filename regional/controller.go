@@ -1,0 +1,287 @@
+package regional
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/tokenize"
+)
+
+// Config is one region controller's configuration (the YAML file of
+// `meridian controller --config`). Field comments give units and defaults.
+type Config struct {
+	// Region this controller serves, e.g. "us-east-1". Required.
+	Region string `yaml:"region"`
+	// ControllerID is this controller's stable id; default the host name.
+	ControllerID string `yaml:"controller_id"`
+	// Listen is the HTTP address of the API and proxy; default ":8080".
+	Listen string `yaml:"listen"`
+	// BlockSize is the router's block size in tokens; default 64.
+	BlockSize int `yaml:"block_size"`
+	// PodCapacity is the index's pod slots (multiple of 64); default 256.
+	PodCapacity int `yaml:"pod_capacity"`
+	// ExpectedBlocks pre-sizes the index (see index.Config); default 0.
+	ExpectedBlocks int `yaml:"expected_blocks"`
+	// Kafka is where the region's KV events come from.
+	Kafka IngestConfig `yaml:"kafka"`
+	// Models and how to tokenize them; default one model named by
+	// Kafka.DefaultModel (or "default") with the cl100k_base tokenizer.
+	Models []ModelConfig `yaml:"models"`
+	// Pods configured statically (name, endpoint, model, profile); pods also
+	// join by their lifecycle events.
+	Pods []PodInfo `yaml:"pods"`
+	// Decision is the pipeline; Server the HTTP API; Gorgo the cost model.
+	Decision DecisionConfig `yaml:"decision"`
+	Server   ServerConfig   `yaml:"server"`
+	Gorgo    gorgo.Config   `yaml:"gorgo"`
+	// ScrapeInterval between scrapes of the pods' /metrics; default 1s.
+	ScrapeInterval time.Duration `yaml:"scrape_interval"`
+	// SweepInterval between index sweep passes; default 1s.
+	SweepInterval time.Duration `yaml:"sweep_interval"`
+	// SessionTokenCache is how many sessions' previous-turn encodings are
+	// kept; default 10000.
+	SessionTokenCache int `yaml:"session_token_cache"`
+
+	// Clock is the decision layer's clock (tests inject one); nil = time.Now.
+	Clock func() time.Time `yaml:"-"`
+}
+
+// DefaultConfig returns the defaults documented on Config (Region and the
+// Kafka brokers are still required).
+func DefaultConfig() Config {
+	host, _ := os.Hostname()
+	return Config{
+		ControllerID:      host,
+		Listen:            ":8080",
+		BlockSize:         64,
+		PodCapacity:       256,
+		Kafka:             DefaultIngestConfig(),
+		Decision:          DefaultDecisionConfig(),
+		Server:            DefaultServerConfig(),
+		Gorgo:             gorgo.DefaultConfig(),
+		ScrapeInterval:    time.Second,
+		SweepInterval:     time.Second,
+		SessionTokenCache: 10000,
+	}
+}
+
+// LoadConfig reads a YAML configuration over the defaults. Unknown keys are
+// errors (a misspelt key must not silently fall back to a default).
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Validate fills derived defaults and names the first field that is wrong.
+func (c *Config) Validate() error {
+	if c.Region == "" {
+		return errors.New("config: region is required")
+	}
+	if c.Listen == "" {
+		return errors.New("config: listen: an address is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("config: listen %q: %w", c.Listen, err)
+	}
+	c.Kafka.Region = c.Region
+	c.Kafka.ControllerID = c.ControllerID
+	c.Kafka.BlockSize = c.BlockSize
+	if len(c.Models) == 0 {
+		name := c.Kafka.DefaultModel
+		if name == "" {
+			name = "default"
+		}
+		c.Models = []ModelConfig{{Name: name, Tokenizer: tokenize.DefaultConfig()}}
+	}
+	if c.Kafka.DefaultModel == "" {
+		c.Kafka.DefaultModel = c.Models[0].Name
+	}
+	if c.Kafka.Topic == "" {
+		c.Kafka.Topic = TopicFor(c.Region)
+	}
+	if err := (index.Config{PodCapacity: c.PodCapacity, ExpectedBlocks: c.ExpectedBlocks}).Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	for _, v := range []interface{ Validate() error }{c.Kafka, c.Decision, c.Server, c.Gorgo} {
+		if err := v.Validate(); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	for i, p := range c.Pods {
+		if p.Name == "" || p.Endpoint == "" {
+			return fmt.Errorf("config: pods[%d]: name and endpoint are required", i)
+		}
+	}
+	if c.ScrapeInterval <= 0 || c.SweepInterval <= 0 || c.SessionTokenCache < 1 {
+		return errors.New("config: scrape_interval and sweep_interval must be > 0, session_token_cache >= 1")
+	}
+	return nil
+}
+
+// Controller is one region's running controller.
+type Controller struct {
+	cfg      Config
+	log      *slog.Logger
+	Index    *index.Index
+	Registry *Registry
+	Ingester *Ingester
+	Decider  *Decider
+	Server   *Server
+	Model    *gorgo.Model
+	Calib    *gorgo.Calibrator
+	Metrics  *prometheus.Registry
+
+	ln     net.Listener
+	http   *http.Server
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	once   sync.Once
+	errs   []error
+	errMu  sync.Mutex
+}
+
+// Open builds the controller and starts its goroutines: Kafka ingestion, the
+// index sweeper, the metrics scraper and the HTTP server.
+func Open(cfg Config, log *slog.Logger) (*Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	now := cfg.Clock
+	if now == nil {
+		now = time.Now
+	}
+	idx, err := index.New(index.Config{PodCapacity: cfg.PodCapacity, ExpectedBlocks: cfg.ExpectedBlocks})
+	if err != nil {
+		return nil, err
+	}
+	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: NewRegistry(idx),
+		Metrics: prometheus.NewRegistry()}
+	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	for _, p := range cfg.Pods {
+		p.Static = true
+		if _, _, err := c.Registry.Upsert(p); err != nil {
+			return nil, fmt.Errorf("static pod %s: %w", p.Name, err)
+		}
+	}
+	if c.Ingester, err = NewIngester(cfg.Kafka, idx, c.Registry, c.log, c.Metrics, now); err != nil {
+		return nil, err
+	}
+	if c.Model, err = gorgo.New(cfg.Gorgo); err != nil {
+		return nil, err
+	}
+	c.Calib = gorgo.NewCalibrator(c.Model, gorgo.DefaultCalibratorConfig())
+	if c.Decider, err = NewDecider(cfg.Decision, idx, c.Registry, c.Model, now); err != nil {
+		return nil, err
+	}
+	prompts, err := NewPrompts(cfg.Models, cfg.BlockSize, cfg.SessionTokenCache)
+	if err != nil {
+		return nil, err
+	}
+	transport := NewPodTransport()
+	if c.Server, err = NewServer(cfg.Server, c.Decider, c.Registry, prompts, c.Calib, transport, c.log,
+		c.Metrics, c.Metrics, c.readiness, now); err != nil {
+		return nil, err
+	}
+	c.Server.Handle("GET /debug/calibration", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, c.Calib.Fits())
+	}))
+	if c.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	c.http = &http.Server{Handler: c.Server, ReadHeaderTimeout: 10 * time.Second}
+	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, now)
+	c.goRun("ingest", func() error { return c.Ingester.Run(ctx) })
+	c.goRun("sweep", func() error { return idx.RunSweeper(ctx, cfg.SweepInterval, 4096) })
+	c.goRun("scrape", func() error { return scraper.Run(ctx) })
+	c.goRun("http", func() error {
+		if err := c.http.Serve(c.ln); !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+		return nil
+	})
+	c.log.Info("controller started", "listen", c.ln.Addr().String(), "topic", c.Ingester.Config().Topic,
+		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods))
+	return c, nil
+}
+
+func (c *Controller) goRun(name string, f func() error) {
+	c.wg.Add(1)
+	go func() {
+		defer c.wg.Done()
+		if err := f(); err != nil && !errors.Is(err, context.Canceled) {
+			c.errMu.Lock()
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", name, err))
+			c.errMu.Unlock()
+			c.log.Error("controller component stopped", "component", name, "err", err)
+		}
+	}()
+}
+
+// Addr is the address the HTTP API listens on.
+func (c *Controller) Addr() string { return c.ln.Addr().String() }
+
+// URL is the base URL of the HTTP API.
+func (c *Controller) URL() string { return "http://" + c.Addr() }
+
+// readiness: ready once the index has caught up with the topic.
+func (c *Controller) readiness() (bool, map[string]any) {
+	g := c.Ingester
+	detail := map[string]any{
+		"region": c.cfg.Region,
+		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
+			"staleness_seconds": g.Staleness().Seconds()},
+	}
+	return g.CaughtUp(), detail
+}
+
+// Close stops the HTTP server (letting requests in flight finish until ctx
+// ends), then the background work. Safe to call twice.
+func (c *Controller) Close(ctx context.Context) error {
+	var err error
+	c.once.Do(func() {
+		err = c.http.Shutdown(ctx)
+		c.cancel()
+		c.wg.Wait()
+		c.errMu.Lock()
+		err = errors.Join(append([]error{err}, c.errs...)...)
+		c.errMu.Unlock()
+	})
+	return err
+}
+
+// Run runs a controller until ctx is done.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	c, err := Open(cfg, log)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return c.Close(sctx)
+}

@@ -1,0 +1,110 @@
+package regional
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// routerMetrics are the request path's metrics, built from an injected
+// registerer.
+type routerMetrics struct {
+	requests       *prometheus.CounterVec   // route, code
+	decisions      *prometheus.CounterVec   // policy, reason
+	decisionTime   prometheus.Histogram     // seconds
+	tokenizeTime   prometheus.Histogram     // seconds
+	ttft           *prometheus.HistogramVec // seconds, by pod
+	retries        prometheus.Counter
+	upstreamErrors *prometheus.CounterVec // kind
+	ejections      prometheus.Counter
+	promptTokens   prometheus.Counter
+	predicted      prometheus.Counter // index-predicted cached tokens
+	reported       prometheus.Counter // engine-reported cached tokens
+	predictionErr  prometheus.Histogram
+	tokensReused   prometheus.Counter
+	tokensEncoded  prometheus.Counter
+}
+
+func newRouterMetrics(r prometheus.Registerer, reg *Registry, now func() time.Time) (*routerMetrics, error) {
+	buckets := prometheus.ExponentialBuckets(0.005, 1.6, 20) // 5 ms .. ~30 s
+	m := &routerMetrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_requests_total",
+			Help: "Requests answered, by route and HTTP status code."}, []string{"route", "code"}),
+		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_decisions_total",
+			Help: "Routing decisions, by policy and reason."}, []string{"policy", "reason"}),
+		decisionTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_router_decision_seconds",
+			Help: "Time to decide, excluding tokenization.", Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20)}),
+		tokenizeTime: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_router_tokenize_seconds",
+			Help: "Time to tokenize and hash a prompt.", Buckets: prometheus.ExponentialBuckets(1e-6, 2, 22)}),
+		ttft: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meridian_router_ttft_seconds",
+			Help: "Time from the request's arrival to the first byte from the pod.", Buckets: buckets}, []string{"pod"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_retries_total",
+			Help: "Requests retried on another pod after a failure before the first byte."}),
+		upstreamErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_upstream_errors_total",
+			Help: "Failed attempts at a pod, by kind (connect, status_5xx, first_byte_timeout, mid_stream)."}, []string{"kind"}),
+		ejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_ejections_total",
+			Help: "Pods ejected by outlier detection."}),
+		promptTokens: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_prompt_tokens_total",
+			Help: "Prompt tokens of answered requests that reported usage."}),
+		predicted: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_predicted_cached_tokens_total",
+			Help: "Cached tokens the index predicted for those requests."}),
+		reported: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_reported_cached_tokens_total",
+			Help: "Cached tokens the engines reported (usage.prompt_tokens_details.cached_tokens)."}),
+		predictionErr: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_router_prediction_error_tokens",
+			Help:    "Absolute difference between predicted and reported cached tokens, per request.",
+			Buckets: []float64{0, 16, 64, 256, 1024, 4096, 16384}}),
+		tokensReused: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_tokens_reused_total",
+			Help: "Prompt tokens taken from the session's previous turn instead of re-tokenized."}),
+		tokensEncoded: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_tokens_total",
+			Help: "Prompt tokens of routed requests (reused or encoded)."}),
+	}
+	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_router_inflight_requests",
+		Help: "Requests in flight through this controller."}, func() float64 {
+		var n int64
+		for _, p := range reg.Pods() {
+			n += p.inflight.Load()
+		}
+		return float64(n)
+	})
+	pods := &podCollector{reg: reg, now: now,
+		inflight: prometheus.NewDesc("meridian_router_pod_inflight_requests", "Requests in flight per pod.", []string{"pod"}, nil),
+		pending:  prometheus.NewDesc("meridian_router_pod_pending_prefill_tokens", "Prompt tokens routed to a pod and not yet past their first byte.", []string{"pod"}, nil),
+		kv:       prometheus.NewDesc("meridian_router_pod_kv_utilization_ratio", "KV-cache utilisation scraped from the pod.", []string{"pod"}, nil),
+		ejected:  prometheus.NewDesc("meridian_router_pod_ejected", "1 while the pod is ejected by outlier detection.", []string{"pod"}, nil),
+		routed:   prometheus.NewDesc("meridian_router_pod_routed_total", "Requests routed to the pod.", []string{"pod"}, nil),
+	}
+	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.decisionTime, m.tokenizeTime, m.ttft, m.retries,
+		m.upstreamErrors, m.ejections, m.promptTokens, m.predicted, m.reported, m.predictionErr, m.tokensReused,
+		m.tokensEncoded, inflight, pods} {
+		if err := r.Register(c); err != nil {
+			return nil, fmt.Errorf("register router metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+type podCollector struct {
+	reg                                    *Registry
+	now                                    func() time.Time
+	inflight, pending, kv, ejected, routed *prometheus.Desc
+}
+
+func (c *podCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.inflight
+	ch <- c.pending
+	ch <- c.kv
+	ch <- c.ejected
+	ch <- c.routed
+}
+
+func (c *podCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, p := range c.reg.Pods() {
+		l := p.Load()
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(l.InFlight), p.Name)
+		ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(l.PendingPrefill), p.Name)
+		ch <- prometheus.MustNewConstMetric(c.kv, prometheus.GaugeValue, l.KVUtil, p.Name)
+		ch <- prometheus.MustNewConstMetric(c.ejected, prometheus.GaugeValue, b2f(p.Ejected(c.now())), p.Name)
+		ch <- prometheus.MustNewConstMetric(c.routed, prometheus.CounterValue, float64(l.Routed), p.Name)
+	}
+}

@@ -1,0 +1,122 @@
+package regional
+
+import (
+	"container/list"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/tokenize"
+)
+
+// ModelConfig names a served model and how to tokenize its prompts exactly
+// as its engines do.
+type ModelConfig struct {
+	Name      string          `yaml:"name"`
+	Tokenizer tokenize.Config `yaml:"tokenizer"`
+}
+
+// Prompts turns request bodies into token ids and chain hashes. Multi-turn
+// sessions re-send their whole history: for a chat request with a session id,
+// the previous turn's encoding is kept (in a bounded LRU) and only the text
+// after its last safe restart point is tokenized again.
+type Prompts struct {
+	models    map[string]*tokenize.Model
+	fallback  *tokenize.Model
+	blockSize int
+
+	mu       sync.Mutex
+	sessions map[string]*list.Element // session key -> element of lru
+	lru      *list.List               // of *sessionEncoding, most recent first
+	max      int
+}
+
+type sessionEncoding struct {
+	key string
+	enc *tokenize.Encoding
+}
+
+// NewPrompts loads the models' tokenizers. Requests naming a model not in
+// the list use the first one (the list must not be empty).
+func NewPrompts(models []ModelConfig, blockSize, maxSessions int) (*Prompts, error) {
+	if len(models) == 0 {
+		return nil, errors.New("prompts: at least one model is required")
+	}
+	p := &Prompts{models: map[string]*tokenize.Model{}, blockSize: blockSize,
+		sessions: map[string]*list.Element{}, lru: list.New(), max: maxSessions}
+	for i, mc := range models {
+		m, err := tokenize.NewModel(mc.Tokenizer)
+		if err != nil {
+			return nil, fmt.Errorf("model %q: %w", mc.Name, err)
+		}
+		p.models[mc.Name] = m
+		if i == 0 {
+			p.fallback = m
+		}
+	}
+	return p, nil
+}
+
+// Prompt is a tokenized request.
+type Prompt struct {
+	IDs    []uint32
+	Chain  []uint64
+	Reused int // ids taken from the session's previous turn
+}
+
+// Encode tokenizes r (of kind k, for model) and hashes its full blocks.
+// Errors caused by the request wrap tokenize.ErrInvalidPrompt.
+func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, sessionID string) (*Prompt, error) {
+	m, ok := p.models[model]
+	if !ok {
+		m = p.fallback
+	}
+	out := &Prompt{}
+	if k == tokenize.Chat && sessionID != "" && len(r.Messages) > 0 {
+		key := model + "\x00" + sessionID
+		prev := p.session(key)
+		gen := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
+		enc, reused, err := m.ExtendChat(prev, r.Messages, gen)
+		if err != nil {
+			return nil, err
+		}
+		p.remember(key, enc)
+		out.IDs, out.Reused = enc.IDs, reused
+	} else {
+		ids, err := m.AppendRequest(nil, k, r)
+		if err != nil {
+			return nil, err
+		}
+		out.IDs = ids
+	}
+	ns := index.Namespace{Model: model, BlockSize: p.blockSize}
+	out.Chain = index.ChainHashes(ns, out.IDs, make([]uint64, 0, len(out.IDs)/p.blockSize))
+	return out, nil
+}
+
+func (p *Prompts) session(key string) *tokenize.Encoding {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.sessions[key]; ok {
+		p.lru.MoveToFront(e)
+		return e.Value.(*sessionEncoding).enc
+	}
+	return nil
+}
+
+func (p *Prompts) remember(key string, enc *tokenize.Encoding) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if e, ok := p.sessions[key]; ok {
+		e.Value.(*sessionEncoding).enc = enc
+		p.lru.MoveToFront(e)
+		return
+	}
+	p.sessions[key] = p.lru.PushFront(&sessionEncoding{key: key, enc: enc})
+	for p.lru.Len() > p.max {
+		old := p.lru.Back()
+		p.lru.Remove(old)
+		delete(p.sessions, old.Value.(*sessionEncoding).key)
+	}
+}

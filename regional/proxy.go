@@ -1,0 +1,301 @@
+package regional
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/tokenize"
+)
+
+// hopHeaders are not forwarded (RFC 9110 section 7.6.1).
+var hopHeaders = map[string]bool{
+	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
+	"Proxy-Authorization": true, "Te": true, "Trailer": true, "Transfer-Encoding": true, "Upgrade": true,
+	"Content-Length": true,
+}
+
+// attempt is the outcome of one try at a pod.
+type attempt struct {
+	wrote     bool // bytes reached the client: no retry possible
+	retryable bool // failed before the first byte
+	status    int
+	kind      string // failure kind for metrics
+	err       error
+	ttft      time.Duration
+	usage     *usage
+}
+
+// usage is the part of an OpenAI usage object the router checks.
+type usage struct {
+	PromptTokens        int `json:"prompt_tokens"`
+	PromptTokensDetails *struct {
+		CachedTokens int `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+}
+
+func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokenize.Kind) {
+	route := "chat"
+	if k == tokenize.Completion {
+		route = "completions"
+	}
+	p := s.parse(w, r, k, route)
+	if p == nil {
+		return
+	}
+	var tried []*Pod
+	for n := 0; ; n++ {
+		p.route.Exclude = tried
+		d, err := s.decide(p)
+		if err != nil {
+			if n > 0 {
+				s.fail(w, route, http.StatusBadGateway, "upstream_failed", "every pod tried failed before answering (%d attempts)", n)
+				return
+			}
+			s.decisionError(w, route, err)
+			return
+		}
+		res := s.forward(r.Context(), w, r, p, d)
+		if res.err == nil || res.wrote || !res.retryable || n >= s.cfg.MaxRetries || r.Context().Err() != nil {
+			s.finish(w, route, p, d, res)
+			return
+		}
+		s.m.retries.Inc()
+		s.log.Info("retrying on another pod", "pod", d.PodName, "kind", res.kind, "err", res.err)
+		tried = append(tried, d.Pod)
+		backoff := s.cfg.RetryBackoff << n
+		if backoff > 0 {
+			backoff = backoff/2 + rand.N(backoff/2+1)
+			t := time.NewTimer(backoff)
+			select {
+			case <-r.Context().Done():
+				t.Stop()
+			case <-t.C:
+			}
+		}
+	}
+}
+
+// finish records the outcome of the final attempt and answers the client if
+// nothing was written yet.
+func (s *Server) finish(w http.ResponseWriter, route string, p *parsed, d *Decision, res attempt) {
+	switch {
+	case res.err == nil:
+		s.m.requests.WithLabelValues(route, fmt.Sprint(res.status)).Inc()
+	case res.wrote:
+		// Mid-stream failure: the client got a truncated answer.
+		s.m.requests.WithLabelValues(route, "truncated").Inc()
+	case errors.Is(res.err, context.Canceled):
+		s.m.requests.WithLabelValues(route, "499").Inc()
+	default:
+		s.fail(w, route, http.StatusBadGateway, "upstream_failed", "pod %s: %v", d.PodName, res.err)
+	}
+	if res.usage != nil {
+		s.observeUsage(p, d, res.usage)
+	}
+	s.log.Debug("routed", "pod", d.PodName, "policy", d.Policy, "reason", d.Reason, "matched_blocks", d.MatchedBlocks,
+		"predicted_cached", d.CachedTokens, "prompt_tokens", p.route.PromptTokens, "ttft", res.ttft, "status", res.status)
+}
+
+func (s *Server) observeUsage(p *parsed, d *Decision, u *usage) {
+	if u.PromptTokensDetails == nil {
+		return
+	}
+	reported := u.PromptTokensDetails.CachedTokens
+	s.m.promptTokens.Add(float64(u.PromptTokens))
+	s.m.reported.Add(float64(reported))
+	s.m.predicted.Add(float64(d.CachedTokens))
+	diff := d.CachedTokens - reported
+	if diff < 0 {
+		diff = -diff
+	}
+	s.m.predictionErr.Observe(float64(diff))
+}
+
+// forward sends the request to the decided pod and streams its answer back.
+// Nothing is written to the client until the pod's first body byte has
+// arrived, so a pod that fails or stalls before answering can be retried
+// elsewhere.
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, d *Decision) (res attempt) {
+	pod := d.Pod
+	info := pod.Info()
+	pendingAhead := pod.pendingPrefill.Load()
+	ticket := pod.Admit(d.Uncached)
+	defer func() {
+		ticket.Done()
+		s.dec.Sessions().End(p.route.SessionID, s.now())
+		ok := res.err == nil && res.status < 500
+		if res.err != nil && errors.Is(res.err, context.Canceled) && ctx.Err() != nil {
+			ok = true // the client went away: not the pod's fault
+		}
+		if s.reg.Report(pod, ok, s.now(), s.cfg.Outlier) {
+			s.m.ejections.Inc()
+			s.log.Warn("pod ejected", "pod", pod.Name, "after", s.cfg.Outlier.ConsecutiveFailures)
+		}
+		if res.kind != "" {
+			s.m.upstreamErrors.WithLabelValues(res.kind).Inc()
+		}
+	}()
+	if info.Endpoint == "" {
+		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("pod %s has no endpoint", pod.Name)}
+	}
+
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timer := time.AfterFunc(s.cfg.FirstByteTimeout, cancel)
+	defer timer.Stop()
+
+	ureq, err := http.NewRequestWithContext(uctx, http.MethodPost, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, bytes.NewReader(p.raw))
+	if err != nil {
+		return attempt{kind: "connect", err: err}
+	}
+	for k, vs := range r.Header {
+		if !hopHeaders[k] {
+			ureq.Header[k] = vs
+		}
+	}
+	ureq.Header.Set("X-Meridian-Pod", pod.Name)
+	resp, err := s.client.Do(ureq)
+	if err != nil {
+		return s.upstreamErr(ctx, timer, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 500 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return attempt{retryable: true, status: resp.StatusCode, kind: "status_5xx", err: fmt.Errorf("pod answered %s", resp.Status)}
+	}
+	buf := make([]byte, 32<<10)
+	n, rerr := resp.Body.Read(buf)
+	if n == 0 && rerr != nil && rerr != io.EOF {
+		return s.upstreamErr(ctx, timer, rerr)
+	}
+	timer.Stop()
+	ttft := s.now().Sub(p.started)
+	res.ttft, res.status = ttft, resp.StatusCode
+	ticket.FirstByte()
+	s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
+	if s.calib != nil && resp.StatusCode == http.StatusOK {
+		s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached,
+			PendingPrefillTokens: int(pendingAhead), TTFTMs: float64(ttft) / float64(time.Millisecond)})
+	}
+
+	// From here on the client sees the pod's answer byte for byte.
+	for k, vs := range resp.Header {
+		if !hopHeaders[k] {
+			w.Header()[k] = vs
+		}
+	}
+	w.Header().Set("X-Meridian-Pod", pod.Name)
+	w.WriteHeader(resp.StatusCode)
+	res.wrote = true
+	flusher, _ := w.(http.Flusher)
+	sniff := newUsageSniffer(strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"))
+	for {
+		if n > 0 {
+			sniff.write(buf[:n])
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				res.err, res.kind = werr, ""
+				return res
+			}
+			if flusher != nil {
+				flusher.Flush()
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			if ctx.Err() != nil {
+				res.err = ctx.Err()
+			} else {
+				res.err, res.kind = fmt.Errorf("pod %s failed mid-stream: %w", pod.Name, rerr), "mid_stream"
+			}
+			return res
+		}
+		n, rerr = resp.Body.Read(buf)
+	}
+	res.usage = sniff.result()
+	return res
+}
+
+func (s *Server) upstreamErr(ctx context.Context, timer *time.Timer, err error) attempt {
+	if ctx.Err() != nil {
+		return attempt{err: ctx.Err()}
+	}
+	if !timer.Stop() {
+		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("no answer within %v", s.cfg.FirstByteTimeout)}
+	}
+	return attempt{retryable: true, kind: "connect", err: err}
+}
+
+// usageSniffer finds the usage object in a response as it passes: the last
+// SSE data chunk carrying "usage", or the whole JSON body (bounded).
+type usageSniffer struct {
+	sse     bool
+	line    []byte
+	body    []byte
+	found   *usage
+	tooLong bool
+}
+
+const maxSniff = 4 << 20
+
+func newUsageSniffer(sse bool) *usageSniffer { return &usageSniffer{sse: sse} }
+
+func (u *usageSniffer) write(b []byte) {
+	if !u.sse {
+		if len(u.body)+len(b) > maxSniff {
+			u.tooLong = true
+			return
+		}
+		u.body = append(u.body, b...)
+		return
+	}
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if len(u.line)+len(b) <= maxSniff {
+				u.line = append(u.line, b...)
+			}
+			return
+		}
+		u.line = append(u.line, b[:i]...)
+		u.sseLine(u.line)
+		u.line = u.line[:0]
+		b = b[i+1:]
+	}
+}
+
+func (u *usageSniffer) sseLine(line []byte) {
+	data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:"))
+	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
+		return
+	}
+	var chunk struct {
+		Usage *usage `json:"usage"`
+	}
+	if json.Unmarshal(bytes.TrimSpace(data), &chunk) == nil && chunk.Usage != nil {
+		u.found = chunk.Usage
+	}
+}
+
+func (u *usageSniffer) result() *usage {
+	if u.sse || u.tooLong {
+		return u.found
+	}
+	var body struct {
+		Usage *usage `json:"usage"`
+	}
+	if json.Unmarshal(u.body, &body) == nil {
+		return body.Usage
+	}
+	return nil
+}

@@ -1,0 +1,338 @@
+package regional
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/tokenize"
+)
+
+// ServerConfig configures the HTTP API and proxy.
+type ServerConfig struct {
+	// MaxBodyBytes caps a request body; larger ones get 413. Default 16 MiB.
+	MaxBodyBytes int64 `yaml:"max_body_bytes"`
+	// AllowPolicyOverride honours the X-Meridian-Policy header (round_robin,
+	// least_loaded, session_hash, ttft) so a policy can be compared with
+	// another through the same controller. Default false.
+	AllowPolicyOverride bool `yaml:"allow_policy_override"`
+	// MaxRetries is how many other pods a request is tried on when a pod
+	// fails before its first byte. Default 2.
+	MaxRetries int `yaml:"max_retries"`
+	// RetryBackoff is the base delay before a retry (jittered, doubled per
+	// attempt). Default 10ms.
+	RetryBackoff time.Duration `yaml:"retry_backoff"`
+	// FirstByteTimeout: a pod that sends no byte of its answer within it is
+	// treated as failed (and the request retried elsewhere). Default 120s.
+	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	// Outlier is the passive health check.
+	Outlier OutlierConfig `yaml:"outlier"`
+}
+
+// DefaultServerConfig returns the defaults documented on ServerConfig.
+func DefaultServerConfig() ServerConfig {
+	return ServerConfig{MaxBodyBytes: 16 << 20, MaxRetries: 2, RetryBackoff: 10 * time.Millisecond,
+		FirstByteTimeout: 120 * time.Second, Outlier: DefaultOutlierConfig()}
+}
+
+// Validate names the first field that is wrong.
+func (c ServerConfig) Validate() error {
+	switch {
+	case c.MaxBodyBytes <= 0:
+		return fmt.Errorf("server config: max_body_bytes = %d: want > 0", c.MaxBodyBytes)
+	case c.MaxRetries < 0 || c.MaxRetries > 10:
+		return fmt.Errorf("server config: max_retries = %d: want 0..10", c.MaxRetries)
+	case c.RetryBackoff < 0 || c.FirstByteTimeout <= 0:
+		return fmt.Errorf("server config: retry_backoff must be >= 0 and first_byte_timeout > 0")
+	case c.Outlier.ConsecutiveFailures < 1 || c.Outlier.BaseEjection <= 0 || c.Outlier.MaxEjectionPercent < 0 || c.Outlier.MaxEjectionPercent > 100:
+		return fmt.Errorf("server config: outlier: consecutive_failures >= 1, base_ejection > 0, max_ejection_percent 0..100")
+	}
+	return nil
+}
+
+// ReadinessFunc reports whether the controller is ready and why not, with
+// details for /readyz.
+type ReadinessFunc func() (ready bool, detail map[string]any)
+
+// Server is the controller's HTTP API: the OpenAI-compatible proxy, the
+// decision API, health and metrics.
+type Server struct {
+	cfg     ServerConfig
+	dec     *Decider
+	reg     *Registry
+	prompts *Prompts
+	calib   *gorgo.Calibrator
+	client  *http.Client
+	log     *slog.Logger
+	m       *routerMetrics
+	gather  prometheus.Gatherer
+	ready   ReadinessFunc
+	now     func() time.Time
+	mux     *http.ServeMux
+}
+
+// NewServer builds the API. transport is the HTTP transport to the pods
+// (nil: a dedicated one with sane pooling). calib may be nil.
+func NewServer(cfg ServerConfig, dec *Decider, reg *Registry, prompts *Prompts, calib *gorgo.Calibrator,
+	transport http.RoundTripper, log *slog.Logger, r prometheus.Registerer, g prometheus.Gatherer,
+	ready ReadinessFunc, now func() time.Time) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if transport == nil {
+		transport = NewPodTransport()
+	}
+	m, err := newRouterMetrics(r, reg, now)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, dec: dec, reg: reg, prompts: prompts, calib: calib, log: log, m: m, gather: g,
+		ready: ready, now: now, client: &http.Client{Transport: transport}, mux: http.NewServeMux()}
+	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
+	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })
+	s.mux.HandleFunc("POST /v1/route", s.serveRoute)
+	s.mux.HandleFunc("GET /v1/models", s.serveModels)
+	s.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	s.mux.HandleFunc("GET /readyz", s.serveReady)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	return s, nil
+}
+
+// NewPodTransport is an HTTP transport tuned for many long-lived streams to
+// a few hundred pods on a local network.
+func NewPodTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		MaxIdleConns:          4096,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		DisableCompression:    true, // pass bytes through as the pod sent them
+		ResponseHeaderTimeout: 0,    // the first-byte timer covers it
+		ForceAttemptHTTP2:     false,
+	}
+}
+
+// Handle adds a handler to the server's mux (the controller mounts the
+// global tier's admin API and the audit endpoints).
+func (s *Server) Handle(pattern string, h http.Handler) { s.mux.Handle(pattern, h) }
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// apiError is an OpenAI-style error body.
+type apiError struct {
+	Error struct {
+		Message string `json:"message"`
+		Type    string `json:"type"`
+		Code    string `json:"code"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, format string, args ...any) {
+	var e apiError
+	e.Error.Message = fmt.Sprintf(format, args...)
+	e.Error.Code = code
+	e.Error.Type = http.StatusText(status)
+	switch {
+	case status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge:
+		e.Error.Type = "invalid_request_error"
+	case status >= 500:
+		e.Error.Type = "server_error"
+	}
+	writeJSON(w, status, e)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// requestBody is the part of an OpenAI request body the router reads.
+type requestBody struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+	tokenize.Request
+}
+
+// parsed is a request ready to route.
+type parsed struct {
+	raw     []byte
+	body    requestBody
+	prompt  *Prompt
+	route   RouteRequest
+	started time.Time
+}
+
+// parse reads, validates and tokenizes a request; on failure it has written
+// the error response and returns nil.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, route string) *parsed {
+	p := &parsed{started: s.now()}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			s.fail(w, route, http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+		} else {
+			s.fail(w, route, http.StatusBadRequest, "invalid_request", "reading the request body: %v", err)
+		}
+		return nil
+	}
+	p.raw = raw
+	if err := json.Unmarshal(raw, &p.body); err != nil {
+		s.fail(w, route, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
+		return nil
+	}
+	if p.body.Model == "" {
+		s.fail(w, route, http.StatusBadRequest, "invalid_request", "model: required")
+		return nil
+	}
+	sessionID := r.Header.Get("X-Session-Id")
+	t0 := time.Now()
+	prompt, err := s.prompts.Encode(p.body.Model, k, &p.body.Request, sessionID)
+	s.m.tokenizeTime.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		if tokenize.IsInvalidPrompt(err) {
+			s.fail(w, route, http.StatusBadRequest, "invalid_prompt", "%v", err)
+		} else {
+			s.fail(w, route, http.StatusInternalServerError, "tokenize_failed", "%v", err)
+		}
+		return nil
+	}
+	p.prompt = prompt
+	s.m.tokensReused.Add(float64(prompt.Reused))
+	s.m.tokensEncoded.Add(float64(len(prompt.IDs)))
+	p.route = RouteRequest{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
+		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id")}
+	if s.cfg.AllowPolicyOverride {
+		if pol := r.Header.Get("X-Meridian-Policy"); pol != "" {
+			if !slices.Contains([]string{PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash}, pol) {
+				s.fail(w, route, http.StatusBadRequest, "invalid_policy", "X-Meridian-Policy %q: want ttft, round_robin, least_loaded or session_hash", pol)
+				return nil
+			}
+			p.route.Policy = pol
+		}
+	}
+	return p
+}
+
+func (s *Server) fail(w http.ResponseWriter, route string, status int, code, format string, args ...any) {
+	s.m.requests.WithLabelValues(route, fmt.Sprint(status)).Inc()
+	writeError(w, status, code, format, args...)
+}
+
+// decide runs the decision and accounts for it.
+func (s *Server) decide(p *parsed) (*Decision, error) {
+	t0 := time.Now()
+	d, err := s.dec.Decide(&p.route)
+	s.m.decisionTime.Observe(time.Since(t0).Seconds())
+	if err != nil {
+		return nil, err
+	}
+	s.m.decisions.WithLabelValues(d.Policy, d.Reason).Inc()
+	return d, nil
+}
+
+func (s *Server) decisionError(w http.ResponseWriter, route string, err error) {
+	switch {
+	case errors.Is(err, ErrNoPod), errors.Is(err, ErrNoHealthyPod):
+		s.fail(w, route, http.StatusServiceUnavailable, "no_healthy_pod", "%v", err)
+	default:
+		s.fail(w, route, http.StatusInternalServerError, "decision_failed", "%v", err)
+	}
+}
+
+// RouteResponse is the body of POST /v1/route.
+type RouteResponse struct {
+	DecisionID string `json:"decision_id"`
+	*Decision
+	PromptTokens int `json:"prompt_tokens"`
+	Blocks       int `json:"blocks"`
+	BlockSize    int `json:"block_size"`
+}
+
+func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
+	kind := tokenize.Chat
+	if r.URL.Query().Get("kind") == "completion" {
+		kind = tokenize.Completion
+	}
+	p := s.parse(w, r, kind, "route")
+	if p == nil {
+		return
+	}
+	// The body may be a chat request or a completions one.
+	if kind == tokenize.Chat && len(p.body.Messages) == 0 && (len(p.body.Prompt) > 0 || len(p.body.PromptTokenIDs) > 0) {
+		r2 := *p
+		prompt, err := s.prompts.Encode(p.body.Model, tokenize.Completion, &p.body.Request, "")
+		if err != nil {
+			s.fail(w, "route", http.StatusBadRequest, "invalid_prompt", "%v", err)
+			return
+		}
+		r2.prompt = prompt
+		r2.route.Chain, r2.route.PromptTokens = prompt.Chain, len(prompt.IDs)
+		p = &r2
+	}
+	d, err := s.decide(p)
+	if err != nil {
+		s.decisionError(w, "route", err)
+		return
+	}
+	s.dec.Sessions().End(p.route.SessionID, s.now()) // we will not see the request's end
+	s.m.requests.WithLabelValues("route", "200").Inc()
+	writeJSON(w, http.StatusOK, RouteResponse{DecisionID: newDecisionID(), Decision: d,
+		PromptTokens: p.route.PromptTokens, Blocks: len(p.route.Chain), BlockSize: p.route.BlockSize})
+}
+
+func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		OwnedBy string `json:"owned_by"`
+	}
+	seen := map[string]bool{}
+	out := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, p := range s.reg.Pods() {
+		if m := p.Info().Model; m != "" && !seen[m] {
+			seen[m] = true
+			out.Data = append(out.Data, model{ID: m, Object: "model", OwnedBy: "meridian"})
+		}
+	}
+	s.m.requests.WithLabelValues("models", "200").Inc()
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
+	ready, detail := true, map[string]any{}
+	if s.ready != nil {
+		ready, detail = s.ready()
+	}
+	detail["pods"] = len(s.reg.Pods())
+	status := http.StatusOK
+	detail["ready"] = ready
+	if !ready {
+		status = http.StatusServiceUnavailable
+	}
+	writeJSON(w, status, detail)
+}
+
+func newDecisionID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

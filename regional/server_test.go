@@ -1,0 +1,323 @@
+package regional
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/tokenize"
+)
+
+// fakePod is an OpenAI-compatible upstream whose behaviour a test scripts.
+type fakePod struct {
+	srv     *httptest.Server
+	calls   atomic.Int64
+	handler atomic.Pointer[http.HandlerFunc]
+}
+
+func newFakePod(t *testing.T, h http.HandlerFunc) *fakePod {
+	p := &fakePod{}
+	p.set(h)
+	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		p.calls.Add(1)
+		(*p.handler.Load())(w, r)
+	}))
+	t.Cleanup(p.srv.Close)
+	return p
+}
+
+func (p *fakePod) set(h http.HandlerFunc) { p.handler.Store(&h) }
+
+func okJSON(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	fmt.Fprint(w, `{"id":"x","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":0}}}`)
+}
+
+type serverFixture struct {
+	*fixture
+	srv   *Server
+	url   string
+	prom  *prometheus.Registry
+	pods  []*fakePod
+	ready atomic.Bool
+}
+
+func newServerFixture(t *testing.T, handlers []http.HandlerFunc, mut func(*ServerConfig)) *serverFixture {
+	t.Helper()
+	idx, _ := index.New(index.DefaultConfig())
+	f := &serverFixture{fixture: &fixture{idx: idx, reg: NewRegistry(idx), clock: time.Unix(1000, 0)}}
+	for i, h := range handlers {
+		fp := newFakePod(t, h)
+		f.pods = append(f.pods, fp)
+		if _, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: fp.srv.URL, Model: "m", Profile: "h100"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	model, _ := gorgo.New(gorgo.DefaultConfig())
+	var err error
+	if f.dec, err = NewDecider(DefaultDecisionConfig(), idx, f.reg, model, func() time.Time { return f.clock }); err != nil {
+		t.Fatal(err)
+	}
+	prompts, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 16, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultServerConfig()
+	cfg.RetryBackoff = 0
+	cfg.Outlier.BaseEjection = time.Second
+	if mut != nil {
+		mut(&cfg)
+	}
+	f.prom = prometheus.NewRegistry()
+	f.ready.Store(true)
+	f.srv, err = NewServer(cfg, f.dec, f.reg, prompts, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), f.prom, f.prom,
+		func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, func() time.Time { return f.clock })
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(f.srv)
+	t.Cleanup(hs.Close)
+	f.url = hs.URL
+	return f
+}
+
+func post(t *testing.T, url, body string, hdr ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+const chatBody = `{"model":"m","messages":[{"role":"user","content":"hello there, how are you today?"}]}`
+
+func TestServerBadRequests(t *testing.T) {
+	f := newServerFixture(t, []http.HandlerFunc{okJSON}, func(c *ServerConfig) { c.MaxBodyBytes = 1024 })
+	cases := []struct {
+		name, path, body string
+		status           int
+		code             string
+	}{
+		{"invalid json", "/v1/chat/completions", `{"model":`, 400, "invalid_json"},
+		{"no model", "/v1/chat/completions", `{"messages":[{"role":"user","content":"x"}]}`, 400, "invalid_request"},
+		{"no messages", "/v1/chat/completions", `{"model":"m","messages":[]}`, 400, "invalid_prompt"},
+		{"bad prompt", "/v1/completions", `{"model":"m","prompt":{"a":1}}`, 400, "invalid_prompt"},
+		{"too large", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`, 413, "request_too_large"},
+	}
+	for _, c := range cases {
+		resp, b := post(t, f.url+c.path, c.body)
+		var e apiError
+		_ = json.Unmarshal(b, &e)
+		if resp.StatusCode != c.status || e.Error.Code != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, resp.StatusCode, b, c.status, c.code)
+		}
+	}
+	if f.pods[0].calls.Load() != 0 {
+		t.Fatal("a bad request reached a pod")
+	}
+	// No healthy pod: 503.
+	f.reg.Remove("pod-0")
+	resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
+	if resp.StatusCode != 503 || !strings.Contains(string(b), "no_healthy_pod") {
+		t.Fatalf("no pod: %d %s", resp.StatusCode, b)
+	}
+	if got := testutil.ToFloat64(f.srv.m.requests.WithLabelValues("chat", "413")); got != 1 {
+		t.Fatalf("413 counted %v times", got)
+	}
+}
+
+func TestServerRouteAPIAndModels(t *testing.T) {
+	f := newServerFixture(t, []http.HandlerFunc{okJSON, okJSON}, nil)
+	resp, b := post(t, f.url+"/v1/route", chatBody)
+	var rr RouteResponse
+	if err := json.Unmarshal(b, &rr); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("route: %d %s", resp.StatusCode, b)
+	}
+	if rr.DecisionID == "" || rr.Decision.PodName == "" || rr.Decision.Endpoint == "" || rr.PromptTokens == 0 || len(rr.Decision.Top) == 0 {
+		t.Fatalf("route response incomplete: %s", b)
+	}
+	resp, b = post(t, f.url+"/v1/route?kind=completion", `{"model":"m","prompt_token_ids":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17]}`)
+	if err := json.Unmarshal(b, &rr); err != nil || resp.StatusCode != 200 || rr.PromptTokens != 17 || rr.Blocks != 1 {
+		t.Fatalf("route completion: %d %s", resp.StatusCode, b)
+	}
+	for _, p := range f.pods {
+		if p.calls.Load() != 0 {
+			t.Fatal("/v1/route proxied the request")
+		}
+	}
+	r, err := http.Get(f.url + "/v1/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ = io.ReadAll(r.Body)
+	r.Body.Close()
+	if !strings.Contains(string(b), `"id":"m"`) {
+		t.Fatalf("models: %s", b)
+	}
+	f.ready.Store(false)
+	r, _ = http.Get(f.url + "/readyz")
+	r.Body.Close()
+	if r.StatusCode != 503 {
+		t.Fatalf("readyz while not ready: %d", r.StatusCode)
+	}
+}
+
+// A pod that fails before its first byte is retried elsewhere; after 5
+// failures it is ejected; the client never sees the failures.
+func TestServerRetriesAndEjects(t *testing.T) {
+	broken := func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }
+	f := newServerFixture(t, []http.HandlerFunc{broken, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON}, nil)
+	f.dec.cfg.Policy = PolicyRoundRobin // every pod in turn: pod-0 fails once per round
+	for i := 0; i < 80; i++ {
+		resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+		if resp.Header.Get("X-Meridian-Pod") == "pod-0" {
+			t.Fatal("answered by the broken pod")
+		}
+	}
+	p0, _ := f.reg.Get("pod-0")
+	if !p0.Ejected(f.clock) {
+		t.Fatalf("broken pod not ejected after %d calls", f.pods[0].calls.Load())
+	}
+	if got := f.pods[0].calls.Load(); got != 5 {
+		t.Fatalf("broken pod called %d times, want 5 (ejected after 5 consecutive failures)", got)
+	}
+	// Healed and readmitted after the ejection time.
+	f.pods[0].set(okJSON)
+	f.clock = f.clock.Add(2 * time.Second)
+	served := false
+	for i := 0; i < 40 && !served; i++ {
+		resp, _ := post(t, f.url+"/v1/chat/completions", chatBody)
+		served = resp.Header.Get("X-Meridian-Pod") == "pod-0"
+	}
+	if !served {
+		t.Fatal("healed pod never readmitted")
+	}
+}
+
+// A stalled pod (no first byte) is abandoned after the first-byte timeout and
+// the request retried elsewhere.
+func TestServerStalledPod(t *testing.T) {
+	release := make(chan struct{})
+	stall := func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}
+	f := newServerFixture(t, []http.HandlerFunc{stall, okJSON}, func(c *ServerConfig) { c.FirstByteTimeout = 200 * time.Millisecond })
+	defer close(release)
+	f.dec.cfg.Policy = PolicyRoundRobin
+	for i := 0; i < 4; i++ {
+		resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Meridian-Pod") != "pod-1" {
+			t.Fatalf("request %d: %d %s from %s", i, resp.StatusCode, b, resp.Header.Get("X-Meridian-Pod"))
+		}
+	}
+	if got := testutil.ToFloat64(f.srv.m.upstreamErrors.WithLabelValues("first_byte_timeout")); got < 1 {
+		t.Fatal("stall not counted")
+	}
+}
+
+// The stream reaches the client chunk by chunk as the pod sends it, and a
+// client that goes away cancels the pod's request.
+func TestServerStreamsUnbufferedAndCancels(t *testing.T) {
+	next := make(chan struct{})
+	cancelled := make(chan struct{})
+	streamer := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "text/event-stream")
+		fl := w.(http.Flusher)
+		for i := 0; ; i++ {
+			fmt.Fprintf(w, "data: {\"i\":%d}\n\n", i)
+			fl.Flush()
+			select {
+			case <-next:
+			case <-r.Context().Done():
+				close(cancelled)
+				return
+			}
+		}
+	}
+	f := newServerFixture(t, []http.HandlerFunc{streamer}, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, f.url+"/v1/chat/completions", strings.NewReader(chatBody))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(resp.Body)
+	for i := 0; i < 3; i++ {
+		line, err := br.ReadString('\n')
+		if err != nil || line != fmt.Sprintf("data: {\"i\":%d}\n", i) {
+			t.Fatalf("chunk %d: %q %v", i, line, err)
+		}
+		if _, err := br.ReadString('\n'); err != nil { // blank line
+			t.Fatal(err)
+		}
+		// The pod sends chunk i+1 only now: had the proxy buffered, this
+		// read would have blocked forever.
+		next <- struct{}{}
+	}
+	cancel()
+	resp.Body.Close()
+	select {
+	case <-cancelled:
+	case <-time.After(10 * time.Second):
+		t.Fatal("client cancellation did not reach the pod")
+	}
+}
+
+func TestServerUsageSniffer(t *testing.T) {
+	sse := newUsageSniffer(true)
+	stream := "data: {\"choices\":[]}\n\ndata: {\"usage\":{\"prompt_tokens\":100,\"prompt_tokens_details\":{\"cached_tokens\":64}}}\n\ndata: [DONE]\n\n"
+	for i := 0; i < len(stream); i += 7 { // split anywhere
+		sse.write([]byte(stream[i:min(i+7, len(stream))]))
+	}
+	if u := sse.result(); u == nil || u.PromptTokens != 100 || u.PromptTokensDetails.CachedTokens != 64 {
+		t.Fatalf("sse usage %+v", u)
+	}
+	js := newUsageSniffer(false)
+	js.write([]byte(`{"usage":{"prompt_tokens":5,"prompt_tokens_details":{"cached_tokens":3}}}`))
+	if u := js.result(); u == nil || u.PromptTokensDetails.CachedTokens != 3 {
+		t.Fatalf("json usage %+v", u)
+	}
+	if u := newUsageSniffer(false).result(); u != nil {
+		t.Fatal("usage from nothing")
+	}
+}
+
+func TestParseKVUsage(t *testing.T) {
+	text := "# HELP vllm:kv_cache_usage_perc x\nvllm:kv_cache_usage_perc{model_name=\"m\"} 0.25\nvllm:kv_cache_usage_perc_other 9\nvllm:num_requests_running 3\n"
+	v, err := parseKVUsage(strings.NewReader(text))
+	if err != nil || v != 0.25 {
+		t.Fatalf("parse: %v %v", v, err)
+	}
+	if _, err := parseKVUsage(strings.NewReader("nothing here\n")); err == nil {
+		t.Fatal("no sample accepted")
+	}
+}
