@@ -2,8 +2,8 @@ package kvevents
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
-	"time"
 )
 
 // benchBatch builds one realistic vLLM step: events BlockStored events of
@@ -65,13 +65,12 @@ func BenchmarkDecode(b *testing.B) {
 			blocks := blocksIn(first)
 			b.SetBytes(int64(len(msg)))
 			b.ReportAllocs()
-			start := time.Now()
 			for b.Loop() {
 				if _, err := d.Decode(msg); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.ReportMetric(float64(blocks*b.N)/time.Since(start).Seconds(), "blocks/s")
+			b.ReportMetric(float64(blocks*b.N)/b.Elapsed().Seconds(), "blocks/s")
 		})
 	}
 }
@@ -160,14 +159,86 @@ func BenchmarkDecodeApply(b *testing.B) {
 				b.Fatalf("stream leaves %d entries", r.Len())
 			}
 			b.ReportAllocs()
-			start := time.Now()
 			for b.Loop() {
 				for _, msg := range stream {
 					batch, _ := d.Decode(msg)
 					ops = r.Apply(ops[:0], batch)
 				}
 			}
-			b.ReportMetric(float64(blocks*b.N)/time.Since(start).Seconds(), "blocks/s")
+			b.ReportMetric(float64(blocks*b.N)/b.Elapsed().Seconds(), "blocks/s")
+		})
+	}
+}
+
+// BenchmarkDecodeApplyParallel is BenchmarkDecodeApply with one goroutine
+// per pod (each with its own Decoder and Rekeyer, as an ingester that
+// shards pods across workers would run), so -cpu 2 shows two cores.
+func BenchmarkDecodeApplyParallel(b *testing.B) {
+	stream := engineStream(b, 512, 64, 16, Encoding{})
+	d := newTestDecoder(b)
+	blocks := 0
+	for _, msg := range stream {
+		batch, err := d.Decode(msg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		blocks += blocksIn(batch)
+	}
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		d := newTestDecoder(b)
+		cfg := DefaultRekeyConfig()
+		cfg.Model = "m"
+		r, err := NewRekeyer(cfg)
+		if err != nil {
+			b.Error(err)
+			return
+		}
+		var ops []Op
+		for pb.Next() {
+			for _, msg := range stream {
+				batch, _ := d.Decode(msg)
+				ops = r.Apply(ops[:0], batch)
+			}
+		}
+	})
+	b.ReportMetric(float64(blocks*b.N)/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkRekeyMemory reports the heap a Rekeyer holds per tracked engine
+// block, for E=R (no tokens kept) and E=R/4 (tokens kept for 3 of 4 blocks).
+func BenchmarkRekeyMemory(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		ebs  int
+	}{{"ratio1", 64}, {"ratio4", 16}} {
+		b.Run(c.name, func(b *testing.B) {
+			const blocks = 1 << 17
+			var perEntry float64
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				cfg := DefaultRekeyConfig()
+				cfg.Model = "m"
+				r, err := NewRekeyer(cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				toks := make([]uint32, 8*c.ebs)
+				for i := 0; i < blocks/8; i++ {
+					ev := &BlockStored{BlockSize: int64(c.ebs), TokenIDs: toks, Medium: Some("GPU")}
+					for j := 0; j < 8; j++ {
+						ev.BlockHashes = append(ev.BlockHashes, uint64(i*8+j+1))
+					}
+					r.ApplyEvent(nil, 0, ev)
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				perEntry = float64(after.HeapAlloc-before.HeapAlloc) / float64(r.Len())
+				runtime.KeepAlive(r)
+			}
+			b.ReportMetric(perEntry, "bytes/entry")
 		})
 	}
 }

@@ -58,8 +58,10 @@ type RekeyConfig struct {
 	// removed ones still needed by a live descendant). Set it a little above
 	// the pod's KV capacity in blocks (GPU plus offload tiers). Past it, the
 	// least recently stored leaf block is forgotten and evicted from the
-	// index (RekeyStats.CapEvicted). About 150 bytes per entry plus 4 bytes
-	// per token for blocks that end inside a router block. Default 1<<20.
+	// index (RekeyStats.CapEvicted). An entry takes about 230 bytes, and
+	// about 280 on average when the engine block is a quarter of the router
+	// block (BenchmarkRekeyMemory), so the default 1<<18 (a 32k-block GPU
+	// cache plus offload tiers) bounds a pod at about 70 MB.
 	MaxEntries int
 	// MaxRanks is one more than the highest data-parallel rank accepted.
 	// Default 64.
@@ -71,7 +73,7 @@ type RekeyConfig struct {
 
 // DefaultRekeyConfig returns the documented defaults, without a Model.
 func DefaultRekeyConfig() RekeyConfig {
-	return RekeyConfig{BlockSize: 64, MaxEntries: 1 << 20, MaxRanks: 64}
+	return RekeyConfig{BlockSize: 64, MaxEntries: 1 << 18, MaxRanks: 64}
 }
 
 // Validate names the first field that is wrong.
