@@ -505,3 +505,41 @@ func counterValue(c prometheus.Counter) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// The first batch of a fresh segment fails and cannot be cut off; then
+// re-creating the segment fails too (read-only for a moment). The log
+// refuses both records and recovers once the file system does.
+func TestDamagedEmptySegmentIsRecreated(t *testing.T) {
+	root := t.TempDir()
+	ffs := &faultFS{}
+	l := openTest(t, testConfig(root, "c"), Deps{FS: ffs})
+	ffs.set(func(f *faultFS) { f.sync, f.truncate = syscall.EIO, syscall.EIO })
+	if err := l.Append(context.Background(), testEntry(0)); err == nil {
+		t.Fatal("append with a failing fsync succeeded")
+	}
+	ffs.set(func(f *faultFS) {
+		f.sync, f.truncate = nil, nil
+		f.open = func(name string) error {
+			if strings.HasSuffix(name, segmentExt) {
+				return syscall.EROFS
+			}
+			return nil
+		}
+	})
+	var ae *AppendError
+	if err := l.Append(context.Background(), testEntry(1)); !errors.As(err, &ae) || ae.Op != "rotate" {
+		t.Fatalf("append while the segment cannot be re-created: %v", err)
+	}
+	ffs.set(func(f *faultFS) { f.open = nil })
+	mustAppend(t, l, testEntry(2))
+	cp := l.Checkpoint()
+	l.Close()
+	if cp.LastSeq != 1 || cp.Segment != SegmentName(1) {
+		t.Fatalf("checkpoint %+v", cp)
+	}
+	verifyOK(t, root, []Checkpoint{cp})
+	recs, _ := NaiveQuery(root, Query{}, nil)
+	if len(recs) != 1 || recs[0].DecisionID != "d-2" {
+		t.Fatalf("records %v", keys(recs))
+	}
+}

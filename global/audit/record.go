@@ -282,11 +282,10 @@ func (r *Record) AppendCanonical(b []byte) ([]byte, error) {
 
 // lineCheck is the result of checking one stored line.
 type lineCheck struct {
-	rec       Record
-	parsed    bool   // the line is a JSON record
-	canonical bool   // the line is exactly the canonical encoding of rec
-	hashOK    bool   // rec.Hash is the SHA-256 of the content
-	problem   string // why parsed, canonical or hashOK is false
+	rec     Record
+	parsed  bool   // the line is a JSON record
+	hashOK  bool   // rec.Hash is the SHA-256 of the content
+	problem string // why parsed, canonical or hashOK is false
 }
 
 // checkLine parses a stored line (without its newline) and checks that it is
@@ -308,7 +307,6 @@ func checkLine(line []byte, scratch []byte) (lineCheck, []byte) {
 		c.problem = "not in canonical form (" + firstDiff(line, canon) + ")"
 		return c, scratch
 	}
-	c.canonical = true
 	// content = line without `,"hash":"<64 hex>"` and with its closing brace.
 	const suffix = len(`,"hash":""}`) + 2*sha256.Size
 	if len(line) < suffix+1 {
