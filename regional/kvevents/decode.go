@@ -389,8 +389,12 @@ func (d *Decoder) eventMap(idx, start, n int) error {
 	r.i = scan
 	var u union
 	for k := 0; k < n; k++ {
+		keyOff := r.i
 		key, _, err := r.bytes("event key", d.cfg.MaxStringBytes)
 		if err != nil {
+			if ReasonOf(err) == ReasonBadFieldType {
+				return r.fail(keyOff, ReasonBadEvent, "event %d: map key is not a string", idx)
+			}
 			return err
 		}
 		fi := fieldNone

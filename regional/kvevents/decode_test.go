@@ -145,6 +145,8 @@ func TestDecodeErrors(t *testing.T) {
 		{"event int", batch([]byte{0x05}), ReasonBadEvent, "want array"},
 		{"event empty", batch([]byte{0x90}), ReasonBadEvent, "empty"},
 		{"tag int", batch([]byte{0x91, 0x05}), ReasonBadEvent, "tag"},
+		{"map key int after type", batch(cat([]byte{0x82}, str("type"), str(TagBlockRemoved), []byte{0x01, 0x02})), ReasonBadEvent, "key"},
+		{"map key int before type", batch(cat([]byte{0x82}, []byte{0x01, 0x02}, str("type"), str(TagBlockRemoved))), ReasonBadEvent, "key"},
 		{"map without type", batch(cat([]byte{0x81}, str("medium"), str("GPU"))), ReasonBadEvent, "no \"type\""},
 		{"block_size string", batch(cat([]byte{0x95}, str(TagBlockStored), []byte{0x90, mpNil, 0x90}, str("x"))), ReasonBadFieldType, "block_size"},
 		{"medium int", batch(cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x90, 0x07})), ReasonBadFieldType, "medium"},
