@@ -28,8 +28,10 @@
 //   - Per controller, seq is 1, 2, 3, ... without gaps and record times never
 //     decrease (the log clamps a clock that steps back).
 //   - Segment files are named after the seq of their first record and never
-//     rewritten; the only repair is cutting an incomplete last line, which
-//     was never acknowledged, and it is kept aside in a .torn file.
+//     rewritten. Only bytes that were never acknowledged are ever cut: a
+//     batch whose write or fsync failed (if even that cut fails, the log
+//     moves on to a new segment and Verify will point at the leftovers), and
+//     an incomplete last line found by Open, kept aside in a .torn file.
 //   - The sparse index (.idx) is advisory: readers check every entry they use
 //     against the segment and fall back to scanning; Verify ignores it.
 //   - Verify reports each problem with its controller, segment file and line;
@@ -41,9 +43,19 @@
 //	<dir>/<controller-id>/00000000000000000001.jsonl  records, seq 1..
 //	<dir>/<controller-id>/00000000000000000001.idx    sparse index + seal
 //
-// Query and Tail read through the Source interface (a directory, a live Log,
-// or a controller over HTTP via HTTPSource) so that a fan-out over every
-// controller is a merge of sources.
+// Query and Tail read through the Source interface: a directory
+// (DirSource), a live Log (only durable records; Tail wakes on each commit),
+// a controller over HTTP (HTTPSource, reading what Handler serves), or
+// several of them (Multi), so that a fan-out over every controller is a
+// merge of sources. Time-range queries seek with the sparse index and stop
+// at the first record past the range, since times never decrease along a
+// chain; NaiveQuery is the full-scan reference they are tested against.
+//
+// # Metrics
+//
+// meridian_audit_records_total, _bytes_total, _write_errors_total{op},
+// _fsync_seconds, _batch_records, _segments_rotated_total,
+// _checkpoints_total{result} and _queue_depth, on the Registerer in Deps.
 //
 // The package must not import the Raft tier (package global) or any other
 // package of ours: what it needs from Raft is the CheckpointSink interface.
