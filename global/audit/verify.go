@@ -109,6 +109,8 @@ func (r *Report) WriteText(w io.Writer) error {
 // Without a checkpoint covering them, records cut from the end of the last
 // segment cannot be told from records never written; and a chain rewritten
 // and re-hashed from some record to its end is only caught by a checkpoint.
+// On a directory a log is writing to, a batch caught mid-write shows as a
+// torn last line.
 func Verify(dir string, checkpoints []Checkpoint) (*Report, error) {
 	chains, err := listChains(dir)
 	if err != nil {
