@@ -35,29 +35,29 @@ func DefaultProfiles() []Profile {
 // Config weighs the terms and sets the guardrails. Zero values are not
 // defaults; start from DefaultConfig.
 type Config struct {
-	QueueWeight float64 // multiplies the queue term; default 1
-	RTTWeight   float64 // multiplies the RTT term; default 1
+	QueueWeight float64 `yaml:"queue_weight"` // multiplies the queue term; default 1
+	RTTWeight   float64 `yaml:"rtt_weight"`   // multiplies the RTT term; default 1
 
-	EgressUSDPerGB float64 // price of cross-region egress; default 0 (term off)
-	MsPerUSD       float64 // TTFT milliseconds one dollar of egress is worth; default 0
+	EgressUSDPerGB float64 `yaml:"egress_usd_per_gb"` // price of cross-region egress; default 0 (term off)
+	MsPerUSD       float64 `yaml:"ms_per_usd"`        // TTFT milliseconds one dollar of egress is worth; default 0
 
 	// A remote candidate must beat the best local one by both margins.
-	ForwardMarginMs   float64 // default 25
-	ForwardMarginFrac float64 // of the best local estimate; default 0.10
+	ForwardMarginMs   float64 `yaml:"forward_margin_ms"`   // default 25
+	ForwardMarginFrac float64 `yaml:"forward_margin_frac"` // of the best local estimate; default 0.10
 
 	// MaxRemoteShare caps the share of this region's decisions that go to any
 	// one remote region over ShareWindow; default 0.5, 1 turns it off.
-	MaxRemoteShare float64
-	ShareWindow    time.Duration // default 60s
+	MaxRemoteShare float64       `yaml:"max_remote_share"`
+	ShareWindow    time.Duration `yaml:"share_window"` // default 60s
 
 	// A remote region's cached-token estimate has full weight while its
 	// summary is younger than FreshFor, then loses weight linearly, and is
 	// ignored (the candidate is excluded) from IgnoreAfter.
-	FreshFor    time.Duration // default 10s
-	IgnoreAfter time.Duration // default 60s
+	FreshFor    time.Duration `yaml:"fresh_for"`    // default 10s
+	IgnoreAfter time.Duration `yaml:"ignore_after"` // default 60s
 
 	// DefaultProfile is used for candidates naming an unknown profile.
-	DefaultProfile string // default "h100"
+	DefaultProfile string `yaml:"default_profile"` // default "h100"
 }
 
 // DefaultConfig returns the defaults documented on Config.

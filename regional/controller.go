@@ -114,7 +114,7 @@ func (c *Config) Validate() error {
 		if name == "" {
 			name = "default"
 		}
-		c.Models = []ModelConfig{{Name: name, Tokenizer: tokenize.DefaultConfig()}}
+		c.Models = []ModelConfig{{Name: name, Encoding: tokenize.Cl100kBase}}
 	}
 	if c.Kafka.DefaultModel == "" {
 		c.Kafka.DefaultModel = c.Models[0].Name

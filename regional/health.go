@@ -13,10 +13,10 @@ import (
 // own when the time is up; a clean spell of BaseEjection brings the multiplier
 // down again.
 type OutlierConfig struct {
-	ConsecutiveFailures int           // default 5
-	BaseEjection        time.Duration // default 30s
-	MaxEjectionPercent  float64       // default 10
-	MaxEjection         time.Duration // cap on one ejection; default 300s
+	ConsecutiveFailures int           `yaml:"consecutive_failures"` // default 5
+	BaseEjection        time.Duration `yaml:"base_ejection"`        // default 30s
+	MaxEjectionPercent  float64       `yaml:"max_ejection_percent"` // default 10
+	MaxEjection         time.Duration `yaml:"max_ejection"`         // cap on one ejection; default 300s
 }
 
 // DefaultOutlierConfig returns Envoy's defaults.

@@ -13,12 +13,12 @@ import (
 // PodInfo is what the controller knows about one inference pod: from its
 // lifecycle events on the region's topic, or from static configuration.
 type PodInfo struct {
-	Name     string `json:"name"`
-	Endpoint string `json:"endpoint"` // base URL of its OpenAI-compatible API
-	Model    string `json:"model"`
-	Profile  string `json:"profile"` // hardware profile (gorgo)
-	Epoch    uint64 `json:"epoch"`
-	Static   bool   `json:"static,omitempty"`
+	Name     string `json:"name" yaml:"name"`
+	Endpoint string `json:"endpoint" yaml:"endpoint"` // base URL of its OpenAI-compatible API
+	Model    string `json:"model" yaml:"model"`
+	Profile  string `json:"profile" yaml:"profile"` // hardware profile (gorgo)
+	Epoch    uint64 `json:"epoch" yaml:"-"`
+	Static   bool   `json:"static,omitempty" yaml:"-"`
 }
 
 // Pod is one pod with its live load accounting and health. Load counters are

@@ -11,10 +11,36 @@ import (
 )
 
 // ModelConfig names a served model and how to tokenize its prompts exactly
-// as its engines do.
+// as its engines do (give the engines the same settings).
 type ModelConfig struct {
-	Name      string          `yaml:"name"`
-	Tokenizer tokenize.Config `yaml:"tokenizer"`
+	Name string `yaml:"name"`
+	// Encoding is the tiktoken encoding; default cl100k_base.
+	Encoding string `yaml:"encoding"`
+	// Dir is a model directory with tokenizer_config.json and/or
+	// chat_template.jinja.
+	Dir string `yaml:"dir,omitempty"`
+	// ChatTemplate overrides Dir's template (Jinja source).
+	ChatTemplate string `yaml:"chat_template,omitempty"`
+	// BOSToken, EOSToken and AddBOS override Dir's.
+	BOSToken string `yaml:"bos_token,omitempty"`
+	EOSToken string `yaml:"eos_token,omitempty"`
+	AddBOS   bool   `yaml:"add_bos,omitempty"`
+	// Tokenizer, when its Encoding is set, is used as it is instead of the
+	// fields above (for programs that build the configuration in Go).
+	Tokenizer tokenize.Config `yaml:"-"`
+}
+
+// TokenizerConfig is the tokenize.Config the model's fields describe.
+func (m ModelConfig) TokenizerConfig() tokenize.Config {
+	if m.Tokenizer.Encoding != "" {
+		return m.Tokenizer
+	}
+	c := tokenize.DefaultConfig()
+	if m.Encoding != "" {
+		c.Encoding = m.Encoding
+	}
+	c.Dir, c.ChatTemplate, c.BOSToken, c.EOSToken, c.AddBOS = m.Dir, m.ChatTemplate, m.BOSToken, m.EOSToken, m.AddBOS
+	return c
 }
 
 // Prompts turns request bodies into token ids and chain hashes. Multi-turn
@@ -46,7 +72,7 @@ func NewPrompts(models []ModelConfig, blockSize, maxSessions int) (*Prompts, err
 	p := &Prompts{models: map[string]*tokenize.Model{}, blockSize: blockSize,
 		sessions: map[string]*list.Element{}, lru: list.New(), max: maxSessions}
 	for i, mc := range models {
-		m, err := tokenize.NewModel(mc.Tokenizer)
+		m, err := tokenize.NewModel(mc.TokenizerConfig())
 		if err != nil {
 			return nil, fmt.Errorf("model %q: %w", mc.Name, err)
 		}

@@ -45,6 +45,8 @@ func newApp() *cli.App {
 			eventsCommand(),
 			policyCommand(),
 			auditCommand(),
+			controllerCommand(),
+			kafkaDevCommand(),
 		},
 	}
 }
