@@ -292,22 +292,3 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
-
-func BenchmarkDecide(b *testing.B) {
-	idx, _ := index.New(index.DefaultConfig())
-	reg := NewRegistry(idx)
-	c := chain(1, 128)
-	for i := 0; i < 256; i++ {
-		p, _, _ := reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%03d", i), Model: "m", Profile: "h100"})
-		_ = idx.Register(p.ID, index.TierGPU, c[:i%128])
-	}
-	model, _ := gorgo.New(gorgo.DefaultConfig())
-	dec, _ := NewDecider(DefaultDecisionConfig(), idx, reg, model, time.Now)
-	r := &RouteRequest{Model: "m", Chain: c, BlockSize: 64, PromptTokens: 128*64 + 10}
-	b.ReportAllocs()
-	for b.Loop() {
-		if _, err := dec.Decide(r); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

@@ -29,7 +29,7 @@ type fakePod struct {
 	handler atomic.Pointer[http.HandlerFunc]
 }
 
-func newFakePod(t *testing.T, h http.HandlerFunc) *fakePod {
+func newFakePod(t testing.TB, h http.HandlerFunc) *fakePod {
 	p := &fakePod{}
 	p.set(h)
 	p.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -57,7 +57,7 @@ type serverFixture struct {
 	ready atomic.Bool
 }
 
-func newServerFixture(t *testing.T, handlers []http.HandlerFunc, mut func(*ServerConfig)) *serverFixture {
+func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*ServerConfig)) *serverFixture {
 	t.Helper()
 	idx, _ := index.New(index.DefaultConfig())
 	f := &serverFixture{fixture: &fixture{idx: idx, reg: NewRegistry(idx), clock: time.Unix(1000, 0)}}
