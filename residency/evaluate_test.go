@@ -3,7 +3,9 @@ package residency
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -287,5 +289,35 @@ func BenchmarkParse(b *testing.B) {
 		if _, err := Parse("example.yaml", data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestEvaluateConcurrently: a Policy is shared by every request goroutine;
+// run under -race.
+func TestEvaluateConcurrently(t *testing.T) {
+	p := examplePolicy(t)
+	reqs := append(slices.Clone(nonCELAttrs), Attributes{Tenant: "acme", DataClass: "public", OriginRegion: "us-east-1", Session: "eval-1", Labels: map[string]string{"priority": "batch"}})
+	want := make([]Decision, len(reqs))
+	for i, a := range reqs {
+		want[i] = p.Evaluate(a)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan string, 4)
+	for range 4 {
+		wg.Go(func() {
+			for range 200 {
+				for i, a := range reqs {
+					if d := p.Evaluate(a); d.Allowed != want[i].Allowed || d.Rule != want[i].Rule {
+						errs <- fmt.Sprintf("%s: got %s, want %s", FormatAttributes(a), d, want[i])
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
 	}
 }
