@@ -137,7 +137,7 @@ func TestClusterAcceptance(t *testing.T) {
 			}
 			before := c.Nodes[minority[0]].Node.State()
 			c.Net.Partition(c.Names(minority...), c.Names(majority...))
-			nl, err = c.WaitLeader(5*time.Second, majority...)
+			_, err = c.WaitLeader(5*time.Second, majority...)
 			if err != nil {
 				t.Fatalf("majority %v elected no leader: %v", majority, err)
 			}
@@ -159,9 +159,10 @@ func TestClusterAcceptance(t *testing.T) {
 					t.Fatalf("minority node %s does not report stale: %+v", n.ID(), h)
 				}
 			}
-			if h := c.Nodes[nl].Node.Health(); h.Stale {
-				t.Fatalf("majority leader reports stale: %+v", h)
-			}
+			c.WaitFor(5*time.Second, "a majority leader that is not stale", func() bool {
+				l, err := c.WaitLeader(time.Second, majority...)
+				return err == nil && !c.Nodes[l].Node.Health().Stale
+			})
 
 			// Heal and converge.
 			c.Net.Heal()

@@ -41,6 +41,8 @@ type fsm struct {
 	// observe, if set, is called after every applied command (on the Raft
 	// FSM goroutine; it must not block).
 	observe func(op op, res *Result, st *State)
+	// onRestore, if set, is called after a snapshot replaced the state.
+	onRestore func()
 }
 
 var _ raft.FSM = (*fsm)(nil)
@@ -290,6 +292,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		f.dedup.put(e.RequestID, e.Result)
 	}
 	f.state.Store(st)
+	if f.onRestore != nil {
+		f.onRestore()
+	}
 	return nil
 }
 

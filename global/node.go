@@ -46,6 +46,7 @@ type Node struct {
 
 	mu       sync.Mutex
 	leaderCh chan struct{} // closed and replaced on every leader change
+	stateCh  chan struct{} // closed and replaced on every state change
 
 	leadMu     sync.Mutex // serialises starting and stopping the leader loop
 	leadCancel context.CancelFunc
@@ -89,6 +90,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		now:      cfg.Now,
 		httpc:    cfg.HTTPClient,
 		leaderCh: make(chan struct{}),
+		stateCh:  make(chan struct{}),
 		done:     make(chan struct{}),
 	}
 	if n.log == nil {
@@ -104,7 +106,13 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.m = newMetrics(cfg.Registerer)
 	n.fsm = newFSM(cfg.PolicyCompiler)
-	n.fsm.observe = n.m.observeCommand
+	n.fsm.observe = func(o op, res *Result, st *State) {
+		n.m.observeCommand(o, res, st)
+		if res.Changed && !res.Duplicate {
+			n.signalStateChange()
+		}
+	}
+	n.fsm.onRestore = n.signalStateChange
 
 	if err := n.openRaft(); err != nil {
 		n.release()
@@ -326,6 +334,22 @@ func (n *Node) LeaderChanged() <-chan struct{} {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.leaderCh
+}
+
+// StateChanged returns a channel closed at the next change of the local
+// state (an applied command that changed it, or a snapshot restore). Load
+// State() after it fires; changes in between are coalesced.
+func (n *Node) StateChanged() <-chan struct{} {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.stateCh
+}
+
+func (n *Node) signalStateChange() {
+	n.mu.Lock()
+	close(n.stateCh)
+	n.stateCh = make(chan struct{})
+	n.mu.Unlock()
 }
 
 func (n *Node) signalLeaderChange() {

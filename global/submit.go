@@ -91,7 +91,7 @@ func (n *Node) SetRegionState(ctx context.Context, ch RegionChange, o WriteOptio
 	}}
 	res, err := n.submit(ctx, c, false)
 	if err != nil {
-		return res, fmt.Errorf("set region %s %s: %w", ch.Region, ch.State, err)
+		return res, fmt.Errorf("set region %s to %s: %w", ch.Region, ch.State, err)
 	}
 	return res, nil
 }
@@ -157,18 +157,33 @@ func (n *Node) submit(ctx context.Context, c *command, hop bool) (Result, error)
 		return Result{}, err
 	}
 	start := time.Now()
-	var res Result
+	var (
+		res       Result
+		forwarded bool
+	)
 	err = n.onLeader(ctx, hop,
 		func(context.Context) error {
 			r, err := n.applyLocal(data)
-			res = r
+			res, forwarded = r, false
+			if err == nil && c.Op == opRegionSet && r.Changed {
+				// Followers learn a commit index with the next append; a
+				// barrier appends one now, so a failover reaches every
+				// router within a round trip instead of a commit timeout.
+				n.raft.Barrier(n.cfg.Timing.HeartbeatTimeout)
+			}
 			return err
 		},
 		func(ctx context.Context, admin string) error {
 			r, err := n.forwardApply(ctx, admin, data)
-			res = r
+			res, forwarded = r, true
 			return err
 		})
+	if err == nil && forwarded {
+		// Read your writes on the accepting node: return once the local
+		// state holds the change (bounded by MaxStale; the write is
+		// committed either way).
+		n.waitApplied(ctx, res.Index)
+	}
 	n.m.submits.WithLabelValues(string(c.Op)).Observe(time.Since(start).Seconds())
 	if err != nil {
 		return Result{}, err
@@ -191,6 +206,23 @@ func (n *Node) applyLocal(data []byte) (Result, error) {
 		return Result{}, fmt.Errorf("apply: unexpected state machine response %T", f.Response())
 	}
 	return *res, nil
+}
+
+// waitApplied waits until the local state machine has applied index, ctx
+// ends or MaxStale passes.
+func (n *Node) waitApplied(ctx context.Context, index uint64) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.MaxStale)
+	defer cancel()
+	poll := time.NewTicker(5 * time.Millisecond) // no-change commands do not signal
+	defer poll.Stop()
+	for n.raft.AppliedIndex() < index {
+		select {
+		case <-ctx.Done():
+			return
+		case <-n.StateChanged():
+		case <-poll.C:
+		}
+	}
 }
 
 // onLeader runs local when this node leads, otherwise remote with the

@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/meridian-llm/meridian/global"
+)
+
+// policyClusterCommands are the "meridian policy" subcommands that talk to
+// the cluster through a controller's admin API: apply, show and
+// diff-active. The policy command attaches them.
+func policyClusterCommands() []*cli.Command {
+	return []*cli.Command{
+		{
+			Name:      "apply",
+			Usage:     "validate a policy file on the cluster and make it the active policy (through Raft)",
+			ArgsUsage: "FILE (- reads standard input)",
+			Flags: append(globalAdminFlags(),
+				&cli.StringFlag{Name: "reason", Usage: "why, recorded with the version"},
+			),
+			Action: runPolicyApply,
+		},
+		{
+			Name:  "show",
+			Usage: "print the active policy (or a kept version, or the history of versions)",
+			Flags: append(globalAdminFlags(),
+				&cli.BoolFlag{Name: "history", Usage: "list the kept versions instead"},
+				&cli.Uint64Flag{Name: "version", Usage: "print kept version `N` instead of the active one"},
+				&cli.BoolFlag{Name: "consistent", Usage: "read on the leader (linearizable) instead of the answering controller's local state"},
+			),
+			Action: runPolicyShow,
+		},
+		{
+			Name:      "diff-active",
+			Usage:     "show the line differences between the active policy and a file",
+			ArgsUsage: "FILE (- reads standard input)",
+			Flags: append(globalAdminFlags(),
+				&cli.BoolFlag{Name: "exit-code", Usage: "exit 1 when they differ"},
+			),
+			Action: runPolicyDiffActive,
+		},
+	}
+}
+
+func readClusterPolicyFile(c *cli.Context) (string, []byte, error) {
+	if c.NArg() != 1 {
+		return "", nil, globalUsage("%s: want exactly one FILE, got %d arguments (flags go before the file)", cmdPath(c), c.NArg())
+	}
+	name := c.Args().First()
+	if name == "-" {
+		r := c.App.Reader
+		if r == nil {
+			r = os.Stdin
+		}
+		b, err := io.ReadAll(r)
+		if err != nil {
+			return "", nil, fmt.Errorf("%s: read standard input: %w", cmdPath(c), err)
+		}
+		return "stdin", b, nil
+	}
+	b, err := os.ReadFile(name)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", cmdPath(c), err)
+	}
+	return filepath.Base(name), b, nil
+}
+
+func runPolicyApply(c *cli.Context) error {
+	name, doc, err := readClusterPolicyFile(c)
+	if err != nil {
+		return err
+	}
+	cl, ctx, cancel, err := globalClient(c)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	pv, err := cl.ApplyPolicy(ctx, global.PolicyRequest{Name: name, Document: string(doc), Reason: c.String("reason"),
+		Actor: globalActor(c), RequestID: global.NewRequestID()})
+	if err != nil {
+		return globalError(c, err)
+	}
+	if c.Bool("json") {
+		return writeJSONTo(c.App.Writer, pv)
+	}
+	declared := ""
+	if pv.Declared != "" {
+		declared = ", declared version " + pv.Declared
+	}
+	_, err = fmt.Fprintf(c.App.Writer, "applied %s as policy %s (%d bytes, sha256 %s%s)\n", name, pv.Ref(), pv.Size, shortHash(pv.SHA256), declared)
+	return err
+}
+
+func runPolicyShow(c *cli.Context) error {
+	if c.NArg() > 0 {
+		return globalUsage("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
+	}
+	if c.Bool("history") && c.IsSet("version") {
+		return globalUsage("%s: --history and --version are exclusive", cmdPath(c))
+	}
+	cl, ctx, cancel, err := globalClient(c)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	ro := global.ReadOptions{Consistent: c.Bool("consistent")}
+	w := c.App.Writer
+	if c.Bool("history") {
+		h, err := cl.PolicyHistory(ctx, ro)
+		if err != nil {
+			return globalError(c, err)
+		}
+		if c.Bool("json") {
+			return writeJSONTo(w, h)
+		}
+		if len(h.Versions) == 0 {
+			_, err := fmt.Fprintln(w, "no policy has been applied")
+			return err
+		}
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "VERSION\tAPPLIED\tBY\tFILE\tDECLARED\tSHA256\tREASON")
+		for i := len(h.Versions) - 1; i >= 0; i-- {
+			p := h.Versions[i]
+			ref := p.Ref()
+			if i == len(h.Versions)-1 {
+				ref += " (active)"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ref, fmtTime(p.AppliedAt), orDash(p.Actor), orDash(p.Name), orDash(p.Declared), shortHash(p.SHA256), orDash(p.Reason))
+		}
+		return tw.Flush()
+	}
+	var pv global.PolicyVersion
+	if c.IsSet("version") {
+		pv, err = cl.PolicyVersion(ctx, c.Uint64("version"), ro)
+	} else {
+		pv, err = cl.Policy(ctx, ro)
+	}
+	if err != nil {
+		return globalError(c, err)
+	}
+	if c.Bool("json") {
+		return writeJSONTo(w, pv)
+	}
+	fmt.Fprintf(w, "# policy %s from %s, applied %s by %s, sha256 %s\n", pv.Ref(), orDash(pv.Name), fmtTime(pv.AppliedAt), orDash(pv.Actor), pv.SHA256)
+	if pv.Document == nil {
+		_, err = fmt.Fprintln(w, "# (the document of this version is no longer kept; only its metadata)")
+		return err
+	}
+	_, err = w.Write(pv.Document)
+	if err == nil && !bytes.HasSuffix(pv.Document, []byte("\n")) {
+		_, err = fmt.Fprintln(w)
+	}
+	return err
+}
+
+// diffResult is the --json output of diff-active.
+type diffResult struct {
+	Active string     `json:"active"`
+	File   string     `json:"file"`
+	Same   bool       `json:"same"`
+	Lines  []diffLine `json:"lines,omitempty"`
+}
+
+type diffLine struct {
+	Op   string `json:"op"` // " ", "-" (only in the active policy), "+" (only in the file)
+	Text string `json:"text"`
+}
+
+func runPolicyDiffActive(c *cli.Context) error {
+	name, doc, err := readClusterPolicyFile(c)
+	if err != nil {
+		return err
+	}
+	cl, ctx, cancel, err := globalClient(c)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	pv, err := cl.Policy(ctx, global.ReadOptions{})
+	if err != nil {
+		return globalError(c, err)
+	}
+	lines := diffLines(splitLines(string(pv.Document)), splitLines(string(doc)))
+	same := true
+	for _, l := range lines {
+		if l.Op != " " {
+			same = false
+			break
+		}
+	}
+	w := c.App.Writer
+	if c.Bool("json") {
+		res := diffResult{Active: pv.Ref(), File: name, Same: same}
+		if !same {
+			res.Lines = lines
+		}
+		if err := writeJSONTo(w, res); err != nil {
+			return err
+		}
+	} else if same {
+		fmt.Fprintf(w, "%s is identical to the active policy %s\n", name, pv.Ref())
+	} else {
+		fmt.Fprintf(w, "--- active policy %s\n+++ %s\n", pv.Ref(), name)
+		for _, l := range lines {
+			fmt.Fprintf(w, "%s %s\n", l.Op, l.Text)
+		}
+	}
+	if !same && c.Bool("exit-code") {
+		return &exitError{code: 1}
+	}
+	return nil
+}
+
+func splitLines(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
+}
+
+// diffLines is a longest-common-subsequence line diff (policy files are
+// small: quadratic is fine up to a few thousand lines).
+func diffLines(a, b []string) []diffLine {
+	n, m := len(a), len(b)
+	lcs := make([][]int, n+1)
+	for i := range lcs {
+		lcs[i] = make([]int, m+1)
+	}
+	for i := n - 1; i >= 0; i-- {
+		for j := m - 1; j >= 0; j-- {
+			if a[i] == b[j] {
+				lcs[i][j] = lcs[i+1][j+1] + 1
+			} else {
+				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
+			}
+		}
+	}
+	var out []diffLine
+	i, j := 0, 0
+	for i < n && j < m {
+		switch {
+		case a[i] == b[j]:
+			out = append(out, diffLine{" ", a[i]})
+			i++
+			j++
+		case lcs[i+1][j] >= lcs[i][j+1]:
+			out = append(out, diffLine{"-", a[i]})
+			i++
+		default:
+			out = append(out, diffLine{"+", b[j]})
+			j++
+		}
+	}
+	for ; i < n; i++ {
+		out = append(out, diffLine{"-", a[i]})
+	}
+	for ; j < m; j++ {
+		out = append(out, diffLine{"+", b[j]})
+	}
+	return out
+}
+
+func shortHash(h string) string {
+	if len(h) > 12 {
+		return h[:12]
+	}
+	return h
+}
