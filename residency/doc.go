@@ -43,7 +43,7 @@
 // Names of regions, zones and rules are 1 to 63 characters of lower-case
 // letters, digits, '-', '_' and '.', starting with a letter or digit. At most
 // 128 regions (a RegionSet is a 128-bit mask over the region list, in
-// declaration order), 256 zones and 4096 rules.
+// declaration order), 256 zones, 64 declared data classes and 4096 rules.
 //
 // zones maps a zone name to a non-empty list of declared regions. A zone may
 // not share a name with a region, and "origin" and "all" are reserved. A

@@ -490,6 +490,10 @@ func (d *decoder) dataClasses(p *Policy, n *yaml.Node) {
 	if len(vals) == 0 {
 		d.node(n, "", "data_classes is empty: list the data classes, or leave the field out")
 	}
+	if len(vals) > MaxDataClasses {
+		d.node(n, "", "%d data classes, more than the limit of %d", len(vals), MaxDataClasses)
+		vals, nodes = vals[:MaxDataClasses], nodes[:MaxDataClasses]
+	}
 	p.dataClasses = []string{}
 	for i, v := range vals {
 		lv := strings.ToLower(v)

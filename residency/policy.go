@@ -15,6 +15,7 @@ const (
 	MaxZones       = 256
 	MaxRules       = 4096
 	MaxNameLen     = 63 // region, zone and rule names
+	MaxDataClasses = 64 // declared data classes
 )
 
 // Reserved target keywords in allow and deny lists; no zone or region may use

@@ -58,6 +58,7 @@ func TestValidationProblems(t *testing.T) {
 		{"bad data class", base + "data_classes: [phi, 'p h']\n", `7:21: data class "p h"`},
 		{"glob data class", base + "data_classes: ['p*']\n", `7:16: data class "p*"`},
 		{"duplicate data class", base + "data_classes: [phi, PHI]\n", `7:21: data class "PHI" declared twice`},
+		{"too many data classes", base + "data_classes: [" + strings.Repeat("c,", 64) + "d]\n", "7:15: 65 data classes, more than the limit of 64"},
 		{"missing default", "version: 1\nregions: [a]\n", "1:1: missing default"},
 		{"default without allow", "version: 1\nregions: [a]\ndefault: {}\n", "3:10: default has no allow list"},
 		{"default with deny", "version: 1\nregions: [a]\ndefault: {allow: [], deny: [a]}\n", `3:22: unknown field "deny" in default`},
