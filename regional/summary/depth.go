@@ -1,0 +1,146 @@
+package summary
+
+import (
+	"time"
+
+	"github.com/meridian-llm/meridian/gorgo"
+)
+
+// VerifyBefore is how many sampled positions before the last one found
+// present must also be present for a binary-search answer to stand.
+const VerifyBefore = 2
+
+// Depth is the estimate of how many leading blocks of a query chain a region
+// holds. Under prefix closure, and unless the filter answered a false
+// positive, Lower <= true depth <= Upper.
+type Depth struct {
+	// Lower is one past the last sampled position found present (0 if none):
+	// the region holds at least the blocks before it. The estimate used for
+	// decisions (see the package comment for why).
+	Lower int
+	// Upper is the first sampled position found absent (the chain length if
+	// none): the region holds none of the blocks from it on.
+	Upper int
+	// Probes counts filter lookups.
+	Probes int
+	// Fallback is set when the check of the binary search's answer failed
+	// (a false positive was caught) and a consecutive scan gave the answer.
+	Fallback bool
+}
+
+// Mid is the midpoint of [Lower, Upper]: an unbiased guess when the true
+// depth is equally likely anywhere in the bracket.
+func (d Depth) Mid() int { return (d.Lower + d.Upper) / 2 }
+
+// Depth estimates the region's matched depth (in blocks) for a chain of
+// block hashes (index.ChainHashes with this summary's BlockSize). It does
+// not allocate.
+//
+// Membership of the sampled positions is monotone along a chain the region
+// holds a prefix of (present up to some position, absent after), so a
+// binary search over positions finds the drop: for a probe position it looks
+// back to the nearest sampled position and asks the filter. Each probe only
+// narrows the bracket, so false positives can only raise the answer. The
+// answer is then checked: the VerifyBefore sampled positions before it must
+// be present too; a false positive far beyond the true depth fails this
+// check with probability 1 - 2^-16, and the estimate is then the consecutive
+// scan (the first absent sampled position from the start), which a false
+// positive can only extend by one sampling gap. A false positive at the very
+// first absent sampled position cannot be told from a true match: it raises
+// the estimate by one gap.
+func (s *Summary) Depth(chain []uint64) Depth {
+	n := len(chain)
+	d := Depth{Upper: n}
+	if n == 0 {
+		return d
+	}
+	keep := s.sampler
+	last := -1      // last sampled position found present
+	lo, hi := -1, n // every sampled position <= lo is present; hi is n or an absent sampled position
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		q := mid
+		for q > lo && !keep.Keep(chain[q]) {
+			q--
+		}
+		if q == lo {
+			lo = mid // no sampled position in (lo, mid]
+			continue
+		}
+		d.Probes++
+		if s.filter.contains(chain[q]) {
+			last, lo = q, mid
+		} else {
+			hi = q
+		}
+	}
+	d.Lower, d.Upper = last+1, hi
+	// Check the answer: the sampled positions just before it must be present.
+	q := last - 1
+	for k := 0; k < VerifyBefore && q >= 0; k++ {
+		for q >= 0 && !keep.Keep(chain[q]) {
+			q--
+		}
+		if q < 0 {
+			break
+		}
+		d.Probes++
+		if !s.filter.contains(chain[q]) {
+			return s.scan(chain, d)
+		}
+		q--
+	}
+	return d
+}
+
+// scan is the consecutive scan: present up to the first absent sampled
+// position.
+func (s *Summary) scan(chain []uint64, d Depth) Depth {
+	d.Fallback = true
+	d.Lower, d.Upper = 0, len(chain)
+	for i, h := range chain {
+		if !s.sampler.Keep(h) {
+			continue
+		}
+		d.Probes++
+		if !s.filter.contains(h) {
+			d.Upper = i
+			break
+		}
+		d.Lower = i + 1
+	}
+	return d
+}
+
+// Candidate fills the gorgo candidate of this (remote) region for a request
+// of promptTokens tokens whose chain of block hashes is chain:
+//
+//   - CachedTokens: Depth(chain).Lower blocks of BlockSize tokens, capped at
+//     the prompt;
+//   - SummaryAge: the summary's age at now (gorgo weighs stale estimates
+//     down and then ignores them);
+//   - Profile: the profile with the most pods; PendingPrefillTokens and
+//     Running: the region's totals per pod, rounded up (the remote
+//     controller picks a pod of its own; its queue is estimated as the
+//     region's mean).
+//
+// RTTMs and EgressBytes are left for the caller (the gossip view knows the
+// RTT).
+func (s *Summary) Candidate(now time.Time, chain []uint64, promptTokens int) gorgo.Candidate {
+	t := s.Totals()
+	c := gorgo.Candidate{
+		Region:       s.Region,
+		Remote:       true,
+		Profile:      t.Profile,
+		PromptTokens: promptTokens,
+		CachedTokens: min(s.Depth(chain).Lower*s.BlockSize, max(promptTokens, 0)),
+		SummaryAge:   s.Age(now),
+	}
+	if t.Pods > 0 {
+		c.PendingPrefillTokens = int(ceilDiv(t.PendingPrefillTokens, int64(t.Pods)))
+		c.Running = int(ceilDiv(int64(t.Running), int64(t.Pods)))
+	}
+	return c
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
