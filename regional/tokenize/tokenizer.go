@@ -6,6 +6,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/tiktoken-go/tokenizer"
 )
@@ -71,6 +72,7 @@ func Encodings() []string {
 type Tokenizer struct {
 	encoding string
 	codec    tokenizer.Codec
+	fast     *fastBPE // nil: every encode goes through the library
 
 	specials   map[string]uint32 // content -> id
 	byID       map[uint32]string // id -> content
@@ -96,6 +98,7 @@ func NewTokenizer(encoding string, extra map[string]uint32) (*Tokenizer, error) 
 	t := &Tokenizer{
 		encoding: encoding,
 		codec:    codec,
+		fast:     newFastBPE(encoding),
 		specials: make(map[string]uint32, len(base)+len(extra)),
 		byID:     make(map[uint32]string, len(base)+len(extra)),
 		firstOne: -1,
@@ -152,9 +155,9 @@ func (t *Tokenizer) Encode(text string) []uint32 {
 }
 
 // AppendEncode appends the token ids of text to dst and returns the extended
-// slice. With enough capacity in dst it allocates nothing itself (the
-// byte-pair encoder of github.com/tiktoken-go/tokenizer allocates internally:
-// see BenchmarkEncode).
+// slice. For cl100k_base and o200k_base with enough capacity in dst it does
+// not allocate (TestFastEncodeAllocs); other encodings, and text that is not
+// valid UTF-8, go through github.com/tiktoken-go/tokenizer, which allocates.
 func (t *Tokenizer) AppendEncode(dst []uint32, text string) []uint32 {
 	dst, _ = t.appendSegments(dst, text, nil, 0)
 	return dst
@@ -210,6 +213,19 @@ func (t *Tokenizer) nextSpecial(text string, from int) (start, end int, id uint3
 }
 
 func (t *Tokenizer) appendBPE(dst []uint32, text string) []uint32 {
+	if text == "" {
+		return dst
+	}
+	if t.fast != nil && utf8.ValidString(text) {
+		return t.fast.appendEncode(dst, text)
+	}
+	return t.appendLibrary(dst, text)
+}
+
+// appendLibrary encodes with github.com/tiktoken-go/tokenizer itself: the
+// reference the fast path is tested against, and the path for encodings it
+// does not cover and for text that is not valid UTF-8.
+func (t *Tokenizer) appendLibrary(dst []uint32, text string) []uint32 {
 	if text == "" {
 		return dst
 	}
