@@ -158,7 +158,8 @@ type Config struct {
 	// default 16 (llm-d-inference-sim's default).
 	EventBatchSize int
 	// EventFlushInterval publishes pending events at most this long after
-	// the first of them; default 20ms (about one vLLM engine step).
+	// the first of them; default 20ms (about one vLLM engine step). Not
+	// scaled by TimeScale.
 	EventFlushInterval time.Duration
 	// MaxPendingEvents bounds events held while the publisher fails; beyond
 	// it they are dropped and counted, and the batch sequence skips one so

@@ -22,8 +22,9 @@ type Faults struct {
 	StallNext int `json:"stall_next,omitempty"`
 	// StallRate makes this fraction of requests (0..1) hang likewise.
 	StallRate float64 `json:"stall_rate,omitempty"`
-	// StallFor is how long a stall lasts, e.g. "2s"; 0 (or absent) = until
-	// released (POST /admin/faults/release, or Close), or the client gives up.
+	// StallFor is how long a stall lasts, e.g. "2s" (engine clock, not
+	// scaled by TimeScale); 0 (or absent) = until released (POST
+	// /admin/faults/release, or Close), or the client gives up.
 	StallFor Duration `json:"stall_for,omitempty"`
 	// DieNext makes the next N requests lose their connection.
 	DieNext int `json:"die_next,omitempty"`
