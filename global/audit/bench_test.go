@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,10 +28,30 @@ func benchEntry(i int) Entry {
 
 // BenchmarkAppend measures durable appends (each returns after its batch's
 // fsync) from several concurrent appenders on the local disk.
-func BenchmarkAppend(b *testing.B) {
-	for _, appenders := range []int{1, 16, 64, 256} {
+func BenchmarkAppend(b *testing.B) { benchAppend(b, nil) }
+
+// BenchmarkAppendNoFsync is the same with fsync turned into a no-op: not
+// durable, it shows what the code costs without the disk's flush latency.
+func BenchmarkAppendNoFsync(b *testing.B) { benchAppend(b, noSyncFS{}) }
+
+type noSyncFS struct{ OSFS }
+
+func (noSyncFS) OpenFile(name string, flag int, perm fs.FileMode) (File, error) {
+	f, err := os.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	return noSyncFile{f}, nil
+}
+
+type noSyncFile struct{ *os.File }
+
+func (noSyncFile) Sync() error { return nil }
+
+func benchAppend(b *testing.B, fsys FS) {
+	for _, appenders := range []int{1, 16, 64, 256, 1024} {
 		b.Run(fmt.Sprintf("appenders=%d", appenders), func(b *testing.B) {
-			l, err := Open(testConfig(b.TempDir(), "bench"), Deps{})
+			l, err := Open(testConfig(b.TempDir(), "bench"), Deps{FS: fsys})
 			if err != nil {
 				b.Fatal(err)
 			}
