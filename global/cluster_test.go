@@ -98,7 +98,7 @@ func TestClusterAcceptance(t *testing.T) {
 				t.Fatal(err)
 			}
 			killed := time.Now()
-			c.Stop(old)
+			c.Kill(old)
 			var rest []int
 			for _, i := range c.Running() {
 				rest = append(rest, i)
@@ -119,7 +119,7 @@ func TestClusterAcceptance(t *testing.T) {
 			checkAcked(t, c.Nodes[old].Node, writes)
 
 			// Partition a minority that holds the current leader.
-			leader, err := c.WaitLeader(5 * time.Second)
+			leader, err := c.WaitLeader(10 * time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -137,7 +137,7 @@ func TestClusterAcceptance(t *testing.T) {
 			}
 			before := c.Nodes[minority[0]].Node.State()
 			c.Net.Partition(c.Names(minority...), c.Names(majority...))
-			_, err = c.WaitLeader(5*time.Second, majority...)
+			_, err = c.WaitLeader(10*time.Second, majority...)
 			if err != nil {
 				t.Fatalf("majority %v elected no leader: %v", majority, err)
 			}
@@ -159,7 +159,7 @@ func TestClusterAcceptance(t *testing.T) {
 					t.Fatalf("minority node %s does not report stale: %+v", n.ID(), h)
 				}
 			}
-			c.WaitFor(5*time.Second, "a majority leader that is not stale", func() bool {
+			c.WaitFor(10*time.Second, "a majority leader that is not stale", func() bool {
 				l, err := c.WaitLeader(time.Second, majority...)
 				return err == nil && !c.Nodes[l].Node.Health().Stale
 			})

@@ -248,9 +248,11 @@ func (n *Node) release() error {
 	return errors.Join(errs...)
 }
 
-// Close stops the node: the leader loop, the background goroutines, Raft,
-// its transport and storage. It is safe to call more than once; ctx bounds
-// the wait (the shutdown goes on in the background if ctx ends first).
+// Close stops the node: a leader first hands leadership to another voter (so
+// a rolling restart leaves no leaderless gap), then the leader loop, the
+// background goroutines, Raft, its transport and storage stop. It is safe to
+// call more than once; ctx bounds the wait (the shutdown goes on in the
+// background if ctx ends first).
 func (n *Node) Close(ctx context.Context) error {
 	n.once.Do(func() {
 		n.closed.Store(true)
@@ -260,6 +262,11 @@ func (n *Node) Close(ctx context.Context) error {
 			n.raft.DeregisterObserver(n.obs)
 			n.stopLeading()
 			n.wg.Wait()
+			if n.raft.State() == raft.Leader {
+				if err := n.raft.LeadershipTransfer().Error(); err != nil {
+					n.log.Debug("no leadership transfer before close", "err", err)
+				}
+			}
 			n.err = n.release()
 			n.log.Info("global node closed")
 		}()

@@ -93,8 +93,8 @@ func TestRecoverLostQuorum(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.WaitFor(5*time.Second, "node-0 caught up", func() bool { return c.Converged() })
-	c.Stop(1)
-	c.Stop(2)
+	c.Kill(1)
+	c.Kill(2)
 
 	survivor := c.Nodes[0]
 	_, err := survivor.Node.ApplyPolicy(ctxT(t, 10*time.Second), "p.yaml", []byte("lost"), "", global.WriteOptions{})

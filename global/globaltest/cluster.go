@@ -23,9 +23,9 @@ import (
 // race detector.
 func TestTiming() global.Timing {
 	t := global.LANTiming()
-	t.HeartbeatTimeout = 400 * time.Millisecond
-	t.ElectionTimeout = 400 * time.Millisecond
-	t.LeaderLeaseTimeout = 200 * time.Millisecond
+	t.HeartbeatTimeout = 500 * time.Millisecond
+	t.ElectionTimeout = 500 * time.Millisecond
+	t.LeaderLeaseTimeout = 250 * time.Millisecond
 	t.CommitTimeout = 10 * time.Millisecond
 	return t
 }
@@ -95,8 +95,8 @@ func NewCluster(t testing.TB, n int, opts Options) *Cluster {
 		opts.Region = func(i int) string { return fmt.Sprintf("region-%d", i%3) }
 	}
 	c := &Cluster{T: t, Net: NewNetwork(), Token: opts.Token, opts: opts}
+	base := t.TempDir() // before Cleanup(c.Close): cleanups run last-in first-out
 	t.Cleanup(c.Close)
-	base := t.TempDir()
 	for i := 0; i < n; i++ {
 		c.Nodes = append(c.Nodes, &Node{
 			Index:  i,
@@ -232,8 +232,17 @@ func (c *Cluster) Start(i int) error {
 	return nil
 }
 
-// Stop closes node i (a crash as far as the others can tell) and its admin
-// server.
+// Kill crashes node i as far as the others can tell: it vanishes from the
+// network first (no goodbye, no leadership transfer), then closes. Start
+// brings it back.
+func (c *Cluster) Kill(i int) {
+	c.Net.Isolate(c.Nodes[i].Name)
+	c.Stop(i)
+	c.Net.Reconnect(c.Nodes[i].Name)
+}
+
+// Stop closes node i gracefully (a leader hands leadership over first) and
+// its admin server.
 func (c *Cluster) Stop(i int) {
 	nd := c.Nodes[i]
 	nd.mu.Lock()

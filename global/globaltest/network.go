@@ -104,6 +104,35 @@ func (nw *Network) Partition(groups ...[]string) {
 	}
 }
 
+// Isolate cuts every link of node (as if it crashed or lost its network)
+// and closes its connections.
+func (nw *Network) Isolate(node string) {
+	nw.mu.Lock()
+	nodes := map[string]bool{}
+	for _, o := range nw.owner {
+		nodes[o] = true
+	}
+	nw.mu.Unlock()
+	var others []string
+	for o := range nodes {
+		if o != node {
+			others = append(others, o)
+		}
+	}
+	nw.Partition([]string{node}, others)
+}
+
+// Reconnect restores every link of node.
+func (nw *Network) Reconnect(node string) {
+	nw.mu.Lock()
+	defer nw.mu.Unlock()
+	for p := range nw.cut {
+		if p[0] == node || p[1] == node {
+			delete(nw.cut, p)
+		}
+	}
+}
+
 // Heal restores every link.
 func (nw *Network) Heal() {
 	nw.mu.Lock()
