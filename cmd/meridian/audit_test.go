@@ -180,7 +180,9 @@ func TestAuditTailCLI(t *testing.T) {
 	}
 	defer l.Close()
 	for i, kind := range []audit.Kind{audit.KindResidencyDenied, audit.KindCrossRegion} {
-		if err := l.Append(ctx, audit.Entry{Kind: kind, DecisionID: fmt.Sprintf("new-%d", i), Origin: "us-east-1", Region: "us-west-2"}); err != nil {
+		e := audit.Entry{Kind: kind, DecisionID: fmt.Sprintf("new-%d", i), Origin: "us-east-1", Region: "us-west-2",
+			Rule: "stay-in-us", PolicyVersion: "12", Cost: json.RawMessage(`{"winner":"us-west-2"}`)}
+		if err := l.Append(ctx, e); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -69,7 +69,8 @@ func buildRandomLogs(t *rapid.T, root string) []time.Time {
 				Tenant:     rapid.SampledFrom(propTenants).Draw(t, "tenant"),
 				Origin:     rapid.SampledFrom(propRegions).Draw(t, "origin"),
 				Region:     rapid.SampledFrom(propRegions).Draw(t, "region"),
-				Cost:       []byte(`{"pad":"` + strings.Repeat("x", rapid.IntRange(0, 2000).Draw(t, "pad")) + `"}`),
+				Rule:       "r", PolicyVersion: "1",
+				Cost: []byte(`{"pad":"` + strings.Repeat("x", rapid.IntRange(0, 2000).Draw(t, "pad")) + `"}`),
 			}
 			if err := l.Append(context.Background(), e); err != nil {
 				t.Fatal(err)

@@ -67,15 +67,15 @@ type Entry struct {
 	Tenant        string // raw; stored as HMAC-SHA256 (tenant_h)
 	Session       string // raw; stored as HMAC-SHA256 (session_h)
 	Origin        string // origin region; required
-	Region        string // chosen region (required for cross_region)
+	Region        string // chosen region (required for cross_region, fallback, forwarded_in)
 	Pod           string // chosen pod, when known
 	DataClass     string
-	Rule          string // residency rule that allowed or denied
-	PolicyVersion string // policy version the decision used
+	Rule          string // residency rule that allowed or denied (required for residency_denied)
+	PolicyVersion string // policy version the decision used (required for the kinds above)
 	// Cost is the cost explanation as a JSON object (for example gorgo's
-	// candidates and terms). It is stored re-encoded canonically: keys
-	// sorted, no insignificant space, numbers kept as their literal text.
-	// Empty means {}.
+	// candidates and terms); required, non-empty, for cross_region and
+	// fallback. It is stored re-encoded canonically: keys sorted, no
+	// insignificant space, numbers kept as their literal text. Empty is {}.
 	Cost json.RawMessage
 }
 
@@ -165,6 +165,12 @@ func prepare(e *Entry, h *Hasher, dst []byte) ([]byte, error) {
 	if !validKind(e.Kind) {
 		return nil, &EntryError{Field: "kind", Reason: fmt.Sprintf("%q is not a lowercase identifier [a-z][a-z0-9_]* of at most 64 bytes", e.Kind)}
 	}
+	// Invariant 5 of DESIGN.md at the boundary: a decision of Meridian's own
+	// kinds names its policy version, a crossing carries its cost breakdown
+	// and a denial its rule. A caller that forgot gets an error and fails
+	// closed rather than leaving an incomplete record.
+	known := e.Kind == KindCrossRegion || e.Kind == KindResidencyDenied || e.Kind == KindForwardedIn || e.Kind == KindFallback
+	crossing := e.Kind == KindCrossRegion || e.Kind == KindFallback
 	fields := []struct {
 		name, val string
 		required  bool
@@ -174,11 +180,11 @@ func prepare(e *Entry, h *Hasher, dst []byte) ([]byte, error) {
 		{"tenant", e.Tenant, false},
 		{"session", e.Session, false},
 		{"origin", e.Origin, true},
-		{"region", e.Region, e.Kind == KindCrossRegion},
+		{"region", e.Region, crossing || e.Kind == KindForwardedIn},
 		{"pod", e.Pod, false},
 		{"data_class", e.DataClass, false},
-		{"rule", e.Rule, false},
-		{"policy_version", e.PolicyVersion, false},
+		{"rule", e.Rule, e.Kind == KindResidencyDenied},
+		{"policy_version", e.PolicyVersion, known},
 	}
 	for _, f := range fields {
 		switch {
@@ -193,6 +199,9 @@ func prepare(e *Entry, h *Hasher, dst []byte) ([]byte, error) {
 	cost, err := canonicalCost(e.Cost)
 	if err != nil {
 		return nil, &EntryError{Field: "cost", Reason: err.Error()}
+	}
+	if crossing && string(cost) == "{}" {
+		return nil, &EntryError{Field: "cost", Reason: fmt.Sprintf("empty: a %s record carries the cost breakdown", e.Kind)}
 	}
 	b := dst
 	if b == nil {

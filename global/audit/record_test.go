@@ -98,6 +98,12 @@ func TestEntryErrors(t *testing.T) {
 		{"decision_id", func(e *Entry) { e.DecisionID = "" }},
 		{"origin", func(e *Entry) { e.Origin = "" }},
 		{"region", func(e *Entry) { e.Kind, e.Region = KindCrossRegion, "" }},
+		{"region", func(e *Entry) { e.Kind, e.Region = KindForwardedIn, "" }},
+		{"policy_version", func(e *Entry) { e.PolicyVersion = "" }},
+		{"policy_version", func(e *Entry) { e.Kind, e.PolicyVersion = KindResidencyDenied, "" }},
+		{"rule", func(e *Entry) { e.Kind, e.Rule = KindResidencyDenied, "" }},
+		{"cost", func(e *Entry) { e.Kind, e.Cost = KindCrossRegion, nil }},
+		{"cost", func(e *Entry) { e.Kind, e.Cost = KindFallback, json.RawMessage(" { } ") }},
 		{"pod", func(e *Entry) { e.Pod = strings.Repeat("p", MaxFieldBytes+1) }},
 		{"tenant", func(e *Entry) { e.Tenant = "\xff\xfe" }},
 		{"cost", func(e *Entry) { e.Cost = json.RawMessage(`[1]`) }},
@@ -113,10 +119,13 @@ func TestEntryErrors(t *testing.T) {
 		}
 	}
 	e := testEntry(1)
-	e.Kind = KindResidencyDenied
-	e.Region = ""
+	e.Kind, e.Region, e.Cost = KindResidencyDenied, "", nil
 	if _, err := prepare(&e, h, nil); err != nil {
-		t.Errorf("a denial needs no chosen region: %v", err)
+		t.Errorf("a denial needs no chosen region nor cost: %v", err)
+	}
+	e = Entry{Kind: "shadow_eval", DecisionID: "d", Origin: "o"}
+	if _, err := prepare(&e, h, nil); err != nil {
+		t.Errorf("another kind needs only decision_id and origin: %v", err)
 	}
 }
 
@@ -172,9 +181,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			Region:        "r" + str.Draw(t, "region"),
 			Pod:           str.Draw(t, "pod"),
 			DataClass:     str.Draw(t, "class"),
-			Rule:          str.Draw(t, "rule"),
-			PolicyVersion: str.Draw(t, "policy"),
-			Cost:          json.RawMessage(genJSONObject(t)),
+			Rule:          "r" + str.Draw(t, "rule"),
+			PolicyVersion: "p" + str.Draw(t, "policy"),
+			Cost:          json.RawMessage(`{"k":` + genJSONObject(t) + `}`),
 		}
 		body, err := prepare(&e, h, nil)
 		if err != nil {
