@@ -1,0 +1,618 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/hashicorp/memberlist"
+	"github.com/hashicorp/serf/coordinate"
+
+	"github.com/meridian-llm/meridian/regional/summary"
+)
+
+// Errors returned by Publish.
+var (
+	ErrStaleGeneration = errors.New("summary generation not above the last published one")
+	ErrWrongRegion     = errors.New("summary is of another region")
+	ErrTooLarge        = errors.New("summary exceeds MaxSummaryBytes")
+	ErrClosed          = errors.New("gossip node closed")
+)
+
+// Node is one controller's membership of the WAN pool: it advertises its
+// region's digest, serves its summary to controllers that ask, keeps the
+// latest summary of every other region, measures RTT, and publishes all of
+// it as an immutable RegionsView.
+//
+// Locking: n.mu guards the peer and region tables. memberlist calls the
+// event delegate while holding its own node lock, so n.mu is never held
+// while calling into memberlist.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
+	ml      *memberlist.Memberlist
+	tracker *streamTracker
+	coord   *coordinate.Client
+	dims    int
+	static  map[string]time.Duration // region -> configured RTT from this region
+	addr    string                   // advertised host:port
+
+	meta       atomic.Pointer[[]byte] // digest bytes served as node meta
+	localState atomic.Pointer[[]byte] // push/pull payload
+	view       atomic.Pointer[RegionsView]
+
+	mu        sync.Mutex
+	peers     map[string]*peer
+	regions   map[string]*held
+	pending   map[string]pull
+	own       *published
+	metaDirty bool
+	lastJoin  time.Time
+	warned    map[string]bool // log-once keys
+
+	joins  sync.WaitGroup // Join goroutines (Close waits for them)
+	kick   chan struct{}
+	sends  chan sendJob
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	closeOnce sync.Once
+	closeErr  error
+	closed    atomic.Bool
+}
+
+type peer struct {
+	name     string
+	node     memberlist.Node // Name, Addr, Port: enough for SendReliable
+	digest   Digest
+	digestOK bool
+	dead     bool
+	seen     time.Time // joined, or last direct ping answer
+	samples  []time.Duration
+	next     int // ring position in samples
+	coord    *coordinate.Coordinate
+}
+
+type held struct {
+	s          *summary.Summary
+	hash       uint64
+	receivedAt time.Time
+	via        string
+}
+
+type pull struct {
+	gen  uint64
+	at   time.Time
+	peer string // asked last
+}
+
+type published struct {
+	s    *summary.Summary
+	body []byte
+	msg  []byte // msgSummary framing of body
+	hash uint64
+}
+
+type sendJob struct {
+	to      memberlist.Node
+	msg     []byte
+	summary bool
+}
+
+const senders = 2
+
+// Open creates the node, binds its port and, if cfg.Join names seeds, joins
+// them before returning (bounded by ctx). A failed join is not an error: it
+// is logged and retried every RetryJoinInterval while no other controller is
+// known. The node runs until Close; ctx only bounds Open.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	keys, _ := cfg.keys()
+	keyring, err := memberlist.NewKeyring(keys, keys[0])
+	if err != nil {
+		return nil, fmt.Errorf("open gossip: keyring: %w", err)
+	}
+	ccfg := coordinate.DefaultConfig()
+	if cfg.Coordinate != nil {
+		c := *cfg.Coordinate
+		ccfg = &c
+	}
+	coord, err := coordinate.NewClient(ccfg)
+	if err != nil {
+		return nil, fmt.Errorf("open gossip: coordinate client: %w", err)
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		now:     cfg.Now,
+		m:       newMetrics(cfg.Registerer),
+		coord:   coord,
+		dims:    int(ccfg.Dimensionality),
+		static:  map[string]time.Duration{},
+		peers:   map[string]*peer{},
+		regions: map[string]*held{},
+		pending: map[string]pull{},
+		warned:  map[string]bool{},
+		kick:    make(chan struct{}, 1),
+		sends:   make(chan sendJob, 64),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	n.log = n.log.With("component", "gossip", "node", cfg.NodeName, "region", cfg.Region)
+	if n.now == nil {
+		n.now = time.Now
+	}
+	for _, e := range cfg.StaticRTT {
+		switch cfg.Region {
+		case e.A:
+			n.static[e.B] = e.RTT
+		case e.B:
+			n.static[e.A] = e.RTT
+		}
+	}
+	if err := n.setOwn(nil); err != nil {
+		return nil, err
+	}
+	n.mu.Lock()
+	n.rebuildLocked()
+	n.mu.Unlock()
+
+	stdlog := newStdLogger(n.log)
+	nt, err := newNetTransport(cfg.BindAddr, cfg.BindPort, stdlog)
+	if err != nil {
+		return nil, fmt.Errorf("open gossip: %w", err)
+	}
+	n.tracker = newStreamTracker(nt)
+	var tr memberlist.NodeAwareTransport = n.tracker
+	if cfg.WrapTransport != nil {
+		tr = cfg.WrapTransport(tr)
+	}
+	port := nt.GetAutoBindPort()
+	mc := memberlist.DefaultWANConfig()
+	mc.Name = cfg.NodeName
+	mc.Transport = tr
+	mc.BindAddr = cfg.BindAddr
+	mc.BindPort = port
+	mc.AdvertiseAddr = cfg.AdvertiseAddr
+	mc.AdvertisePort = port
+	if cfg.AdvertisePort != 0 {
+		mc.AdvertisePort = cfg.AdvertisePort
+	}
+	mc.Label = cfg.Label
+	mc.Keyring = keyring
+	mc.GossipVerifyIncoming, mc.GossipVerifyOutgoing = true, true
+	mc.EnableCompression = cfg.Compression
+	mc.ProbeInterval = cfg.ProbeInterval
+	mc.ProbeTimeout = cfg.ProbeTimeout
+	mc.GossipInterval = cfg.GossipInterval
+	mc.GossipNodes = cfg.GossipNodes
+	mc.PushPullInterval = cfg.PushPullInterval
+	mc.TCPTimeout = cfg.TCPTimeout
+	mc.SuspicionMult = cfg.SuspicionMult
+	mc.GossipToTheDeadTime = cfg.GossipToTheDeadTime
+	mc.DeadNodeReclaimTime = cfg.DeadNodeReclaimTime
+	mc.Delegate = (*delegate)(n)
+	mc.Events = (*events)(n)
+	mc.Ping = (*pings)(n)
+	mc.Logger = stdlog
+	ip, aport, err := tr.FinalAdvertiseAddr(mc.AdvertiseAddr, mc.AdvertisePort)
+	if err != nil {
+		_ = tr.Shutdown()
+		return nil, fmt.Errorf("open gossip: advertise address: %w", err)
+	}
+	n.addr = net.JoinHostPort(ip.String(), strconv.Itoa(aport))
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		_ = tr.Shutdown()
+		return nil, fmt.Errorf("open gossip: %w", err)
+	}
+	n.ml = ml
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	n.wg.Add(1 + senders)
+	go n.run()
+	for range senders {
+		go n.sender()
+	}
+	if len(cfg.Join) > 0 {
+		if _, err := n.Join(ctx, cfg.Join); err != nil && ctx.Err() != nil {
+			_ = n.Close()
+			return nil, fmt.Errorf("open gossip: join: %w", ctx.Err())
+		}
+	}
+	return n, nil
+}
+
+// newNetTransport binds UDP and TCP on one port, retrying when an ephemeral
+// port turns out to be taken for one of the two protocols.
+func newNetTransport(addr string, port int, l *log.Logger) (*memberlist.NetTransport, error) {
+	var lastErr error
+	for range 10 {
+		nt, err := memberlist.NewNetTransport(&memberlist.NetTransportConfig{BindAddrs: []string{addr}, BindPort: port, Logger: l})
+		if err == nil {
+			return nt, nil
+		}
+		lastErr = err
+		if port != 0 || !strings.Contains(err.Error(), "address already in use") {
+			break
+		}
+	}
+	return nil, fmt.Errorf("bind %s: %w", net.JoinHostPort(addr, strconv.Itoa(port)), lastErr)
+}
+
+// Join contacts the given controllers ("host:port") and merges their state;
+// it returns how many answered. Bounded by ctx.
+func (n *Node) Join(ctx context.Context, addrs []string) (int, error) {
+	if n.closed.Load() {
+		return 0, ErrClosed
+	}
+	type result struct {
+		k   int
+		err error
+	}
+	ch := make(chan result, 1)
+	n.mu.Lock()
+	if n.closed.Load() {
+		n.mu.Unlock()
+		return 0, ErrClosed
+	}
+	n.lastJoin = n.now()
+	n.joins.Add(1)
+	n.mu.Unlock()
+	go func() {
+		defer n.joins.Done()
+		k, err := n.ml.Join(addrs)
+		ch <- result{k, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			n.log.Warn("join failed; will retry while alone", "seeds", addrs, "err", r.err)
+			return r.k, fmt.Errorf("join %v: %w", addrs, r.err)
+		}
+		n.log.Info("joined", "seeds", addrs, "answered", r.k)
+		n.poke()
+		return r.k, nil
+	case <-ctx.Done():
+		// The join goroutine ends when its dials do: Close aborts them.
+		return 0, ctx.Err()
+	}
+}
+
+// Addr is the address other controllers join this one at.
+func (n *Node) Addr() string { return n.addr }
+
+// View returns the current snapshot. It never blocks and never returns nil.
+func (n *Node) View() *RegionsView { return n.view.Load() }
+
+// Publish makes s this controller's summary of its region: its digest is
+// re-advertised and controllers holding an older generation will fetch it.
+// s must be of this region and of a generation above the last published
+// (summary.NextGeneration).
+func (n *Node) Publish(s *summary.Summary) error {
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	if s.Region != n.cfg.Region {
+		return fmt.Errorf("publish summary: %w: %q, this node is in %q", ErrWrongRegion, s.Region, n.cfg.Region)
+	}
+	if err := n.setOwn(s); err != nil {
+		return fmt.Errorf("publish summary: %w", err)
+	}
+	n.poke()
+	return nil
+}
+
+// setOwn installs the node's own summary (nil: none yet) and its digest.
+func (n *Node) setOwn(s *summary.Summary) error {
+	d := Digest{Region: n.cfg.Region, ForwardAddr: n.cfg.ForwardAddr}
+	var p *published
+	if s != nil {
+		body, err := s.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		if len(body) > n.cfg.MaxSummaryBytes {
+			return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), n.cfg.MaxSummaryBytes)
+		}
+		p = &published{s: s, body: body, msg: encodeSummaryMsg(body), hash: xxhash.Sum64(body)}
+		t := s.Totals()
+		d.Generation, d.BodyHash, d.BodyLen = s.Generation, p.hash, uint32(len(body))
+		d.Pods, d.Running, d.Slots = uint32(t.Pods), uint32(t.Running), uint32(t.Slots)
+		d.Pending, d.FreeKV = uint64(t.PendingPrefillTokens), uint64(t.FreeKVBlocks)
+	}
+	meta, err := d.encode()
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s != nil && n.own != nil && s.Generation <= n.own.s.Generation {
+		return fmt.Errorf("%w: %d, last %d", ErrStaleGeneration, s.Generation, n.own.s.Generation)
+	}
+	n.own = p
+	n.meta.Store(&meta)
+	var body []byte
+	if p != nil {
+		body = p.body
+	}
+	st := encodeLocalState(body)
+	n.localState.Store(&st)
+	n.metaDirty = true
+	return nil
+}
+
+func (n *Node) poke() {
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+// run is the node's worker: digest updates, pulls, liveness and the view.
+func (n *Node) run() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.SyncInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.kick:
+		case <-t.C:
+		}
+		n.sync()
+	}
+}
+
+func (n *Node) sync() {
+	n.mu.Lock()
+	dirty := n.metaDirty
+	n.metaDirty = false
+	n.mu.Unlock()
+	if dirty {
+		if err := n.ml.UpdateNode(n.cfg.UpdateTimeout); err != nil {
+			n.log.Debug("digest update not yet broadcast", "err", err)
+		}
+	}
+	n.maybeRejoin()
+	for _, j := range n.pulls() {
+		n.enqueue(j)
+	}
+	n.mu.Lock()
+	n.rebuildLocked()
+	n.mu.Unlock()
+}
+
+func (n *Node) maybeRejoin() {
+	if len(n.cfg.Join) == 0 {
+		return
+	}
+	n.mu.Lock()
+	alone := true
+	for _, p := range n.peers {
+		if !p.dead {
+			alone = false
+			break
+		}
+	}
+	due := n.now().Sub(n.lastJoin) >= n.cfg.RetryJoinInterval
+	n.mu.Unlock()
+	if alone && due {
+		_, _ = n.Join(n.ctx, n.cfg.Join)
+	}
+}
+
+// pulls returns the requests for newer summaries to send: for each remote
+// region whose controllers advertise a newer generation (or the same one
+// with a greater body hash) than the one held, ask the one advertising the
+// newest, unless a request for it is younger than PullRetry.
+func (n *Node) pulls() []sendJob {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	suspectAfter := n.suspectAfterLocked()
+	type choice struct {
+		gen, hash uint64
+		peers     []*peer // controllers advertising (gen, hash)
+	}
+	best := map[string]*choice{}
+	for _, p := range n.peers {
+		if p.dead || !p.digestOK || p.digest.Region == n.cfg.Region || p.digest.Generation == 0 {
+			continue
+		}
+		c := best[p.digest.Region]
+		switch {
+		case c == nil || newer(p.digest.Generation, p.digest.BodyHash, c.gen, c.hash):
+			best[p.digest.Region] = &choice{gen: p.digest.Generation, hash: p.digest.BodyHash, peers: []*peer{p}}
+		case p.digest.Generation == c.gen && p.digest.BodyHash == c.hash:
+			c.peers = append(c.peers, p)
+		}
+	}
+	var jobs []sendJob
+	for region, c := range best {
+		if h := n.regions[region]; h != nil && !newer(c.gen, c.hash, h.s.Generation, h.hash) {
+			continue
+		}
+		q, asked := n.pending[region]
+		if asked && q.gen >= c.gen && now.Sub(q.at) < n.cfg.PullRetry {
+			continue
+		}
+		// Ask a reachable controller, and on a retry another one if there is.
+		slices.SortFunc(c.peers, func(a, b *peer) int { return strings.Compare(a.name, b.name) })
+		pick := c.peers[0]
+		for _, p := range c.peers {
+			reachable := now.Sub(p.seen) <= suspectAfter
+			if reachable && (!asked || p.name != q.peer || len(c.peers) == 1) {
+				pick = p
+				break
+			}
+		}
+		n.pending[region] = pull{gen: c.gen, at: now, peer: pick.name}
+		w := want{From: n.cfg.NodeName, Region: region, Generation: c.gen}
+		jobs = append(jobs, sendJob{to: pick.node, msg: w.encode()})
+		n.m.pulls.Inc()
+	}
+	return jobs
+}
+
+// newer orders summaries by generation, then body hash (so two controllers
+// of a region that built different summaries of one generation converge).
+func newer(gen, hash, thanGen, thanHash uint64) bool {
+	return gen > thanGen || (gen == thanGen && hash > thanHash)
+}
+
+func (n *Node) enqueue(j sendJob) {
+	select {
+	case n.sends <- j:
+	default:
+		n.log.Debug("send queue full; dropping (the peer will ask again)", "to", j.to.Name)
+	}
+}
+
+func (n *Node) sender() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case j := <-n.sends:
+			to := j.to
+			if err := n.ml.SendReliable(&to, j.msg); err != nil {
+				n.log.Debug("send failed", "to", to.Name, "err", err)
+				continue
+			}
+			if j.summary {
+				n.m.sentBytes.Add(float64(len(j.msg) - 2))
+			}
+		}
+	}
+}
+
+// receive considers a summary body from another controller. It returns an
+// error for a body it rejects (counted by reason); a body that is not newer
+// than the one held is ignored.
+func (n *Node) receive(body []byte, via string) error {
+	n.m.receivedBytes.Add(float64(len(body)))
+	if len(body) > n.cfg.MaxSummaryBytes {
+		n.m.rejected.WithLabelValues("oversize").Inc()
+		n.warnOnce("oversize", "summary body over MaxSummaryBytes rejected", "via", via, "bytes", len(body), "limit", n.cfg.MaxSummaryBytes)
+		return fmt.Errorf("receive summary: %w: %d bytes, limit %d", ErrTooLarge, len(body), n.cfg.MaxSummaryBytes)
+	}
+	s, err := summary.Decode(body)
+	if err != nil {
+		reason := "field"
+		var de *summary.DecodeError
+		if errors.As(err, &de) {
+			reason = de.Reason()
+		}
+		n.m.rejected.WithLabelValues(reason).Inc()
+		n.warnOnce("decode:"+reason, "summary body rejected", "via", via, "err", err)
+		return fmt.Errorf("receive summary: %w", err)
+	}
+	if s.Region == n.cfg.Region {
+		return nil // a controller of our own region: we have the exact index
+	}
+	hash := xxhash.Sum64(body)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if h := n.regions[s.Region]; h != nil && !newer(s.Generation, hash, h.s.Generation, h.hash) {
+		return nil
+	}
+	n.regions[s.Region] = &held{s: s, hash: hash, receivedAt: n.now(), via: via}
+	if q, ok := n.pending[s.Region]; ok && q.gen <= s.Generation {
+		delete(n.pending, s.Region)
+	}
+	n.m.accepted.Inc()
+	n.log.Debug("summary accepted", "of", s.Region, "generation", s.Generation, "bytes", len(body), "via", via)
+	n.rebuildLocked()
+	return nil
+}
+
+// answer serves a pull request with this controller's summary.
+func (n *Node) answer(w want) {
+	n.mu.Lock()
+	p := n.peers[w.From]
+	known := p != nil && !p.dead
+	var to memberlist.Node
+	if known {
+		to = p.node
+	}
+	own := n.own
+	n.mu.Unlock()
+	switch {
+	case !known:
+		n.log.Debug("pull from an unknown or dead controller ignored", "from", w.From)
+	case w.Region != n.cfg.Region || own == nil || own.s.Generation < w.Generation:
+		n.log.Debug("pull for a summary this controller does not have", "from", w.From, "region", w.Region, "generation", w.Generation)
+	default:
+		n.enqueue(sendJob{to: to, msg: own.msg, summary: true})
+	}
+}
+
+func (n *Node) warnOnce(key, msg string, args ...any) {
+	n.mu.Lock()
+	seen := n.warned[key]
+	n.warned[key] = true
+	n.mu.Unlock()
+	if !seen {
+		n.log.Warn(msg+" (logged once per kind)", args...)
+	}
+}
+
+// Close leaves the pool and stops the node; safe to call twice.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.mu.Lock()
+		n.closed.Store(true)
+		n.mu.Unlock()
+		n.cancel()
+		n.tracker.abort()
+		n.wg.Wait()
+		n.joins.Wait()
+		if err := n.ml.Leave(n.cfg.LeaveTimeout); err != nil {
+			n.log.Warn("leave not broadcast", "err", err)
+		}
+		n.closeErr = n.ml.Shutdown()
+		if n.closeErr != nil {
+			n.closeErr = fmt.Errorf("close gossip: %w", n.closeErr)
+		}
+	})
+	return n.closeErr
+}
+
+// peerLocked returns the entry of a controller, creating it.
+func (n *Node) peerLocked(name string) *peer {
+	p := n.peers[name]
+	if p == nil {
+		p = &peer{name: name, samples: make([]time.Duration, 0, n.cfg.RTTWindow)}
+		n.peers[name] = p
+	}
+	return p
+}
+
+// names returns the sorted names of the remote regions in the view.
+func (v *RegionsView) names() []string {
+	out := make([]string, 0, len(v.Regions))
+	for _, r := range v.Regions {
+		out = append(out, r.Region)
+	}
+	slices.Sort(out)
+	return out
+}

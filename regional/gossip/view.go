@@ -1,0 +1,129 @@
+package gossip
+
+import (
+	"time"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/summary"
+)
+
+// RegionsView is an immutable snapshot of what this controller knows about
+// the other regions. The request path reads it without locks (Node.View);
+// the node swaps in a new one when anything changes. Nothing in it may be
+// modified.
+type RegionsView struct {
+	Local string    // this controller's region
+	At    time.Time // when the snapshot was taken
+	// Regions are the remote regions, nearest first (unknown RTT last, then
+	// by name), like Consul's GetDatacentersByDistance.
+	Regions []RegionView
+	byName  map[string]int
+}
+
+// Region returns the view of one remote region.
+func (v *RegionsView) Region(name string) (*RegionView, bool) {
+	i, ok := v.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return &v.Regions[i], true
+}
+
+// RTTSource says where a region's RTT comes from.
+type RTTSource string
+
+const (
+	RTTNone    RTTSource = ""        // unknown: the region is not a candidate
+	RTTDirect  RTTSource = "direct"  // median of direct ping samples
+	RTTVivaldi RTTSource = "vivaldi" // Vivaldi coordinates (some controller lacks direct samples)
+	RTTStatic  RTTSource = "static"  // the configured matrix (fallback or override)
+)
+
+// RegionView is one remote region.
+type RegionView struct {
+	Region string
+	// Summary is the latest summary of the region (highest generation, from
+	// any of its controllers); nil until one arrived.
+	Summary    *summary.Summary
+	ReceivedAt time.Time // on this controller's clock
+	Via        string    // how it arrived: "pull" or "push/pull"
+
+	Controllers []Controller
+	Alive       int  // controllers alive and answering pings
+	Live        bool // Alive > 0; a region whose controllers are all dead or suspect is not Live
+
+	// RTT is the round trip used for decisions: with StaticRTTOverride and a
+	// configured entry, the entry; otherwise the median over the region's
+	// live controllers of each one's measured RTT (direct samples when there
+	// are RTTMinSamples, else its Vivaldi distance); otherwise the configured
+	// entry; otherwise unknown.
+	RTT        time.Duration
+	RTTSource  RTTSource
+	DirectRTT  time.Duration // median over live controllers of direct samples (0: none)
+	VivaldiRTT time.Duration // median over live controllers of Vivaldi distances (0: none)
+}
+
+// ControllerState is a controller's liveness as this node sees it.
+type ControllerState string
+
+const (
+	StateAlive   ControllerState = "alive"
+	StateSuspect ControllerState = "suspect" // alive for memberlist, but no ping answer for SuspectAfterProbes rounds
+	StateDead    ControllerState = "dead"    // memberlist declared it dead or it left
+)
+
+// Controller is one controller of a remote region.
+type Controller struct {
+	Name        string
+	Addr        string // gossip address
+	ForwardAddr string // where to forward requests (from its digest)
+	State       ControllerState
+	Digest      Digest
+	DirectRTT   time.Duration // median of its direct samples (0: fewer than RTTMinSamples)
+	VivaldiRTT  time.Duration // Vivaldi distance (0: no coordinate)
+	Samples     int           // direct samples held
+}
+
+// Age is the summary's age at now: since its build time, or since it was
+// received if that is later (a remote clock running ahead must not make a
+// summary look fresher than its arrival). 0 without a summary.
+func (r *RegionView) Age(now time.Time) time.Duration {
+	if r.Summary == nil {
+		return 0
+	}
+	t := r.Summary.BuiltAt
+	if r.ReceivedAt.Before(t) {
+		t = r.ReceivedAt
+	}
+	return max(now.Sub(t), 0)
+}
+
+// Candidate turns the region into a gorgo candidate for a request whose
+// chain of block hashes is chain (see summary.Summary.Candidate), with the
+// region's RTT and the summary's age. ok is false when the region cannot be
+// a candidate: no summary yet, not Live, or RTT unknown.
+func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int) (c gorgo.Candidate, ok bool) {
+	if r.Summary == nil || !r.Live || r.RTTSource == RTTNone {
+		return gorgo.Candidate{}, false
+	}
+	c = r.Summary.Candidate(now, chain, promptTokens)
+	c.SummaryAge = r.Age(now)
+	c.RTTMs = float64(r.RTT) / float64(time.Millisecond)
+	return c, true
+}
+
+// Candidates appends the candidates of every usable remote region that
+// allowed accepts (nil: all). Residency filtering is the caller's: pass its
+// verdict as allowed.
+func (v *RegionsView) Candidates(now time.Time, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
+	for i := range v.Regions {
+		r := &v.Regions[i]
+		if allowed != nil && !allowed(r.Region) {
+			continue
+		}
+		if c, ok := r.Candidate(now, chain, promptTokens); ok {
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}
