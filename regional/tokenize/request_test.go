@@ -166,3 +166,17 @@ func BenchmarkEncode(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "tokens/op")
 }
+
+// BenchmarkEncodeLibrary is BenchmarkEncode through
+// github.com/tiktoken-go/tokenizer itself, for comparison with the fast path.
+func BenchmarkEncodeLibrary(b *testing.B) {
+	tk := mustTokenizer(b, Cl100kBase, nil)
+	text := strings.Repeat("The quick brown fox jumps over the lazy dog; func main() { fmt.Println(\"héllo\") }\n", 100)
+	dst := make([]uint32, 0, 1<<13)
+	var n int
+	b.ReportAllocs()
+	for b.Loop() {
+		n = len(tk.appendLibrary(dst[:0], text))
+	}
+	b.ReportMetric(float64(n), "tokens/op")
+}
