@@ -84,6 +84,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("open global node: %w", err)
+	}
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger,

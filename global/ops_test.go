@@ -20,6 +20,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/global/globaltest"
 )
@@ -348,4 +350,78 @@ func mustVersion(t *testing.T, n *global.Node, v uint64) global.PolicyVersion {
 		t.Fatalf("%s has no policy version %d", n.ID(), v)
 	}
 	return p
+}
+
+// TestMetricsAndStaleness: the gauges say who leads and when a node serves a
+// stale state; the counters count applied commands by outcome.
+func TestMetricsAndStaleness(t *testing.T) {
+	regs := make([]*prometheus.Registry, 3)
+	c := globaltest.NewCluster(t, 3, globaltest.Options{Voters: 3, Configure: func(i int, cfg *global.Config) {
+		regs[i] = prometheus.NewRegistry()
+		cfg.Registerer = regs[i]
+	}})
+	l, _ := c.Leader()
+	applyVia(t, c.Nodes[l], "zones: {}")
+	if _, err := c.Nodes[l].Node.Trigger(ctxT(t, 10*time.Second), "region-9", "", global.WriteOptions{}); !errors.Is(err, global.ErrUnknownRegion) {
+		t.Fatalf("unknown region: %v", err)
+	}
+	f := (l + 1) % 3
+	gauge := func(i int, name string) float64 {
+		mfs, err := regs[i].Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+	c.WaitFor(5*time.Second, "leader and policy gauges", func() bool {
+		return gauge(l, "meridian_global_is_leader") == 1 && gauge(f, "meridian_global_is_leader") == 0 &&
+			gauge(f, "meridian_global_policy_version") == 1 && gauge(f, "meridian_global_stale") == 0
+	})
+	if got := counterValue(t, regs[f], "meridian_global_commands_total", "policy.apply", "changed"); got != 1 {
+		t.Fatalf("policy.apply changed = %v on a follower", got)
+	}
+	// The unknown region is refused by the state machine, on every replica.
+	c.WaitFor(5*time.Second, "the rejection counted on the follower", func() bool {
+		return counterValue(t, regs[f], "meridian_global_commands_total", "region.set", "rejected") == 1
+	})
+	// An isolated follower keeps its state and says it is stale.
+	c.Net.Isolate(c.Nodes[f].Name)
+	c.WaitFor(10*time.Second, "the isolated follower to report stale", func() bool {
+		return gauge(f, "meridian_global_stale") == 1 && c.Nodes[f].Node.Health().Stale
+	})
+	if p, ok := c.Nodes[f].Node.State().Policy(); !ok || p.Version != 1 {
+		t.Fatal("the isolated follower lost its policy")
+	}
+	c.Net.Reconnect(c.Nodes[f].Name)
+	c.WaitFor(10*time.Second, "the follower to be fresh again", func() bool { return gauge(f, "meridian_global_stale") == 0 })
+}
+
+// counterValue reads the child of a counter vector with the given op and
+// outcome labels from the registry (0 when absent).
+func counterValue(t *testing.T, reg *prometheus.Registry, name, op, outcome string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["op"] == op && labels["outcome"] == outcome {
+				return m.GetCounter().GetValue()
+			}
+		}
+	}
+	return 0
 }
