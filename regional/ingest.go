@@ -42,7 +42,8 @@ type IngestConfig struct {
 	// PodUp seen, no model header).
 	DefaultModel string `yaml:"default_model"`
 	// MaxEntriesPerPod bounds each pod's engine-hash map (see
-	// kvevents.RekeyConfig.MaxEntries). Default 1<<20.
+	// kvevents.RekeyConfig.MaxEntries: about 230 bytes each). Default 1<<18,
+	// above the KV capacity of a B200 pod in 16-token blocks (105k).
 	MaxEntriesPerPod int `yaml:"max_entries_per_pod"`
 	// CommitInterval batches offset commits. Default 200ms.
 	CommitInterval time.Duration `yaml:"commit_interval"`
@@ -56,7 +57,7 @@ type IngestConfig struct {
 
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
 func DefaultIngestConfig() IngestConfig {
-	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 20, CommitInterval: 200 * time.Millisecond,
+	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 18, CommitInterval: 200 * time.Millisecond,
 		MaxWait: 100 * time.Millisecond, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second}
 }
 

@@ -42,7 +42,7 @@ func newApp() *cli.App {
 			versionCommand(),
 			drCommand(),
 			engineSimCommand(),
-			eventsCommand(),
+			eventsCommand(eventsTailCommand()),
 			policyCommand(),
 			auditCommand(),
 			controllerCommand(),

@@ -1,0 +1,106 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+	"github.com/urfave/cli/v2"
+
+	"github.com/meridian-llm/meridian/regional/kvevents"
+)
+
+// eventsTailCommand is `meridian events tail`: decode a topic live.
+func eventsTailCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "tail",
+		Usage: "follow a KV-event topic and print each message as one JSON object per line",
+		Description: "Joins the topic with a consumer group of its own (it never moves the controllers'\n" +
+			"offsets), from the end of the topic or with --from-beginning from its start, and prints\n" +
+			"partition, offset, key, headers and the decoded batch of every message. A message that\n" +
+			"cannot be decoded is printed with its error (byte offset and reason) and tailing goes on.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "kafka", Required: true, EnvVars: []string{"MERIDIAN_KAFKA"}, Usage: "comma-separated Kafka brokers"},
+			&cli.StringFlag{Name: "topic", Required: true, Usage: "topic, e.g. meridian.kv-events.us-east-1"},
+			&cli.BoolFlag{Name: "from-beginning", Usage: "start from the oldest retained message"},
+			&cli.IntFlag{Name: "max", Usage: "stop after this many messages (0: until interrupted)"},
+		},
+		Action: func(c *cli.Context) error {
+			start := kafka.LastOffset
+			if c.Bool("from-beginning") {
+				start = kafka.FirstOffset
+			}
+			r := kafka.NewReader(kafka.ReaderConfig{
+				Brokers:     strings.Split(c.String("kafka"), ","),
+				Topic:       c.String("topic"),
+				GroupID:     "meridian-events-tail-" + strconv.FormatInt(time.Now().UnixNano(), 36),
+				StartOffset: start,
+				MinBytes:    1,
+				MaxBytes:    32 << 20,
+				MaxWait:     200 * time.Millisecond,
+			})
+			defer r.Close()
+			dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+			if err != nil {
+				return err
+			}
+			for n := 0; c.Int("max") == 0 || n < c.Int("max"); n++ {
+				m, err := r.ReadMessage(c.Context)
+				if err != nil {
+					if c.Context.Err() != nil {
+						return nil
+					}
+					return fmt.Errorf("events tail: %w", err)
+				}
+				line, err := tailLine(dec, m)
+				if err != nil {
+					return err
+				}
+				if _, err := c.App.Writer.Write(line); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+// tailLine renders one Kafka message: its position, key, headers and decoded
+// batch (or the decode error).
+func tailLine(dec *kvevents.Decoder, m kafka.Message) ([]byte, error) {
+	headers := map[string]any{}
+	for _, h := range m.Headers {
+		if (h.Key == kvevents.HeaderSeq || h.Key == kvevents.HeaderEpoch) && len(h.Value) == 8 {
+			headers[h.Key] = binary.BigEndian.Uint64(h.Value)
+		} else {
+			headers[h.Key] = string(h.Value)
+		}
+	}
+	head := map[string]any{"partition": m.Partition, "offset": m.Offset, "key": string(m.Key), "headers": headers, "time": m.Time}
+	b, err := json.Marshal(head)
+	if err != nil {
+		return nil, err
+	}
+	b = b[:len(b)-1] // reopen the object
+	batch, derr := dec.Decode(m.Value)
+	if derr != nil {
+		var de *kvevents.DecodeError
+		e, _ := json.Marshal(derr.Error())
+		b = append(b, `,"error":`...)
+		b = append(b, e...)
+		if errors.As(derr, &de) {
+			b = append(b, `,"reason":"`...)
+			b = append(b, de.Reason...)
+			b = append(b, '"')
+		}
+	} else {
+		b = append(b, `,"batch":`...)
+		b = kvevents.AppendJSON(b, batch)
+	}
+	return append(b, '}', '\n'), nil
+}
