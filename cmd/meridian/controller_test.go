@@ -66,7 +66,10 @@ func TestKafkaDev(t *testing.T) {
 	app.Writer, app.ErrWriter = pw, io.Discard
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- app.RunContext(ctx, []string{"meridian", "kafka-dev", "--addr", "127.0.0.1:0"}); pw.Close() }()
+	go func() {
+		done <- app.RunContext(ctx, []string{"meridian", "kafka-dev", "--addr", "127.0.0.1:0"})
+		pw.Close()
+	}()
 	addr, err := bufio.NewReader(pr).ReadString('\n')
 	if err != nil {
 		t.Fatal(err)
