@@ -27,6 +27,15 @@ type Timing struct {
 	// one request running up to LoadFactor with MaxConcurrency running; 1
 	// turns it off (llm-d-inference-sim's time-factor-under-load).
 	LoadFactor float64
+	// PrefillSlots is how many requests prefill at once, each at the full
+	// per-token rate; further prefills wait in FIFO order for a slot.
+	// Prefill is compute-bound, so concurrent prefills share the GPU: with
+	// the default 1, a request's prefill starts only when the prefill work
+	// admitted before it is done, and its time to first token includes that
+	// backlog (vLLM's chunked prefill behaves much like this). The fixed
+	// PrefillOverhead is not serialized. Negative: unlimited (every admitted
+	// request prefills at once, at full speed). 0 takes the default, 1.
+	PrefillSlots int
 }
 
 // Profile is a hardware profile: the defaults of one pod serving a
@@ -236,6 +245,9 @@ func (c Config) withDefaults() Config {
 	setDur(&c.Timing.PrefillPerToken, p.Timing.PrefillPerToken)
 	setDur(&c.Timing.DecodeInterval, p.Timing.DecodeInterval)
 	setDur(&c.EventFlushInterval, d.EventFlushInterval)
+	if c.Timing.PrefillSlots == 0 {
+		c.Timing.PrefillSlots = 1
+	}
 	if c.Timing.LoadFactor == 0 {
 		c.Timing.LoadFactor = p.Timing.LoadFactor
 	}

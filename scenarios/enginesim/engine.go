@@ -42,6 +42,9 @@ type Engine struct {
 	waiting []*request
 	running int
 	stalled int           // requests hanging in an injected stall
+	// prefillFree[i] is when prefill slot i finishes the work queued on it
+	// (see Timing.PrefillSlots); nil when prefills are unlimited.
+	prefillFree []time.Time
 	changed chan struct{} // closed and replaced at every scheduler change
 
 	pipe     *eventPipe
@@ -95,6 +98,9 @@ func newEngine(cfg Config, name string) (*Engine, error) {
 	}
 	cfg = cfg.withDefaults()
 	e := &Engine{cfg: cfg, name: name, log: cfg.Logger, clock: cfg.Clock, reg: cfg.Registry, changed: make(chan struct{})}
+	if n := cfg.Timing.PrefillSlots; n > 0 {
+		e.prefillFree = make([]time.Time, n)
+	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -426,6 +432,31 @@ func (e *Engine) finish(r *request) {
 	e.changedLocked()
 }
 
+// reservePrefill books compute time on the prefill slot that frees first
+// and returns how long the request waits for it (0 when prefills are
+// unlimited). A request cancelled while waiting keeps its booking, as a
+// chunked prefill that has started keeps the GPU busy.
+func (e *Engine) reservePrefill(compute time.Duration) time.Duration {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.prefillFree == nil {
+		return 0
+	}
+	now := e.clock.Now()
+	slot := 0
+	for i, t := range e.prefillFree {
+		if t.Before(e.prefillFree[slot]) {
+			slot = i
+		}
+	}
+	start := e.prefillFree[slot]
+	if start.Before(now) {
+		start = now
+	}
+	e.prefillFree[slot] = start.Add(compute)
+	return start.Sub(now)
+}
+
 // genRequest is a prompt ready for the scheduler.
 type genRequest struct {
 	tokens    []uint32
@@ -495,7 +526,9 @@ func (e *Engine) generate(ctx context.Context, g genRequest, emit func(i int, re
 	res.cachedTokens = r.h.hit * e.cfg.BlockSize
 	t := e.cfg.Timing
 	uncached := len(g.tokens) - res.cachedTokens
-	if err := e.sleep(ctx, e.scaled(t.PrefillOverhead+time.Duration(uncached)*t.PrefillPerToken, r.loadFactor)); err != nil {
+	compute := e.scaled(time.Duration(uncached)*t.PrefillPerToken, r.loadFactor)
+	wait := e.reservePrefill(compute)
+	if err := e.sleep(ctx, wait+compute+e.scaled(t.PrefillOverhead, r.loadFactor)); err != nil {
 		return res, err
 	}
 	e.prefillDone(r)

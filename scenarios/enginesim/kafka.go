@@ -12,14 +12,15 @@ import (
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
-// Kafka message headers the engine simulator writes on every batch. The
-// key is the pod name, so one pod's batches stay in order on one partition.
+// Kafka message headers the engine simulator writes on every batch (their
+// one definition is in regional/kvevents). The key is the pod name, so one
+// pod's batches stay in order on one partition.
 const (
-	HeaderPod      = "pod"      // pod name
-	HeaderModel    = "model"    // served model name
-	HeaderHardware = "hardware" // hardware profile, e.g. "h100"
-	HeaderSeq      = "seq"      // batch sequence number, 8 bytes big-endian (as vLLM's ZMQ frame)
-	HeaderEpoch    = "epoch"    // process-start epoch, 8 bytes big-endian
+	HeaderPod      = kvevents.HeaderPod
+	HeaderModel    = kvevents.HeaderModel
+	HeaderHardware = kvevents.HeaderHardware
+	HeaderSeq      = kvevents.HeaderSeq
+	HeaderEpoch    = kvevents.HeaderEpoch
 )
 
 // KVBatch converts b to the vLLM wire model of regional/kvevents: BlockStored

@@ -15,7 +15,7 @@ func coreConfig() Config {
 	cfg.BlockSize = 4
 	cfg.CacheBlocks = 1000
 	cfg.HashSeed = "test"
-	cfg.Timing = Timing{PrefillOverhead: 10 * time.Millisecond, PrefillPerToken: time.Millisecond, DecodeInterval: 5 * time.Millisecond, LoadFactor: 1}
+	cfg.Timing = Timing{PrefillOverhead: 10 * time.Millisecond, PrefillPerToken: time.Millisecond, DecodeInterval: 5 * time.Millisecond, LoadFactor: 1, PrefillSlots: -1}
 	cfg.MaxConcurrency = 8
 	return cfg
 }
@@ -106,6 +106,60 @@ func TestTimingQueueFIFO(t *testing.T) {
 		for i, w := range want {
 			if ttft[i] != w {
 				t.Errorf("request %d: ttft %v, want %v", i, ttft[i], w)
+			}
+		}
+	})
+}
+
+// With one prefill slot (the default), concurrent prefills share the GPU:
+// each waits for the prefill work admitted before it; the fixed overhead
+// runs alongside.
+func TestTimingPrefillSlotsSerialize(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := coreConfig()
+		cfg.Timing.PrefillSlots = 1
+		e := newCoreEngine(t, cfg, nil)
+		var wg sync.WaitGroup
+		ttft := make([]time.Duration, 3)
+		for i := range 3 {
+			wg.Go(func() {
+				res, err := e.generate(context.Background(), genRequest{tokens: seqTokens(10*(i+1), uint32(100*i+1)), maxTokens: 1}, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				ttft[i] = res.ttft
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		// Compute 10, 20 and 30 ms, back to back; overhead 10 ms each on top.
+		for i, w := range []time.Duration{20 * time.Millisecond, 40 * time.Millisecond, 70 * time.Millisecond} {
+			if ttft[i] != w {
+				t.Errorf("request %d: ttft %v, want %v", i, ttft[i], w)
+			}
+		}
+	})
+	synctest.Test(t, func(t *testing.T) {
+		cfg := coreConfig()
+		cfg.Timing.PrefillSlots = 2
+		e := newCoreEngine(t, cfg, nil)
+		var wg sync.WaitGroup
+		ttft := make([]time.Duration, 3)
+		for i := range 3 {
+			wg.Go(func() {
+				res, err := e.generate(context.Background(), genRequest{tokens: seqTokens(20, uint32(100*i+1)), maxTokens: 1}, nil)
+				if err != nil {
+					t.Error(err)
+				}
+				ttft[i] = res.ttft
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		// Two run at once (20 ms each); the third waits 20 ms for a slot.
+		for i, w := range []time.Duration{30 * time.Millisecond, 30 * time.Millisecond, 50 * time.Millisecond} {
+			if ttft[i] != w {
+				t.Errorf("two slots, request %d: ttft %v, want %v", i, ttft[i], w)
 			}
 		}
 	})
