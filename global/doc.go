@@ -58,10 +58,10 @@
 // no leader, or it changes, the write is retried with the same request id
 // until Config.HoldTimeout (default 7s), then fails with ErrNoLeader (outcome
 // unknown: retry with the same id). A forwarded write returns once the
-// accepting node has applied it too (read your writes there). After a region
-// state change the leader appends a barrier, so followers learn the new
-// commit index at once instead of at the next commit timeout: a failover
-// reaches every router within a round trip. Reads come from the local state
+// accepting node has applied it too (read your writes there). After each
+// write the leader appends a barrier, so followers learn the new commit index
+// at once instead of at the next commit timeout: a failover reaches every
+// router within a round trip. Reads come from the local state
 // (stale by at most the replication lag, bounded by MaxStale while
 // Health.Stale is false); Node.StateChanged signals each change; ?consistent=1
 // on the admin API reads on the leader after a Raft barrier, which is

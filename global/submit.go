@@ -165,10 +165,12 @@ func (n *Node) submit(ctx context.Context, c *command, hop bool) (Result, error)
 		func(context.Context) error {
 			r, err := n.applyLocal(data)
 			res, forwarded = r, false
-			if err == nil && c.Op == opRegionSet && r.Changed {
+			if err == nil {
 				// Followers learn a commit index with the next append; a
-				// barrier appends one now, so a failover reaches every
-				// router within a round trip instead of a commit timeout.
+				// barrier appends one now, so a change (a failover above all)
+				// reaches every router, and a forwarding follower returns,
+				// within a round trip instead of a commit timeout. Writes
+				// are rare control-plane events: the extra entry is cheap.
 				n.raft.Barrier(n.cfg.Timing.HeartbeatTimeout)
 			}
 			return err
