@@ -331,7 +331,7 @@ func (n *Node) setOwn(s *summary.Summary) error {
 		if len(body) > n.cfg.MaxSummaryBytes {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), n.cfg.MaxSummaryBytes)
 		}
-		p = &published{s: s, body: body, msg: encodeSummaryMsg(body), hash: xxhash.Sum64(body)}
+		p = &published{s: s, body: body, msg: encodeSummaryMsg(body), hash: bodyHash(body)}
 		t := s.Totals()
 		d.Generation, d.BodyHash, d.BodyLen = s.Generation, p.hash, uint32(len(body))
 		d.Pods, d.Running, d.Slots = uint32(t.Pods), uint32(t.Running), uint32(t.Slots)
@@ -529,7 +529,7 @@ func (n *Node) receive(body []byte, via string) error {
 	if s.Region == n.cfg.Region {
 		return nil // a controller of our own region: we have the exact index
 	}
-	hash := xxhash.Sum64(body)
+	hash := bodyHash(body)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if h := n.regions[s.Region]; h != nil && !newer(s.Generation, hash, h.s.Generation, h.hash) {
@@ -616,3 +616,7 @@ func (v *RegionsView) names() []string {
 	slices.Sort(out)
 	return out
 }
+
+// bodyHash identifies an encoded summary (advertised in the digest, and the
+// tie-break between two bodies of one generation).
+func bodyHash(body []byte) uint64 { return xxhash.Sum64(body) }

@@ -165,6 +165,12 @@ func (b *fuseBuilder) peel(f *fuse8, keys []uint64, size int) bool {
 	b.xor = resize(b.xor, size)
 	clear(b.count)
 	clear(b.xor)
+	if cap(b.queue) < size {
+		b.queue = make([]uint32, 0, size) // a slot is queued at most twice; the queue stays far smaller
+	}
+	if cap(b.stack) < len(keys) {
+		b.stack = make([]peeled, 0, len(keys))
+	}
 	b.queue = b.queue[:0]
 	b.stack = b.stack[:0]
 	for _, k := range keys {

@@ -228,7 +228,10 @@ func humanBlocks(n int) string {
 const tradeoffPreamble = `Workload: a synthetic prefix-closed cache of N blocks — chains whose suffixes are
 log-uniform in [4, 2048] blocks, 70% of them branching off an earlier chain at a uniform depth.
 20,000 queries per row: a random cached chain cut at a uniform true depth, continued with up to 256
-fresh blocks. Depth errors are true depth minus the estimate, in blocks of 64 tokens.
+fresh blocks. Depth errors are true depth minus the estimate, in blocks of 64 tokens (a mean below
+zero: filter false positives raised estimates above the truth more than sampling lowered them).
+"False match": queries whose estimate exceeds the true depth. "FP caught": queries where the check
+before the answer found a false positive and the consecutive scan answered instead.
 
 Decisions: gorgo.DefaultConfig (forwarding margin 25 ms and 10% of the local estimate), both regions
 H100 (0.36 ms/token prefill, 75 ms overhead), remote RTT 65 ms, no queues. The local region holds,
