@@ -54,14 +54,15 @@ type Node struct {
 	localState atomic.Pointer[[]byte] // push/pull payload
 	view       atomic.Pointer[RegionsView]
 
-	mu        sync.Mutex
-	peers     map[string]*peer
-	regions   map[string]*held
-	pending   map[string]pull
-	own       *published
-	metaDirty bool
-	lastJoin  time.Time
-	warned    map[string]bool // log-once keys
+	mu         sync.Mutex
+	peers      map[string]*peer
+	regions    map[string]*held
+	pending    map[string]pull
+	own        *published
+	metaDirty  bool
+	lastUpdate time.Time // of the digest (UpdateNode), at most once per SyncInterval
+	lastJoin   time.Time
+	warned     map[string]bool // log-once keys
 
 	joins  sync.WaitGroup // Join goroutines (Close waits for them)
 	kick   chan struct{}
@@ -383,8 +384,11 @@ func (n *Node) run() {
 
 func (n *Node) sync() {
 	n.mu.Lock()
-	dirty := n.metaDirty
-	n.metaDirty = false
+	now := n.now()
+	dirty := n.metaDirty && now.Sub(n.lastUpdate) >= n.cfg.SyncInterval
+	if dirty {
+		n.metaDirty, n.lastUpdate = false, now
+	}
 	n.mu.Unlock()
 	if dirty {
 		if err := n.ml.UpdateNode(n.cfg.UpdateTimeout); err != nil {
