@@ -138,7 +138,8 @@ func (n *Node) Servers() ([]Server, error) {
 
 // reconcile runs on the leader: it makes sure the leader's own member record
 // is current (the others forward to it by that record) and promotes caught-up
-// non-voters while there are fewer voters than Config.Voters.
+// non-voters while there are fewer voters than Config.Voters (keeping the
+// count odd).
 func (n *Node) reconcile(ctx context.Context) error {
 	self := n.self()
 	if m, ok := n.State().Member(self.ID); !ok || m.Region != self.Region || m.RaftAddr != self.RaftAddr || m.AdminAddr != self.AdminAddr {
@@ -157,8 +158,14 @@ func (n *Node) reconcile(ctx context.Context) error {
 			voters++
 		}
 	}
+	// Keep an odd number of voters: 4 voters tolerate no more failures than
+	// 3, and need a larger quorum.
+	want := min(n.cfg.Voters, len(servers))
+	if want%2 == 0 {
+		want--
+	}
 	for _, s := range servers {
-		if voters >= n.cfg.Voters {
+		if voters >= want {
 			return nil
 		}
 		if s.Suffrage == "voter" {

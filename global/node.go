@@ -134,7 +134,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.wg.Add(2)
 	go n.observeLoop()
 	go n.healthLoop()
-	if len(cfg.Join) > 0 && !n.hadState {
+	if len(cfg.Join) > 0 && (!n.hadState || n.membershipStale()) {
+		// A new node joins; a known one whose addresses changed (or whose
+		// record this replica has not seen yet) joins again, which updates
+		// its record and its Raft address and keeps its suffrage.
 		n.wg.Add(1)
 		go n.joinLoop()
 	}
@@ -483,6 +486,14 @@ func (n *Node) leaderLoop(ctx context.Context) {
 		case <-t.C:
 		}
 	}
+}
+
+// membershipStale reports whether the local state lacks this node's member
+// record or holds other addresses.
+func (n *Node) membershipStale() bool {
+	self := n.self()
+	m, ok := n.State().Member(self.ID)
+	return !ok || m.Region != self.Region || m.RaftAddr != self.RaftAddr || m.AdminAddr != self.AdminAddr
 }
 
 func (n *Node) self() Member {

@@ -425,3 +425,65 @@ func counterValue(t *testing.T, reg *prometheus.Registry, name, op, outcome stri
 	}
 	return 0
 }
+
+// TestRestartWithNewAddresses: a controller that comes back on other ports
+// (a rescheduled pod) joins again; the leader updates its member record and
+// its Raft address, it keeps its vote and catches up.
+func TestRestartWithNewAddresses(t *testing.T) {
+	c := globaltest.NewCluster(t, 3, globaltest.Options{Voters: 3})
+	nd := c.Nodes[2]
+	oldRaft, oldAdmin := nd.RaftAddr, nd.AdminAddr
+	c.Stop(2)
+	w := applyVia(t, c.Nodes[0], "zones: {} # while node-2 is away")
+	nd.RaftAddr, nd.AdminAddr = "", ""
+	if err := c.Start(2); err != nil {
+		t.Fatal(err)
+	}
+	if nd.RaftAddr == oldRaft || nd.AdminAddr == oldAdmin {
+		t.Fatal("the restarted node kept its addresses")
+	}
+	c.WaitFor(15*time.Second, "the new addresses in the member list and the raft configuration", func() bool {
+		l, err := c.Leader()
+		if err != nil {
+			return false
+		}
+		m, ok := c.Nodes[l].Node.State().Member(nd.Name)
+		servers, err := c.Nodes[l].Node.Servers()
+		if !ok || m.AdminAddr != nd.URL() || m.RaftAddr != nd.RaftAddr || err != nil {
+			return false
+		}
+		for _, s := range servers {
+			if s.ID == nd.Name {
+				return s.Address == nd.RaftAddr && s.Suffrage == "voter"
+			}
+		}
+		return false
+	})
+	c.WaitFor(10*time.Second, "the restarted node to catch up", func() bool { return c.Converged() })
+	checkAcked(t, nd.Node, []acked{w})
+}
+
+// TestOddVoters: with a target of 5 voters and 4 controllers the leader
+// keeps 3 voters: 4 would need a larger quorum and tolerate no more
+// failures.
+func TestOddVoters(t *testing.T) {
+	c := globaltest.NewCluster(t, 4, globaltest.Options{Voters: 5})
+	count := func() (voters, nonvoters int) {
+		l, err := c.Leader()
+		if err != nil {
+			return -1, -1
+		}
+		servers, _ := c.Nodes[l].Node.Servers()
+		for _, s := range servers {
+			if s.Suffrage == "voter" {
+				voters++
+			} else {
+				nonvoters++
+			}
+		}
+		return voters, nonvoters
+	}
+	if v, nv := count(); v != 3 || nv != 1 {
+		t.Fatalf("4 controllers: %d voters, %d non-voters", v, nv)
+	}
+}

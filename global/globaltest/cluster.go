@@ -86,8 +86,8 @@ func NewCluster(t testing.TB, n int, opts Options) *Cluster {
 		opts.Token = "test-token"
 	}
 	if opts.Voters == 0 {
-		opts.Voters = min(3, n)
-		if opts.Voters == 2 {
+		opts.Voters = 3
+		if n == 1 {
 			opts.Voters = 1
 		}
 	}
@@ -144,7 +144,11 @@ func (c *Cluster) configured(n, voters int) bool {
 			v++
 		}
 	}
-	return v == min(voters, n)
+	want := min(voters, n)
+	if want%2 == 0 {
+		want-- // the leader keeps an odd number of voters
+	}
+	return v == want
 }
 
 // Logger returns the logger for test nodes: discarded unless
