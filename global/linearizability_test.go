@@ -91,7 +91,7 @@ var linModel = porcupine.Model{
 // once, form a linearizable history.
 func TestLinearizable(t *testing.T) {
 	c := globaltest.NewCluster(t, 3, globaltest.Options{Voters: 3})
-	const clients, opsPerClient = 4, 40
+	const clients, opsPerClient, maxOpsPerClient = 4, 40, 150
 	start := time.Now()
 	now := func() int64 { return int64(time.Since(start)) }
 
@@ -107,19 +107,17 @@ func TestLinearizable(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	stopNemesis := make(chan struct{})
-	nemesisDone := make(chan int)
+	// The nemesis moves leadership (and once partitions the leader) until it
+	// has caused wantChanges changes; the clients keep going until then.
+	const wantChanges = 5
+	nemesisDone := make(chan struct{})
+	changes := 0
 	go func() {
-		changes := 0
-		defer func() { nemesisDone <- changes }()
+		defer close(nemesisDone)
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		for round := 0; ; round++ {
-			select {
-			case <-stopNemesis:
-				return
-			case <-tick.C:
-			}
+		for round := 0; changes < wantChanges && ctx.Err() == nil; round++ {
+			<-tick.C
 			l, err := c.Leader()
 			if err != nil {
 				continue
@@ -133,12 +131,7 @@ func TestLinearizable(t *testing.T) {
 					}
 				}
 				c.Net.Partition(c.Names(l), c.Names(others...))
-				select {
-				case <-time.After(600 * time.Millisecond):
-				case <-stopNemesis:
-					c.Net.Heal()
-					return
-				}
+				<-time.After(600 * time.Millisecond)
 				c.Net.Heal()
 				changes++
 				continue
@@ -155,7 +148,14 @@ func TestLinearizable(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			rng := rand.New(rand.NewPCG(uint64(id), 7))
-			for i := 0; i < opsPerClient && ctx.Err() == nil; i++ {
+			for i := 0; i < maxOpsPerClient && ctx.Err() == nil; i++ {
+				if i >= opsPerClient {
+					select {
+					case <-nemesisDone:
+						return
+					default:
+					}
+				}
 				nd := c.Nodes[rng.IntN(len(c.Nodes))]
 				cl := global.NewClient(nd.URL(), c.Token, nil)
 				region := fmt.Sprintf("region-%d", rng.IntN(2))
@@ -184,9 +184,8 @@ func TestLinearizable(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	close(stopNemesis)
-	changes := <-nemesisDone
-	if changes < 3 {
+	<-nemesisDone
+	if changes < wantChanges {
 		t.Fatalf("only %d leader changes were injected", changes)
 	}
 
