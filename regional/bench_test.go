@@ -29,7 +29,8 @@ func decisionFixture(b *testing.B, depths int) (*Decider, *RouteRequest) {
 		_ = idx.Register(p.ID, index.TierGPU, c[:128*(1+i%depths)/depths])
 		_ = idx.Register(p.ID, index.TierGPU, chain(uint64(1000+i), 1024))
 		for k := rng.IntN(8); k > 0; k-- {
-			p.Admit(rng.IntN(4000))
+			n := rng.IntN(4000)
+			p.Admit(n, time.Duration(n)*360*time.Microsecond, time.Now())
 		}
 	}
 	model, _ := gorgo.New(gorgo.DefaultConfig())

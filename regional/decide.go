@@ -70,6 +70,12 @@ type DecisionConfig struct {
 	MaxSessions int           `yaml:"max_sessions"`
 	// TopK candidates are explained in a decision. Default 3.
 	TopK int `yaml:"top_k"`
+	// SpeculationTTL is how long a pod that has just answered is assumed to
+	// hold its prompt's prefix before the index learns it from the pod's
+	// events (see Speculation). 0 turns it off. Default 1s (KV events reach
+	// the index within a few hundred milliseconds; longer would let the
+	// speculation hide evictions).
+	SpeculationTTL time.Duration `yaml:"speculation_ttl"`
 }
 
 // DefaultDecisionConfig returns the defaults documented on DecisionConfig.
@@ -78,7 +84,7 @@ func DefaultDecisionConfig() DecisionConfig {
 		Policy:            PolicyTTFT,
 		Filters:           []string{FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad},
 		Weights:           map[string]float64{"prefix": 1, "queue": 1, "running": 1, "kv_util": 1, "affinity": 1},
-		BoundedLoadFactor: 1.5,
+		BoundedLoadFactor: 2,
 		RunningPenaltyMs:  2,
 		KVUtilPenaltyMs:   100,
 		AffinityBonusMs:   50,
@@ -87,6 +93,7 @@ func DefaultDecisionConfig() DecisionConfig {
 		SessionTTL:        30 * time.Minute,
 		MaxSessions:       1 << 20,
 		TopK:              3,
+		SpeculationTTL:    time.Second,
 	}
 }
 
@@ -125,6 +132,8 @@ func (c DecisionConfig) Validate() error {
 		return fmt.Errorf("decision config: session_ttl = %v, max_sessions = %d: want > 0", c.SessionTTL, c.MaxSessions)
 	case c.TopK < 1:
 		return fmt.Errorf("decision config: top_k = %d: want >= 1", c.TopK)
+	case c.SpeculationTTL < 0:
+		return fmt.Errorf("decision config: speculation_ttl = %v: want >= 0", c.SpeculationTTL)
 	}
 	for t, w := range c.TierWeights {
 		if !(w >= 0) || w > 1 {
@@ -193,6 +202,7 @@ type Decider struct {
 	reg      *Registry
 	model    *gorgo.Model
 	sessions *Sessions
+	spec     *Speculation
 	now      func() time.Time
 	rr       atomic.Uint64
 	scratch  sync.Pool
@@ -200,6 +210,7 @@ type Decider struct {
 
 type scratch struct {
 	matches []index.Match
+	touched []int // slots whose bySlot a speculation raised
 	bySlot  []int32
 	pods    []*Pod
 	cands   []gorgo.Candidate
@@ -213,6 +224,9 @@ func NewDecider(cfg DecisionConfig, idx *index.Index, reg *Registry, model *gorg
 	}
 	d := &Decider{cfg: cfg, idx: idx, reg: reg, model: model, now: now,
 		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions)}
+	if cfg.SpeculationTTL > 0 {
+		d.spec = NewSpeculation(cfg.SpeculationTTL, 1<<20)
+	}
 	d.scratch.New = func() any {
 		return &scratch{matches: make([]index.Match, 0, idx.PodCapacity()), bySlot: make([]int32, idx.PodCapacity())}
 	}
@@ -221,6 +235,10 @@ func NewDecider(cfg DecisionConfig, idx *index.Index, reg *Registry, model *gorg
 
 // Sessions exposes the affinity table (the proxy records request ends).
 func (d *Decider) Sessions() *Sessions { return d.sessions }
+
+// Speculation exposes the recently-computed-prefix memory (the proxy feeds
+// it at each answer's first byte); nil when turned off.
+func (d *Decider) Speculation() *Speculation { return d.spec }
 
 // Config returns the pipeline's configuration.
 func (d *Decider) Config() DecisionConfig { return d.cfg }
@@ -242,9 +260,19 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 	for _, m := range s.matches {
 		s.bySlot[m.Pod.Slot()] = int32(m.Blocks)
 	}
+	s.touched = s.touched[:0]
+	d.spec.Match(req.Chain, now, func(id index.PodID, blocks int) {
+		if slot := id.Slot(); d.idx.Alive(id) && int32(blocks) > s.bySlot[slot] {
+			s.bySlot[slot] = int32(blocks)
+			s.touched = append(s.touched, slot)
+		}
+	})
 	defer func() {
 		for _, m := range s.matches {
 			s.bySlot[m.Pod.Slot()] = 0
+		}
+		for _, slot := range s.touched {
+			s.bySlot[slot] = 0
 		}
 	}()
 
@@ -348,12 +376,13 @@ func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decisi
 		if hasPin && p.Name == pinned && sessInflight < d.cfg.ThickSession {
 			extra -= wAff * d.cfg.AffinityBonusMs
 		}
+		rate, _ := d.model.Rate(info.Profile)
 		s.cands = append(s.cands, gorgo.Candidate{
 			Pod:                  p.Name,
 			Profile:              info.Profile,
 			PromptTokens:         req.PromptTokens,
 			CachedTokens:         int(float64(cached) * wPrefix),
-			PendingPrefillTokens: int(p.pendingPrefill.Load()),
+			PendingPrefillTokens: backlogTokens(p, now, rate),
 			Running:              int(p.inflight.Load()),
 			ExtraMs:              extra,
 		})
@@ -406,6 +435,23 @@ func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decisi
 		})
 	}
 	return (best + off) % n
+}
+
+// backlogTokens expresses the pod's remaining prefill backlog in tokens at
+// the profile's current rate (gorgo multiplies it back).
+func backlogTokens(p *Pod, now time.Time, rateMs float64) int {
+	if rateMs <= 0 {
+		return int(p.pendingPrefill.Load())
+	}
+	return int(float64(p.PrefillBacklog(now)) / float64(time.Millisecond) / rateMs)
+}
+
+// Admit accounts the decision's request on its pod: its uncached tokens and
+// their expected prefill time at the pod profile's current rate.
+func (d *Decider) Admit(dec *Decision) *Ticket {
+	rate, _ := d.model.Rate(dec.Pod.Info().Profile)
+	work := time.Duration(float64(dec.Uncached) * rate * float64(time.Millisecond))
+	return dec.Pod.Admit(dec.Uncached, work, d.now())
 }
 
 // topK returns the indexes of the k candidates with the lowest totals

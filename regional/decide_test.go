@@ -89,7 +89,7 @@ func TestDecideNoPrefixSpreadsByLoad(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		d.Pod.Admit(d.Uncached) // stays in flight
+		f.dec.Admit(d) // stays in flight
 		seen[d.PodName]++
 	}
 	for name, n := range seen {
@@ -104,7 +104,7 @@ func TestDecideLoadOutweighsSmallPrefix(t *testing.T) {
 	c := chain(1, 10)
 	warm := f.pod(t, "pod-0")
 	_ = f.idx.Register(warm.ID, index.TierGPU, c[:2])
-	warm.Admit(50000) // 50k prefill tokens queued on the warm pod
+	warm.Admit(50000, 18*time.Second, f.clock) // 50k prefill tokens queued on the warm pod
 	d, err := f.dec.Decide(req(c))
 	if err != nil {
 		t.Fatal(err)
@@ -114,8 +114,8 @@ func TestDecideLoadOutweighsSmallPrefix(t *testing.T) {
 	}
 }
 
-// A hot prefix held by one pod: bounded load keeps every pod under 1.5x its
-// fair share of in-flight requests.
+// A hot prefix held by one pod: bounded load keeps every pod within
+// BoundedLoadFactor x its fair share of in-flight requests.
 func TestDecideHotPrefixBoundedLoad(t *testing.T) {
 	f := newFixture(t, 8, nil)
 	c := chain(7, 32)
@@ -128,10 +128,11 @@ func TestDecideHotPrefixBoundedLoad(t *testing.T) {
 			t.Fatal(err)
 		}
 		counts[d.PodName]++
-		tickets = append(tickets, d.Pod.Admit(d.Uncached))
+		tickets = append(tickets, f.dec.Admit(d))
 	}
+	limit := int(f.dec.cfg.BoundedLoadFactor * 80 / 8)
 	for name, n := range counts {
-		if n > 15 { // 1.5 x 80/8
+		if n > limit {
 			t.Fatalf("%s took %d of 80 in-flight requests: %v", name, n, counts)
 		}
 	}
@@ -139,7 +140,7 @@ func TestDecideHotPrefixBoundedLoad(t *testing.T) {
 		t.Fatalf("the warm pod should still take its share: %v", counts)
 	}
 	for _, tk := range tickets {
-		tk.Done()
+		tk.Done(f.clock)
 	}
 	for _, p := range f.reg.Pods() {
 		if l := p.Load(); l.InFlight != 0 || l.PendingPrefill != 0 {
@@ -156,12 +157,12 @@ func TestDecideSessionAffinityAndThickSplit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	first.Pod.Admit(first.Uncached).Done()
+	f.dec.Admit(first).Done(f.clock)
 	f.dec.Sessions().End("s1", f.clock)
 	// Kept on its pod even though others are equally cold and idle.
 	for i := 0; i < 5; i++ {
 		d, _ := f.dec.Decide(r)
-		d.Pod.Admit(d.Uncached).Done()
+		f.dec.Admit(d).Done(f.clock)
 		f.dec.Sessions().End("s1", f.clock)
 		if d.PodName != first.PodName {
 			t.Fatalf("session moved from %s to %s", first.PodName, d.PodName)
@@ -171,7 +172,7 @@ func TestDecideSessionAffinityAndThickSplit(t *testing.T) {
 	pods := map[string]bool{}
 	for i := 0; i < 4; i++ {
 		d, _ := f.dec.Decide(r)
-		d.Pod.Admit(d.Uncached)
+		f.dec.Admit(d)
 		pods[d.PodName] = true
 	}
 	if len(pods) < 2 {
@@ -260,8 +261,8 @@ func TestDecideBaselinePolicies(t *testing.T) {
 	}
 	r = req(chain(1, 2))
 	r.Policy = PolicyLeastLoaded
-	f.pod(t, "pod-0").Admit(0)
-	f.pod(t, "pod-1").Admit(0)
+	f.pod(t, "pod-0").Admit(0, 0, f.clock)
+	f.pod(t, "pod-1").Admit(0, 0, f.clock)
 	if d, _ := f.dec.Decide(r); d.PodName != "pod-2" {
 		t.Fatalf("least loaded chose %s", d.PodName)
 	}

@@ -53,7 +53,7 @@ func startFleet(t *testing.T, pods, cacheBlocks int, mut func(*regional.Config))
 		cfg := enginesim.DefaultConfig()
 		cfg.Name = fmt.Sprintf("pod-%d", i)
 		cfg.Region = "test"
-		cfg.TimeScale = 0.05
+		cfg.TimeScale = 0.25
 		cfg.CacheBlocks = cacheBlocks
 		cfg.HashSeed = "e2e"
 		cfg.DefaultMaxTokens = 4
@@ -115,6 +115,7 @@ type result struct {
 	promptTokens int
 	cachedTokens int
 	pod          string
+	predicted    int
 	err          error
 }
 
@@ -143,6 +144,7 @@ func chat(ctx context.Context, url string, msgs []chatMsg, session, policy strin
 	}
 	defer resp.Body.Close()
 	res := result{status: resp.StatusCode, pod: resp.Header.Get("X-Meridian-Pod")}
+	fmt.Sscan(resp.Header.Get("X-Meridian-Predicted-Cached-Tokens"), &res.predicted)
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(resp.Body)
 		res.err = fmt.Errorf("status %d: %s", resp.StatusCode, b)

@@ -30,6 +30,7 @@ type Pod struct {
 
 	inflight       atomic.Int64  // requests routed here and not finished
 	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
+	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done
 	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
 	scrapedAt      atomic.Int64  // unix nanos of the last successful scrape
 	routed         atomic.Int64  // requests routed here, ever
@@ -47,7 +48,7 @@ func (p *Pod) Info() PodInfo { return *p.info.Load() }
 // Load is a snapshot of a pod's load.
 type Load struct {
 	InFlight       int64   `json:"in_flight"`
-	PendingPrefill int64   `json:"pending_prefill_tokens"`
+	PendingPrefill int64   `json:"pending_prefill_tokens"` // uncached tokens of requests before their first byte
 	KVUtil         float64 `json:"kv_util"`
 	Routed         int64   `json:"routed"`
 }
@@ -62,38 +63,71 @@ func (p *Pod) Load() Load {
 	}
 }
 
-// Admit accounts a request routed to the pod with uncached prompt tokens to
-// prefill; the returned ticket must be completed exactly once.
-func (p *Pod) Admit(uncached int) *Ticket {
+// Admit accounts a request routed to the pod at now with uncached prompt
+// tokens whose prefill should take work; the returned ticket must be
+// completed exactly once. The pod's prefill backlog is modelled as a FIFO
+// queue, as an engine's prefill is compute-bound: the request's work starts
+// when the work routed before it is done.
+func (p *Pod) Admit(uncached int, work time.Duration, now time.Time) *Ticket {
 	p.inflight.Add(1)
 	p.pendingPrefill.Add(int64(uncached))
 	p.routed.Add(1)
-	return &Ticket{pod: p, pending: int64(uncached)}
+	var done int64
+	for {
+		old := p.prefillBusy.Load()
+		done = max(old, now.UnixNano()) + int64(work)
+		if p.prefillBusy.CompareAndSwap(old, done) {
+			break
+		}
+	}
+	return &Ticket{pod: p, pending: int64(uncached), due: done}
+}
+
+// PrefillBacklog is how much prefill work routed to the pod should still be
+// ahead of a request arriving at now.
+func (p *Pod) PrefillBacklog(now time.Time) time.Duration {
+	return time.Duration(max(p.prefillBusy.Load()-now.UnixNano(), 0))
 }
 
 // Ticket tracks one admitted request through first byte and completion.
 type Ticket struct {
 	pod     *Pod
 	pending int64
+	due     int64 // unix nanos: when the backlog model expects its prefill done
 	first   bool
 	done    bool
 }
 
-// FirstByte marks the end of prefill: its tokens leave the pending count.
-func (t *Ticket) FirstByte() {
+// FirstByte marks the end of the request's prefill at now: its tokens leave
+// the pending count, and the backlog model learns how far off it was — the
+// prefill work routed after this request shifts by the same amount (FIFO).
+func (t *Ticket) FirstByte(now time.Time) {
 	if t.first || t.done {
 		return
 	}
 	t.first = true
 	t.pod.pendingPrefill.Add(-t.pending)
+	delta := now.UnixNano() - t.due
+	for {
+		old := t.pod.prefillBusy.Load()
+		if old <= now.UnixNano() && delta < 0 {
+			return // drained already
+		}
+		nv := max(old+delta, now.UnixNano())
+		if t.pod.prefillBusy.CompareAndSwap(old, nv) {
+			return
+		}
+	}
 }
 
-// Done marks the request finished (successfully or not).
-func (t *Ticket) Done() {
+// Done marks the request finished at now, successfully or not (a request
+// that failed before its first byte leaves the backlog as if its prefill had
+// ended then).
+func (t *Ticket) Done(now time.Time) {
 	if t.done {
 		return
 	}
-	t.FirstByte()
+	t.FirstByte(now)
 	t.done = true
 	t.pod.inflight.Add(-1)
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -127,10 +128,11 @@ func (s *Server) observeUsage(p *parsed, d *Decision, u *usage) {
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, d *Decision) (res attempt) {
 	pod := d.Pod
 	info := pod.Info()
-	pendingAhead := pod.pendingPrefill.Load()
-	ticket := pod.Admit(d.Uncached)
+	rate, _ := s.dec.model.Rate(info.Profile)
+	pendingAhead := backlogTokens(pod, s.now(), rate)
+	ticket := s.dec.Admit(d)
 	defer func() {
-		ticket.Done()
+		ticket.Done(s.now())
 		s.dec.Sessions().End(p.route.SessionID, s.now())
 		ok := res.err == nil && res.status < 500
 		if res.err != nil && errors.Is(res.err, context.Canceled) && ctx.Err() != nil {
@@ -180,7 +182,10 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	timer.Stop()
 	ttft := s.now().Sub(p.started)
 	res.ttft, res.status = ttft, resp.StatusCode
-	ticket.FirstByte()
+	ticket.FirstByte(s.now())
+	if resp.StatusCode == http.StatusOK {
+		s.dec.Speculation().Observe(pod.ID, p.route.Chain, s.now())
+	}
 	s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
 	if s.calib != nil && resp.StatusCode == http.StatusOK {
 		s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached,
@@ -194,6 +199,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		}
 	}
 	w.Header().Set("X-Meridian-Pod", pod.Name)
+	w.Header().Set("X-Meridian-Predicted-Cached-Tokens", strconv.Itoa(d.CachedTokens))
 	w.WriteHeader(resp.StatusCode)
 	res.wrote = true
 	flusher, _ := w.(http.Flusher)
