@@ -192,6 +192,9 @@ type Decision struct {
 	Filtered      map[string]int   `json:"filtered,omitempty"`
 	Top           []CandidateScore `json:"top"`
 	EstimateMs    float64          `json:"estimate_ms"`
+	// Candidate is the chosen pod as a cost-model candidate, for the
+	// comparison with remote regions (Place).
+	Candidate gorgo.Candidate `json:"-"`
 }
 
 // Decider runs the pipeline. Safe for concurrent use; it reads only
@@ -348,6 +351,9 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 	dec.MatchedBlocks = int(s.bySlot[p.ID.Slot()])
 	if policy != PolicyTTFT {
 		dec.CachedTokens = min(dec.MatchedBlocks*req.BlockSize, req.PromptTokens)
+		rate, _ := d.model.Rate(info.Profile)
+		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
+			CachedTokens: dec.CachedTokens, PendingPrefillTokens: backlogTokens(p, now, rate), Running: int(p.inflight.Load())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
 	}
 	dec.Uncached = req.PromptTokens - dec.CachedTokens
@@ -424,6 +430,7 @@ func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decisi
 	}
 	dec.CachedTokens = s.cands[best].CachedTokens
 	dec.EstimateMs = s.dec.Estimates[best].TotalMs
+	dec.Candidate = s.cands[best]
 	if k := min(d.cfg.TopK, n); k < len(order) {
 		order = d.topK(s, k)
 	}
