@@ -16,8 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -56,6 +59,34 @@ type Config struct {
 	// kept; default 10000.
 	SessionTokenCache int `yaml:"session_token_cache"`
 
+	// AdminListen is the admin API's address (the Raft tier's admin API
+	// and audit queries, bearer-authenticated); default ":8081".
+	AdminListen string `yaml:"admin_listen"`
+	// AdminURL is how other controllers reach this controller's admin API;
+	// default http://<admin listen address>.
+	AdminURL string `yaml:"admin_url"`
+	// AdminToken authenticates the admin API (MERIDIAN_ADMIN_TOKEN).
+	AdminToken string `yaml:"admin_token"`
+	// PublicURL is how other controllers reach this controller's API to
+	// forward requests; default http://<listen address>.
+	PublicURL string `yaml:"public_url"`
+	// HopToken authenticates controller-to-controller forwarding
+	// (MERIDIAN_HOP_TOKEN); default AdminToken.
+	HopToken string `yaml:"hop_token"`
+	// PolicyFile is a residency policy: the policy of a controller without
+	// Raft, and the first policy of a new Raft cluster (applied by the
+	// bootstrapping controller). Empty: the shipped default (stay in the
+	// origin zone) once any cross-region component is on.
+	PolicyFile string `yaml:"policy_file"`
+	// Raft, Gossip and Audit turn on the cross-region components; see each.
+	Raft         RaftConfig         `yaml:"raft"`
+	Gossip       GossipConfig       `yaml:"gossip"`
+	Audit        AuditConfig        `yaml:"audit"`
+	AutoFailover AutoFailoverConfig `yaml:"auto_failover"`
+	// SummaryInterval between summaries published to the other regions;
+	// default 5s.
+	SummaryInterval time.Duration `yaml:"summary_interval"`
+
 	// Clock is the decision layer's clock (tests inject one); nil = time.Now.
 	Clock func() time.Time `yaml:"-"`
 }
@@ -76,6 +107,8 @@ func DefaultConfig() Config {
 		ScrapeInterval:    time.Second,
 		SweepInterval:     time.Second,
 		SessionTokenCache: 10000,
+		AdminListen:       ":8081",
+		SummaryInterval:   5 * time.Second,
 	}
 }
 
@@ -138,7 +171,16 @@ func (c *Config) Validate() error {
 	if c.ScrapeInterval <= 0 || c.SweepInterval <= 0 || c.SessionTokenCache < 1 {
 		return errors.New("config: scrape_interval and sweep_interval must be > 0, session_token_cache >= 1")
 	}
-	return nil
+	if c.HopToken == "" {
+		c.HopToken = c.AdminToken
+	}
+	if c.SummaryInterval <= 0 {
+		return fmt.Errorf("config: summary_interval = %v: want > 0", c.SummaryInterval)
+	}
+	if c.AdminListen == "" {
+		c.AdminListen = ":8081"
+	}
+	return c.validateMulti()
 }
 
 // Controller is one region's running controller.
@@ -153,6 +195,9 @@ type Controller struct {
 	Model    *gorgo.Model
 	Calib    *gorgo.Calibrator
 	Metrics  *prometheus.Registry
+
+	mr       *multiRegion
+	stopping chan struct{}
 
 	ln     net.Listener
 	http   *http.Server
@@ -178,7 +223,7 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: NewRegistry(idx),
-		Metrics: prometheus.NewRegistry()}
+		Metrics: prometheus.NewRegistry(), stopping: make(chan struct{})}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range cfg.Pods {
 		p.Static = true
@@ -213,6 +258,18 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	if cfg.multiRegion() {
+		if err := c.openMulti(ctx, &cfg); err != nil {
+			cancel()
+			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer ccancel()
+			_ = c.closeMulti(cctx)
+			close(c.stopping)
+			c.wg.Wait()
+			c.ln.Close()
+			return nil, err
+		}
+	}
 	c.http = &http.Server{Handler: c.Server, ReadHeaderTimeout: 10 * time.Second}
 	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, now)
 	c.goRun("ingest", func() error { return c.Ingester.Run(ctx) })
@@ -248,6 +305,49 @@ func (c *Controller) Addr() string { return c.ln.Addr().String() }
 // URL is the base URL of the HTTP API.
 func (c *Controller) URL() string { return "http://" + c.Addr() }
 
+// PublicURL is the URL other controllers forward requests to.
+func (c *Controller) PublicURL() string {
+	if c.cfg.PublicURL != "" {
+		return c.cfg.PublicURL
+	}
+	return c.URL()
+}
+
+// AdminURL is the base URL of the admin API ("" without one).
+func (c *Controller) AdminURL() string {
+	if c.cfg.AdminURL != "" {
+		return c.cfg.AdminURL
+	}
+	if c.mr == nil || c.mr.adminLn == nil {
+		return ""
+	}
+	return "http://" + c.mr.adminLn.Addr().String()
+}
+
+// Global returns the Raft node, or nil when the controller runs without one.
+func (c *Controller) Global() *global.Node {
+	if c.mr == nil {
+		return nil
+	}
+	return c.mr.node
+}
+
+// Gossip returns the gossip node, or nil.
+func (c *Controller) Gossip() *gossip.Node {
+	if c.mr == nil {
+		return nil
+	}
+	return c.mr.gossip
+}
+
+// Audit returns the audit log, or nil.
+func (c *Controller) Audit() *audit.Log {
+	if c.mr == nil {
+		return nil
+	}
+	return c.mr.audit
+}
+
 // readiness: ready once the index has caught up with the topic.
 func (c *Controller) readiness() (bool, map[string]any) {
 	g := c.Ingester
@@ -255,6 +355,22 @@ func (c *Controller) readiness() (bool, map[string]any) {
 		"region": c.cfg.Region,
 		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
 			"staleness_seconds": g.Staleness().Seconds()},
+	}
+	if n := c.Global(); n != nil {
+		h := n.Health()
+		// Without quorum the controller keeps routing on the last committed
+		// state: still ready, and says so.
+		detail["raft"] = map[string]any{"leader": h.Leader, "stale": h.Stale, "state": h.RaftState,
+			"applied_index": h.AppliedIndex, "policy_version": h.PolicyVersion,
+			"note": map[bool]string{true: "no leader: routing on the last committed policy and region states", false: ""}[h.Stale]}
+		detail["region_state"] = n.State().RegionState(c.cfg.Region).String()
+	}
+	if gn := c.Gossip(); gn != nil {
+		regions := map[string]any{}
+		for _, rv := range gn.View().Regions {
+			regions[rv.Region] = map[string]any{"live": rv.Live, "summary_age_seconds": rv.Age(time.Now()).Seconds(), "rtt_ms": float64(rv.RTT) / 1e6}
+		}
+		detail["gossip"] = regions
 	}
 	return g.CaughtUp(), detail
 }
@@ -265,7 +381,9 @@ func (c *Controller) Close(ctx context.Context) error {
 	var err error
 	c.once.Do(func() {
 		err = c.http.Shutdown(ctx)
+		close(c.stopping)
 		c.cancel()
+		err = errors.Join(err, c.closeMulti(ctx))
 		c.wg.Wait()
 		c.errMu.Lock()
 		err = errors.Join(append([]error{err}, c.errs...)...)

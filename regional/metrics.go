@@ -24,6 +24,13 @@ type routerMetrics struct {
 	predictionErr  prometheus.Histogram
 	tokensReused   prometheus.Counter
 	tokensEncoded  prometheus.Counter
+
+	crossRegion       *prometheus.CounterVec // to
+	forwardedIn       *prometheus.CounterVec // from
+	residencyDenials  *prometheus.CounterVec // rule
+	residencyNoRegion prometheus.Counter
+	auditFailures     prometheus.Counter
+	fallbacks         prometheus.Counter
 }
 
 func newRouterMetrics(r prometheus.Registerer, reg *Registry, now func() time.Time) (*routerMetrics, error) {
@@ -58,6 +65,18 @@ func newRouterMetrics(r prometheus.Registerer, reg *Registry, now func() time.Ti
 			Help: "Prompt tokens taken from the session's previous turn instead of re-tokenized."}),
 		tokensEncoded: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_tokens_total",
 			Help: "Prompt tokens of routed requests (reused or encoded)."}),
+		crossRegion: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_cross_region_total",
+			Help: "Requests this controller sent to another region, by destination."}, []string{"to"}),
+		forwardedIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_forwarded_in_total",
+			Help: "Requests forwarded here by another region's controller, by origin."}, []string{"from"}),
+		residencyDenials: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_residency_denials_total",
+			Help: "Requests refused by a residency rule, by rule."}, []string{"rule"}),
+		residencyNoRegion: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_residency_no_healthy_region_total",
+			Help: "Requests refused because no region the residency policy allows could serve them."}),
+		auditFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_audit_failures_total",
+			Help: "Audit records that could not be written (a cross-region decision that fails to record does not cross)."}),
+		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_fallbacks_total",
+			Help: "Requests served elsewhere after the chosen remote region failed before answering."}),
 	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_router_inflight_requests",
 		Help: "Requests in flight through this controller."}, func() float64 {
@@ -76,7 +95,8 @@ func newRouterMetrics(r prometheus.Registerer, reg *Registry, now func() time.Ti
 	}
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.decisionTime, m.tokenizeTime, m.ttft, m.retries,
 		m.upstreamErrors, m.ejections, m.promptTokens, m.predicted, m.reported, m.predictionErr, m.tokensReused,
-		m.tokensEncoded, inflight, pods} {
+		m.tokensEncoded, m.crossRegion, m.forwardedIn, m.residencyDenials, m.residencyNoRegion, m.auditFailures,
+		m.fallbacks, inflight, pods} {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register router metrics: %w", err)
 		}

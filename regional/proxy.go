@@ -52,17 +52,29 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokeni
 	if p == nil {
 		return
 	}
+	s.routeAndServe(w, r, p, route)
+}
+
+// serveLocal serves the request on this region's pods: first on the pod
+// already decided (if any), then, while a pod fails before its first byte,
+// on others (at most MaxRetries more).
+func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, p *parsed, route string, first *Decision) {
 	var tried []*Pod
 	for n := 0; ; n++ {
-		p.route.Exclude = tried
-		d, err := s.decide(p)
-		if err != nil {
-			if n > 0 {
-				s.fail(w, route, http.StatusBadGateway, "upstream_failed", "every pod tried failed before answering (%d attempts)", n)
+		d := first
+		first = nil
+		if d == nil {
+			p.route.Exclude = tried
+			var err error
+			d, err = s.decide(p)
+			if err != nil {
+				if n > 0 {
+					s.fail(w, route, http.StatusBadGateway, "upstream_failed", "every pod tried failed before answering (%d attempts)", n)
+					return
+				}
+				s.decisionError(w, route, err)
 				return
 			}
-			s.decisionError(w, route, err)
-			return
 		}
 		res := s.forward(r.Context(), w, r, p, d)
 		if res.err == nil || res.wrote || !res.retryable || n >= s.cfg.MaxRetries || r.Context().Err() != nil {
@@ -121,10 +133,9 @@ func (s *Server) observeUsage(p *parsed, d *Decision, u *usage) {
 	s.m.predictionErr.Observe(float64(diff))
 }
 
-// forward sends the request to the decided pod and streams its answer back.
-// Nothing is written to the client until the pod's first body byte has
-// arrived, so a pod that fails or stalls before answering can be retried
-// elsewhere.
+// forward sends the request to the decided pod and streams its answer back
+// (see relay), with the pod's accounting: in-flight ticket, outlier
+// detection, speculation, TTFT and calibration.
 func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, d *Decision) (res attempt) {
 	pod := d.Pod
 	info := pod.Info()
@@ -149,22 +160,47 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if info.Endpoint == "" {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("pod %s has no endpoint", pod.Name)}
 	}
+	hdr := http.Header{"X-Meridian-Pod": {pod.Name}}
+	out := http.Header{"X-Meridian-Pod": {pod.Name}, "X-Meridian-Predicted-Cached-Tokens": {strconv.Itoa(d.CachedTokens)},
+		"X-Meridian-Region": {s.region}}
+	return s.relay(ctx, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name, func(status int) {
+		ttft := s.now().Sub(p.started)
+		ticket.FirstByte(s.now())
+		if status == http.StatusOK {
+			s.dec.Speculation().Observe(pod.ID, p.route.Chain, s.now())
+		}
+		s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
+		if s.calib != nil && status == http.StatusOK {
+			s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached,
+				PendingPrefillTokens: pendingAhead, TTFTMs: float64(ttft) / float64(time.Millisecond)})
+		}
+	})
+}
 
+// relay posts the request body to url (with the client's headers, minus
+// hop-by-hop ones, plus add) and streams the answer back with out added to
+// its headers. Nothing is written to the client until the upstream's first
+// body byte has arrived (firstByte is called then), so an upstream that
+// fails or stalls before answering can be retried elsewhere; from then on
+// the client sees the upstream's answer byte for byte, flushed as it comes.
+func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, url string, add, out http.Header, who string, firstByte func(status int)) (res attempt) {
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(s.cfg.FirstByteTimeout, cancel)
 	defer timer.Stop()
 
-	ureq, err := http.NewRequestWithContext(uctx, http.MethodPost, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, bytes.NewReader(p.raw))
+	ureq, err := http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw))
 	if err != nil {
 		return attempt{kind: "connect", err: err}
 	}
 	for k, vs := range r.Header {
-		if !hopHeaders[k] {
+		if !hopHeaders[k] && !strings.HasPrefix(k, "X-Meridian-Hop") {
 			ureq.Header[k] = vs
 		}
 	}
-	ureq.Header.Set("X-Meridian-Pod", pod.Name)
+	for k, vs := range add {
+		ureq.Header[k] = vs
+	}
 	resp, err := s.client.Do(ureq)
 	if err != nil {
 		return s.upstreamErr(ctx, timer, err)
@@ -172,7 +208,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	defer resp.Body.Close()
 	if resp.StatusCode >= 500 {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
-		return attempt{retryable: true, status: resp.StatusCode, kind: "status_5xx", err: fmt.Errorf("pod answered %s", resp.Status)}
+		return attempt{retryable: true, status: resp.StatusCode, kind: "status_5xx", err: fmt.Errorf("%s answered %s", who, resp.Status)}
 	}
 	buf := make([]byte, 32<<10)
 	n, rerr := resp.Body.Read(buf)
@@ -180,26 +216,17 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		return s.upstreamErr(ctx, timer, rerr)
 	}
 	timer.Stop()
-	ttft := s.now().Sub(p.started)
-	res.ttft, res.status = ttft, resp.StatusCode
-	ticket.FirstByte(s.now())
-	if resp.StatusCode == http.StatusOK {
-		s.dec.Speculation().Observe(pod.ID, p.route.Chain, s.now())
-	}
-	s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
-	if s.calib != nil && resp.StatusCode == http.StatusOK {
-		s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached,
-			PendingPrefillTokens: int(pendingAhead), TTFTMs: float64(ttft) / float64(time.Millisecond)})
-	}
+	res.ttft, res.status = s.now().Sub(p.started), resp.StatusCode
+	firstByte(resp.StatusCode)
 
-	// From here on the client sees the pod's answer byte for byte.
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
 			w.Header()[k] = vs
 		}
 	}
-	w.Header().Set("X-Meridian-Pod", pod.Name)
-	w.Header().Set("X-Meridian-Predicted-Cached-Tokens", strconv.Itoa(d.CachedTokens))
+	for k, vs := range out {
+		w.Header()[k] = vs
+	}
 	w.WriteHeader(resp.StatusCode)
 	res.wrote = true
 	flusher, _ := w.(http.Flusher)
@@ -222,7 +249,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if ctx.Err() != nil {
 				res.err = ctx.Err()
 			} else {
-				res.err, res.kind = fmt.Errorf("pod %s failed mid-stream: %w", pod.Name, rerr), "mid_stream"
+				res.err, res.kind = fmt.Errorf("%s failed mid-stream: %w", who, rerr), "mid_stream"
 			}
 			return res
 		}

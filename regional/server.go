@@ -80,6 +80,8 @@ type Server struct {
 	ready   ReadinessFunc
 	now     func() time.Time
 	mux     *http.ServeMux
+	topo    Topology
+	region  string
 }
 
 // NewServer builds the API. transport is the HTTP transport to the pods
@@ -135,9 +137,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 // apiError is an OpenAI-style error body.
 type apiError struct {
 	Error struct {
-		Message string `json:"message"`
-		Type    string `json:"type"`
-		Code    string `json:"code"`
+		Message       string `json:"message"`
+		Type          string `json:"type"`
+		Code          string `json:"code"`
+		Rule          string `json:"rule,omitempty"`           // residency rule that decided
+		PolicyVersion string `json:"policy_version,omitempty"` // residency policy version used
 	} `json:"error"`
 }
 

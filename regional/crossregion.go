@@ -1,0 +1,332 @@
+package regional
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meridian-llm/meridian/global/audit"
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/residency"
+)
+
+// Request headers of the cross-region path.
+const (
+	HeaderTenant     = "X-Tenant-Id"
+	HeaderDataClass  = "X-Data-Class"
+	HeaderSession    = "X-Session-Id"
+	HeaderRequestID  = "X-Request-Id"
+	HeaderHop        = "X-Meridian-Hop"      // origin region of a forwarded request
+	HeaderHopAuth    = "X-Meridian-Hop-Auth" // the controllers' shared forwarding token
+	HeaderDecisionID = "X-Meridian-Decision-Id"
+)
+
+// RemoteSource is what the request path knows of the other regions (from
+// gossip): cost-model candidates for the regions a filter allows, and where
+// to forward to each.
+type RemoteSource interface {
+	Candidates(now time.Time, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate
+	ForwardAddrs(region string) []string
+}
+
+// Auditor records cross-region decisions and residency denials. Append
+// returns only once the record is durable; an error means it is not.
+type Auditor interface {
+	Append(ctx context.Context, e audit.Entry) error
+}
+
+// Topology connects a Server to the other regions. The zero Topology is a
+// single-region controller: no residency evaluation (nothing can leave the
+// region), no forwarding.
+type Topology struct {
+	// Region is this controller's region.
+	Region string
+	// Control gives the residency policy and region states; nil: no
+	// residency evaluation (single region).
+	Control ControlPlane
+	// Remotes are the other regions; nil: none.
+	Remotes RemoteSource
+	// Audit records decisions; without it no request is sent to another
+	// region (a crossing must be recorded first).
+	Audit Auditor
+	// HopToken authenticates controller-to-controller forwarding; empty:
+	// forwarded requests are refused and none are sent.
+	HopToken string
+	// Shares is the state of the remote-share guardrail.
+	Shares *gorgo.ShareTracker
+}
+
+// SetTopology connects the server to the other regions; call it before
+// serving.
+func (s *Server) SetTopology(t Topology) {
+	if t.Shares == nil {
+		t.Shares = gorgo.NewShareTracker(s.dec.model.Config().ShareWindow)
+	}
+	s.topo = t
+	s.region = t.Region
+}
+
+// denial is a residency refusal with its explanation.
+type denial struct {
+	status  int
+	code    string
+	message string
+	rule    string
+	version string
+}
+
+// routeAndServe applies residency and region state, places the request
+// (this region or another) and serves it.
+func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed, route string) {
+	t := s.topo
+	if t.Control == nil {
+		if r.Header.Get(HeaderHop) != "" {
+			s.fail(w, route, http.StatusUnauthorized, "invalid_hop", "this controller does not accept forwarded requests")
+			return
+		}
+		s.serveLocal(w, r, p, route, nil)
+		return
+	}
+	origin := t.Region
+	hop := r.Header.Get(HeaderHop)
+	if hop != "" {
+		if t.HopToken == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderHopAuth)), []byte(t.HopToken)) != 1 {
+			s.fail(w, route, http.StatusUnauthorized, "invalid_hop", "forwarded request without a valid %s", HeaderHopAuth)
+			return
+		}
+		origin = hop
+	}
+	decisionID := r.Header.Get(HeaderDecisionID)
+	if hop == "" || decisionID == "" {
+		decisionID = newDecisionID()
+	}
+	w.Header().Set(HeaderDecisionID, decisionID)
+
+	pol, version, err := t.Control.Policy()
+	if err != nil {
+		s.fail(w, route, http.StatusServiceUnavailable, "residency_policy_unavailable", "no usable residency policy, so nothing is served: %v", err)
+		return
+	}
+	attrs := residency.Attributes{Tenant: r.Header.Get(HeaderTenant), DataClass: r.Header.Get(HeaderDataClass),
+		OriginRegion: origin, Session: p.route.SessionID, Model: p.body.Model}
+	rd := pol.Evaluate(attrs)
+	entry := audit.Entry{DecisionID: decisionID, RequestID: p.route.RequestID, Tenant: attrs.Tenant, Session: attrs.Session,
+		Origin: origin, DataClass: attrs.DataClass, Rule: ruleName(rd), PolicyVersion: version}
+
+	if rd.Allowed.Empty() || (hop != "" && !rd.Allows(t.Region)) {
+		s.deny(w, r, route, entry, denial{status: http.StatusUnavailableForLegalReasons, code: "residency_denied",
+			message: "residency policy forbids serving this request here: " + rd.Reason(), rule: entry.Rule, version: version})
+		return
+	}
+	if hop != "" {
+		// Forwarded in: served here or nowhere (a request crosses at most once).
+		if !t.Control.Routable(t.Region) {
+			s.fail(w, route, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, t.Control.RegionState(t.Region))
+			return
+		}
+		in := entry
+		in.Kind, in.Region = audit.KindForwardedIn, t.Region
+		s.record(r.Context(), in)
+		s.m.forwardedIn.WithLabelValues(origin).Inc()
+		s.serveLocal(w, r, p, route, nil)
+		return
+	}
+
+	localOK := rd.Allows(t.Region) && t.Control.Routable(t.Region)
+	var remotes []gorgo.Candidate
+	if t.Remotes != nil && t.Audit != nil && t.HopToken != "" {
+		remotes = t.Remotes.Candidates(s.now(), p.route.Chain, p.route.PromptTokens, func(region string) bool {
+			return region != t.Region && rd.Allows(region) && t.Control.Routable(region)
+		}, nil)
+	}
+	pl, err := s.dec.Place(&p.route, t.Region, localOK, remotes, t.Shares)
+	if err != nil {
+		if !localOK || errors.Is(err, ErrNoRegion) {
+			s.m.residencyNoRegion.Inc()
+			s.fail(w, route, http.StatusServiceUnavailable, "residency_no_healthy_region",
+				"no region the residency policy allows (%s) can serve the request: %v", strings.Join(rd.Regions(), ", "), err)
+			return
+		}
+		s.decisionError(w, route, err)
+		return
+	}
+	if !pl.Remote {
+		s.serveLocal(w, r, p, route, pl.Local)
+		return
+	}
+	s.serveRemote(w, r, p, route, pl, entry)
+}
+
+// serveRemote sends the request to the placed region: the decision is
+// recorded first (if that fails, the request does not cross); if the remote
+// region fails before its first byte the request falls back to this region
+// (when allowed) or the next best allowed region.
+func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, route string, pl *Placement, entry audit.Entry) {
+	order := fallbackOrder(pl)
+	kind := audit.KindCrossRegion
+	for i, ci := range order {
+		c := pl.Candidates[ci]
+		if !c.Remote {
+			s.dec.Sessions().Begin(p.route.SessionID, pl.Local.PodName, s.now()) // Place let it go
+			if i > 0 {
+				e := entry
+				e.Kind, e.Region, e.Cost = audit.KindFallback, s.region, costJSON(pl, ci)
+				s.record(r.Context(), e)
+				s.m.fallbacks.Inc()
+			}
+			s.serveLocal(w, r, p, route, pl.Local)
+			return
+		}
+		e := entry
+		e.Kind, e.Region, e.Cost = kind, c.Region, costJSON(pl, ci)
+		if err := s.topo.Audit.Append(r.Context(), e); err != nil {
+			s.m.auditFailures.Inc()
+			s.log.Error("audit record could not be written: not crossing the region boundary", "to", c.Region, "err", err)
+			if pl.Local != nil {
+				s.dec.Sessions().Begin(p.route.SessionID, pl.Local.PodName, s.now())
+				s.serveLocal(w, r, p, route, pl.Local)
+				return
+			}
+			s.fail(w, route, http.StatusServiceUnavailable, "audit_unavailable",
+				"the cross-region decision could not be recorded, so the request was not forwarded: %v", err)
+			return
+		}
+		s.m.crossRegion.WithLabelValues(c.Region).Inc()
+		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID)
+		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil {
+			if res.err != nil && !res.wrote && !errors.Is(res.err, context.Canceled) {
+				s.fail(w, route, http.StatusBadGateway, "upstream_failed", "region %s: %v", c.Region, res.err)
+				return
+			}
+			s.m.requests.WithLabelValues(route, fmt.Sprint(res.status)).Inc()
+			return
+		}
+		s.log.Warn("remote region failed before answering; falling back", "region", c.Region, "err", res.err)
+		kind = audit.KindFallback
+	}
+	s.fail(w, route, http.StatusBadGateway, "upstream_failed", "every allowed region tried failed before answering")
+}
+
+// fallbackOrder is the winner first, then the others by estimated TTFT.
+func fallbackOrder(pl *Placement) []int {
+	order := []int{pl.Cost.Winner}
+	rest := make([]int, 0, len(pl.Candidates))
+	for i := range pl.Candidates {
+		if i != pl.Cost.Winner && pl.Cost.Estimates[i].Excluded != gorgo.ExcludedStale {
+			rest = append(rest, i)
+		}
+	}
+	slices.SortStableFunc(rest, func(a, b int) int {
+		switch ea, eb := pl.Cost.Estimates[a].TotalMs, pl.Cost.Estimates[b].TotalMs; {
+		case ea < eb:
+			return -1
+		case ea > eb:
+			return 1
+		}
+		return 0
+	})
+	return append(order, rest...)
+}
+
+// forwardRemote relays the request to a controller of region (one hop,
+// marked so it is not forwarded again), trying its live controllers in turn
+// before the first byte.
+func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string) attempt {
+	addrs := s.topo.Remotes.ForwardAddrs(region)
+	if len(addrs) == 0 {
+		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("region %s has no live controller with a forward address", region)}
+	}
+	add := http.Header{HeaderHop: {origin}, HeaderHopAuth: {s.topo.HopToken}, HeaderDecisionID: {decisionID}}
+	out := http.Header{"X-Meridian-Forwarded-To": {region}}
+	var res attempt
+	for _, addr := range addrs {
+		res = s.relay(ctx, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, func(int) {})
+		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {
+			return res
+		}
+		s.m.upstreamErrors.WithLabelValues(res.kind).Inc()
+	}
+	return res
+}
+
+// deny answers a residency refusal and records it (a denial needs no
+// durable record to be safe — nothing is served — so an audit failure is
+// counted and logged, not turned into an error for the client).
+func (s *Server) deny(w http.ResponseWriter, r *http.Request, route string, e audit.Entry, d denial) {
+	e.Kind = audit.KindResidencyDenied
+	if e.Rule == "" {
+		e.Rule = "(none)"
+	}
+	s.record(r.Context(), e)
+	s.m.residencyDenials.WithLabelValues(e.Rule).Inc()
+	s.m.requests.WithLabelValues(route, fmt.Sprint(d.status)).Inc()
+	var body apiError
+	body.Error.Message, body.Error.Code, body.Error.Type = d.message, d.code, "residency_error"
+	body.Error.Rule, body.Error.PolicyVersion = d.rule, d.version
+	writeJSON(w, d.status, body)
+}
+
+// record appends a best-effort record (forwarded_in, denials, fallbacks to
+// this region).
+func (s *Server) record(ctx context.Context, e audit.Entry) {
+	if s.topo.Audit == nil {
+		return
+	}
+	if err := s.topo.Audit.Append(ctx, e); err != nil {
+		s.m.auditFailures.Inc()
+		s.log.Error("audit record could not be written", "kind", e.Kind, "decision", e.DecisionID, "err", err)
+	}
+}
+
+func ruleName(d residency.Decision) string {
+	if d.DeniedBy.Valid() && d.Allowed.Empty() {
+		return d.DeniedBy.Name
+	}
+	if d.Rule.Valid() {
+		return d.Rule.Name
+	}
+	if d.Outcome == residency.OutcomeDefault {
+		return "default"
+	}
+	return ""
+}
+
+// costExplanation is what an audit record keeps of a placement.
+type costExplanation struct {
+	Chosen     string          `json:"chosen"`
+	Reason     string          `json:"reason"`
+	MarginMs   float64         `json:"margin_ms"`
+	RequiredMs float64         `json:"required_ms"`
+	Candidates []candidateCost `json:"candidates"`
+}
+
+type candidateCost struct {
+	Region       string         `json:"region"`
+	Pod          string         `json:"pod,omitempty"`
+	Remote       bool           `json:"remote"`
+	PromptTokens int            `json:"prompt_tokens"`
+	CachedTokens int            `json:"cached_tokens"`
+	RTTMs        float64        `json:"rtt_ms"`
+	SummaryAgeMs int64          `json:"summary_age_ms,omitempty"`
+	Estimate     gorgo.Estimate `json:"estimate"`
+}
+
+func costJSON(pl *Placement, chosen int) json.RawMessage {
+	ex := costExplanation{Chosen: pl.Candidates[chosen].Region, Reason: pl.Reason, MarginMs: pl.Cost.MarginMs, RequiredMs: pl.Cost.RequiredMs}
+	for i, c := range pl.Candidates {
+		ex.Candidates = append(ex.Candidates, candidateCost{Region: c.Region, Pod: c.Pod, Remote: c.Remote,
+			PromptTokens: c.PromptTokens, CachedTokens: c.CachedTokens, RTTMs: c.RTTMs,
+			SummaryAgeMs: c.SummaryAge.Milliseconds(), Estimate: pl.Cost.Estimates[i]})
+	}
+	b, err := json.Marshal(ex)
+	if err != nil {
+		return json.RawMessage(`{}`)
+	}
+	return b
+}

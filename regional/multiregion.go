@@ -1,0 +1,572 @@
+package regional
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/global/audit"
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/gossip"
+	"github.com/meridian-llm/meridian/regional/summary"
+	"github.com/meridian-llm/meridian/residency"
+)
+
+// RaftConfig turns on the Raft-replicated global tier (package global) when
+// DataDir is set.
+type RaftConfig struct {
+	// DataDir holds the Raft log and snapshots. Empty: no Raft tier.
+	DataDir string `yaml:"data_dir"`
+	// Bind is the Raft TCP listen address; default "0.0.0.0:7400".
+	Bind string `yaml:"bind"`
+	// Advertise is the address other controllers dial; default Bind.
+	Advertise string `yaml:"advertise"`
+	// Bootstrap creates a new cluster with this controller as its only voter
+	// (exactly one controller of a new cluster); the others Join.
+	Bootstrap bool `yaml:"bootstrap"`
+	// Join lists admin URLs of existing members.
+	Join []string `yaml:"join"`
+	// Voters kept by the leader: 1, 3 or 5. Default 3.
+	Voters int `yaml:"voters"`
+	// WAN uses Raft timings for cross-region links (global.WANTiming).
+	WAN bool `yaml:"wan"`
+}
+
+// GossipConfig turns on the WAN gossip pool (package gossip) when Keys are set.
+type GossipConfig struct {
+	// Bind is the UDP+TCP listen address; default "0.0.0.0:7947".
+	Bind string `yaml:"bind"`
+	// Advertise is the address the other controllers reach; default Bind.
+	Advertise string `yaml:"advertise"`
+	// Join lists seed controllers' gossip addresses.
+	Join []string `yaml:"join"`
+	// Keys: base64 AES keys (16, 24 or 32 bytes); the first encrypts.
+	// MERIDIAN_GOSSIP_KEY, when set, is used instead.
+	Keys []string `yaml:"keys"`
+	// Label separates pools; default "meridian-wan".
+	Label string `yaml:"label"`
+	// StaticRTT is the fallback RTT matrix: region -> region -> RTT.
+	StaticRTT map[string]map[string]time.Duration `yaml:"static_rtt"`
+	// StaticRTTOverride uses StaticRTT instead of measurements.
+	StaticRTTOverride bool `yaml:"static_rtt_override"`
+	// Fast uses short probe and sync intervals (tests and the demo on
+	// loopback).
+	Fast bool `yaml:"fast"`
+}
+
+// AuditConfig turns on the audit log (package global/audit) when Dir is set.
+type AuditConfig struct {
+	// Dir is the audit root; this controller writes Dir/<controller id>/.
+	Dir string `yaml:"dir"`
+	// HMACKey keys the tenant and session HMACs (at least 16 bytes;
+	// base64 if prefixed "base64:"). MERIDIAN_AUDIT_KEY, when set, is used
+	// instead.
+	HMACKey string `yaml:"hmac_key"`
+	// CheckpointInterval: chain heads go into Raft this often (10s..60s);
+	// default 30s.
+	CheckpointInterval time.Duration `yaml:"checkpoint_interval"`
+	// MaxSegmentBytes and MaxSegmentAge rotate segments; defaults 64 MiB, 1h.
+	MaxSegmentBytes int64         `yaml:"max_segment_bytes"`
+	MaxSegmentAge   time.Duration `yaml:"max_segment_age"`
+}
+
+// AutoFailoverConfig is the automatic failover of the Raft leader.
+type AutoFailoverConfig struct {
+	Enabled bool `yaml:"enabled"`
+	// MinHealthyPods fails a region with fewer healthy pods; default 1.
+	MinHealthyPods int `yaml:"min_healthy_pods"`
+	// Grace a region must stay unhealthy before it is failed; default 10s.
+	Grace time.Duration `yaml:"grace"`
+	// HoldDown a recovered region must stay healthy before it takes traffic
+	// again; default 60s.
+	HoldDown time.Duration `yaml:"hold_down"`
+}
+
+// multiRegion holds the controller's cross-region components.
+type multiRegion struct {
+	node    *global.Node
+	gossip  *gossip.Node
+	audit   *audit.Log
+	control ControlPlane
+	adminH  atomic.Pointer[http.Handler]
+	adminLn net.Listener
+	adminS  *http.Server
+	sink    checkpointSink
+	genPrev uint64
+}
+
+// enabled reports whether any cross-region component is configured.
+func (c *Config) multiRegion() bool {
+	return c.Raft.DataDir != "" || len(c.Gossip.Keys) > 0 || c.Audit.Dir != "" || c.PolicyFile != ""
+}
+
+// validateMulti checks the cross-region sections.
+func (c *Config) validateMulti() error {
+	if c.Raft.DataDir != "" {
+		if c.AdminToken == "" {
+			return errors.New("config: admin_token (or MERIDIAN_ADMIN_TOKEN) is required with raft")
+		}
+		if c.Raft.Voters != 0 && c.Raft.Voters != 1 && c.Raft.Voters != 3 && c.Raft.Voters != 5 {
+			return fmt.Errorf("config: raft.voters = %d: want 1, 3 or 5", c.Raft.Voters)
+		}
+	}
+	if len(c.Gossip.Keys) > 0 {
+		if c.Audit.Dir == "" {
+			return errors.New("config: audit.dir is required with gossip: cross-region decisions must be recorded")
+		}
+		if c.HopToken == "" {
+			return errors.New("config: hop_token (or MERIDIAN_HOP_TOKEN, or admin_token) is required with gossip")
+		}
+	}
+	if c.Audit.Dir != "" {
+		if len(c.auditKey()) < audit.MinKeyBytes {
+			return fmt.Errorf("config: audit.hmac_key: at least %d bytes are required (or MERIDIAN_AUDIT_KEY)", audit.MinKeyBytes)
+		}
+	}
+	if c.PolicyFile != "" {
+		b, err := os.ReadFile(c.PolicyFile)
+		if err != nil {
+			return fmt.Errorf("config: policy_file: %w", err)
+		}
+		if _, err := residency.Parse(c.PolicyFile, b); err != nil {
+			return fmt.Errorf("config: policy_file: %w", err)
+		}
+	}
+	return nil
+}
+
+func (c *Config) auditKey() []byte {
+	k := c.Audit.HMACKey
+	if b, ok := cutPrefix(k, "base64:"); ok {
+		if d, err := base64.StdEncoding.DecodeString(b); err == nil {
+			return d
+		}
+		return nil
+	}
+	return []byte(k)
+}
+
+func cutPrefix(s, p string) (string, bool) {
+	if len(s) >= len(p) && s[:len(p)] == p {
+		return s[len(p):], true
+	}
+	return s, false
+}
+
+// ApplyEnv takes secrets from the environment: MERIDIAN_ADMIN_TOKEN,
+// MERIDIAN_HOP_TOKEN, MERIDIAN_GOSSIP_KEY, MERIDIAN_AUDIT_KEY.
+func (c *Config) ApplyEnv(getenv func(string) string) {
+	if v := getenv("MERIDIAN_ADMIN_TOKEN"); v != "" {
+		c.AdminToken = v
+	}
+	if v := getenv("MERIDIAN_HOP_TOKEN"); v != "" {
+		c.HopToken = v
+	}
+	if v := getenv("MERIDIAN_GOSSIP_KEY"); v != "" {
+		c.Gossip.Keys = []string{v}
+	}
+	if v := getenv("MERIDIAN_AUDIT_KEY"); v != "" {
+		c.Audit.HMACKey = v
+	}
+}
+
+// checkpointSink hands audit checkpoints to the Raft tier once it is up.
+type checkpointSink struct {
+	node atomic.Pointer[global.Node]
+}
+
+func (s *checkpointSink) PublishCheckpoint(ctx context.Context, cp audit.Checkpoint) error {
+	n := s.node.Load()
+	if n == nil {
+		return errors.New("raft tier not running")
+	}
+	_, err := n.AppendCheckpoint(ctx, global.Checkpoint{ControllerID: cp.Controller, Segment: cp.Segment,
+		Sequence: cp.LastSeq, HeadHash: cp.Head, Count: cp.Count, Time: cp.Time},
+		global.WriteOptions{RequestID: "ckpt/" + cp.Controller + "/" + strconv.FormatUint(cp.LastSeq, 10) + "/" + cp.Head[:min(16, len(cp.Head))], Actor: "audit:" + cp.Controller})
+	return err
+}
+
+// gossipRemotes adapts the gossip view to RemoteSource.
+type gossipRemotes struct{ node *gossip.Node }
+
+func (g gossipRemotes) Candidates(now time.Time, chain []uint64, promptTokens int, allowed func(string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
+	return g.node.View().Candidates(now, chain, promptTokens, allowed, dst)
+}
+
+func (g gossipRemotes) ForwardAddrs(region string) []string {
+	rv, ok := g.node.View().Region(region)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, c := range rv.Controllers {
+		if c.ForwardAddr != "" && c.State == gossip.StateAlive {
+			out = append(out, c.ForwardAddr)
+		}
+	}
+	return out
+}
+
+// openMulti starts the audit log, the Raft tier and the gossip pool as
+// configured, and the admin listener serving the Raft admin API and audit
+// queries. It leaves c.mr set, to be closed by closeMulti.
+func (c *Controller) openMulti(ctx context.Context, cfg *Config) error {
+	mr := &multiRegion{}
+	c.mr = mr
+	var fallback *residency.Policy
+	if cfg.PolicyFile != "" {
+		b, err := os.ReadFile(cfg.PolicyFile)
+		if err != nil {
+			return err
+		}
+		if fallback, err = residency.Parse(cfg.PolicyFile, b); err != nil {
+			return err
+		}
+	}
+
+	// Admin listener first: Raft joins and leader forwarding need it.
+	if cfg.Raft.DataDir != "" || cfg.Audit.Dir != "" {
+		ln, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			return fmt.Errorf("admin listen %s: %w", cfg.AdminListen, err)
+		}
+		mr.adminLn = ln
+		mux := http.NewServeMux()
+		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+			if h := mr.adminH.Load(); h != nil {
+				(*h).ServeHTTP(w, r)
+				return
+			}
+			writeError(w, http.StatusServiceUnavailable, "starting", "the admin API is starting")
+		})
+		mr.adminS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		c.goRun("admin-http", func() error {
+			if err := mr.adminS.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+				return err
+			}
+			return nil
+		})
+	}
+
+	if cfg.Audit.Dir != "" {
+		acfg := audit.DefaultConfig()
+		acfg.Dir, acfg.ControllerID, acfg.HMACKey = cfg.Audit.Dir, cfg.ControllerID, cfg.auditKey()
+		if cfg.Audit.CheckpointInterval > 0 {
+			acfg.CheckpointInterval = cfg.Audit.CheckpointInterval
+		}
+		if cfg.Audit.MaxSegmentBytes > 0 {
+			acfg.MaxSegmentBytes = cfg.Audit.MaxSegmentBytes
+		}
+		if cfg.Audit.MaxSegmentAge > 0 {
+			acfg.MaxSegmentAge = cfg.Audit.MaxSegmentAge
+		}
+		log, err := audit.Open(acfg, audit.Deps{Sink: &mr.sink, Registerer: c.Metrics, Logger: c.log.With("component", "audit")})
+		if err != nil {
+			return fmt.Errorf("audit: %w", err)
+		}
+		mr.audit = log
+	}
+
+	if cfg.Raft.DataDir != "" {
+		gcfg := global.DefaultConfig()
+		gcfg.NodeID, gcfg.Region, gcfg.DataDir = cfg.ControllerID, cfg.Region, cfg.Raft.DataDir
+		gcfg.RaftBind, gcfg.RaftAdvertise = cfg.Raft.Bind, cfg.Raft.Advertise
+		gcfg.AdminAddr = c.AdminURL()
+		gcfg.AdminToken = cfg.AdminToken
+		gcfg.Bootstrap, gcfg.Join = cfg.Raft.Bootstrap, cfg.Raft.Join
+		if cfg.Raft.Voters != 0 {
+			gcfg.Voters = cfg.Raft.Voters
+		}
+		if cfg.Raft.WAN {
+			gcfg.Timing = global.WANTiming()
+		}
+		gcfg.PolicyValidator, gcfg.PolicyCompiler = PolicyValidator, PolicyCompiler
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
+		node, err := global.Open(ctx, gcfg)
+		if err != nil {
+			return fmt.Errorf("raft: %w", err)
+		}
+		mr.node = node
+		mr.sink.node.Store(node)
+		if mr.control, err = NewGlobalControl(node, fallback); err != nil {
+			return err
+		}
+		if cfg.Raft.Bootstrap && fallback != nil {
+			doc, _ := os.ReadFile(cfg.PolicyFile)
+			c.goRun("bootstrap-policy", func() error { return c.applyBootstrapPolicy(node, cfg.PolicyFile, doc) })
+		}
+	} else if fallback != nil || len(cfg.Gossip.Keys) > 0 {
+		sc, err := NewStaticControl(fallback)
+		if err != nil {
+			return err
+		}
+		mr.control = sc
+	}
+
+	admin := http.NewServeMux()
+	if mr.node != nil {
+		admin.Handle("/v1/global/", mr.node.Handler())
+	}
+	if mr.audit != nil {
+		admin.Handle("/v1/audit/", bearer(cfg.AdminToken, http.StripPrefix("/v1/audit", audit.Handler(mr.audit))))
+	}
+	var h http.Handler = admin
+	mr.adminH.Store(&h)
+
+	if len(cfg.Gossip.Keys) > 0 {
+		gcfg := gossip.DefaultConfig()
+		if cfg.Gossip.Fast {
+			fastGossip(&gcfg)
+		}
+		gcfg.NodeName, gcfg.Region = cfg.ControllerID, cfg.Region
+		host, port, err := splitHostPortDefault(cfg.Gossip.Bind, "0.0.0.0", 7947)
+		if err != nil {
+			return fmt.Errorf("gossip.bind: %w", err)
+		}
+		gcfg.BindAddr, gcfg.BindPort = host, port
+		if cfg.Gossip.Advertise != "" {
+			ah, ap, err := splitHostPortDefault(cfg.Gossip.Advertise, "", 0)
+			if err != nil {
+				return fmt.Errorf("gossip.advertise: %w", err)
+			}
+			gcfg.AdvertiseAddr, gcfg.AdvertisePort = ah, ap
+		}
+		gcfg.Join, gcfg.Keys = cfg.Gossip.Join, cfg.Gossip.Keys
+		if cfg.Gossip.Label != "" {
+			gcfg.Label = cfg.Gossip.Label
+		}
+		gcfg.ForwardAddr = c.PublicURL()
+		for a, row := range cfg.Gossip.StaticRTT {
+			for b, d := range row {
+				gcfg.StaticRTT = append(gcfg.StaticRTT, gossip.StaticRTT{A: a, B: b, RTT: d})
+			}
+		}
+		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
+		node, err := gossip.Open(ctx, gcfg)
+		if err != nil {
+			return fmt.Errorf("gossip: %w", err)
+		}
+		mr.gossip = node
+		c.goRun("summary", func() error { return c.runSummaries(ctx, cfg.SummaryInterval) })
+	}
+
+	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken}
+	if mr.audit != nil {
+		topo.Audit = mr.audit
+	}
+	if mr.gossip != nil {
+		topo.Remotes = gossipRemotes{mr.gossip}
+	}
+	c.Server.SetTopology(topo)
+
+	if mr.node != nil && cfg.AutoFailover.Enabled {
+		acfg := global.DefaultAutoFailoverConfig()
+		if cfg.AutoFailover.MinHealthyPods > 0 {
+			acfg.MinHealthyPods = cfg.AutoFailover.MinHealthyPods
+		}
+		if cfg.AutoFailover.Grace > 0 {
+			acfg.Grace = cfg.AutoFailover.Grace
+		}
+		if cfg.AutoFailover.HoldDown > 0 {
+			acfg.HoldDown = cfg.AutoFailover.HoldDown
+		}
+		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(ctx, acfg, c.observeRegions) })
+	}
+	return nil
+}
+
+// fastGossip shortens memberlist's intervals for loopback clusters.
+func fastGossip(g *gossip.Config) {
+	g.ProbeInterval, g.ProbeTimeout = 200*time.Millisecond, 150*time.Millisecond
+	g.GossipInterval, g.PushPullInterval = 50*time.Millisecond, time.Second
+	g.SyncInterval, g.PullRetry = 100*time.Millisecond, 500*time.Millisecond
+	g.RetryJoinInterval = 500 * time.Millisecond
+	g.SuspicionMult = 4
+}
+
+// applyBootstrapPolicy applies the configured policy once the new cluster
+// has a leader, unless a policy is already committed.
+func (c *Controller) applyBootstrapPolicy(node *global.Node, name string, doc []byte) error {
+	for attempt := 0; ; attempt++ {
+		if _, ok := node.State().Policy(); ok {
+			return nil
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_, err := node.ApplyPolicy(ctx, name, doc, "bootstrap policy from the controller configuration",
+			global.WriteOptions{RequestID: "bootstrap-policy/" + shaHex(doc), Actor: "controller:" + c.cfg.ControllerID})
+		cancel()
+		if err == nil {
+			c.log.Info("bootstrap residency policy applied", "file", name)
+			return nil
+		}
+		if attempt > 60 {
+			return fmt.Errorf("bootstrap policy: %w", err)
+		}
+		select {
+		case <-c.stopping:
+			return nil
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func shaHex(b []byte) string {
+	s := sha256.Sum256(b)
+	return fmt.Sprintf("%x", s[:8])
+}
+
+// runSummaries builds and publishes this region's summary every interval.
+func (c *Controller) runSummaries(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := c.publishSummary(); err != nil {
+			c.log.Warn("summary not published", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+func (c *Controller) publishSummary() error {
+	now := time.Now()
+	loads := map[string]*summary.ProfileLoad{}
+	models := map[string]bool{}
+	for _, p := range c.Registry.Pods() {
+		if !c.Index.Alive(p.ID) || p.Ejected(now) {
+			continue
+		}
+		info := p.Info()
+		l := loads[info.Profile]
+		if l == nil {
+			l = &summary.ProfileLoad{Profile: info.Profile}
+			loads[info.Profile] = l
+		}
+		ld := p.Load()
+		rate, _ := c.Model.Rate(info.Profile)
+		l.Pods++
+		l.Running += int(ld.InFlight)
+		l.PendingPrefillTokens += int64(backlogTokens(p, now, rate))
+		if info.Model != "" {
+			models[info.Model] = true
+		}
+	}
+	in := summary.Input{Region: c.cfg.Region, Generation: summary.NextGeneration(c.mr.genPrev, now), BuiltAt: now, BlockSize: c.cfg.BlockSize}
+	for m := range models {
+		in.Models = append(in.Models, m)
+	}
+	for _, l := range loads {
+		in.Load = append(in.Load, *l)
+	}
+	s, err := summary.FromIndex(c.Index, in, summary.DefaultBuildConfig())
+	if err != nil {
+		return err
+	}
+	if err := c.mr.gossip.Publish(s); err != nil {
+		return err
+	}
+	c.mr.genPrev = in.Generation
+	return nil
+}
+
+// observeRegions feeds the automatic failover: per region, its controllers
+// and their liveness (gossip), and its healthy pods (this region from the
+// registry, the others from their summaries).
+func (c *Controller) observeRegions(context.Context) global.Observations {
+	obs := global.Observations{}
+	now := time.Now()
+	healthy := 0
+	for _, p := range c.Registry.Pods() {
+		if c.Index.Alive(p.ID) && !p.Ejected(now) && p.Info().Endpoint != "" {
+			healthy++
+		}
+	}
+	obs[c.cfg.Region] = global.RegionObservation{Controllers: 1, HealthyPods: healthy}
+	if c.mr.gossip == nil {
+		return obs
+	}
+	for _, rv := range c.mr.gossip.View().Regions {
+		if rv.Region == c.cfg.Region {
+			continue
+		}
+		o := global.RegionObservation{Controllers: len(rv.Controllers), HealthyPods: -1}
+		for _, ctl := range rv.Controllers {
+			if ctl.State == gossip.StateDead {
+				o.DeadControllers++
+			}
+		}
+		if rv.Summary != nil {
+			o.HealthyPods = rv.Summary.Totals().Pods
+		}
+		obs[rv.Region] = o
+	}
+	return obs
+}
+
+// closeMulti stops the cross-region components: gossip first (the region
+// leaves the pool), then the audit log (its last checkpoint goes to Raft),
+// then the Raft node, then the admin listener.
+func (c *Controller) closeMulti(ctx context.Context) error {
+	mr := c.mr
+	if mr == nil {
+		return nil
+	}
+	var errs []error
+	if mr.gossip != nil {
+		errs = append(errs, mr.gossip.Close())
+	}
+	if mr.audit != nil {
+		errs = append(errs, mr.audit.Close())
+	}
+	if mr.node != nil {
+		errs = append(errs, mr.node.Close(ctx))
+	}
+	if mr.adminS != nil {
+		errs = append(errs, mr.adminS.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// bearer requires "Authorization: Bearer <token>" (constant-time compare of
+// SHA-256 digests, so the comparison does not leak the token's length).
+func bearer(token string, next http.Handler) http.Handler {
+	want := sha256.Sum256([]byte(token))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := cutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		gh := sha256.Sum256([]byte(got))
+		if token == "" || !ok || subtle.ConstantTimeCompare(gh[:], want[:]) != 1 {
+			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func splitHostPortDefault(addr, defHost string, defPort int) (string, int, error) {
+	if addr == "" {
+		return defHost, defPort, nil
+	}
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("port %q", p)
+	}
+	return h, port, nil
+}

@@ -1,0 +1,329 @@
+// Package fleet starts a whole multi-region Meridian system in one process
+// on loopback: a Kafka-protocol broker (franz-go's kfake), engine simulators
+// per region publishing their KV events to it, and one controller per region
+// forming the Raft and gossip clusters, with a residency policy and an audit
+// log. The demo, the failover drill and the cross-region tests run on it.
+//
+// Every port is ephemeral (127.0.0.1:0); state lives under Config.Dir.
+// Start returns once every controller is ready: the Raft cluster has a
+// leader with every controller a member, the residency policy is committed,
+// every pod is registered, and every region has every other region's
+// summary. Close stops everything, traffic first.
+package fleet
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/residency"
+	"github.com/meridian-llm/meridian/scenarios/enginesim"
+)
+
+// ExamplePolicy is deploy/policies/example.yaml (a test keeps the two
+// identical): zones us (us-east-1, us-west-2) and eu (eu-west-1), and an EU
+// health tenant whose PHI never leaves the EU.
+//
+//go:embed policy.yaml
+var ExamplePolicy []byte
+
+// RegionSpec describes one region.
+type RegionSpec struct {
+	Name        string
+	Pods        int    // engine simulators; default 2
+	Hardware    string // engine profile; default "h100"
+	CacheBlocks int    // per pod, 16-token blocks; default the profile's
+}
+
+// Config describes the fleet.
+type Config struct {
+	// Regions; default us-east-1, us-west-2, eu-west-1 with 2 pods each.
+	Regions []RegionSpec
+	// Dir holds Raft data and audit logs; default a new temporary directory
+	// removed by Close.
+	Dir string
+	// Policy is the residency policy document; default ExamplePolicy.
+	Policy []byte
+	// RTT between regions (symmetric, by "a|b" with a < b); used as the
+	// gossip static RTT override so decisions see these values.
+	RTT map[string]time.Duration
+	// TimeScale of the engine simulators (1: real time); default 0.2.
+	TimeScale float64
+	// Model served; default "meridian/sim-70b".
+	Model string
+	// MaxTokens is the engines' default output length; default 16.
+	MaxTokens int
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Controller adjusts each controller's configuration before it starts.
+	Controller func(region string, c *regional.Config)
+}
+
+// DefaultRTT is the brief's matrix: us-east-1<->us-west-2 65 ms,
+// <->eu-west-1 75 ms, us-west-2<->eu-west-1 140 ms, and ap-southeast-1 220 ms
+// from us-east-1.
+func DefaultRTT() map[string]time.Duration {
+	return map[string]time.Duration{
+		key("us-east-1", "us-west-2"):      65 * time.Millisecond,
+		key("us-east-1", "eu-west-1"):      75 * time.Millisecond,
+		key("us-west-2", "eu-west-1"):      140 * time.Millisecond,
+		key("us-east-1", "ap-southeast-1"): 220 * time.Millisecond,
+		key("us-west-2", "ap-southeast-1"): 160 * time.Millisecond,
+		key("eu-west-1", "ap-southeast-1"): 240 * time.Millisecond,
+	}
+}
+
+func key(a, b string) string {
+	if b < a {
+		a, b = b, a
+	}
+	return a + "|" + b
+}
+
+// Region is one running region.
+type Region struct {
+	Name       string
+	Controller *regional.Controller
+	Engines    []*enginesim.Engine
+}
+
+// Fleet is the running system.
+type Fleet struct {
+	Broker     *kfake.Cluster
+	Regions    []*Region
+	AdminToken string
+	Dir        string
+	cfg        Config
+	ownDir     bool
+}
+
+// Region returns a region by name.
+func (f *Fleet) Region(name string) *Region {
+	for _, r := range f.Regions {
+		if r.Name == name {
+			return r
+		}
+	}
+	return nil
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// Start brings the fleet up and waits until it is ready (or ctx ends).
+func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
+	if len(cfg.Regions) == 0 {
+		cfg.Regions = []RegionSpec{{Name: "us-east-1"}, {Name: "us-west-2"}, {Name: "eu-west-1"}}
+	}
+	for i := range cfg.Regions {
+		if cfg.Regions[i].Pods == 0 {
+			cfg.Regions[i].Pods = 2
+		}
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = ExamplePolicy
+	}
+	if _, err := residency.Parse("policy.yaml", cfg.Policy); err != nil {
+		return nil, fmt.Errorf("fleet policy: %w", err)
+	}
+	if cfg.RTT == nil {
+		cfg.RTT = DefaultRTT()
+	}
+	if cfg.TimeScale == 0 {
+		cfg.TimeScale = 0.2
+	}
+	if cfg.Model == "" {
+		cfg.Model = enginesim.DefaultConfig().Model
+	}
+	if cfg.MaxTokens == 0 {
+		cfg.MaxTokens = 16
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	f = &Fleet{cfg: cfg, AdminToken: randomHex(16), Dir: cfg.Dir}
+	if f.Dir == "" {
+		if f.Dir, err = os.MkdirTemp("", "meridian-fleet-"); err != nil {
+			return nil, err
+		}
+		f.ownDir = true
+	}
+	defer func() {
+		if err != nil {
+			cctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			_ = f.Close(cctx)
+			cancel()
+			f = nil
+		}
+	}()
+	if f.Broker, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4)); err != nil {
+		return f, err
+	}
+	policyFile := filepath.Join(f.Dir, "policy.yaml")
+	if err := os.WriteFile(policyFile, cfg.Policy, 0o600); err != nil {
+		return f, err
+	}
+	gossipKey := base64.StdEncoding.EncodeToString([]byte(randomHex(16)))
+	auditKey := randomHex(16)
+
+	var seedAdmin, seedGossip string
+	for i, spec := range cfg.Regions {
+		r := &Region{Name: spec.Name}
+		f.Regions = append(f.Regions, r)
+		for p := 0; p < spec.Pods; p++ {
+			ec := enginesim.DefaultConfig()
+			ec.Name = fmt.Sprintf("%s-pod-%d", spec.Name, p)
+			ec.Region, ec.Model, ec.TimeScale, ec.DefaultMaxTokens = spec.Name, cfg.Model, cfg.TimeScale, cfg.MaxTokens
+			ec.HashSeed = spec.Name
+			if spec.Hardware != "" {
+				ec.Hardware = spec.Hardware
+				prof := enginesim.Profiles()[spec.Hardware]
+				ec.Timing, ec.CacheBlocks, ec.MaxConcurrency = prof.Timing, prof.CacheBlocks, prof.MaxConcurrency
+			}
+			if spec.CacheBlocks > 0 {
+				ec.CacheBlocks = spec.CacheBlocks
+			}
+			ec.Kafka = &enginesim.KafkaConfig{Brokers: f.Broker.ListenAddrs()}
+			e, err := enginesim.Open(ec)
+			if err != nil {
+				return f, fmt.Errorf("engine %s: %w", ec.Name, err)
+			}
+			r.Engines = append(r.Engines, e)
+		}
+
+		rc := regional.DefaultConfig()
+		rc.Region, rc.ControllerID = spec.Name, "ctl-"+spec.Name
+		rc.Listen, rc.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+		rc.Kafka.Brokers = f.Broker.ListenAddrs()
+		rc.Models = []regional.ModelConfig{{Name: cfg.Model, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
+		rc.AdminToken, rc.HopToken = f.AdminToken, f.AdminToken
+		rc.PolicyFile = policyFile
+		rc.ScrapeInterval = 200 * time.Millisecond
+		rc.SummaryInterval = 500 * time.Millisecond
+		rc.Raft = regional.RaftConfig{DataDir: filepath.Join(f.Dir, spec.Name, "raft"), Bind: "127.0.0.1:0", Bootstrap: i == 0, Voters: 3}
+		if i > 0 {
+			rc.Raft.Join = []string{seedAdmin}
+		}
+		rc.Gossip = regional.GossipConfig{Bind: "127.0.0.1:0", Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
+			StaticRTT: map[string]map[string]time.Duration{}, StaticRTTOverride: true}
+		if i > 0 {
+			rc.Gossip.Join = []string{seedGossip}
+		}
+		for k, d := range cfg.RTT {
+			a, b, _ := strings.Cut(k, "|")
+			if rc.Gossip.StaticRTT[a] == nil {
+				rc.Gossip.StaticRTT[a] = map[string]time.Duration{}
+			}
+			rc.Gossip.StaticRTT[a][b] = d
+		}
+		rc.Audit = regional.AuditConfig{Dir: filepath.Join(f.Dir, "audit"), HMACKey: auditKey, CheckpointInterval: 10 * time.Second}
+		if cfg.Controller != nil {
+			cfg.Controller(spec.Name, &rc)
+		}
+		ctl, err := regional.Open(rc, cfg.Logger.With("controller", rc.ControllerID))
+		if err != nil {
+			return f, fmt.Errorf("controller %s: %w", spec.Name, err)
+		}
+		r.Controller = ctl
+		if i == 0 {
+			seedAdmin = ctl.AdminURL()
+			seedGossip = ctl.Gossip().Addr()
+		}
+	}
+	return f, f.WaitReady(ctx)
+}
+
+// WaitReady waits until the fleet can serve: a Raft leader with every
+// controller a member, the policy committed, every pod registered with its
+// endpoint, every region holding every other region's summary.
+func (f *Fleet) WaitReady(ctx context.Context) error {
+	t := time.NewTicker(20 * time.Millisecond)
+	defer t.Stop()
+	for {
+		why := f.notReady()
+		if why == "" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("fleet not ready: %s: %w", why, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func (f *Fleet) notReady() string {
+	for _, r := range f.Regions {
+		c := r.Controller
+		h := c.Global().Health()
+		if h.Leader == "" {
+			return r.Name + ": no raft leader"
+		}
+		st := c.Global().State()
+		if _, ok := st.Policy(); !ok {
+			return r.Name + ": no policy committed"
+		}
+		if len(st.Members()) < len(f.Regions) {
+			return fmt.Sprintf("%s: %d raft members", r.Name, len(st.Members()))
+		}
+		n := 0
+		for _, p := range c.Registry.Pods() {
+			if p.Info().Endpoint != "" {
+				n++
+			}
+		}
+		if n < len(r.Engines) {
+			return fmt.Sprintf("%s: %d of %d pods registered", r.Name, n, len(r.Engines))
+		}
+		view := c.Gossip().View()
+		for _, o := range f.Regions {
+			if o.Name == r.Name {
+				continue
+			}
+			rv, ok := view.Region(o.Name)
+			if !ok || rv.Summary == nil || !rv.Live {
+				return fmt.Sprintf("%s: no summary of %s yet", r.Name, o.Name)
+			}
+		}
+	}
+	return ""
+}
+
+// Close stops the controllers, then the engines, then the broker.
+func (f *Fleet) Close(ctx context.Context) error {
+	var errs []error
+	for _, r := range slices.Backward(f.Regions) {
+		if r.Controller != nil {
+			errs = append(errs, r.Controller.Close(ctx))
+		}
+	}
+	for _, r := range f.Regions {
+		for _, e := range r.Engines {
+			errs = append(errs, e.Close(ctx))
+		}
+	}
+	if f.Broker != nil {
+		f.Broker.Close()
+	}
+	if f.ownDir {
+		errs = append(errs, os.RemoveAll(f.Dir))
+	}
+	return errors.Join(errs...)
+}
