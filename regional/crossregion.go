@@ -81,24 +81,48 @@ type denial struct {
 	version string
 }
 
+// placed is a request after residency and placement.
+type placed struct {
+	// pl is nil when the request is served here without a choice: a
+	// single-region controller, or a request forwarded in.
+	pl         *Placement
+	entry      audit.Entry // filled for the audit records of this request
+	decisionID string
+}
+
 // routeAndServe applies residency and region state, places the request
 // (this region or another) and serves it.
 func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed, route string) {
+	pr, ok := s.placeRequest(w, r, p, route)
+	switch {
+	case !ok:
+	case pr.pl == nil:
+		s.serveLocal(w, r, p, route, nil)
+	case !pr.pl.Remote:
+		s.serveLocal(w, r, p, route, pr.pl.Local)
+	default:
+		s.serveRemote(w, r, p, route, pr.pl, pr.entry)
+	}
+}
+
+// placeRequest evaluates residency (with the hop's origin for a request
+// forwarded in, which is then served here or nowhere), checks region states
+// and places the request. When it returns false it has answered the client.
+func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed, route string) (placed, bool) {
 	t := s.topo
 	if t.Control == nil {
 		if r.Header.Get(HeaderHop) != "" {
 			s.fail(w, route, http.StatusUnauthorized, "invalid_hop", "this controller does not accept forwarded requests")
-			return
+			return placed{}, false
 		}
-		s.serveLocal(w, r, p, route, nil)
-		return
+		return placed{decisionID: newDecisionID()}, true
 	}
 	origin := t.Region
 	hop := r.Header.Get(HeaderHop)
 	if hop != "" {
 		if t.HopToken == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderHopAuth)), []byte(t.HopToken)) != 1 {
 			s.fail(w, route, http.StatusUnauthorized, "invalid_hop", "forwarded request without a valid %s", HeaderHopAuth)
-			return
+			return placed{}, false
 		}
 		origin = hop
 	}
@@ -111,31 +135,31 @@ func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed
 	pol, version, err := t.Control.Policy()
 	if err != nil {
 		s.fail(w, route, http.StatusServiceUnavailable, "residency_policy_unavailable", "no usable residency policy, so nothing is served: %v", err)
-		return
+		return placed{}, false
 	}
 	attrs := residency.Attributes{Tenant: r.Header.Get(HeaderTenant), DataClass: r.Header.Get(HeaderDataClass),
 		OriginRegion: origin, Session: p.route.SessionID, Model: p.body.Model}
 	rd := pol.Evaluate(attrs)
 	entry := audit.Entry{DecisionID: decisionID, RequestID: p.route.RequestID, Tenant: attrs.Tenant, Session: attrs.Session,
 		Origin: origin, DataClass: attrs.DataClass, Rule: ruleName(rd), PolicyVersion: version}
+	pr := placed{entry: entry, decisionID: decisionID}
 
 	if rd.Allowed.Empty() || (hop != "" && !rd.Allows(t.Region)) {
 		s.deny(w, r, route, entry, denial{status: http.StatusUnavailableForLegalReasons, code: "residency_denied",
 			message: "residency policy forbids serving this request here: " + rd.Reason(), rule: entry.Rule, version: version})
-		return
+		return pr, false
 	}
 	if hop != "" {
 		// Forwarded in: served here or nowhere (a request crosses at most once).
 		if !t.Control.Routable(t.Region) {
 			s.fail(w, route, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, t.Control.RegionState(t.Region))
-			return
+			return pr, false
 		}
 		in := entry
 		in.Kind, in.Region = audit.KindForwardedIn, t.Region
 		s.record(r.Context(), in)
 		s.m.forwardedIn.WithLabelValues(origin).Inc()
-		s.serveLocal(w, r, p, route, nil)
-		return
+		return pr, true
 	}
 
 	localOK := rd.Allows(t.Region) && t.Control.Routable(t.Region)
@@ -151,16 +175,13 @@ func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed
 			s.m.residencyNoRegion.Inc()
 			s.fail(w, route, http.StatusServiceUnavailable, "residency_no_healthy_region",
 				"no region the residency policy allows (%s) can serve the request: %v", strings.Join(rd.Regions(), ", "), err)
-			return
+			return pr, false
 		}
 		s.decisionError(w, route, err)
-		return
+		return pr, false
 	}
-	if !pl.Remote {
-		s.serveLocal(w, r, p, route, pl.Local)
-		return
-	}
-	s.serveRemote(w, r, p, route, pl, entry)
+	pr.pl = pl
+	return pr, true
 }
 
 // serveRemote sends the request to the placed region: the decision is

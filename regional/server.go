@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
@@ -259,15 +260,27 @@ func (s *Server) decisionError(w http.ResponseWriter, route string, err error) {
 	}
 }
 
-// RouteResponse is the body of POST /v1/route.
+// RouteResponse is the body of POST /v1/route: where the request should
+// go. Region is this controller's region or, with Remote, the region to
+// forward to (ForwardTo is one of its controllers); Decision is the pod
+// decision in this region (when this region may serve); Cost explains a
+// cross-region choice.
 type RouteResponse struct {
 	DecisionID string `json:"decision_id"`
+	Region     string `json:"region,omitempty"`
+	Remote     bool   `json:"remote,omitempty"`
+	ForwardTo  string `json:"forward_to,omitempty"`
 	*Decision
-	PromptTokens int `json:"prompt_tokens"`
-	Blocks       int `json:"blocks"`
-	BlockSize    int `json:"block_size"`
+	Cost         json.RawMessage `json:"cost,omitempty"`
+	PromptTokens int             `json:"prompt_tokens"`
+	Blocks       int             `json:"blocks"`
+	BlockSize    int             `json:"block_size"`
 }
 
+// serveRoute answers POST /v1/route: the same decision the proxy makes
+// (residency, region state, cross-region placement, pod), without serving.
+// A cross-region answer is recorded in the audit log like a forwarded
+// request (and is not given if it cannot be recorded).
 func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	kind := tokenize.Chat
 	if r.URL.Query().Get("kind") == "completion" {
@@ -289,15 +302,46 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 		r2.route.Chain, r2.route.PromptTokens = prompt.Chain, len(prompt.IDs)
 		p = &r2
 	}
-	d, err := s.decide(p)
-	if err != nil {
-		s.decisionError(w, "route", err)
+	pr, ok := s.placeRequest(w, r, p, "route")
+	if !ok {
 		return
+	}
+	resp := RouteResponse{DecisionID: pr.decisionID, Region: s.region, PromptTokens: p.route.PromptTokens,
+		Blocks: len(p.route.Chain), BlockSize: p.route.BlockSize}
+	switch {
+	case pr.pl == nil:
+		d, err := s.decide(p)
+		if err != nil {
+			s.decisionError(w, "route", err)
+			return
+		}
+		resp.Decision = d
+	case !pr.pl.Remote:
+		resp.Decision = pr.pl.Local
+		resp.Cost = costJSON(pr.pl, pr.pl.Cost.Winner)
+	default:
+		pl := pr.pl
+		e := pr.entry
+		e.Kind, e.Region, e.Cost = audit.KindCrossRegion, pl.Region, costJSON(pl, pl.Cost.Winner)
+		if err := s.topo.Audit.Append(r.Context(), e); err != nil {
+			s.m.auditFailures.Inc()
+			if pl.Local == nil {
+				s.fail(w, "route", http.StatusServiceUnavailable, "audit_unavailable",
+					"the cross-region decision could not be recorded, so it is not given: %v", err)
+				return
+			}
+			resp.Decision = pl.Local // stay home rather than cross unrecorded
+			break
+		}
+		s.m.crossRegion.WithLabelValues(pl.Region).Inc()
+		resp.Region, resp.Remote, resp.Cost = pl.Region, true, e.Cost
+		if addrs := s.topo.Remotes.ForwardAddrs(pl.Region); len(addrs) > 0 {
+			resp.ForwardTo = addrs[0]
+		}
 	}
 	s.dec.Sessions().End(p.route.SessionID, s.now()) // we will not see the request's end
 	s.m.requests.WithLabelValues("route", "200").Inc()
-	writeJSON(w, http.StatusOK, RouteResponse{DecisionID: newDecisionID(), Decision: d,
-		PromptTokens: p.route.PromptTokens, Blocks: len(p.route.Chain), BlockSize: p.route.BlockSize})
+	writeJSON(w, http.StatusOK, resp)
 }
 
 func (s *Server) serveModels(w http.ResponseWriter, _ *http.Request) {

@@ -1,0 +1,371 @@
+package kvbridge
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.yaml.in/yaml/v3"
+)
+
+// Config configures a Bridge. Durations are YAML strings such as "5s".
+type Config struct {
+	// Region names the default topic. Required unless Topic is set.
+	Region string `yaml:"region"`
+	// Brokers are Kafka seed addresses (host:port). Required.
+	Brokers []string `yaml:"brokers"`
+	// Topic; default "meridian.kv-events.<Region>".
+	Topic string `yaml:"topic"`
+	// Pods are the engines to subscribe to. At least one.
+	Pods []PodConfig `yaml:"pods"`
+
+	// BatchTimeout is the Kafka writer's linger; default 2ms (kafka-go's own
+	// 1s would delay every batch by a second).
+	BatchTimeout time.Duration `yaml:"batch_timeout"`
+	// WriteTimeout bounds one Kafka write; default 10s.
+	WriteTimeout time.Duration `yaml:"write_timeout"`
+	// MaxMessageBytes bounds one Kafka message (kafka-go's BatchBytes);
+	// default 1 MiB, Kafka's default message.max.bytes. A larger batch is
+	// dropped and counted (meridian_kvbridge_produce_errors_total{kind="too_large"}).
+	MaxMessageBytes int64 `yaml:"max_message_bytes"`
+	// DialTimeout bounds one ZMQ connect plus its ZMTP handshake; default 5s.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// ReplayTimeout bounds one replay exchange with an engine's ROUTER
+	// socket (connect, request, every reply up to the end marker); default 5s.
+	ReplayTimeout time.Duration `yaml:"replay_timeout"`
+	// BackoffMin and BackoffMax bound the delay between reconnect attempts
+	// and Kafka write retries; defaults 100ms and 5s (llm-d retries its ZMQ
+	// subscriber every 5s).
+	BackoffMin time.Duration `yaml:"backoff_min"`
+	BackoffMax time.Duration `yaml:"backoff_max"`
+	// QueueSize bounds the batches held per pod connection between the ZMQ
+	// reader and the Kafka writer; when full, the reader stops reading and
+	// the engine's PUB socket drops for this subscriber (a gap, repaired by
+	// replay). Default 4096.
+	QueueSize int `yaml:"queue_size"`
+	// MaxWriteBatch bounds the Kafka messages handed to one write; default 512.
+	MaxWriteBatch int `yaml:"max_write_batch"`
+	// SkipValidation turns off decoding each payload with regional/kvevents.
+	// Decoding counts malformed payloads (they are forwarded all the same:
+	// see the package doc) and reads the data-parallel rank from the
+	// envelope; without it, the rank is the connection's.
+	SkipValidation bool `yaml:"skip_validation"`
+
+	// Logger; nil = discard.
+	Logger *slog.Logger `yaml:"-"`
+	// Registerer receives the metrics; nil = a private registry (never the
+	// global one).
+	Registerer prometheus.Registerer `yaml:"-"`
+	// Now is the clock of latency metrics and logs' rate limits; nil =
+	// time.Now.
+	Now func() time.Time `yaml:"-"`
+}
+
+// PodConfig is one engine (or, with Bind, one listening endpoint that many
+// engines connect to).
+type PodConfig struct {
+	// Name is the pod name: the Kafka key and the pod header. Empty: taken
+	// from each message's topic "kv@<pod>@<model>" (llm-d's convention); a
+	// message whose topic does not follow it is dropped and counted.
+	Name string `yaml:"name"`
+	// Endpoint is the engine's PUB socket, e.g. "tcp://10.0.0.7:5557" or
+	// "ipc:///run/vllm/kv". Required.
+	Endpoint string `yaml:"endpoint"`
+	// Bind makes the bridge listen on Endpoint (e.g. "tcp://*:5557") for
+	// engines that connect: vLLM connects when its endpoint has neither "*"
+	// nor "::" and is not ipc.
+	Bind bool `yaml:"bind"`
+	// ReplayEndpoint is the engine's ROUTER socket (vLLM's replay_endpoint,
+	// e.g. "tcp://10.0.0.7:5558"). Empty: gaps cannot be repaired, only
+	// counted. With Bind, every pod connecting there is asked at this one
+	// endpoint, so give it only for a single pod.
+	ReplayEndpoint string `yaml:"replay_endpoint"`
+	// Model goes in the model header; empty: from the topic when it follows
+	// the convention, else no header (the ingester then needs a PodUp or its
+	// default model).
+	Model string `yaml:"model"`
+	// Hardware goes in the hardware header (e.g. "h100"); empty: none.
+	Hardware string `yaml:"hardware"`
+	// Subscribe is the topic prefix subscribed to; default "" (everything).
+	Subscribe string `yaml:"subscribe"`
+	// DataParallelSize subscribes to ranks 0..n-1 of a vLLM data-parallel
+	// deployment, whose rank r publishes at the endpoints offset as vLLM
+	// offsets them (tcp port + r, ipc path + "_dp<r>"). Default 1.
+	DataParallelSize int `yaml:"data_parallel_size"`
+}
+
+// DefaultConfig returns the defaults documented on Config (no brokers, no
+// pods).
+func DefaultConfig() Config {
+	return Config{
+		BatchTimeout:    2 * time.Millisecond,
+		WriteTimeout:    10 * time.Second,
+		MaxMessageBytes: 1 << 20,
+		DialTimeout:     5 * time.Second,
+		ReplayTimeout:   5 * time.Second,
+		BackoffMin:      100 * time.Millisecond,
+		BackoffMax:      5 * time.Second,
+		QueueSize:       4096,
+		MaxWriteBatch:   512,
+	}
+}
+
+// TopicFor is the default topic of a region (the ingester's).
+func TopicFor(region string) string { return "meridian.kv-events." + region }
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	setDur := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def
+		}
+	}
+	setDur(&c.BatchTimeout, d.BatchTimeout)
+	setDur(&c.WriteTimeout, d.WriteTimeout)
+	setDur(&c.DialTimeout, d.DialTimeout)
+	setDur(&c.ReplayTimeout, d.ReplayTimeout)
+	setDur(&c.BackoffMin, d.BackoffMin)
+	setDur(&c.BackoffMax, d.BackoffMax)
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = d.MaxMessageBytes
+	}
+	if c.QueueSize == 0 {
+		c.QueueSize = d.QueueSize
+	}
+	if c.MaxWriteBatch == 0 {
+		c.MaxWriteBatch = d.MaxWriteBatch
+	}
+	if c.Topic == "" && c.Region != "" {
+		c.Topic = TopicFor(c.Region)
+	}
+	pods := make([]PodConfig, len(c.Pods))
+	for i, p := range c.Pods {
+		if p.DataParallelSize == 0 {
+			p.DataParallelSize = 1
+		}
+		pods[i] = p
+	}
+	c.Pods = pods
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Registerer == nil {
+		c.Registerer = prometheus.NewRegistry()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Validate reports the first invalid field of c (after defaults), naming it
+// and the bad value.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if len(c.Brokers) == 0 {
+		return errors.New("kvbridge config: brokers: at least one Kafka broker (host:port) is required")
+	}
+	for i, b := range c.Brokers {
+		if _, _, err := net.SplitHostPort(b); err != nil {
+			return fmt.Errorf("kvbridge config: brokers[%d] %q: want host:port", i, b)
+		}
+	}
+	if c.Topic == "" {
+		return errors.New("kvbridge config: region: required to name the topic (or set topic)")
+	}
+	if len(c.Pods) == 0 {
+		return errors.New("kvbridge config: pods: at least one pod endpoint is required")
+	}
+	durs := []struct {
+		name string
+		v    time.Duration
+	}{{"batch_timeout", c.BatchTimeout}, {"write_timeout", c.WriteTimeout}, {"dial_timeout", c.DialTimeout},
+		{"replay_timeout", c.ReplayTimeout}, {"backoff_min", c.BackoffMin}, {"backoff_max", c.BackoffMax}}
+	for _, d := range durs {
+		if d.v < 0 {
+			return fmt.Errorf("kvbridge config: %s %v: must be > 0", d.name, d.v)
+		}
+	}
+	switch {
+	case c.BackoffMax < c.BackoffMin:
+		return fmt.Errorf("kvbridge config: backoff_max %v: must be >= backoff_min %v", c.BackoffMax, c.BackoffMin)
+	case c.MaxMessageBytes < 1:
+		return fmt.Errorf("kvbridge config: max_message_bytes %d: must be >= 1", c.MaxMessageBytes)
+	case c.QueueSize < 1:
+		return fmt.Errorf("kvbridge config: queue_size %d: must be >= 1", c.QueueSize)
+	case c.MaxWriteBatch < 1:
+		return fmt.Errorf("kvbridge config: max_write_batch %d: must be >= 1", c.MaxWriteBatch)
+	}
+	names := map[string]int{}
+	endpoints := map[string]int{}
+	for i, p := range c.Pods {
+		field := fmt.Sprintf("kvbridge config: pods[%d]", i)
+		if p.Name != "" {
+			if j, dup := names[p.Name]; dup {
+				return fmt.Errorf("%s.name %q: already used by pods[%d]", field, p.Name, j)
+			}
+			names[p.Name] = i
+		}
+		if p.Endpoint == "" {
+			return fmt.Errorf("%s.endpoint: required (e.g. tcp://10.0.0.7:5557)", field)
+		}
+		if p.DataParallelSize < 1 || p.DataParallelSize > 1024 {
+			return fmt.Errorf("%s.data_parallel_size %d: want 1..1024", field, p.DataParallelSize)
+		}
+		for r := 0; r < p.DataParallelSize; r++ {
+			ep, err := parseEndpoint(p.Endpoint, r, p.Bind)
+			if err != nil {
+				return fmt.Errorf("%s.endpoint: %w", field, err)
+			}
+			if j, dup := endpoints[ep.String()]; dup {
+				return fmt.Errorf("%s.endpoint %q: %s is also pods[%d]'s", field, p.Endpoint, ep, j)
+			}
+			endpoints[ep.String()] = i
+			if p.ReplayEndpoint != "" {
+				if _, err := parseEndpoint(p.ReplayEndpoint, r, false); err != nil {
+					return fmt.Errorf("%s.replay_endpoint: %w", field, err)
+				}
+			}
+		}
+		if strings.ContainsAny(p.Name, "\x00") {
+			return fmt.Errorf("%s.name %q: contains a NUL byte", field, p.Name)
+		}
+	}
+	return nil
+}
+
+// LoadConfig reads a YAML configuration file over DefaultConfig; unknown
+// keys are errors.
+func LoadConfig(path string) (Config, error) {
+	cfg := DefaultConfig()
+	f, err := os.Open(path)
+	if err != nil {
+		return cfg, fmt.Errorf("load kvbridge config: %w", err)
+	}
+	defer f.Close()
+	dec := yaml.NewDecoder(f)
+	dec.KnownFields(true)
+	if err := dec.Decode(&cfg); err != nil {
+		return cfg, fmt.Errorf("load kvbridge config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParsePodFlag parses the command line's pod syntax:
+// "name=tcp://host:5557[,replay=tcp://host:5558][,model=M][,hardware=H][,dp=N][,bind]".
+// An empty name ("=tcp://...", or no "name=" at all: "tcp://...") takes
+// pod names from the topics.
+func ParsePodFlag(s string) (PodConfig, error) {
+	var p PodConfig
+	parts := strings.Split(s, ",")
+	first := parts[0]
+	if i := strings.Index(first, "="); i >= 0 && !strings.Contains(first[:i], "://") {
+		p.Name, p.Endpoint = first[:i], first[i+1:]
+	} else {
+		p.Endpoint = first
+	}
+	if p.Endpoint == "" {
+		return p, fmt.Errorf("pod %q: no endpoint (want name=tcp://host:port)", s)
+	}
+	for _, kv := range parts[1:] {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "replay":
+			p.ReplayEndpoint = v
+		case "model":
+			p.Model = v
+		case "hardware":
+			p.Hardware = v
+		case "subscribe":
+			p.Subscribe = v
+		case "dp":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return p, fmt.Errorf("pod %q: dp=%q: not an integer", s, v)
+			}
+			p.DataParallelSize = n
+		case "bind":
+			p.Bind = v == "" || v == "true"
+		default:
+			return p, fmt.Errorf("pod %q: unknown option %q (want replay, model, hardware, subscribe, dp or bind)", s, k)
+		}
+	}
+	return p, nil
+}
+
+// endpoint is a parsed tcp:// or ipc:// endpoint.
+type endpoint struct {
+	network string // "tcp" or "unix"
+	addr    string // host:port or socket path
+	bind    bool
+}
+
+func (e endpoint) String() string {
+	if e.network == "unix" {
+		return "ipc://" + e.addr
+	}
+	return "tcp://" + e.addr
+}
+
+// parseEndpoint parses an endpoint for rank r of a data-parallel deployment
+// (vLLM: tcp port + r; ipc path + "_dp<r>" for r > 0). A dialed tcp
+// endpoint needs a host and a port > 0; a bound one may use "*" (every
+// interface) and port 0 (ephemeral).
+func parseEndpoint(ep string, rank int, bind bool) (endpoint, error) {
+	switch {
+	case strings.HasPrefix(ep, "ipc://"):
+		path := strings.TrimPrefix(ep, "ipc://")
+		if path == "" {
+			return endpoint{}, fmt.Errorf("%q: empty ipc path", ep)
+		}
+		if rank > 0 {
+			path += "_dp" + strconv.Itoa(rank)
+		}
+		return endpoint{network: "unix", addr: path, bind: bind}, nil
+	case strings.HasPrefix(ep, "inproc://"):
+		return endpoint{}, fmt.Errorf("%q: inproc endpoints exist only inside one libzmq process; use ipc:// or tcp://", ep)
+	case strings.HasPrefix(ep, "tcp://"):
+		host, port, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://"))
+		if err != nil {
+			return endpoint{}, fmt.Errorf("%q: want tcp://host:port: %v", ep, err)
+		}
+		n, err := strconv.Atoi(port)
+		if err != nil || n < 0 || n+rank > 65535 {
+			return endpoint{}, fmt.Errorf("%q: port %q: want 0..65535", ep, port)
+		}
+		if host == "*" {
+			if !bind {
+				return endpoint{}, fmt.Errorf("%q: cannot connect to \"*\" (name the engine's host, or set bind)", ep)
+			}
+			host = ""
+		}
+		if !bind && (host == "" || n == 0) {
+			return endpoint{}, fmt.Errorf("%q: connecting needs a host and a port > 0", ep)
+		}
+		if n > 0 {
+			n += rank
+		}
+		return endpoint{network: "tcp", addr: net.JoinHostPort(host, strconv.Itoa(n)), bind: bind}, nil
+	}
+	return endpoint{}, fmt.Errorf("%q: want tcp://host:port or ipc://path", ep)
+}
+
+// parseTopic splits llm-d's topic convention "kv@<pod>@<model>".
+func parseTopic(topic string) (pod, model string, ok bool) {
+	rest, found := strings.CutPrefix(topic, "kv@")
+	if !found {
+		return "", "", false
+	}
+	pod, model, found = strings.Cut(rest, "@")
+	if !found || pod == "" {
+		return "", "", false
+	}
+	return pod, model, true
+}
