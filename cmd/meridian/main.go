@@ -43,11 +43,13 @@ func newApp() *cli.App {
 			drCommand(),
 			engineSimCommand(),
 			eventsCommand(eventsTailCommand()),
-			policyCommand(),
+			policyCommand(policyClusterCommands()...),
 			auditCommand(),
 			controllerCommand(),
 			kafkaDevCommand(),
+			routeCommand(),
 			failoverCommand(),
+			simCommand(),
 		},
 	}
 }

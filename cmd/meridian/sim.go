@@ -1,0 +1,139 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/meridian-llm/meridian/scenarios/sim"
+)
+
+// simCommand is `meridian sim`: the multi-region simulator.
+func simCommand() *cli.Command {
+	d := sim.DefaultConfig()
+	return &cli.Command{
+		Name:  "sim",
+		Usage: "simulate routing policies side by side on a trace or a synthetic workload (discrete-event, virtual time)",
+		Description: "Replays a Mooncake-format trace (--trace) or a synthetic workload (--workload coding|rag|short)\n" +
+			"through a simulated multi-region fleet once per policy, driving Meridian's real index, decision\n" +
+			"layer, cost model, region summaries and residency policy on a virtual clock, and reports per\n" +
+			"policy: hit rate, TTFT p50/p95/p99, end-to-end p95, cross-region requests and egress, residency\n" +
+			"violations and load dispersion. --json prints one JSON array with one object per policy (fields\n" +
+			"policy, hit_rate, ttft_p50_ms, ttft_p95_ms, ttft_p99_ms, e2e_p95_ms, cross_region_requests,\n" +
+			"egress_gb, residency_violations, load_dispersion); --charts DIR writes SVG charts and report.json.\n" +
+			"Policies: " + strings.Join(sim.PolicyNames(), ", ") + ".",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "trace", Usage: "Mooncake-format trace (JSON lines: timestamp, input_length, output_length, hash_ids)"},
+			&cli.IntFlag{Name: "trace-block-size", Value: sim.TraceBlockSize, Usage: "tokens per hash id of the trace"},
+			&cli.StringFlag{Name: "workload", Usage: "trace, coding, rag or short (default: trace with --trace)"},
+			&cli.IntFlag{Name: "regions", Value: len(d.Fleet.Regions), Usage: "regions: us-east-1, us-west-2, eu-west-1, ap-southeast-1, region-5, ..."},
+			&cli.IntFlag{Name: "pods-per-region", Value: d.Fleet.PodsPerRegion, Usage: "pods in each region"},
+			&cli.StringFlag{Name: "profiles", Value: strings.Join(d.Fleet.Profiles, ","), Usage: "hardware profiles cycled over each region's pods (h100, h200, b200)"},
+			&cli.StringFlag{Name: "policy", Value: "all", Usage: "comma-separated policies, or all"},
+			&cli.BoolFlag{Name: "json", Usage: "print one JSON array of per-policy objects instead of the table"},
+			&cli.StringFlag{Name: "charts", Usage: "directory for ttft_cdf.svg, hit_rate.svg, load_dispersion.svg and report.json"},
+			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of every random draw"},
+			&cli.Float64Flag{Name: "time-scale", Value: d.Workload.TimeScale, Usage: "multiply the arrival rate"},
+			&cli.IntFlag{Name: "cache-tokens", Usage: "KV capacity per pod in tokens (default: the profile's)"},
+			&cli.IntFlag{Name: "max-concurrency", Usage: "running requests per pod (default: the profile's)"},
+			&cli.DurationFlag{Name: "duration", Value: d.Workload.Duration, Usage: "length of a synthetic workload"},
+			&cli.IntFlag{Name: "limit", Usage: "replay only the first N requests of the trace"},
+			&cli.Float64Flag{Name: "load", Value: d.Workload.Load, Usage: "rag and short: offered prefill load as a fraction of fleet capacity"},
+			&cli.IntFlag{Name: "sessions", Usage: "coding: concurrent agent users (default 2 per pod)"},
+			&cli.StringFlag{Name: "origin-shares", Usage: "share of conversations per region, comma-separated (default equal)"},
+			&cli.Float64Flag{Name: "eu-health-share", Value: d.Workload.EUHealthShare, Usage: "share of conversations of the EU PHI tenant eu-health"},
+			&cli.StringFlag{Name: "residency", Usage: "residency policy file (default: the simulator's policy for the regions)"},
+			&cli.Float64Flag{Name: "egress-usd-per-gb", Value: d.EgressUSDPerGB, Usage: "price of cross-region egress in the report"},
+			&cli.DurationFlag{Name: "event-delay-min", Value: d.EventDelayMin, Usage: "least delay of a pod's KV events to the index"},
+			&cli.DurationFlag{Name: "event-delay-max", Value: d.EventDelayMax, Usage: "largest delay of a pod's KV events to the index"},
+			&cli.DurationFlag{Name: "summary-interval", Value: d.SummaryInterval, Usage: "rebuild period of each region's summary"},
+			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
+		},
+		Action: func(c *cli.Context) error {
+			cfg, err := simConfig(c)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("sim: %w", err)}
+			}
+			if err := cfg.Validate(); err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("sim: %w", err)}
+			}
+			out := sim.Output{Stdout: c.App.Writer, JSON: c.Bool("json"), Charts: c.String("charts")}
+			if !c.Bool("quiet") {
+				out.Stderr = c.App.ErrWriter
+			}
+			return sim.Execute(c.Context, cfg, out)
+		},
+	}
+}
+
+func simConfig(c *cli.Context) (sim.Config, error) {
+	cfg := sim.DefaultConfig()
+	n := c.Int("regions")
+	if n < 1 || n > 64 {
+		return cfg, fmt.Errorf("--regions %d: want 1 to 64", n)
+	}
+	cfg.Fleet.Regions = sim.RegionNames(n)
+	cfg.Fleet.PodsPerRegion = c.Int("pods-per-region")
+	cfg.Fleet.Profiles = strings.Split(c.String("profiles"), ",")
+	cfg.Fleet.CacheTokens = c.Int("cache-tokens")
+	cfg.Fleet.MaxConcurrency = c.Int("max-concurrency")
+	cfg.Seed = c.Uint64("seed")
+	w := &cfg.Workload
+	w.TimeScale = c.Float64("time-scale")
+	w.Duration = c.Duration("duration")
+	w.Limit = c.Int("limit")
+	w.Load = c.Float64("load")
+	w.Sessions = c.Int("sessions")
+	w.EUHealthShare = c.Float64("eu-health-share")
+	w.Kind = c.String("workload")
+	trace := c.String("trace")
+	switch {
+	case w.Kind == "" && trace == "":
+		return cfg, fmt.Errorf("give --trace FILE or --workload coding|rag|short")
+	case w.Kind == "":
+		w.Kind = sim.WorkloadTrace
+	case w.Kind == sim.WorkloadTrace && trace == "":
+		return cfg, fmt.Errorf("--workload trace needs --trace FILE")
+	case w.Kind != sim.WorkloadTrace && trace != "":
+		return cfg, fmt.Errorf("--trace is for --workload trace, not %q", w.Kind)
+	}
+	if trace != "" {
+		bs := c.Int("trace-block-size")
+		recs, err := sim.LoadTraceFile(trace, bs)
+		if err != nil {
+			return cfg, err
+		}
+		w.Trace = recs
+		cfg.Fleet.BlockSize = bs
+	}
+	if s := c.String("origin-shares"); s != "" {
+		for i, f := range strings.Split(s, ",") {
+			v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+			if err != nil {
+				return cfg, fmt.Errorf("--origin-shares: entry %d %q: %w", i+1, f, err)
+			}
+			w.OriginShares = append(w.OriginShares, v)
+		}
+	}
+	if p := c.String("policy"); p != "all" {
+		cfg.Policies = nil
+		for _, name := range strings.Split(p, ",") {
+			cfg.Policies = append(cfg.Policies, strings.TrimSpace(name))
+		}
+	}
+	if path := c.String("residency"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return cfg, fmt.Errorf("--residency: %w", err)
+		}
+		cfg.Residency = b
+	}
+	cfg.EgressUSDPerGB = c.Float64("egress-usd-per-gb")
+	cfg.EventDelayMin = c.Duration("event-delay-min")
+	cfg.EventDelayMax = c.Duration("event-delay-max")
+	cfg.SummaryInterval = c.Duration("summary-interval")
+	return cfg, nil
+}

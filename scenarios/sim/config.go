@@ -1,0 +1,360 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/scenarios/enginesim"
+)
+
+// Policies compared by the simulator, in report order.
+const (
+	PolicyRoundRobin      = "round_robin"      // in turn over the origin region's pods
+	PolicyLeastLoaded     = "least_loaded"     // fewest in flight in the origin region
+	PolicySessionAffinity = "session_affinity" // rendezvous hash of the session id in the origin region
+	PolicyCacheLocal      = "cache_local"      // Meridian's decision layer, origin region only
+	PolicyMeridian        = "meridian"         // Meridian: decision layer plus cross-region placement
+	PolicyUpperBound      = "upper_bound"      // one shared cache pool of the fleet's total size
+)
+
+// PolicyNames returns every policy in report order.
+func PolicyNames() []string {
+	return []string{PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity, PolicyCacheLocal, PolicyMeridian, PolicyUpperBound}
+}
+
+// Workload kinds.
+const (
+	WorkloadTrace  = "trace"  // a Mooncake-format trace
+	WorkloadCoding = "coding" // closed-loop coding-agent sessions
+	WorkloadRAG    = "rag"    // shared document prompts with many short questions
+	WorkloadShort  = "short"  // short prompts with little reuse
+)
+
+// ErrInvalidConfig is wrapped by every error Validate returns.
+var ErrInvalidConfig = errors.New("invalid sim config")
+
+// Config is one simulator run: a fleet, a workload and the policies to
+// compare, each in a world of its own.
+type Config struct {
+	Fleet    FleetConfig
+	Workload WorkloadConfig
+	// Policies to compare, in report order. Default: all (PolicyNames).
+	Policies []string
+	// Seed of every random draw: the same seed gives the same report.
+	Seed uint64
+	// EventDelayMin and EventDelayMax bound how long a pod's cache change
+	// takes to reach its region's index (engine batching, Kafka, ingestion):
+	// uniform per batch, in order per pod. Defaults 100ms and 300ms.
+	EventDelayMin, EventDelayMax time.Duration
+	// SummaryInterval between rebuilds of each region's summary; a summary
+	// reaches the other regions half an RTT after it is built. Default 5s.
+	SummaryInterval time.Duration
+	// ScrapeInterval between KV-utilisation scrapes of the pods (regional's
+	// scraper). Default 1s.
+	ScrapeInterval time.Duration
+	// SampleInterval between samples of per-pod concurrency (load
+	// dispersion). Default 1s.
+	SampleInterval time.Duration
+	// EgressUSDPerGB prices cross-region bytes in the report. Default 0.02.
+	EgressUSDPerGB float64
+	// PromptBytesPerToken and OutputBytesPerToken size a forwarded request
+	// (prompt text) and its streamed answer (SSE chunks). Defaults 4 and 100.
+	PromptBytesPerToken, OutputBytesPerToken float64
+	// Residency is the policy file (YAML, residency format) the worlds
+	// enforce. Nil: ResidencyPolicy(Fleet.Regions).
+	Residency []byte
+	// Decision configures Meridian's decision layer (cache_local and
+	// meridian). Default regional.DefaultDecisionConfig().
+	Decision regional.DecisionConfig
+	// Gorgo configures the cost model. Default gorgo.DefaultConfig().
+	Gorgo gorgo.Config
+	// NoCalibration turns off feeding observed TTFTs to gorgo's Calibrator
+	// (the proxy does it; default on).
+	NoCalibration bool
+}
+
+// FleetConfig is the simulated fleet.
+type FleetConfig struct {
+	// Regions by name. Default us-east-1, us-west-2, eu-west-1.
+	Regions []string
+	// PodsPerRegion. Default 8.
+	PodsPerRegion int
+	// Profiles (h100, h200, b200) are cycled over each region's pods.
+	// Default h100, h200, b200.
+	Profiles []string
+	// RTT[i][j] is the round trip between regions i and j. Nil: DefaultRTT.
+	RTT [][]time.Duration
+	// CacheTokens is each pod's KV capacity in tokens. 0: the profile's
+	// (scenarios/enginesim Profiles: 0.45M tokens on H100, 1.12M on H200,
+	// 1.68M on B200).
+	CacheTokens int
+	// MaxConcurrency is each pod's max running requests. 0: the profile's.
+	MaxConcurrency int
+	// BlockSize is tokens per KV block, the trace's hash-id granularity.
+	// Default 512.
+	BlockSize int
+}
+
+// WorkloadConfig is the traffic.
+type WorkloadConfig struct {
+	// Kind is trace, coding, rag or short. Default trace.
+	Kind string
+	// Trace is the loaded trace (Kind trace).
+	Trace []TraceRecord
+	// Limit replays only the first Limit requests of the trace. 0: all.
+	Limit int
+	// TimeScale multiplies the arrival rate (2 = twice as fast). Default 1.
+	TimeScale float64
+	// Duration of a synthetic workload (no new session, turn or request
+	// starts after it). Default 10m.
+	Duration time.Duration
+	// Load is the offered prefill work of the open-loop synthetic workloads
+	// (rag, short), as a fraction of the fleet's prefill capacity if no
+	// prompt token were cached. Default 0.6.
+	Load float64
+	// Sessions is the number of concurrent coding-agent users (coding).
+	// Default: 2 per pod.
+	Sessions int
+	// OriginShares is the share of conversations entering at each region,
+	// in Fleet.Regions order. Default: equal.
+	OriginShares []float64
+	// ClassShares are the data classes' shares (phi, pii, public,
+	// internal). Default phi 0.1, pii 0.1, public 0.6, internal 0.2.
+	ClassShares map[string]float64
+	// EUHealthShare is the share of conversations of the tenant eu-health,
+	// whose PHI must stay in the EU. Default 0.1.
+	EUHealthShare float64
+}
+
+// DefaultRegions are the regions of the default fleet.
+func DefaultRegions() []string { return []string{"us-east-1", "us-west-2", "eu-west-1"} }
+
+// RegionNames returns n region names: the default three, ap-southeast-1,
+// then region-5, region-6, ...
+func RegionNames(n int) []string {
+	names := append(DefaultRegions(), "ap-southeast-1")
+	for i := len(names); i < n; i++ {
+		names = append(names, fmt.Sprintf("region-%d", i+1))
+	}
+	return names[:n]
+}
+
+// DefaultRTT returns the round trips between regions: us-east-1 to
+// us-west-2 65 ms and to eu-west-1 75 ms (DESIGN.md), us-west-2 to
+// eu-west-1 130 ms (an assumption: about the sum of the two), any region to
+// ap-southeast-1 220 ms, any other pair 150 ms.
+func DefaultRTT(regions []string) [][]time.Duration {
+	known := map[[2]string]time.Duration{
+		{"us-east-1", "us-west-2"}: 65 * time.Millisecond,
+		{"us-east-1", "eu-west-1"}: 75 * time.Millisecond,
+		{"us-west-2", "eu-west-1"}: 130 * time.Millisecond,
+	}
+	m := make([][]time.Duration, len(regions))
+	for i, a := range regions {
+		m[i] = make([]time.Duration, len(regions))
+		for j, b := range regions {
+			switch {
+			case i == j:
+			case a == "ap-southeast-1" || b == "ap-southeast-1":
+				m[i][j] = 220 * time.Millisecond
+			default:
+				if d, ok := known[[2]string{a, b}]; ok {
+					m[i][j] = d
+				} else if d, ok := known[[2]string{b, a}]; ok {
+					m[i][j] = d
+				} else {
+					m[i][j] = 150 * time.Millisecond
+				}
+			}
+		}
+	}
+	return m
+}
+
+// DefaultConfig returns a run of the default fleet (3 regions x 8 pods) on
+// the trace workload with every policy; the caller sets Workload.Trace.
+func DefaultConfig() Config {
+	return Config{
+		Fleet: FleetConfig{
+			Regions:       DefaultRegions(),
+			PodsPerRegion: 8,
+			Profiles:      []string{"h100", "h200", "b200"},
+			BlockSize:     TraceBlockSize,
+		},
+		Workload: WorkloadConfig{
+			Kind:          WorkloadTrace,
+			TimeScale:     1,
+			Duration:      10 * time.Minute,
+			Load:          0.6,
+			ClassShares:   map[string]float64{"phi": 0.1, "pii": 0.1, "public": 0.6, "internal": 0.2},
+			EUHealthShare: 0.1,
+		},
+		Policies:            PolicyNames(),
+		Seed:                1,
+		EventDelayMin:       100 * time.Millisecond,
+		EventDelayMax:       300 * time.Millisecond,
+		SummaryInterval:     5 * time.Second,
+		ScrapeInterval:      time.Second,
+		SampleInterval:      time.Second,
+		EgressUSDPerGB:      0.02,
+		PromptBytesPerToken: 4,
+		OutputBytesPerToken: 100,
+		Decision:            regional.DefaultDecisionConfig(),
+		Gorgo:               gorgo.DefaultConfig(),
+	}
+}
+
+// Validate names the first field that is wrong and its value.
+func (c *Config) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("%w: %s = %v, want %s", ErrInvalidConfig, field, v, want)
+	}
+	f, w := &c.Fleet, &c.Workload
+	n := len(f.Regions)
+	switch {
+	case n == 0 || n > 64:
+		return bad("Fleet.Regions", f.Regions, "1 to 64 regions")
+	case f.PodsPerRegion < 1 || f.PodsPerRegion > 1024:
+		return bad("Fleet.PodsPerRegion", f.PodsPerRegion, "1..1024")
+	case len(f.Profiles) == 0:
+		return bad("Fleet.Profiles", f.Profiles, "at least one of h100, h200, b200")
+	case f.CacheTokens < 0:
+		return bad("Fleet.CacheTokens", f.CacheTokens, ">= 0")
+	case f.MaxConcurrency < 0:
+		return bad("Fleet.MaxConcurrency", f.MaxConcurrency, ">= 0")
+	case f.BlockSize < 1:
+		return bad("Fleet.BlockSize", f.BlockSize, ">= 1")
+	}
+	seen := map[string]bool{}
+	for i, r := range f.Regions {
+		if r == "" || seen[r] {
+			return bad(fmt.Sprintf("Fleet.Regions[%d]", i), fmt.Sprintf("%q", r), "a unique non-empty name")
+		}
+		seen[r] = true
+	}
+	profiles := enginesim.Profiles()
+	for i, p := range f.Profiles {
+		if _, ok := profiles[p]; !ok {
+			return bad(fmt.Sprintf("Fleet.Profiles[%d]", i), fmt.Sprintf("%q", p), "h100, h200 or b200")
+		}
+	}
+	if f.RTT != nil {
+		if len(f.RTT) != n {
+			return bad("Fleet.RTT", fmt.Sprintf("%d rows", len(f.RTT)), fmt.Sprintf("%d (one per region)", n))
+		}
+		for i, row := range f.RTT {
+			if len(row) != n {
+				return bad(fmt.Sprintf("Fleet.RTT[%d]", i), fmt.Sprintf("%d entries", len(row)), fmt.Sprint(n))
+			}
+			for j, d := range row {
+				if d < 0 || (i == j && d != 0) {
+					return bad(fmt.Sprintf("Fleet.RTT[%d][%d]", i, j), d, ">= 0, and 0 on the diagonal")
+				}
+			}
+		}
+	}
+	switch w.Kind {
+	case WorkloadTrace:
+		if len(w.Trace) == 0 {
+			return bad("Workload.Trace", "no records", "a loaded trace")
+		}
+	case WorkloadCoding, WorkloadRAG, WorkloadShort:
+	default:
+		return bad("Workload.Kind", fmt.Sprintf("%q", w.Kind), "trace, coding, rag or short")
+	}
+	switch {
+	case w.Limit < 0:
+		return bad("Workload.Limit", w.Limit, ">= 0")
+	case !(w.TimeScale > 0) || w.TimeScale > 1e6:
+		return bad("Workload.TimeScale", w.TimeScale, "> 0")
+	case w.Kind != WorkloadTrace && (w.Duration <= 0 || w.Duration > 30*24*time.Hour):
+		return bad("Workload.Duration", w.Duration, "> 0 and at most 30 days")
+	case (w.Kind == WorkloadRAG || w.Kind == WorkloadShort) && !(w.Load > 0 && w.Load <= 10):
+		return bad("Workload.Load", w.Load, "0 < load <= 10")
+	case w.Sessions < 0:
+		return bad("Workload.Sessions", w.Sessions, ">= 0")
+	case !(w.EUHealthShare >= 0 && w.EUHealthShare <= 1):
+		return bad("Workload.EUHealthShare", w.EUHealthShare, "0..1")
+	}
+	if w.OriginShares != nil {
+		if len(w.OriginShares) != n {
+			return bad("Workload.OriginShares", w.OriginShares, fmt.Sprintf("%d shares (one per region)", n))
+		}
+		if err := checkShares("Workload.OriginShares", w.OriginShares); err != nil {
+			return err
+		}
+	}
+	var classes []float64
+	for _, k := range sortedKeys(w.ClassShares) {
+		if k == "" {
+			return bad("Workload.ClassShares", "an empty class", "class names")
+		}
+		classes = append(classes, w.ClassShares[k])
+	}
+	if len(classes) > 0 {
+		if err := checkShares("Workload.ClassShares", classes); err != nil {
+			return err
+		}
+	}
+	if len(c.Policies) == 0 {
+		return bad("Policies", c.Policies, "at least one policy")
+	}
+	for i, p := range c.Policies {
+		if !slices.Contains(PolicyNames(), p) {
+			return bad(fmt.Sprintf("Policies[%d]", i), fmt.Sprintf("%q", p), strings.Join(PolicyNames(), ", "))
+		}
+		if slices.Index(c.Policies, p) != i {
+			return bad(fmt.Sprintf("Policies[%d]", i), fmt.Sprintf("%q", p), "each policy once")
+		}
+	}
+	switch {
+	case c.EventDelayMin < 0 || c.EventDelayMax < c.EventDelayMin:
+		return bad("EventDelayMax", c.EventDelayMax, fmt.Sprintf(">= EventDelayMin (%v) >= 0", c.EventDelayMin))
+	case c.SummaryInterval <= 0:
+		return bad("SummaryInterval", c.SummaryInterval, "> 0")
+	case c.ScrapeInterval <= 0:
+		return bad("ScrapeInterval", c.ScrapeInterval, "> 0")
+	case c.SampleInterval <= 0:
+		return bad("SampleInterval", c.SampleInterval, "> 0")
+	case !(c.EgressUSDPerGB >= 0):
+		return bad("EgressUSDPerGB", c.EgressUSDPerGB, ">= 0")
+	case !(c.PromptBytesPerToken >= 0) || !(c.OutputBytesPerToken >= 0):
+		return bad("PromptBytesPerToken", c.PromptBytesPerToken, ">= 0 (and OutputBytesPerToken too)")
+	}
+	if err := c.Decision.Validate(); err != nil {
+		return fmt.Errorf("%w: Decision: %v", ErrInvalidConfig, err)
+	}
+	if err := c.Gorgo.Validate(); err != nil {
+		return fmt.Errorf("%w: Gorgo: %v", ErrInvalidConfig, err)
+	}
+	return nil
+}
+
+func checkShares(field string, s []float64) error {
+	sum := 0.0
+	for i, v := range s {
+		if !(v >= 0) || math.IsInf(v, 0) {
+			return fmt.Errorf("%w: %s[%d] = %v, want >= 0", ErrInvalidConfig, field, i, v)
+		}
+		sum += v
+	}
+	if !(sum > 0) {
+		return fmt.Errorf("%w: %s = %v, want a positive sum", ErrInvalidConfig, field, s)
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,428 @@
+package sim
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/gossip"
+	"github.com/meridian-llm/meridian/regional/summary"
+	"github.com/meridian-llm/meridian/residency"
+)
+
+// epoch is virtual time zero on the wall clock the decision code sees.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// region is one region's controller in a world: the real index, pod
+// registry, cost model, calibrator and decision layer, fed by the world's
+// events on a virtual clock.
+type region struct {
+	idx    int
+	name   string
+	index  *index.Index
+	reg    *regional.Registry
+	model  *gorgo.Model
+	calib  *gorgo.Calibrator
+	dec    *regional.Decider
+	shares *gorgo.ShareTracker
+	pods   []*pod
+	view   *gossip.RegionsView // remote regions' summaries as received here
+	gen    uint64
+}
+
+// world is one policy's simulation: its own fleet, controllers, clock and
+// event queue. Single-threaded; worlds run side by side.
+type world struct {
+	cfg     *Config
+	policy  string
+	fleet   *fleetSpec
+	res     *residency.Policy
+	src     source
+	now     time.Duration
+	q       eventQueue
+	work    int // scheduled events that are not periodic
+	rng     *rand.Rand
+	regions []*region
+	pods    []*pod
+	stats   *collector
+	clock   atomic.Int64 // now, published for the progress bar
+	reqs    int64
+}
+
+func (w *world) wall() time.Time { return epoch.Add(w.now) }
+
+// at schedules work at the given instant (never before now).
+func (w *world) at(t time.Duration, fn func()) {
+	w.work++
+	w.q.push(max(t, w.now), func() {
+		w.work--
+		fn()
+	})
+}
+
+// every runs fn each interval while there is other work scheduled.
+func (w *world) every(interval time.Duration, fn func()) {
+	var tick func()
+	tick = func() {
+		fn()
+		if w.work > 0 {
+			w.q.push(w.now+interval, tick)
+		}
+	}
+	w.q.push(w.now+interval, tick)
+}
+
+func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Policy, src source) (*world, error) {
+	w := &world{cfg: cfg, policy: policy, fleet: fleet, res: res, src: src,
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0xe7e47)), stats: newCollector(policy)}
+	now := func() time.Time { return w.wall() }
+	var pool *kvCache
+	if policy == PolicyUpperBound {
+		capBlocks := 0
+		for _, p := range fleet.pods {
+			capBlocks += p.capBlocks
+		}
+		pool = newKVCache(capBlocks, nil)
+	}
+	dcfg := cfg.Decision
+	switch policy {
+	case PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity, PolicyUpperBound:
+		// The baselines as operators run them today: no filter but liveness.
+		dcfg = regional.DefaultDecisionConfig()
+		dcfg.Filters = []string{regional.FilterAlive}
+		dcfg.SpeculationTTL = 0
+		dcfg.Policy = map[string]string{
+			PolicyRoundRobin: regional.PolicyRoundRobin, PolicyLeastLoaded: regional.PolicyLeastLoaded,
+			PolicySessionAffinity: regional.PolicySessionHash, PolicyUpperBound: regional.PolicyLeastLoaded,
+		}[policy]
+	}
+	for ri, name := range fleet.regions {
+		var specs []*podSpec
+		capBlocks := 0
+		for i := range fleet.pods {
+			if fleet.pods[i].region == ri {
+				specs = append(specs, &fleet.pods[i])
+				capBlocks += fleet.pods[i].capBlocks
+			}
+		}
+		idx, err := index.New(index.Config{PodCapacity: (len(specs) + 63) / 64 * 64, ExpectedBlocks: capBlocks})
+		if err != nil {
+			return nil, fmt.Errorf("region %s: %w", name, err)
+		}
+		r := &region{idx: ri, name: name, index: idx, reg: regional.NewRegistry(idx),
+			shares: gorgo.NewShareTracker(cfg.Gorgo.ShareWindow)}
+		if r.model, err = gorgo.New(cfg.Gorgo); err != nil {
+			return nil, fmt.Errorf("region %s: %w", name, err)
+		}
+		r.calib = gorgo.NewCalibrator(r.model, gorgo.DefaultCalibratorConfig())
+		if r.dec, err = regional.NewDecider(dcfg, idx, r.reg, r.model, now); err != nil {
+			return nil, fmt.Errorf("region %s: %w", name, err)
+		}
+		for _, s := range specs {
+			rp, _, err := r.reg.Upsert(regional.PodInfo{Name: s.name, Profile: s.profile, Endpoint: "sim://" + s.name, Static: true})
+			if err != nil {
+				return nil, fmt.Errorf("pod %s: %w", s.name, err)
+			}
+			p := &pod{spec: s, region: r, rp: rp}
+			if pool != nil {
+				p.cache = pool
+			} else {
+				p.cache = newKVCache(s.capBlocks, w.kvEvents(p))
+			}
+			r.pods = append(r.pods, p)
+			w.pods = append(w.pods, p)
+		}
+		w.regions = append(w.regions, r)
+	}
+	if policy == PolicyMeridian {
+		for _, r := range w.regions {
+			r.view = &gossip.RegionsView{Local: r.name}
+			for _, o := range w.regions {
+				if o != r {
+					r.view.Regions = append(r.view.Regions, gossip.RegionView{Region: o.name, Live: true,
+						RTT: fleet.rtt[r.idx][o.idx], RTTSource: gossip.RTTStatic})
+				}
+			}
+			slices.SortStableFunc(r.view.Regions, func(a, b gossip.RegionView) int { return int(a.RTT - b.RTT) })
+		}
+	}
+	return w, nil
+}
+
+// kvEvents returns the pod cache's event sink: each change reaches the
+// region's index after the configured delay, in order per pod, as the
+// ingester would apply the engine's KV events.
+func (w *world) kvEvents(p *pod) func(stored bool, hashes []uint64) {
+	return func(stored bool, hashes []uint64) {
+		d := w.cfg.EventDelayMin
+		if span := w.cfg.EventDelayMax - w.cfg.EventDelayMin; span > 0 {
+			d += time.Duration(w.rng.Int64N(int64(span) + 1))
+		}
+		at := max(w.now+d, p.lastEvent)
+		p.lastEvent = at
+		hs := slices.Clone(hashes)
+		// Index events are not work: they must not keep a finished run alive,
+		// but they are applied in time order with everything else.
+		w.q.push(at, func() {
+			var err error
+			if stored {
+				err = p.region.index.Register(p.rp.ID, index.TierGPU, hs)
+			} else {
+				err = p.region.index.Evict(p.rp.ID, index.TierGPU, hs)
+			}
+			if err != nil {
+				w.stats.indexErrors++
+			}
+		})
+	}
+}
+
+// run drives the world until no work is left.
+func (w *world) run(stop *atomic.Bool) {
+	w.src.start(w)
+	w.every(w.cfg.ScrapeInterval, w.scrape)
+	w.every(w.cfg.SampleInterval, w.sample)
+	if w.policy == PolicyMeridian {
+		w.publishSummaries()
+		w.every(w.cfg.SummaryInterval, w.publishSummaries)
+	}
+	for n := 0; w.q.len() > 0; n++ {
+		e := w.q.pop()
+		w.now = e.at
+		e.fn()
+		if n&1023 == 0 {
+			w.clock.Store(int64(w.now))
+			if stop != nil && stop.Load() {
+				return
+			}
+		}
+	}
+	w.clock.Store(int64(w.now))
+}
+
+// scrape records each pod's KV utilisation, as regional's scraper does.
+func (w *world) scrape() {
+	for _, p := range w.pods {
+		p.rp.SetKVUtil(p.cache.usage(), w.wall())
+	}
+}
+
+// sample records the dispersion of per-pod concurrency.
+func (w *world) sample() {
+	sum, sq := 0.0, 0.0
+	for _, p := range w.pods {
+		x := float64(p.inflight)
+		sum += x
+		sq += x * x
+	}
+	n := float64(len(w.pods))
+	mean := sum / n
+	if mean > 0 {
+		w.stats.dispersion(max(sq/n-mean*mean, 0) / mean)
+	}
+}
+
+// publishSummaries builds each region's summary from its index and its
+// own load accounting; the other regions receive it half an RTT later.
+func (w *world) publishSummaries() {
+	for _, r := range w.regions {
+		loads := map[string]*summary.ProfileLoad{}
+		for _, p := range r.pods {
+			l := loads[p.spec.profile]
+			if l == nil {
+				l = &summary.ProfileLoad{Profile: p.spec.profile}
+				loads[p.spec.profile] = l
+			}
+			ld := p.rp.Load()
+			l.Pods++
+			l.PendingPrefillTokens += ld.PendingPrefill
+			l.Running += int(ld.InFlight)
+			l.Slots += p.spec.maxConc
+			l.FreeKVBlocks += int64(p.cache.free())
+		}
+		in := summary.Input{Region: r.name, Generation: summary.NextGeneration(r.gen, w.wall()), BuiltAt: w.wall(),
+			BlockSize: w.fleet.blockSize}
+		r.gen = in.Generation
+		for _, k := range sortedKeys(loads) {
+			in.Load = append(in.Load, *loads[k])
+		}
+		s, err := summary.FromIndex(r.index, in, summary.DefaultBuildConfig())
+		if err != nil {
+			w.stats.summaryErrors++
+			continue
+		}
+		for _, o := range w.regions {
+			if o == r {
+				continue
+			}
+			o := o
+			w.q.push(w.now+w.fleet.rtt[r.idx][o.idx]/2, func() {
+				for i := range o.view.Regions {
+					if v := &o.view.Regions[i]; v.Region == r.name {
+						v.Summary, v.ReceivedAt = s, w.wall()
+					}
+				}
+			})
+		}
+	}
+}
+
+// routeRequest is the decision input for r.
+func (w *world) routeRequest(r *request) *regional.RouteRequest {
+	return &regional.RouteRequest{Chain: r.chain, BlockSize: w.fleet.blockSize, PromptTokens: r.input,
+		SessionID: r.session, RequestID: strconv.FormatInt(r.id, 10)}
+}
+
+// arrive routes a request arriving at its origin region's controller.
+func (w *world) arrive(r *request) {
+	w.reqs++
+	w.stats.arrived++
+	allowed := w.res.Evaluate(r.attrs)
+	origin := w.regions[r.origin]
+	switch w.policy {
+	case PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity:
+		// Today's routers: the origin region, whatever the policy says.
+		w.decideAt(r, origin, allowed, 0)
+	case PolicyCacheLocal, PolicyUpperBound:
+		// In-region only, but residency-safe: a request its origin may not
+		// serve goes to the nearest region that may.
+		if allowed.Allows(origin.name) {
+			w.decideAt(r, origin, allowed, 0)
+			return
+		}
+		dst := w.nearestAllowed(origin, allowed)
+		if dst == nil {
+			w.stats.rejected++
+			return
+		}
+		w.forward(r, origin, dst, allowed)
+	case PolicyMeridian:
+		w.place(r, origin, allowed)
+	}
+}
+
+func (w *world) nearestAllowed(from *region, allowed residency.Decision) *region {
+	var best *region
+	for _, o := range w.regions {
+		if allowed.Allows(o.name) && (best == nil || w.fleet.rtt[from.idx][o.idx] < w.fleet.rtt[from.idx][best.idx]) {
+			best = o
+		}
+	}
+	return best
+}
+
+// place is Meridian's cross-region choice at the origin: the remote
+// candidates come from the gossiped summaries of the regions residency
+// allows, and the decision layer's Place compares them with the best local
+// pod under gorgo's guardrails.
+func (w *world) place(r *request, origin *region, allowed residency.Decision) {
+	rr := w.routeRequest(r)
+	remotes := origin.view.Candidates(w.wall(), r.chain, r.input, func(name string) bool {
+		return name != origin.name && allowed.Allows(name)
+	}, nil)
+	for i := range remotes {
+		remotes[i].EgressBytes = int64(float64(r.input) * w.cfg.PromptBytesPerToken)
+	}
+	pl, err := origin.dec.Place(rr, origin.name, allowed.Allows(origin.name), remotes, origin.shares)
+	if err != nil {
+		w.stats.rejected++
+		return
+	}
+	w.stats.reason(pl.Reason)
+	if !pl.Remote {
+		w.dispatch(r, origin, pl.Local, 0)
+		return
+	}
+	for _, o := range w.regions {
+		if o.name == pl.Region {
+			w.forward(r, origin, o, allowed)
+			return
+		}
+	}
+	w.stats.rejected++
+}
+
+// forward sends r from its origin to dst's controller: it arrives half an
+// RTT later, and dst re-checks residency and picks its own pod.
+func (w *world) forward(r *request, from, dst *region, allowed residency.Decision) {
+	oneWay := w.fleet.rtt[from.idx][dst.idx] / 2
+	w.at(w.now+oneWay, func() {
+		if !allowed.Allows(dst.name) {
+			w.stats.denied++ // the receiving region refuses it
+			return
+		}
+		w.decideAt(r, dst, allowed, oneWay)
+	})
+}
+
+// decideAt runs the region's in-region decision and dispatches.
+func (w *world) decideAt(r *request, reg *region, allowed residency.Decision, netBack time.Duration) {
+	dec, err := reg.dec.Decide(w.routeRequest(r))
+	if err != nil {
+		w.stats.rejected++
+		return
+	}
+
+	w.dispatch(r, reg, dec, netBack)
+}
+
+// dispatch accounts the request on the chosen pod (the router's in-flight
+// and prefill backlog accounting) and hands it to the pod.
+func (w *world) dispatch(r *request, reg *region, dec *regional.Decision, netBack time.Duration) {
+	var p *pod
+	for _, c := range reg.pods {
+		if c.rp == dec.Pod {
+			p = c
+			break
+		}
+	}
+	rate, _ := reg.model.Rate(p.spec.profile)
+	j := &job{req: r, region: reg, pod: p, dec: dec, atPod: w.now, netBack: netBack}
+	if rate > 0 {
+		j.ahead = int(float64(p.rp.PrefillBacklog(w.wall())) / float64(time.Millisecond) / rate)
+	}
+	j.ticket = reg.dec.Admit(dec)
+	j.h.chain = r.chain
+	j.h.blocks = (r.input + r.output + w.fleet.blockSize - 1) / w.fleet.blockSize
+	if j.h.blocks < len(r.chain) {
+		j.h.blocks = len(r.chain)
+	}
+	if !w.res.Evaluate(r.attrs).Allows(reg.name) {
+		w.stats.violations++
+	}
+	if reg.idx != r.origin {
+		w.stats.cross++
+		w.stats.egressBytes += float64(r.input)*w.cfg.PromptBytesPerToken + float64(r.output)*w.cfg.OutputBytesPerToken
+	}
+	p.submit(w, j)
+}
+
+// firstByte is the serving controller seeing the answer's first byte.
+func (w *world) firstByte(j *job) {
+	now := w.wall()
+	j.ticket.FirstByte(now)
+	j.region.dec.Speculation().Observe(j.pod.rp.ID, j.req.chain, now)
+	if !w.cfg.NoCalibration {
+		j.region.calib.Observe(gorgo.Observation{Profile: j.pod.spec.profile, UncachedTokens: j.dec.Uncached,
+			PendingPrefillTokens: j.ahead, TTFTMs: float64(w.now-j.atPod) / float64(time.Millisecond)})
+	}
+	w.stats.ttft(j, w.now+j.netBack-j.req.at)
+}
+
+// done is the serving controller seeing the answer complete.
+func (w *world) done(j *job) {
+	now := w.wall()
+	j.ticket.Done(now)
+	j.region.dec.Sessions().End(j.req.session, now)
+	w.stats.e2e(j, w.now+j.netBack-j.req.at)
+	if j.req.next != nil {
+		at := w.now + j.netBack
+		w.at(at, func() { j.req.next(w, at) })
+	}
+}
