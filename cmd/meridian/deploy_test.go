@@ -1,0 +1,2174 @@
+package main
+
+// The tests in this file keep deploy/ honest without a cluster: every asset
+// parses; every meridian invocation in the compose file and the Kubernetes
+// manifests is parsed by this binary's own CLI (newApp) with its mounts and
+// environment, and a controller invocation is run with --check against the
+// configuration file it would really read; every controller configuration
+// loads with regional.LoadConfig (unknown keys are errors) and validates;
+// every metric named by the alert rules, their promtool tests and the Grafana
+// dashboard is registered by the real components (a controller on an
+// in-process Kafka-protocol broker, a Raft node, an audit log, a gossip node
+// and an engine simulator). The checks derive everything from the code at
+// the time they run: a flag, config key or metric that exists only in an
+// asset fails them, one the code adds later passes without touching this file.
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/urfave/cli/v2"
+	"go.yaml.in/yaml/v3"
+
+	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/global/audit"
+	"github.com/meridian-llm/meridian/global/globaltest"
+	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/gossip"
+	"github.com/meridian-llm/meridian/scenarios/enginesim"
+)
+
+// deployRoot is deploy/ seen from this package's directory.
+const deployRoot = "../../deploy"
+
+// ---------------------------------------------------------------------------
+// Asset inventory: every YAML file parses and is of a kind these tests check.
+
+type assetKind string
+
+const (
+	kindCompose        assetKind = "compose file"
+	kindK8s            assetKind = "kubernetes manifest"
+	kindKustomization  assetKind = "kustomization"
+	kindPromConfig     assetKind = "prometheus scrape config"
+	kindPromRules      assetKind = "prometheus rules"
+	kindPromRuleTests  assetKind = "promtool rule tests"
+	kindGrafanaProv    assetKind = "grafana provisioning"
+	kindControllerConf assetKind = "controller config"
+	kindPolicy         assetKind = "residency policy"
+)
+
+// yamlDocs decodes every document of a (multi-document) YAML file; empty
+// documents are skipped, and each other one must be a mapping.
+func yamlDocs(path string) ([]map[string]any, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(b))
+	var docs []map[string]any
+	for i := 0; ; i++ {
+		var v any
+		if err := dec.Decode(&v); errors.Is(err, io.EOF) {
+			return docs, nil
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: document %d: %w", path, i, err)
+		}
+		if v == nil {
+			continue
+		}
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("%s: document %d is a %T, want a mapping", path, i, v)
+		}
+		docs = append(docs, m)
+	}
+}
+
+// classify names the kind of one YAML document by its content, so that a new
+// file is checked as what it is, and one of no known kind fails the test.
+func classify(doc map[string]any) (assetKind, bool) {
+	has := func(k string) bool { _, ok := doc[k]; return ok }
+	apiVersion, _ := doc["apiVersion"].(string)
+	switch {
+	case has("services"):
+		return kindCompose, true
+	case strings.HasPrefix(apiVersion, "kustomize.config.k8s.io/"):
+		return kindKustomization, true
+	case apiVersion != "" && has("kind"):
+		return kindK8s, true
+	case has("apiVersion") && (has("datasources") || has("providers")):
+		return kindGrafanaProv, true
+	case has("scrape_configs"):
+		return kindPromConfig, true
+	case has("rule_files") && has("tests"):
+		return kindPromRuleTests, true
+	case has("groups"):
+		return kindPromRules, true
+	case has("zones") || (has("version") && has("regions")):
+		return kindPolicy, true
+	case has("region") || has("kafka"):
+		return kindControllerConf, true
+	}
+	return "", false
+}
+
+// deployAssets maps every YAML file under deploy/ (relative, slash paths) to
+// its documents and kind.
+type deployAsset struct {
+	path string // relative to deploy/
+	docs []map[string]any
+	kind assetKind
+}
+
+// readDeployAssets reads every YAML and JSON file under root and returns the
+// YAML assets and the problems: a file that does not parse, or of no kind
+// these tests check.
+func readDeployAssets(root string) ([]deployAsset, []string, error) {
+	var out []deployAsset
+	var problems []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(root, path)
+		rel = filepath.ToSlash(rel)
+		switch filepath.Ext(path) {
+		case ".json":
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return err
+			}
+			if !json.Valid(b) {
+				problems = append(problems, rel+": not valid JSON")
+			}
+		case ".yaml", ".yml":
+			docs, err := yamlDocs(path)
+			if err != nil {
+				problems = append(problems, err.Error())
+				return nil
+			}
+			if len(docs) == 0 {
+				problems = append(problems, rel+": no YAML document")
+				return nil
+			}
+			kind, ok := classify(docs[0])
+			if !ok {
+				problems = append(problems, rel+": not a kind of asset these tests check (teach classify about it)")
+				return nil
+			}
+			for i, doc := range docs[1:] {
+				if k, _ := classify(doc); k != kind {
+					problems = append(problems, fmt.Sprintf("%s: document %d is a %s, document 0 a %s", rel, i+1, k, kind))
+				}
+			}
+			out = append(out, deployAsset{path: rel, docs: docs, kind: kind})
+		}
+		return nil
+	})
+	return out, problems, err
+}
+
+func loadDeployAssets(t *testing.T, root string) []deployAsset {
+	t.Helper()
+	assets, problems, err := readDeployAssets(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Error(p)
+	}
+	return assets
+}
+
+func TestDeployAssetsParse(t *testing.T) {
+	assets := loadDeployAssets(t, deployRoot)
+	seen := map[assetKind]int{}
+	for _, a := range assets {
+		seen[a.kind]++
+	}
+	// The issue asks for each of these; losing one is a regression.
+	for _, k := range []assetKind{kindCompose, kindK8s, kindKustomization, kindPromConfig, kindPromRules,
+		kindControllerConf, kindPolicy} {
+		if seen[k] == 0 {
+			t.Errorf("no %s under deploy/", k)
+		}
+	}
+	t.Logf("assets: %v", seen)
+}
+
+// ---------------------------------------------------------------------------
+// Dockerfile: builds the one binary the way the Makefile does.
+
+func TestDeployDockerfile(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(deployRoot, "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	df := string(b)
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", "./cmd/meridian", `ENTRYPOINT ["/meridian"]`, "USER 65532:65532",
+		"gcr.io/distroless/static-debian12:nonroot"} {
+		if !strings.Contains(df, want) {
+			t.Errorf("Dockerfile lacks %q", want)
+		}
+	}
+	// The final stage is the default build target: it must be the runtime image.
+	froms := regexp.MustCompile(`(?m)^FROM\s+(\S+)(?:\s+AS\s+(\S+))?`).FindAllStringSubmatch(df, -1)
+	if len(froms) == 0 || !strings.Contains(froms[len(froms)-1][1], ":nonroot") {
+		t.Errorf("last stage %v is not the distroless nonroot image", froms[len(froms)-1:])
+	}
+	// Every -X main.name=... names a package-level string variable of this
+	// package (the linker ignores unknown ones silently).
+	vars := mainStringVars(t)
+	xs := regexp.MustCompile(`-X main\.(\w+)=`).FindAllStringSubmatch(df, -1)
+	if len(xs) == 0 {
+		t.Error("Dockerfile stamps no version (-X main.version=...)")
+	}
+	for _, x := range xs {
+		if !vars[x[1]] {
+			t.Errorf("Dockerfile sets -X main.%s, but package main has no string variable %s", x[1], x[1])
+		}
+	}
+	// The builder's Go is at least go.mod's.
+	gomod, err := os.ReadFile("../../go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := regexp.MustCompile(`(?m)^go (\d+)\.(\d+)`).FindStringSubmatch(string(gomod))
+	got := regexp.MustCompile(`golang:(\d+)\.(\d+)`).FindStringSubmatch(df)
+	if want == nil || got == nil {
+		t.Fatalf("go version: go.mod %v, Dockerfile %v", want, got)
+	}
+	if atoi(got[1])*1000+atoi(got[2]) < atoi(want[1])*1000+atoi(want[2]) {
+		t.Errorf("Dockerfile builds with golang:%s.%s, go.mod wants go %s.%s", got[1], got[2], want[1], want[2])
+	}
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
+
+// mainStringVars lists the package-level string variables of package main.
+func mainStringVars(t *testing.T) map[string]bool {
+	t.Helper()
+	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
+		return !strings.HasSuffix(fi.Name(), "_test.go")
+	}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := map[string]bool{}
+	for _, f := range pkgs["main"].Files {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || g.Tok != token.VAR {
+				continue
+			}
+			for _, s := range g.Specs {
+				vs := s.(*ast.ValueSpec)
+				for i, n := range vs.Names {
+					isString := false
+					if id, ok := vs.Type.(*ast.Ident); ok && id.Name == "string" {
+						isString = true
+					} else if vs.Type == nil && i < len(vs.Values) {
+						lit, ok := vs.Values[i].(*ast.BasicLit)
+						isString = ok && lit.Kind == token.STRING
+					}
+					if isString {
+						vars[n.Name] = true
+					}
+				}
+			}
+		}
+	}
+	return vars
+}
+
+// ---------------------------------------------------------------------------
+// Invocations: meridian as the compose file and the manifests run it.
+
+// invocation is one way an asset runs the binary.
+type invocation struct {
+	where  string            // asset and service/container
+	argv   []string          // after the program name
+	env    map[string]string // the container's environment
+	mounts map[string]string // container path -> local file or directory
+	// probes are the HTTP paths and ports the asset checks the process
+	// with ("healthcheck" or "readiness"/"liveness" -> "port path").
+	probes map[string]string
+	// group is the deployment the invocation belongs to (a compose file,
+	// or all Kubernetes regions): exactly one controller of a group
+	// bootstraps the Raft cluster.
+	group string
+	// services are the compose file's service names, the hosts its
+	// controllers may dial; nil outside compose.
+	services map[string]bool
+}
+
+// cliEnvVars lists the environment variables some flag of the CLI reads.
+func cliEnvVars(app *cli.App) map[string]bool {
+	out := map[string]bool{}
+	var walk func(flags []cli.Flag, cmds []*cli.Command)
+	walk = func(flags []cli.Flag, cmds []*cli.Command) {
+		for _, f := range flags {
+			if e, ok := f.(interface{ GetEnvVars() []string }); ok {
+				for _, v := range e.GetEnvVars() {
+					out[v] = true
+				}
+			}
+		}
+		for _, c := range cmds {
+			walk(c.Flags, c.Subcommands)
+		}
+	}
+	walk(app.Flags, app.Commands)
+	return out
+}
+
+// stubActions replaces every command's Action with a recorder, so that Run
+// only parses (flags, values, environment) and reports what it resolved.
+func stubActions(cmds []*cli.Command, prefix string, record func(path string, c *cli.Context) error) {
+	for _, c := range cmds {
+		path := strings.TrimSpace(prefix + " " + c.Name)
+		if c.Action != nil {
+			c.Action = func(ctx *cli.Context) error { return record(path, ctx) }
+		}
+		c.Before, c.After = nil, nil
+		stubActions(c.Subcommands, path, record)
+	}
+}
+
+// rewritePath maps a container path to the local file it is mounted from.
+func rewritePath(mounts map[string]string, p string) string {
+	best := ""
+	for dst := range mounts {
+		if (p == dst || strings.HasPrefix(p, strings.TrimSuffix(dst, "/")+"/")) && len(dst) > len(best) {
+			best = dst
+		}
+	}
+	if best == "" {
+		return p
+	}
+	return filepath.Join(mounts[best], strings.TrimPrefix(p, best))
+}
+
+func rewriteArgs(mounts map[string]string, argv []string) []string {
+	out := make([]string, len(argv))
+	for i, a := range argv {
+		if name, val, ok := strings.Cut(a, "="); ok && strings.HasPrefix(name, "-") {
+			out[i] = name + "=" + rewritePath(mounts, val)
+		} else {
+			out[i] = rewritePath(mounts, a)
+		}
+	}
+	return out
+}
+
+// setInvocationEnv gives the process the container's MERIDIAN_* variables
+// (the only ones the binary reads) and none of the test's own.
+func setInvocationEnv(t *testing.T, inv invocation) {
+	for _, kv := range os.Environ() {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "MERIDIAN_") {
+			t.Setenv(k, "")
+			os.Unsetenv(k)
+		}
+	}
+	for k, v := range inv.env {
+		if strings.HasPrefix(k, "MERIDIAN_") {
+			t.Setenv(k, rewritePath(inv.mounts, v))
+		}
+	}
+}
+
+func quietApp() (*cli.App, *bytes.Buffer) {
+	app := newApp()
+	var out bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &out
+	app.ExitErrHandler = func(*cli.Context, error) {}
+	return app, &out
+}
+
+// effectiveConfig is the part of `controller --check`'s output that the
+// cross-asset checks read.
+type effectiveConfig struct {
+	Listen    string                     `yaml:"listen"`
+	PublicURL string                     `yaml:"public_url"`
+	AdminURL  string                     `yaml:"admin_url"`
+	Kafka     struct{ Brokers []string } `yaml:"kafka"`
+	Raft      struct {
+		DataDir   string   `yaml:"data_dir"`
+		Advertise string   `yaml:"advertise"`
+		Bootstrap bool     `yaml:"bootstrap"`
+		Join      []string `yaml:"join"`
+	} `yaml:"raft"`
+	Gossip struct {
+		Advertise string   `yaml:"advertise"`
+		Join      []string `yaml:"join"`
+	} `yaml:"gossip"`
+}
+
+// invocationResult is what checkInvocation found.
+type invocationResult struct {
+	problems   []string
+	command    string           // the resolved command path, e.g. "policy validate"
+	configFile string           // the controller's --config, as a local path
+	effective  *effectiveConfig // the controller's configuration after --check
+}
+
+// rewriteConfigPaths copies a configuration file with every absolute path
+// in it (policy_file, data directories, model directories) mapped to what
+// the container mounts there, and returns the copy's path.
+func rewriteConfigPaths(t *testing.T, path string, mounts map[string]string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	var doc yaml.Node
+	if err := yaml.Unmarshal(b, &doc); err != nil {
+		return "", err
+	}
+	var walk func(n *yaml.Node)
+	walk = func(n *yaml.Node) {
+		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.HasPrefix(n.Value, "/") {
+			n.Value = rewritePath(mounts, n.Value)
+		}
+		for _, c := range n.Content {
+			walk(c)
+		}
+	}
+	walk(&doc)
+	out, err := yaml.Marshal(&doc)
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(t.TempDir(), filepath.Base(path))
+	return p, os.WriteFile(p, out, 0o600)
+}
+
+// checkInvocation returns what is wrong with one invocation: an unknown
+// command or flag, a bad flag value, a flag after a positional argument
+// (not parsed as a flag), an environment variable the binary does not read,
+// a controller configuration that --check rejects (paths inside it are
+// mapped through the mounts too), an engine-sim configuration that does not
+// validate, or a probe that does not reach the controller's HTTP server.
+func checkInvocation(t *testing.T, inv invocation) invocationResult {
+	var res invocationResult
+	bad := func(format string, args ...any) {
+		res.problems = append(res.problems, inv.where+": "+fmt.Sprintf(format, args...))
+	}
+	if len(inv.argv) == 0 {
+		bad("runs meridian with no command (it would print the help and exit)")
+		return res
+	}
+	setInvocationEnv(t, inv)
+	argv := rewriteArgs(inv.mounts, inv.argv)
+
+	// 1. Parse with the CLI's own definitions.
+	app, out := quietApp()
+	stubActions(app.Commands, "", func(path string, c *cli.Context) error {
+		res.command = path
+		for _, a := range c.Args().Slice() {
+			if strings.HasPrefix(a, "-") && a != "-" {
+				return fmt.Errorf("%q comes after a positional argument, so it is not parsed as a flag", a)
+			}
+		}
+		switch path {
+		case "engine-sim":
+			cfg, err := engineSimConfig(c)
+			if err != nil {
+				return err
+			}
+			return cfg.Validate()
+		case "controller":
+			res.configFile = c.String("config")
+		}
+		return nil
+	})
+	if err := app.Run(append([]string{"meridian"}, argv...)); err != nil {
+		bad("meridian %s: %v", strings.Join(inv.argv, " "), err)
+		return res
+	}
+	if res.command == "" {
+		bad("meridian %s names no command with an action (output: %.200s)", strings.Join(inv.argv, " "), out.String())
+		return res
+	}
+
+	// 2. Every MERIDIAN_* variable is read: by a flag, or (for the
+	// controller) by the configuration, which then differs without it.
+	flagEnv := cliEnvVars(newApp())
+	var unread []string
+	for k := range inv.env {
+		if strings.HasPrefix(k, "MERIDIAN_") && !flagEnv[k] {
+			unread = append(unread, k)
+		}
+	}
+	sort.Strings(unread)
+	if len(unread) > 0 && res.command != "controller" {
+		bad("environment variables %v are read by no flag of %q", unread, res.command)
+	}
+
+	// 3. Run what can run here for real.
+	switch res.command {
+	case "controller":
+		checkArgs := append([]string{"meridian"}, argv...)
+		if res.configFile != "" {
+			cfg, err := rewriteConfigPaths(t, res.configFile, inv.mounts)
+			if err != nil {
+				bad("config %s: %v", res.configFile, err)
+				return res
+			}
+			checkArgs = append(checkArgs, "--config", cfg) // the last --config wins
+		}
+		checkArgs = append(checkArgs, "--check")
+		check := func() (string, error) {
+			app, out := quietApp()
+			err := app.Run(checkArgs)
+			return out.String(), err
+		}
+		full, err := check()
+		if err != nil {
+			bad("meridian %s --check: %v", strings.Join(inv.argv, " "), err)
+			return res
+		}
+		for _, k := range unread {
+			v := os.Getenv(k)
+			os.Unsetenv(k)
+			without, err := check()
+			os.Setenv(k, v)
+			if err == nil && without == full {
+				bad("environment variable %s is read by no flag and changes nothing in the controller's configuration", k)
+			}
+		}
+		res.effective = &effectiveConfig{}
+		if err := yaml.Unmarshal([]byte(full), res.effective); err != nil {
+			bad("effective configuration: %v", err)
+			return res
+		}
+		_, port, err := net.SplitHostPort(res.effective.Listen)
+		if err != nil {
+			bad("listen %q: %v", res.effective.Listen, err)
+		}
+		// Probes are wired to the controller's HTTP server: liveness and
+		// compose healthchecks to /healthz, readiness to /readyz.
+		wantPath := map[string]string{"healthcheck": "/healthz", "liveness": "/healthz", "readiness": "/readyz"}
+		for _, kind := range []string{"healthcheck", "liveness", "readiness"} {
+			if got, ok := inv.probes[kind]; ok && got != port+" "+wantPath[kind] {
+				bad("%s probe is %q, want %q (the controller listens on %s)", kind, got, port+" "+wantPath[kind], res.effective.Listen)
+			}
+		}
+		_, hc := inv.probes["healthcheck"]
+		_, ready := inv.probes["readiness"]
+		_, live := inv.probes["liveness"]
+		if !hc && !(ready && live) {
+			bad("controller without a healthcheck, or without readiness and liveness probes")
+		}
+	case "policy validate":
+		app, out := quietApp()
+		if err := app.Run(append([]string{"meridian"}, argv...)); err != nil {
+			bad("meridian %s: %v\n%s", strings.Join(inv.argv, " "), err, out)
+		}
+	}
+	return res
+}
+
+// hostOf returns the host of "http://host:port/..." or "host:port".
+func hostOf(addr string) string {
+	addr = strings.TrimPrefix(strings.TrimPrefix(addr, "http://"), "https://")
+	addr, _, _ = strings.Cut(addr, "/")
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
+}
+
+// peerHosts lists every host a controller configuration dials or
+// advertises.
+func (e *effectiveConfig) peerHosts() []string {
+	var addrs []string
+	addrs = append(addrs, e.Kafka.Brokers...)
+	addrs = append(addrs, e.PublicURL, e.AdminURL, e.Raft.Advertise, e.Gossip.Advertise)
+	addrs = append(addrs, e.Raft.Join...)
+	addrs = append(addrs, e.Gossip.Join...)
+	var hosts []string
+	for _, a := range addrs {
+		if h := hostOf(a); h != "" && net.ParseIP(h) == nil {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
+}
+
+// --- compose ---
+
+func composeInvocations(t *testing.T, path string, doc map[string]any) []invocation {
+	t.Helper()
+	dir := filepath.Dir(path)
+	secrets := map[string]string{}
+	if s, ok := doc["secrets"].(map[string]any); ok {
+		for name, v := range s {
+			if m, ok := v.(map[string]any); ok {
+				if f, ok := m["file"].(string); ok {
+					secrets[name] = filepath.Join(dir, f)
+				}
+			}
+		}
+	}
+	services, _ := doc["services"].(map[string]any)
+	names := make([]string, 0, len(services))
+	serviceSet := map[string]bool{}
+	for n := range services {
+		names = append(names, n)
+		serviceSet[n] = true
+	}
+	sort.Strings(names)
+	var out []invocation
+	for _, name := range names {
+		svc, _ := services[name].(map[string]any)
+		image, _ := svc["image"].(string)
+		if !isMeridianImage(image) {
+			continue
+		}
+		inv := invocation{where: fmt.Sprintf("%s: service %s", path, name), env: map[string]string{},
+			mounts: map[string]string{}, probes: map[string]string{}, group: path, services: serviceSet}
+		if ep := stringList(svc["entrypoint"]); len(ep) > 0 {
+			if filepath.Base(ep[0]) != "meridian" {
+				t.Errorf("%s: entrypoint %v does not run meridian", inv.where, ep)
+				continue
+			}
+			inv.argv = append(inv.argv, ep[1:]...)
+		}
+		inv.argv = append(inv.argv, stringList(svc["command"])...)
+		for _, f := range stringList(svc["env_file"]) {
+			b, err := os.ReadFile(filepath.Join(dir, f))
+			if err != nil {
+				t.Errorf("%s: env_file: %v", inv.where, err)
+				continue
+			}
+			for _, line := range strings.Split(string(b), "\n") {
+				if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+					k, v, _ := strings.Cut(line, "=")
+					inv.env[k] = v
+				}
+			}
+		}
+		switch env := svc["environment"].(type) {
+		case map[string]any:
+			for k, v := range env {
+				inv.env[k] = fmt.Sprint(v)
+			}
+		case []any:
+			for _, kv := range env {
+				k, v, _ := strings.Cut(fmt.Sprint(kv), "=")
+				inv.env[k] = v
+			}
+		}
+		for _, v := range asList(svc["volumes"]) {
+			var src, dst string
+			switch v := v.(type) {
+			case string:
+				parts := strings.Split(v, ":")
+				if len(parts) < 2 {
+					continue
+				}
+				src, dst = parts[0], parts[1]
+			case map[string]any:
+				src, _ = v["source"].(string)
+				dst, _ = v["target"].(string)
+			}
+			if strings.HasPrefix(src, ".") || strings.HasPrefix(src, "/") {
+				inv.mounts[dst] = filepath.Join(dir, src)
+			} else {
+				inv.mounts[dst] = t.TempDir() // a named volume
+			}
+		}
+		for _, s := range asList(svc["secrets"]) {
+			name, target := "", ""
+			switch s := s.(type) {
+			case string:
+				name, target = s, s
+			case map[string]any:
+				name, _ = s["source"].(string)
+				target, _ = s["target"].(string)
+				if target == "" {
+					target = name
+				}
+			}
+			file, ok := secrets[name]
+			if !ok {
+				t.Errorf("%s: secret %q is not declared at the top level", inv.where, name)
+				continue
+			}
+			inv.mounts["/run/secrets/"+target] = file
+		}
+		if hc, ok := svc["healthcheck"].(map[string]any); ok && hc["disable"] != true {
+			test := stringList(hc["test"])
+			if u := urlIn(test); u != "" {
+				inv.probes["healthcheck"] = u
+			}
+			if len(test) > 1 && test[0] == "CMD" && filepath.Base(test[1]) == "meridian" {
+				out = append(out, invocation{where: inv.where + " healthcheck", argv: test[2:], env: inv.env, mounts: inv.mounts})
+			}
+		}
+		out = append(out, inv)
+	}
+	return out
+}
+
+func isMeridianImage(image string) bool {
+	name := image
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		name = name[i+1:]
+	}
+	name, _, _ = strings.Cut(name, ":")
+	name, _, _ = strings.Cut(name, "@")
+	return name == "meridian"
+}
+
+// urlIn returns "port path" of the first http://host:port/path argument.
+func urlIn(args []string) string {
+	for _, a := range args {
+		if rest, ok := strings.CutPrefix(a, "http://"); ok {
+			hostport, path, _ := strings.Cut(rest, "/")
+			_, port, err := net.SplitHostPort(hostport)
+			if err == nil {
+				return port + " /" + path
+			}
+		}
+	}
+	return ""
+}
+
+func asList(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// stringList reads a YAML list of scalars, or a string split on spaces.
+func stringList(v any) []string {
+	switch v := v.(type) {
+	case string:
+		return strings.Fields(v)
+	case []any:
+		out := make([]string, len(v))
+		for i, e := range v {
+			out[i] = fmt.Sprint(e)
+		}
+		return out
+	}
+	return nil
+}
+
+// --- kubernetes and kustomize ---
+
+// k8sTree is what the Kubernetes assets define: objects by kustomize root
+// and the Secrets anywhere under the tree (the example Secret is not
+// applied by kustomize but stands for the real one).
+type k8sTree struct {
+	base   string
+	assets map[string]deployAsset // by path relative to deploy/
+	// secrets: directory (relative to deploy/) -> name -> key -> value.
+	secrets map[string]map[string]map[string]string
+}
+
+// secret finds Secret name for the workloads of directory dir: the one
+// described in dir itself (each region's example), else the only one
+// anywhere under the tree.
+func (k *k8sTree) secret(dir, name string) (map[string]string, bool) {
+	if s, ok := k.secrets[dir][name]; ok {
+		return s, true
+	}
+	var found []map[string]string
+	for _, byName := range k.secrets {
+		if s, ok := byName[name]; ok {
+			found = append(found, s)
+		}
+	}
+	if len(found) != 1 {
+		return nil, false
+	}
+	return found[0], true
+}
+
+// renderKustomization returns the objects and ConfigMaps (name -> key ->
+// local file) that kustomize would build from dir. It supports what the
+// assets use (resources, configMapGenerator with create/merge/replace,
+// labels, images, namespace) and rejects the rest: a field it does not
+// render would make the checks below check something else than what runs.
+func (k *k8sTree) renderKustomization(t *testing.T, dir string) (objs []map[string]any, cms map[string]map[string]string) {
+	t.Helper()
+	rel := func(p string) string { r, _ := filepath.Rel(k.base, p); return filepath.ToSlash(r) }
+	a, ok := k.assets[rel(filepath.Join(dir, "kustomization.yaml"))]
+	if !ok {
+		t.Fatalf("%s: no kustomization.yaml", rel(dir))
+	}
+	kz := a.docs[0]
+	for key := range kz {
+		switch key {
+		case "apiVersion", "kind", "namespace", "resources", "labels", "configMapGenerator", "images":
+		default:
+			t.Errorf("%s: the deploy tests do not render %q; extend renderKustomization", a.path, key)
+		}
+	}
+	cms = map[string]map[string]string{}
+	for _, r := range stringList(kz["resources"]) {
+		p := filepath.Join(dir, r)
+		if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+			o, c := k.renderKustomization(t, p)
+			objs = append(objs, o...)
+			for name, files := range c {
+				cms[name] = files
+			}
+			continue
+		}
+		ra, ok := k.assets[rel(p)]
+		if !ok {
+			t.Errorf("%s: resource %s is not a YAML asset", a.path, r)
+			continue
+		}
+		objs = append(objs, ra.docs...)
+	}
+	for _, g := range asList(kz["configMapGenerator"]) {
+		gm, _ := g.(map[string]any)
+		name, _ := gm["name"].(string)
+		files := map[string]string{}
+		for _, f := range stringList(gm["files"]) {
+			key, path, ok := strings.Cut(f, "=")
+			if !ok {
+				key, path = filepath.Base(f), f
+			}
+			files[key] = filepath.Join(dir, path)
+		}
+		switch behavior, _ := gm["behavior"].(string); behavior {
+		case "", "create":
+			if _, dup := cms[name]; dup {
+				t.Errorf("%s: configMapGenerator %s created twice", a.path, name)
+			}
+			cms[name] = files
+		case "merge":
+			if _, ok := cms[name]; !ok {
+				t.Errorf("%s: configMapGenerator %s merges into nothing", a.path, name)
+			}
+			merged := map[string]string{}
+			for key, f := range cms[name] {
+				merged[key] = f
+			}
+			for key, f := range files {
+				merged[key] = f
+			}
+			cms[name] = merged
+		case "replace":
+			cms[name] = files
+		default:
+			t.Errorf("%s: configMapGenerator behavior %q", a.path, behavior)
+		}
+	}
+	for _, o := range objs {
+		if o["kind"] == "ConfigMap" {
+			meta, _ := o["metadata"].(map[string]any)
+			name, _ := meta["name"].(string)
+			data, _ := o["data"].(map[string]any)
+			files := map[string]string{}
+			tmp := t.TempDir()
+			for key, v := range data {
+				p := filepath.Join(tmp, key)
+				if err := os.WriteFile(p, []byte(fmt.Sprint(v)), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				files[key] = p
+			}
+			cms[name] = files
+		}
+	}
+	return objs, cms
+}
+
+// podSpec returns the pod template spec of a workload.
+func podSpec(o map[string]any) (map[string]any, bool) {
+	spec, _ := o["spec"].(map[string]any)
+	switch o["kind"] {
+	case "Pod":
+		return spec, spec != nil
+	case "CronJob":
+		jt, _ := spec["jobTemplate"].(map[string]any)
+		spec, _ = jt["spec"].(map[string]any)
+		fallthrough
+	case "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job":
+		tmpl, _ := spec["template"].(map[string]any)
+		ps, _ := tmpl["spec"].(map[string]any)
+		return ps, ps != nil
+	}
+	return nil, false
+}
+
+// Sample values for the downward API, as the kubelet would fill them in.
+var downwardSamples = map[string]string{
+	"metadata.name":      "meridian-controller-0",
+	"metadata.namespace": "meridian",
+	"status.podIP":       "10.0.0.10",
+	"spec.nodeName":      "node-a",
+}
+
+var k8sVarRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)
+
+func (k *k8sTree) invocations(t *testing.T, where, dir string, objs []map[string]any, cms map[string]map[string]string) []invocation {
+	t.Helper()
+	var out []invocation
+	for _, o := range objs {
+		ps, ok := podSpec(o)
+		if !ok {
+			continue
+		}
+		meta, _ := o["metadata"].(map[string]any)
+		oname, _ := meta["name"].(string)
+		volumes := map[string]string{} // volume name -> local directory
+		for _, v := range asList(ps["volumes"]) {
+			vm, _ := v.(map[string]any)
+			name, _ := vm["name"].(string)
+			local := t.TempDir()
+			if cm, ok := vm["configMap"].(map[string]any); ok {
+				cmName, _ := cm["name"].(string)
+				files, ok := cms[cmName]
+				if !ok {
+					t.Errorf("%s: %s mounts ConfigMap %s, which the kustomization does not make", where, oname, cmName)
+				}
+				for key, f := range files {
+					copyFile(t, f, filepath.Join(local, key))
+				}
+			}
+			if s, ok := vm["secret"].(map[string]any); ok {
+				sName, _ := s["secretName"].(string)
+				data, ok := k.secret(dir, sName)
+				if !ok {
+					t.Errorf("%s: %s mounts Secret %s, which no manifest in %s (or only one elsewhere) describes", where, oname, sName, dir)
+				}
+				for key, v := range data {
+					if err := os.WriteFile(filepath.Join(local, key), []byte(v), 0o600); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			volumes[name] = local // configMap, secret, emptyDir or a claim
+		}
+		if sp, _ := o["spec"].(map[string]any); sp != nil {
+			for _, c := range asList(sp["volumeClaimTemplates"]) {
+				cm, _ := c.(map[string]any)
+				m, _ := cm["metadata"].(map[string]any)
+				name, _ := m["name"].(string)
+				volumes[name] = t.TempDir()
+			}
+		}
+		containers := append(asList(ps["initContainers"]), asList(ps["containers"])...)
+		for _, c := range containers {
+			cm, _ := c.(map[string]any)
+			image, _ := cm["image"].(string)
+			if !isMeridianImage(image) {
+				continue
+			}
+			cname, _ := cm["name"].(string)
+			inv := invocation{where: fmt.Sprintf("%s: %s %s container %s", where, o["kind"], oname, cname),
+				env: map[string]string{}, mounts: map[string]string{}, probes: map[string]string{}, group: "kubernetes"}
+			for _, e := range asList(cm["env"]) {
+				em, _ := e.(map[string]any)
+				name, _ := em["name"].(string)
+				inv.env[name] = k.envValue(t, inv.where, dir, em, cms)
+			}
+			cmd := stringList(cm["command"])
+			if len(cmd) > 0 {
+				if filepath.Base(cmd[0]) != "meridian" {
+					t.Errorf("%s: command %v does not run meridian", inv.where, cmd)
+					continue
+				}
+				cmd = cmd[1:]
+			}
+			for _, a := range append(cmd, stringList(cm["args"])...) {
+				inv.argv = append(inv.argv, k8sVarRef.ReplaceAllStringFunc(a, func(ref string) string {
+					name := k8sVarRef.FindStringSubmatch(ref)[1]
+					if v, ok := inv.env[name]; ok {
+						return v
+					}
+					return ref // the kubelet leaves unknown references as they are
+				}))
+			}
+			for _, m := range asList(cm["volumeMounts"]) {
+				mm, _ := m.(map[string]any)
+				name, _ := mm["name"].(string)
+				path, _ := mm["mountPath"].(string)
+				dir, ok := volumes[name]
+				if !ok {
+					t.Errorf("%s: volumeMount %s names no volume", inv.where, name)
+					continue
+				}
+				if sub, _ := mm["subPath"].(string); sub != "" {
+					dir = filepath.Join(dir, sub)
+				}
+				inv.mounts[path] = dir
+			}
+			ports := map[string]string{}
+			for _, p := range asList(cm["ports"]) {
+				pm, _ := p.(map[string]any)
+				if name, ok := pm["name"].(string); ok {
+					ports[name] = fmt.Sprint(pm["containerPort"])
+				}
+			}
+			for kind, key := range map[string]string{"readiness": "readinessProbe", "liveness": "livenessProbe"} {
+				pr, _ := cm[key].(map[string]any)
+				hg, _ := pr["httpGet"].(map[string]any)
+				if hg == nil {
+					continue
+				}
+				port := fmt.Sprint(hg["port"])
+				if named, ok := ports[port]; ok {
+					port = named
+				}
+				inv.probes[kind] = port + " " + fmt.Sprint(hg["path"])
+			}
+			out = append(out, inv)
+		}
+	}
+	return out
+}
+
+func (k *k8sTree) envValue(t *testing.T, where, dir string, em map[string]any, cms map[string]map[string]string) string {
+	if v, ok := em["value"]; ok {
+		return fmt.Sprint(v)
+	}
+	vf, _ := em["valueFrom"].(map[string]any)
+	if f, ok := vf["fieldRef"].(map[string]any); ok {
+		path := fmt.Sprint(f["fieldPath"])
+		v, ok := downwardSamples[path]
+		if !ok {
+			t.Errorf("%s: no sample value for fieldRef %s (add one to downwardSamples)", where, path)
+		}
+		return v
+	}
+	if _, ok := vf["resourceFieldRef"]; ok {
+		return "4294967296"
+	}
+	if s, ok := vf["secretKeyRef"].(map[string]any); ok {
+		name, key := fmt.Sprint(s["name"]), fmt.Sprint(s["key"])
+		data, _ := k.secret(dir, name)
+		v, ok := data[key]
+		if !ok {
+			t.Errorf("%s: Secret %s key %s is described by no manifest under deploy/k8s", where, name, key)
+		}
+		return v
+	}
+	if c, ok := vf["configMapKeyRef"].(map[string]any); ok {
+		f, ok := cms[fmt.Sprint(c["name"])][fmt.Sprint(c["key"])]
+		if !ok {
+			t.Errorf("%s: ConfigMap key %v is not generated", where, c)
+			return ""
+		}
+		b, _ := os.ReadFile(f)
+		return string(b)
+	}
+	t.Errorf("%s: env %v: unsupported valueFrom", where, em["name"])
+	return ""
+}
+
+func copyFile(t *testing.T, from, to string) {
+	b, err := os.ReadFile(from)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	if err := os.WriteFile(to, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// allInvocations finds every meridian invocation under root: the compose
+// files' services, and the workloads of every kustomize root (base and
+// overlays, each rendered as kustomize would) and of manifests that no
+// kustomization includes.
+func allInvocations(t *testing.T, root string, assets []deployAsset) []invocation {
+	t.Helper()
+	var out []invocation
+	tree := &k8sTree{base: root, assets: map[string]deployAsset{}, secrets: map[string]map[string]map[string]string{}}
+	var roots []string
+	for _, a := range assets {
+		tree.assets[a.path] = a
+		switch a.kind {
+		case kindCompose:
+			out = append(out, composeInvocations(t, filepath.Join(root, a.path), a.docs[0])...)
+		case kindKustomization:
+			roots = append(roots, filepath.Dir(filepath.Join(root, a.path)))
+		case kindK8s:
+			for _, d := range a.docs {
+				if d["kind"] != "Secret" {
+					continue
+				}
+				meta, _ := d["metadata"].(map[string]any)
+				data := map[string]string{}
+				for k, v := range asMap(d["stringData"]) {
+					data[k] = fmt.Sprint(v)
+				}
+				for k, v := range asMap(d["data"]) {
+					b, err := base64.StdEncoding.DecodeString(fmt.Sprint(v))
+					if err != nil {
+						t.Errorf("%s: Secret data %s: %v", a.path, k, err)
+					}
+					data[k] = string(b)
+				}
+				dir := filepath.ToSlash(filepath.Dir(a.path))
+				if tree.secrets[dir] == nil {
+					tree.secrets[dir] = map[string]map[string]string{}
+				}
+				tree.secrets[dir][fmt.Sprint(meta["name"])] = data
+			}
+		}
+	}
+	included := map[string]bool{}
+	for _, r := range roots {
+		objs, cms := tree.renderKustomization(t, r)
+		rel, _ := filepath.Rel(root, r)
+		out = append(out, tree.invocations(t, filepath.ToSlash(rel), filepath.ToSlash(rel), objs, cms)...)
+		for _, res := range stringList(tree.assets[filepath.ToSlash(filepath.Join(rel, "kustomization.yaml"))].docs[0]["resources"]) {
+			p, _ := filepath.Rel(root, filepath.Join(r, res))
+			included[filepath.ToSlash(p)] = true
+		}
+	}
+	for _, a := range assets {
+		if a.kind == kindK8s && !included[a.path] {
+			out = append(out, tree.invocations(t, a.path, filepath.ToSlash(filepath.Dir(a.path)), a.docs, nil)...)
+		}
+	}
+	return out
+}
+
+func asMap(v any) map[string]any {
+	m, _ := v.(map[string]any)
+	return m
+}
+
+// checkDeployment checks every invocation under root and what they say
+// together: each compose controller dials only services of its compose
+// file, exactly one controller of each deployment bootstraps the Raft
+// cluster, and every controller configuration file is one an invocation
+// runs with. It returns the problems and the invocations' commands.
+func checkDeployment(t *testing.T, root string) (problems []string, commands map[string]int) {
+	t.Helper()
+	assets := loadDeployAssets(t, root)
+	commands = map[string]int{}
+	used := map[string]bool{}
+	bootstraps := map[string][]string{}
+	for _, inv := range allInvocations(t, root, assets) {
+		var res invocationResult
+		t.Run(inv.where, func(t *testing.T) { res = checkInvocation(t, inv) })
+		problems = append(problems, res.problems...)
+		commands[res.command]++
+		if res.configFile != "" {
+			if abs, err := filepath.Abs(res.configFile); err == nil {
+				used[abs] = true
+			}
+		}
+		if e := res.effective; e != nil {
+			if inv.services != nil {
+				for _, h := range e.peerHosts() {
+					if !inv.services[h] && h != "localhost" {
+						problems = append(problems, fmt.Sprintf("%s: the configuration names host %q, which is no service of the compose file", inv.where, h))
+					}
+				}
+			}
+			if e.Raft.DataDir != "" {
+				if _, ok := bootstraps[inv.group]; !ok {
+					bootstraps[inv.group] = nil
+				}
+				if e.Raft.Bootstrap {
+					bootstraps[inv.group] = append(bootstraps[inv.group], inv.where)
+				}
+			}
+		}
+	}
+	for group, who := range bootstraps {
+		if len(who) != 1 {
+			problems = append(problems, fmt.Sprintf("%s: %d controllers bootstrap the Raft cluster (%v); want exactly one", group, len(who), who))
+		}
+	}
+	for _, a := range assets {
+		if a.kind != kindControllerConf {
+			continue
+		}
+		abs, _ := filepath.Abs(filepath.Join(root, a.path))
+		if !used[abs] {
+			problems = append(problems, a.path+": no compose service or manifest runs a controller with this configuration")
+		}
+	}
+	return problems, commands
+}
+
+func TestDeployInvocationsUseTheCLI(t *testing.T) {
+	problems, commands := checkDeployment(t, deployRoot)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	// The compose file runs three controllers and six engine simulators; the
+	// manifests (base and two overlays) a controller each.
+	if commands["controller"] < 6 || commands["engine-sim"] < 6 {
+		t.Errorf("commands run: %v; want >= 6 controller (3 compose, 3 Kubernetes regions) and >= 6 engine-sim", commands)
+	}
+	t.Logf("commands run: %v", commands)
+}
+
+// TestDeployConfigsLoad: every controller configuration file loads with
+// regional.LoadConfig (unknown keys are errors; TestDeployInvocationsUseTheCLI
+// runs --check on each as it is mounted), and every residency policy
+// validates; a copy of one must equal the file in deploy/policies it copies.
+func TestDeployConfigsLoad(t *testing.T) {
+	policies := map[string][]byte{}
+	dir := filepath.Join(deployRoot, "policies")
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		policies[e.Name()] = b
+	}
+	for _, a := range loadDeployAssets(t, deployRoot) {
+		path := filepath.Join(deployRoot, a.path)
+		switch a.kind {
+		case kindControllerConf:
+			if _, err := regional.LoadConfig(path); err != nil {
+				t.Errorf("%s: %v", a.path, err)
+			}
+		case kindPolicy:
+			app, out := quietApp()
+			if err := app.Run([]string{"meridian", "policy", "validate", path}); err != nil {
+				t.Errorf("%s: policy validate: %v\n%s", a.path, err, out)
+			}
+			if !strings.HasPrefix(a.path, "policies/") {
+				b, _ := os.ReadFile(path)
+				same := false
+				for _, p := range policies {
+					same = same || bytes.Equal(b, p)
+				}
+				if !same {
+					t.Errorf("%s is not a copy of any file in deploy/policies (copy it again)", a.path)
+				}
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// Metrics: the names the components register.
+
+// registeredMetrics knows the metric names the real components register.
+// Gather lists only families with at least one series; a labelled vector
+// that has not been used yet (requests by code, TTFT by pod) is absent from
+// it although registered, so each registry is also asked directly: a probe
+// descriptor with the name and a help text of its own cannot be registered
+// where that name is taken.
+type registeredMetrics struct {
+	gathered map[string]dto.MetricType
+	regs     []*prometheus.Registry
+}
+
+type probeCollector struct{ desc *prometheus.Desc }
+
+func (p probeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- p.desc }
+func (p probeCollector) Collect(chan<- prometheus.Metric)    {}
+
+// registryHas reports whether name is registered on reg.
+func registryHas(reg *prometheus.Registry, name string) bool {
+	c := probeCollector{prometheus.NewDesc(name, "deploy_test probe of a metric name", nil, nil)}
+	err := reg.Register(c)
+	if err == nil {
+		reg.Unregister(c)
+		return false
+	}
+	// "a previously registered descriptor with the same fully-qualified
+	// name ... has different label names or a different help string"; an
+	// invalid name is an error of another kind.
+	return strings.Contains(err.Error(), "fully-qualified name")
+}
+
+func (m *registeredMetrics) add(t *testing.T, reg *prometheus.Registry) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		m.gathered[mf.GetName()] = mf.GetType()
+	}
+	m.regs = append(m.regs, reg)
+}
+
+func (m *registeredMetrics) probe(name string) bool {
+	for _, r := range m.regs {
+		if registryHas(r, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// known reports whether a series name used in PromQL exists: a registered
+// name, or a histogram's _bucket/_sum/_count (a summary's _sum/_count). A
+// histogram named bare is an error (classic histograms have no such series).
+func (m *registeredMetrics) known(name string) error {
+	if typ, ok := m.gathered[name]; ok {
+		if typ == dto.MetricType_HISTOGRAM {
+			return fmt.Errorf("%s is a histogram: use %s_bucket, _sum or _count", name, name)
+		}
+		return nil
+	}
+	for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+		base, ok := strings.CutSuffix(name, suffix)
+		if !ok {
+			continue
+		}
+		if typ, ok := m.gathered[base]; ok {
+			if typ == dto.MetricType_HISTOGRAM || (typ == dto.MetricType_SUMMARY && suffix != "_bucket") {
+				return nil
+			}
+			return fmt.Errorf("%s: %s is a %s, it has no %s series", name, base, typ, suffix)
+		}
+		if m.probe(base) {
+			return nil // registered, no series yet, so of unknown type
+		}
+	}
+	if m.probe(name) {
+		return nil
+	}
+	return fmt.Errorf("%s is registered by no component", name)
+}
+
+// openComponentMetrics opens each component that exports metrics, as small
+// as it goes, and returns what they register.
+func openComponentMetrics(t *testing.T) *registeredMetrics {
+	t.Helper()
+	m := &registeredMetrics{gathered: map[string]dto.MetricType{}}
+	discard := slog.New(slog.DiscardHandler)
+	closeCtx := func() (context.Context, context.CancelFunc) {
+		return context.WithTimeout(context.Background(), 10*time.Second)
+	}
+
+	// A regional controller on an in-process Kafka-protocol broker.
+	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(broker.Close)
+	cfg := regional.DefaultConfig()
+	cfg.Region, cfg.ControllerID, cfg.Listen = "deploy-test", "deploy-test-0", "127.0.0.1:0"
+	cfg.Kafka.Brokers = broker.ListenAddrs()
+	ctl, err := regional.Open(cfg, discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := closeCtx()
+		defer cancel()
+		if err := ctl.Close(ctx); err != nil {
+			t.Errorf("controller close: %v", err)
+		}
+	})
+	m.add(t, ctl.Metrics)
+
+	// A one-node Raft tier.
+	greg := prometheus.NewRegistry()
+	globaltest.NewCluster(t, 1, globaltest.Options{Configure: func(_ int, c *global.Config) { c.Registerer = greg }})
+	m.add(t, greg)
+
+	// An audit log.
+	areg := prometheus.NewRegistry()
+	acfg := audit.DefaultConfig()
+	acfg.Dir, acfg.ControllerID, acfg.HMACKey = t.TempDir(), "deploy-test-0", bytes.Repeat([]byte{7}, 32)
+	alog, err := audit.Open(acfg, audit.Deps{Registerer: areg, Logger: discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := alog.Close(); err != nil {
+			t.Errorf("audit close: %v", err)
+		}
+	})
+	m.add(t, areg)
+
+	// A gossip node alone in its pool.
+	nreg := prometheus.NewRegistry()
+	gcfg := gossip.DefaultConfig()
+	gcfg.NodeName, gcfg.Region = "deploy-test-0", "deploy-test"
+	gcfg.BindAddr, gcfg.BindPort = "127.0.0.1", 0
+	gcfg.Keys = []string{base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 32))}
+	gcfg.LeaveTimeout, gcfg.UpdateTimeout = 100*time.Millisecond, 100*time.Millisecond
+	gcfg.Registerer, gcfg.Logger = nreg, discard
+	ctx, cancel := closeCtx()
+	node, err := gossip.Open(ctx, gcfg)
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := node.Close(); err != nil {
+			t.Errorf("gossip close: %v", err)
+		}
+	})
+	m.add(t, nreg)
+
+	// An engine simulator (the vllm: names it exports are vLLM's).
+	ecfg := enginesim.DefaultConfig()
+	ecfg.Name, ecfg.Logger = "deploy-test-pod", discard
+	eng, err := enginesim.Open(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := closeCtx()
+		defer cancel()
+		if err := eng.Close(ctx); err != nil {
+			t.Errorf("engine close: %v", err)
+		}
+	})
+	m.add(t, eng.Registry())
+	return m
+}
+
+// ---------------------------------------------------------------------------
+// PromQL: the metric names an expression selects.
+
+var promqlAggregations = setOf("sum", "min", "max", "avg", "group", "stddev", "stdvar", "count", "count_values",
+	"bottomk", "topk", "quantile", "limitk", "limit_ratio")
+
+var promqlFunctions = setOf("abs", "absent", "absent_over_time", "acos", "acosh", "asin", "asinh", "atan", "atanh",
+	"avg_over_time", "ceil", "changes", "clamp", "clamp_max", "clamp_min", "cos", "cosh", "count_over_time",
+	"day_of_month", "day_of_week", "day_of_year", "days_in_month", "deg", "delta", "deriv",
+	"double_exponential_smoothing", "end", "exp", "floor", "histogram_avg", "histogram_count",
+	"histogram_fraction", "histogram_quantile", "histogram_stddev", "histogram_stdvar", "histogram_sum",
+	"holt_winters", "hour", "idelta", "increase", "info", "irate", "label_join", "label_replace",
+	"last_over_time", "ln", "log10", "log2", "mad_over_time", "max_over_time", "min_over_time", "minute", "month",
+	"pi", "predict_linear", "present_over_time", "quantile_over_time", "rad", "rate", "resets", "round", "scalar",
+	"sgn", "sin", "sinh", "sort", "sort_by_label", "sort_by_label_desc", "sort_desc", "sqrt", "start",
+	"stddev_over_time", "stdvar_over_time", "sum_over_time", "tan", "tanh", "time", "timestamp", "vector", "year")
+
+// Keywords followed by a parenthesised list of label names.
+var promqlLabelListKeywords = setOf("by", "without", "on", "ignoring", "group_left", "group_right")
+
+var promqlKeywords = setOf("and", "or", "unless", "bool", "offset", "atan2", "inf", "nan")
+
+func setOf(s ...string) map[string]bool {
+	m := make(map[string]bool, len(s))
+	for _, x := range s {
+		m[x] = true
+	}
+	return m
+}
+
+func isIdentStart(c byte) bool {
+	return c == '_' || c == ':' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+}
+
+func isIdentChar(c byte) bool { return isIdentStart(c) || (c >= '0' && c <= '9') }
+
+// skipBalanced returns the index after the bracket that closes s[i] (an
+// opening bracket), skipping quoted strings.
+func skipBalanced(s string, i int) (int, error) {
+	open := s[i]
+	close := map[byte]byte{'{': '}', '[': ']', '(': ')'}[open]
+	depth := 0
+	for j := i; j < len(s); j++ {
+		switch c := s[j]; c {
+		case '"', '\'', '`':
+			end, err := skipString(s, j)
+			if err != nil {
+				return 0, err
+			}
+			j = end - 1
+		case open:
+			depth++
+		case close:
+			depth--
+			if depth == 0 {
+				return j + 1, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("unbalanced %q at offset %d", open, i)
+}
+
+// skipString returns the index after the string literal starting at s[i].
+func skipString(s string, i int) (int, error) {
+	q := s[i]
+	for j := i + 1; j < len(s); j++ {
+		if s[j] == '\\' && q != '`' {
+			j++
+			continue
+		}
+		if s[j] == q {
+			return j + 1, nil
+		}
+	}
+	return 0, fmt.Errorf("unterminated string at offset %d", i)
+}
+
+// promqlMetricNames returns the metric names an expression selects: every
+// identifier that is not a function, aggregation or keyword, with label
+// matchers ({...}), ranges ([...]), label lists (by (...)), strings,
+// numbers, durations, comments and Grafana variables ($x, ${x}) skipped. An
+// identifier called like a function that PromQL does not have is an error.
+func promqlMetricNames(expr string) ([]string, error) {
+	var names []string
+	s := expr
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			i++
+		case c == '#':
+			for i < len(s) && s[i] != '\n' {
+				i++
+			}
+		case c == '"' || c == '\'' || c == '`':
+			end, err := skipString(s, i)
+			if err != nil {
+				return nil, err
+			}
+			i = end
+		case c == '{' || c == '[':
+			end, err := skipBalanced(s, i)
+			if err != nil {
+				return nil, err
+			}
+			i = end
+		case c == '$':
+			i++
+			if i < len(s) && s[i] == '{' {
+				end, err := skipBalanced(s, i)
+				if err != nil {
+					return nil, err
+				}
+				i = end
+			}
+			for i < len(s) && isIdentChar(s[i]) {
+				i++
+			}
+		case c >= '0' && c <= '9' || (c == '.' && i+1 < len(s) && s[i+1] >= '0' && s[i+1] <= '9'):
+			for i < len(s) && (isIdentChar(s[i]) || s[i] == '.') {
+				i++
+			}
+		case isIdentStart(c):
+			j := i
+			for j < len(s) && isIdentChar(s[j]) {
+				j++
+			}
+			id := s[i:j]
+			k := j
+			for k < len(s) && (s[k] == ' ' || s[k] == '\t' || s[k] == '\n' || s[k] == '\r') {
+				k++
+			}
+			calls := k < len(s) && s[k] == '('
+			lower := strings.ToLower(id)
+			switch {
+			case promqlLabelListKeywords[lower]:
+				if calls {
+					end, err := skipBalanced(s, k)
+					if err != nil {
+						return nil, err
+					}
+					j = end
+				}
+			case promqlKeywords[lower], promqlAggregations[id]:
+			case calls:
+				if !promqlFunctions[id] {
+					return nil, fmt.Errorf("%s( is no PromQL function", id)
+				}
+			default:
+				names = append(names, id)
+			}
+			i = j
+		default:
+			i++
+		}
+	}
+	return names, nil
+}
+
+// grafanaVariableMetrics returns the metrics a Grafana Prometheus template
+// query selects: label_values(selector, label), query_result(expr); other
+// forms (label_values(label), label_names(), metrics(re)) select none.
+func grafanaVariableMetrics(q string) ([]string, error) {
+	q = strings.TrimSpace(q)
+	switch {
+	case strings.HasPrefix(q, "label_values(") && strings.HasSuffix(q, ")"):
+		inner := q[len("label_values(") : len(q)-1]
+		depth, cut := 0, -1
+		for i := 0; i < len(inner); i++ {
+			switch inner[i] {
+			case '{', '(', '[':
+				depth++
+			case '}', ')', ']':
+				depth--
+			case ',':
+				if depth == 0 {
+					cut = i
+				}
+			}
+		}
+		if cut < 0 {
+			return nil, nil
+		}
+		return promqlMetricNames(inner[:cut])
+	case strings.HasPrefix(q, "query_result(") && strings.HasSuffix(q, ")"):
+		return promqlMetricNames(q[len("query_result(") : len(q)-1])
+	case strings.HasPrefix(q, "label_names(") || strings.HasPrefix(q, "metrics("):
+		return nil, nil
+	}
+	return promqlMetricNames(q)
+}
+
+// --- where assets name metrics ---
+
+// metricUse is one metric name at one place in an asset.
+type metricUse struct{ where, name string }
+
+// ruleMetricUses returns the names selected by the rules' expressions, the
+// names recording rules define, and structural problems.
+func ruleMetricUses(path string, doc map[string]any) (uses []metricUse, recorded []string, problems []string) {
+	for _, g := range asList(doc["groups"]) {
+		gm := asMap(g)
+		for i, r := range asList(gm["rules"]) {
+			rm := asMap(r)
+			alert, _ := rm["alert"].(string)
+			record, _ := rm["record"].(string)
+			where := fmt.Sprintf("%s: group %v rule %d %s%s", path, gm["name"], i, alert, record)
+			expr, _ := rm["expr"].(string)
+			if (alert == "") == (record == "") || strings.TrimSpace(expr) == "" {
+				problems = append(problems, where+": want exactly one of alert and record, and an expr")
+				continue
+			}
+			if record != "" {
+				recorded = append(recorded, record)
+			}
+			if alert != "" {
+				if asMap(rm["labels"])["severity"] == nil || asMap(rm["annotations"])["summary"] == nil {
+					problems = append(problems, where+": an alert needs labels.severity and annotations.summary")
+				}
+				if f, ok := rm["for"].(string); ok {
+					if _, err := time.ParseDuration(f); err != nil {
+						problems = append(problems, fmt.Sprintf("%s: for %q: %v", where, f, err))
+					}
+				}
+			}
+			names, err := promqlMetricNames(expr)
+			if err != nil {
+				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
+			}
+			for _, n := range names {
+				uses = append(uses, metricUse{where, n})
+			}
+		}
+	}
+	return uses, recorded, problems
+}
+
+// promtoolTestMetricUses returns the series names of promtool test inputs
+// and the alert names the tests expect.
+func promtoolTestMetricUses(path string, doc map[string]any) (uses []metricUse, alerts []string, problems []string) {
+	for i, tc := range asList(doc["tests"]) {
+		tm := asMap(tc)
+		for _, s := range asList(tm["input_series"]) {
+			series, _ := asMap(s)["series"].(string)
+			names, err := promqlMetricNames(series)
+			if err != nil || len(names) != 1 {
+				problems = append(problems, fmt.Sprintf("%s: test %d: series %q: %v %v", path, i, series, names, err))
+				continue
+			}
+			uses = append(uses, metricUse{fmt.Sprintf("%s: test %d input", path, i), names[0]})
+		}
+		for _, a := range asList(tm["alert_rule_test"]) {
+			if name, ok := asMap(a)["alertname"].(string); ok {
+				alerts = append(alerts, name)
+			}
+		}
+	}
+	return uses, alerts, problems
+}
+
+// dashboardMetricUses returns the names selected by every "expr" in a
+// Grafana dashboard and by its template variables' queries.
+func dashboardMetricUses(path string, b []byte) (uses []metricUse, problems []string) {
+	var dash map[string]any
+	if err := json.Unmarshal(b, &dash); err != nil {
+		return nil, []string{fmt.Sprintf("%s: %v", path, err)}
+	}
+	var walk func(where string, v any)
+	walk = func(where string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if title, ok := v["title"].(string); ok {
+				where = path + ": " + title
+			}
+			if expr, ok := v["expr"].(string); ok {
+				names, err := promqlMetricNames(expr)
+				if err != nil {
+					problems = append(problems, fmt.Sprintf("%s: %v", where, err))
+				}
+				if len(names) == 0 && err == nil {
+					problems = append(problems, fmt.Sprintf("%s: expr %q selects no metric", where, expr))
+				}
+				for _, n := range names {
+					uses = append(uses, metricUse{where, n})
+				}
+			}
+			for _, x := range v {
+				walk(where, x)
+			}
+		case []any:
+			for _, x := range v {
+				walk(where, x)
+			}
+		}
+	}
+	walk(path, dash["panels"])
+	for _, v := range asList(asMap(dash["templating"])["list"]) {
+		vm := asMap(v)
+		if vm["type"] != "query" {
+			continue
+		}
+		q, ok := vm["query"].(string)
+		if !ok {
+			q, _ = asMap(vm["query"])["query"].(string)
+		}
+		names, err := grafanaVariableMetrics(q)
+		where := fmt.Sprintf("%s: variable %v", path, vm["name"])
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", where, err))
+		}
+		for _, n := range names {
+			uses = append(uses, metricUse{where, n})
+		}
+	}
+	return uses, problems
+}
+
+// Series that Prometheus itself makes for every target.
+var prometheusSynthetic = setOf("up", "scrape_duration_seconds", "scrape_samples_scraped",
+	"scrape_samples_post_metric_relabeling", "scrape_series_added", "ALERTS", "ALERTS_FOR_STATE")
+
+// checkMetricUses returns a problem for each use of a name that no
+// component registers (nor a recording rule defines).
+func checkMetricUses(m *registeredMetrics, recorded []string, uses []metricUse) []string {
+	var problems []string
+	for _, u := range uses {
+		if prometheusSynthetic[u.name] || slices.Contains(recorded, u.name) {
+			continue
+		}
+		if err := m.known(u.name); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v", u.where, err))
+		}
+	}
+	return problems
+}
+
+// metricAssets gathers every metric use under root.
+func metricAssets(t *testing.T, root string) (uses []metricUse, recorded, alertNames, expectedAlerts, problems []string) {
+	t.Helper()
+	for _, a := range loadDeployAssets(t, root) {
+		switch a.kind {
+		case kindPromRules:
+			for _, d := range a.docs {
+				u, r, p := ruleMetricUses(a.path, d)
+				uses, recorded, problems = append(uses, u...), append(recorded, r...), append(problems, p...)
+				for _, g := range asList(d["groups"]) {
+					for _, r := range asList(asMap(g)["rules"]) {
+						if name, ok := asMap(r)["alert"].(string); ok {
+							alertNames = append(alertNames, name)
+						}
+					}
+				}
+			}
+		case kindPromRuleTests:
+			u, al, p := promtoolTestMetricUses(a.path, a.docs[0])
+			uses, expectedAlerts, problems = append(uses, u...), append(expectedAlerts, al...), append(problems, p...)
+		}
+	}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || filepath.Ext(path) != ".json" {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		var probe map[string]any
+		if json.Unmarshal(b, &probe) == nil && probe["panels"] != nil {
+			rel, _ := filepath.Rel(root, path)
+			u, p := dashboardMetricUses(filepath.ToSlash(rel), b)
+			uses, problems = append(uses, u...), append(problems, p...)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return uses, recorded, alertNames, expectedAlerts, problems
+}
+
+func TestDeployMetricsAreRegistered(t *testing.T) {
+	uses, recorded, alertNames, expected, problems := metricAssets(t, deployRoot)
+	for _, p := range problems {
+		t.Error(p)
+	}
+	for _, a := range expected {
+		if !slices.Contains(alertNames, a) {
+			t.Errorf("promtool tests expect alert %s, which no rule defines", a)
+		}
+	}
+	if len(uses) < 50 {
+		t.Errorf("only %d metric uses found in rules and dashboards: is the extraction broken?", len(uses))
+	}
+	m := openComponentMetrics(t)
+	for _, p := range checkMetricUses(m, recorded, uses) {
+		t.Error(p)
+	}
+	distinct := map[string]bool{}
+	for _, u := range uses {
+		distinct[u.name] = true
+	}
+	t.Logf("%d uses of %d distinct metric names, %d families gathered from the components", len(uses), len(distinct), len(m.gathered))
+}
+
+// TestDeployPrometheusJobs: every job a rule selects by name is scraped by
+// each scrape configuration.
+func TestDeployPrometheusJobs(t *testing.T) {
+	var jobsUsed []string
+	var configs []deployAsset
+	jobRe := regexp.MustCompile(`job\s*=\s*"([^"]+)"`)
+	for _, a := range loadDeployAssets(t, deployRoot) {
+		switch a.kind {
+		case kindPromRules:
+			for _, g := range asList(a.docs[0]["groups"]) {
+				for _, r := range asList(asMap(g)["rules"]) {
+					expr, _ := asMap(r)["expr"].(string)
+					for _, m := range jobRe.FindAllStringSubmatch(expr, -1) {
+						jobsUsed = append(jobsUsed, m[1])
+					}
+				}
+			}
+		case kindPromConfig:
+			configs = append(configs, a)
+		}
+	}
+	for _, c := range configs {
+		var jobs []string
+		for _, sc := range asList(c.docs[0]["scrape_configs"]) {
+			jobs = append(jobs, fmt.Sprint(asMap(sc)["job_name"]))
+		}
+		for _, j := range jobsUsed {
+			if !slices.Contains(jobs, j) {
+				t.Errorf("%s: rules select job %q, which it does not scrape (jobs %v)", c.path, j, jobs)
+			}
+		}
+	}
+}
+
+// ---------------------------------------------------------------------------
+// The checks fail when they should.
+
+func TestDeployPromQLExtraction(t *testing.T) {
+	for _, tc := range []struct {
+		expr string
+		want []string
+		err  bool
+	}{
+		{`up{job="meridian-controller"} == 0`, []string{"up"}, false},
+		{`sum by (region, le) (rate(a_bucket{le="+Inf", x=~"a|b}"}[5m] offset 1h))`, []string{"a_bucket"}, false},
+		{`histogram_quantile(0.99, sum by (le) (rate(x_seconds_bucket[$__rate_interval])))`, []string{"x_seconds_bucket"}, false},
+		{"a / on (region) group_left (pod) b\n# comment naming c\n and bool c > 1e3", []string{"a", "b", "c"}, false},
+		{`sum(rate(vllm:prefix_cache_hits_total{pod=~"$pod"}[${__range}])) / scalar(d)`, []string{"vllm:prefix_cache_hits_total", "d"}, false},
+		{`count(count_values("version", m)) > 1 unless topk(3, n) or sum without (x) (o)`, []string{"m", "n", "o"}, false},
+		{`max_over_time(p[1h:5m]) @ start()`, []string{"p"}, false},
+		{`rat(q[5m])`, nil, true},
+		{`sum(rate(r{a="unterminated}[5m]))`, nil, true},
+	} {
+		got, err := promqlMetricNames(tc.expr)
+		if (err != nil) != tc.err || !slices.Equal(got, tc.want) {
+			t.Errorf("promqlMetricNames(%q) = %v, %v; want %v (error %v)", tc.expr, got, err, tc.want, tc.err)
+		}
+	}
+	for q, want := range map[string][]string{
+		`label_values(meridian_ingest_connected{region=~"$region"}, instance)`: {"meridian_ingest_connected"},
+		`label_values(region)`:       nil,
+		`query_result(topk(5, z))`:   {"z"},
+		`label_names()`:              nil,
+		`label_values(a{b=",c"}, d)`: {"a"},
+	} {
+		got, err := grafanaVariableMetrics(q)
+		if err != nil || !slices.Equal(got, want) {
+			t.Errorf("grafanaVariableMetrics(%q) = %v, %v; want %v", q, got, err, want)
+		}
+	}
+}
+
+// TestDeployRegistryProbe: a labelled vector with no series yet is missed
+// by Gather and found by the probe; an unregistered name is not found; the
+// probe leaves the registry as it was.
+func TestDeployRegistryProbe(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fixture_requests_total", Help: "h"}, []string{"code"}))
+	reg.MustRegister(prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fixture_latency_seconds", Help: "h"}))
+	m := &registeredMetrics{gathered: map[string]dto.MetricType{}}
+	m.add(t, reg)
+	if _, ok := m.gathered["fixture_requests_total"]; ok {
+		t.Fatal("gather listed a vector without series; the probe is then not needed")
+	}
+	for name, ok := range map[string]bool{
+		"fixture_requests_total":         true,
+		"fixture_latency_seconds_bucket": true,
+		"fixture_latency_seconds_count":  true,
+		"fixture_latency_seconds":        false, // a histogram named bare
+		"fixture_requests_total_bucket":  true,  // type unknown without series: accepted
+		"fixture_made_up_total":          false,
+	} {
+		if err := m.known(name); (err == nil) != ok {
+			t.Errorf("known(%s) = %v, want ok %v", name, err, ok)
+		}
+	}
+	if registryHas(reg, "fixture_made_up_total") || !registryHas(reg, "fixture_requests_total") {
+		t.Error("probe answers changed after probing")
+	}
+	mfs, _ := reg.Gather()
+	if len(mfs) != 1 {
+		t.Errorf("registry gathers %d families after probing, want 1", len(mfs))
+	}
+}
+
+// writeFixture writes files (path -> content) under a new directory.
+func writeFixture(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for p, content := range files {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+const fixtureConfig = "region: us-east-1\nlisten: \":8080\"\nkafka:\n  brokers: [\"kafka:9092\"]\n"
+
+func fixtureCompose(command, config string) map[string]string {
+	return map[string]string{
+		"compose/docker-compose.yaml": `services:
+  ctl:
+    image: meridian:debug
+    command: ` + command + `
+    volumes:
+      - ./ctl.yaml:/etc/meridian/controller.yaml:ro
+    healthcheck:
+      test: ["CMD", "/busybox/wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/healthz"]
+  kafka:
+    image: apache/kafka:3.9.1
+`,
+		"compose/ctl.yaml": config,
+	}
+}
+
+// TestDeployChecksRejectMadeUpThings runs the same checks on small fixture
+// trees, each with one thing the binary does not have.
+func TestDeployChecksRejectMadeUpThings(t *testing.T) {
+	invocationProblems := func(t *testing.T, files map[string]string) []string {
+		problems, _ := checkDeployment(t, writeFixture(t, files))
+		return problems
+	}
+	raftConfig := func(bootstrap bool) string {
+		return fixtureConfig + "admin_token: t\npolicy_file: /etc/meridian/policies/p.yaml\n" +
+			fmt.Sprintf("raft: {data_dir: /var/lib/meridian/raft, bind: \"0.0.0.0:7400\", bootstrap: %v}\n", bootstrap)
+	}
+	policy, err := os.ReadFile(filepath.Join(deployRoot, "policies", "default.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	twoControllers := func(cfgA, cfgB string) map[string]string {
+		svc := func(name string) string {
+			return "  " + name + ":\n    image: meridian\n    command: [controller, --config, /etc/meridian/controller.yaml]\n" +
+				"    volumes: [\"./" + name + ".yaml:/etc/meridian/controller.yaml\", \"./policies:/etc/meridian/policies\"]\n" +
+				"    healthcheck: {test: [CMD, /busybox/wget, \"http://127.0.0.1:8080/healthz\"]}\n"
+		}
+		return map[string]string{
+			"compose/docker-compose.yaml": "services:\n" + svc("a") + svc("b") + "  kafka:\n    image: apache/kafka\n",
+			"compose/a.yaml":              cfgA,
+			"compose/b.yaml":              cfgB,
+			"compose/policies/p.yaml":     string(policy),
+		}
+	}
+	for _, tc := range []struct {
+		name  string
+		files map[string]string
+		want  string // in some problem; "" = no problem
+	}{
+		{"good", fixtureCompose(`[controller, --config, /etc/meridian/controller.yaml]`, fixtureConfig), ""},
+		{"made-up flag", fixtureCompose(`[controller, --config, /etc/meridian/controller.yaml, --made-up-flag, x]`, fixtureConfig),
+			"flag provided but not defined: -made-up-flag"},
+		{"made-up command", fixtureCompose(`[made-up-command, --config, /etc/meridian/controller.yaml]`, fixtureConfig),
+			"No help topic for 'made-up-command'"},
+		{"command without an action", fixtureCompose(`[policy]`, fixtureConfig), "names no command"},
+		{"flag after argument", fixtureCompose(`[policy, validate, /etc/meridian/controller.yaml, --json]`, fixtureConfig),
+			"not parsed as a flag"},
+		{"made-up config key", fixtureCompose(`[controller, --config, /etc/meridian/controller.yaml]`, fixtureConfig+"made_up_key: 1\n"),
+			"made_up_key"},
+		{"config file not mounted", fixtureCompose(`[controller, --config, /etc/meridian/other.yaml]`, fixtureConfig),
+			"other.yaml"},
+		{"probe on the wrong port", fixtureCompose(`[controller, --config, /etc/meridian/controller.yaml]`,
+			strings.Replace(fixtureConfig, ":8080", ":9090", 1)), "healthcheck probe"},
+		{"made-up environment variable", map[string]string{
+			"compose/docker-compose.yaml": "services:\n  e:\n    image: meridian\n    command: [version]\n    environment:\n      MERIDIAN_MADE_UP: x\n"},
+			"[MERIDIAN_MADE_UP] are read by no flag"},
+		{"made-up environment variable on a controller", map[string]string{
+			"compose/docker-compose.yaml": "services:\n  c:\n    image: meridian\n    command: [controller, --config, /c.yaml]\n" +
+				"    volumes: [\"./c.yaml:/c.yaml\"]\n    environment: {MERIDIAN_MADE_UP: x}\n" +
+				"    healthcheck: {test: [CMD, /busybox/wget, \"http://127.0.0.1:8080/healthz\"]}\n  kafka: {image: apache/kafka}\n",
+			"compose/c.yaml": fixtureConfig}, "MERIDIAN_MADE_UP is read by no flag and changes nothing"},
+		{"good pair of Raft controllers", twoControllers(raftConfig(true), raftConfig(false)), ""},
+		{"two controllers bootstrap", twoControllers(raftConfig(true), raftConfig(true)), "2 controllers bootstrap"},
+		{"a dialled host that is no service", twoControllers(raftConfig(true),
+			strings.Replace(raftConfig(false), "kafka:9092", "kafak:9092", 1)), `names host "kafak"`},
+		{"policy_file not mounted", twoControllers(raftConfig(true),
+			strings.Replace(raftConfig(false), "/etc/meridian/policies/p.yaml", "/etc/meridian/elsewhere/p.yaml", 1)), "policy_file"},
+		{"a controller configuration nothing runs", map[string]string{
+			"compose/docker-compose.yaml": "services:\n  e:\n    image: meridian\n    command: [version]\n",
+			"compose/orphan.yaml":         fixtureConfig}, "orphan.yaml: no compose service or manifest runs"},
+		{"bad engine-sim value", map[string]string{
+			"compose/docker-compose.yaml": "services:\n  e:\n    image: meridian\n    command: [engine-sim, --hardware, made-up-gpu]\n"},
+			"made-up-gpu"},
+		{"kubernetes: made-up flag, resolved through kustomize", map[string]string{
+			"k8s/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [sts.yaml]\n" +
+				"configMapGenerator:\n  - name: cfg\n    files: [controller.yaml]\n",
+			"k8s/controller.yaml": fixtureConfig,
+			"k8s/sts.yaml": `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: c}
+spec:
+  template:
+    spec:
+      containers:
+        - name: c
+          image: registry.example.com/meridian:dev
+          args: [controller, --config=/etc/m/controller.yaml, --controller-id=$(POD_NAME), --made-up-flag]
+          env:
+            - name: POD_NAME
+              valueFrom: {fieldRef: {fieldPath: metadata.name}}
+          ports: [{name: http, containerPort: 8080}]
+          readinessProbe: {httpGet: {path: /readyz, port: http}}
+          livenessProbe: {httpGet: {path: /healthz, port: http}}
+          volumeMounts: [{name: config, mountPath: /etc/m}]
+      volumes: [{name: config, configMap: {name: cfg}}]
+`}, "flag provided but not defined: -made-up-flag"},
+		{"kubernetes: readiness on /healthz", map[string]string{
+			"k8s/kustomization.yaml": "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [sts.yaml]\n" +
+				"configMapGenerator:\n  - name: cfg\n    files: [controller.yaml]\n",
+			"k8s/controller.yaml": fixtureConfig,
+			"k8s/sts.yaml": `apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: c}
+spec:
+  template:
+    spec:
+      containers:
+        - name: c
+          image: meridian
+          args: [controller, --config=/etc/m/controller.yaml]
+          ports: [{name: http, containerPort: 8080}]
+          readinessProbe: {httpGet: {path: /healthz, port: http}}
+          livenessProbe: {httpGet: {path: /healthz, port: 8080}}
+          volumeMounts: [{name: config, mountPath: /etc/m}]
+      volumes: [{name: config, configMap: {name: cfg}}]
+`}, "readiness probe"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			problems := invocationProblems(t, tc.files)
+			if tc.want == "" {
+				if len(problems) > 0 {
+					t.Fatalf("problems in a good fixture: %v", problems)
+				}
+				return
+			}
+			for _, p := range problems {
+				if strings.Contains(p, tc.want) {
+					return
+				}
+			}
+			t.Fatalf("no problem mentions %q; got %v", tc.want, problems)
+		})
+	}
+
+	t.Run("made-up metric", func(t *testing.T) {
+		root := writeFixture(t, map[string]string{
+			"prometheus/alerts.yaml": `groups:
+  - name: g
+    rules:
+      - alert: Real
+        expr: sum(rate(meridian_router_requests_total[5m])) > 0
+        labels: {severity: warning}
+        annotations: {summary: s}
+      - alert: MadeUp
+        expr: rate(meridian_made_up_metric_total[5m]) > 0
+        labels: {severity: warning}
+        annotations: {summary: s}
+`,
+			"grafana/d.json": `{"panels": [{"title": "p", "targets": [{"expr": "histogram_quantile(0.5, rate(meridian_made_up_seconds_bucket[5m]))"}]}]}`,
+		})
+		uses, recorded, _, _, problems := metricAssets(t, root)
+		if len(problems) > 0 {
+			t.Fatal(problems)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_requests_total", Help: "h"}, []string{"code"}))
+		m := &registeredMetrics{gathered: map[string]dto.MetricType{}}
+		m.add(t, reg)
+		got := strings.Join(checkMetricUses(m, recorded, uses), "\n")
+		for _, want := range []string{"meridian_made_up_metric_total is registered by no component",
+			"meridian_made_up_seconds_bucket is registered by no component"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("problems %q lack %q", got, want)
+			}
+		}
+		if strings.Contains(got, "meridian_router_requests_total") {
+			t.Errorf("a registered metric was reported: %s", got)
+		}
+	})
+
+	t.Run("unparsable and unclassified assets", func(t *testing.T) {
+		root := writeFixture(t, map[string]string{
+			"x.yaml":   "something: else\n",
+			"y.yaml":   "a: [unclosed\n",
+			"z.json":   "{",
+			"ok.yaml":  "---\n# empty document first\n---\nregion: r\n",
+			"two.yaml": "region: r\n---\ngroups: []\n",
+		})
+		_, problems, err := readDeployAssets(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := strings.Join(problems, "\n")
+		for _, want := range []string{"x.yaml: not a kind", "y.yaml", "z.json: not valid JSON", "two.yaml: document 1 is a prometheus rules"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("problems %q lack %q", got, want)
+			}
+		}
+		if strings.Contains(got, "ok.yaml") {
+			t.Errorf("a good multi-document file was reported: %s", got)
+		}
+	})
+}
