@@ -1,0 +1,791 @@
+package kvbridge
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/segmentio/kafka-go"
+
+	"github.com/meridian-llm/meridian/regional/kvevents"
+)
+
+// HeaderMarker is set, to "restart" or "join", on the AllBlocksCleared
+// batches the bridge writes itself (they carry no seq header).
+const HeaderMarker = "kvbridge-marker"
+
+// Stats are the bridge's totals since Open.
+type Stats struct {
+	Received       uint64 // live batches received from PUB sockets
+	Forwarded      uint64 // engine batches acknowledged by Kafka (live and replayed)
+	Replayed       uint64 // ... of which came from a replay socket
+	Markers        uint64 // AllBlocksCleared markers acknowledged by Kafka
+	Duplicates     uint64 // live batches dropped, already forwarded from a replay
+	Dropped        uint64 // batches not forwarded: bad frames, no pod name, too large
+	Malformed      uint64 // payloads that failed to decode (forwarded all the same)
+	GapsDetected   uint64
+	GapsRecovered  uint64
+	GapsLost       uint64
+	BatchesLost    uint64
+	Restarts       uint64
+	JoinsFull      uint64
+	JoinsPartial   uint64
+	ReplayRequests uint64
+	ReplayFailures uint64
+	Connects       uint64 // ZMQ connections established
+	Reconnects     uint64 // ... after an earlier one of the same endpoint was lost
+	ConnectErrors  uint64
+	ProduceErrors  uint64 // Kafka writes that failed (and were retried)
+	Connections    int    // live ZMQ connections now
+	Pending        int    // batches received and not yet acknowledged by Kafka or dropped (the lag)
+}
+
+// StreamStats describe one stream (pod, topic, data-parallel rank).
+type StreamStats struct {
+	Pod     string
+	Topic   string
+	Rank    int64
+	LastSeq uint64 // seq of the last batch forwarded
+	Forwarded, Replayed, Duplicates,
+	GapsDetected, GapsRecovered, GapsLost, BatchesLost, Restarts uint64
+}
+
+// Bridge subscribes to engines' ZMQ PUB sockets and produces their batches
+// to the region's Kafka topic. Open starts it; Close stops it.
+type Bridge struct {
+	cfg     Config
+	log     *slog.Logger
+	now     func() time.Time
+	m       *metrics
+	w       *kafka.Writer
+	tr      *kafka.Transport
+	sources []*source
+	warn    *rateLimitedLog
+
+	readCtx  context.Context
+	stopRead context.CancelFunc
+	procCtx  context.Context
+	stopProc context.CancelFunc
+	procs    sync.WaitGroup
+
+	pending atomic.Int64 // received, not yet acknowledged or dropped
+	conns   atomic.Int64
+
+	mu      sync.Mutex
+	stats   Stats
+	changed chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// source is one ZMQ endpoint (one rank of one PodConfig): its connection
+// goroutines feed one processor goroutine, which owns the streams.
+type source struct {
+	b      *Bridge
+	pod    PodConfig
+	rank   int
+	ep     endpoint
+	replay *replayClient
+	ln     net.Listener // Bind
+	in     chan item
+	rwg    sync.WaitGroup // the connection goroutines
+	gen    atomic.Uint64  // connection generations
+	dec    *kvevents.Decoder
+
+	streams map[streamKey]*stream // processor's
+
+	mu   sync.Mutex
+	snap map[streamKey]StreamStats
+}
+
+// item is one live message and when it arrived.
+type item struct {
+	gen    uint64
+	frames [][]byte
+	at     time.Time
+}
+
+// Open validates cfg, binds the Bind endpoints and starts connecting.
+func Open(cfg Config) (*Bridge, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	b := &Bridge{cfg: cfg, log: cfg.Logger, now: cfg.Now, changed: make(chan struct{})}
+	b.warn = newRateLimitedLog(b.log, time.Minute, b.now)
+	var err error
+	if b.m, err = newMetrics(cfg.Registerer, b); err != nil {
+		return nil, err
+	}
+	for _, p := range cfg.Pods {
+		for r := range p.DataParallelSize {
+			ep, _ := parseEndpoint(p.Endpoint, r, p.Bind)
+			dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+			if err != nil {
+				return nil, err
+			}
+			s := &source{b: b, pod: p, rank: r, ep: ep, in: make(chan item, cfg.QueueSize), dec: dec,
+				streams: map[streamKey]*stream{}, snap: map[streamKey]StreamStats{}}
+			if p.ReplayEndpoint != "" {
+				rep, _ := parseEndpoint(p.ReplayEndpoint, r, false)
+				s.replay = &replayClient{ep: rep, timeout: cfg.ReplayTimeout}
+			}
+			if ep.bind {
+				if s.ln, err = listen(ep); err != nil {
+					b.closeListeners()
+					return nil, fmt.Errorf("open kv bridge: bind %s: %w", ep, err)
+				}
+			}
+			b.sources = append(b.sources, s)
+		}
+	}
+	b.tr = &kafka.Transport{ClientID: "meridian-kvbridge", DialTimeout: cfg.DialTimeout}
+	b.w = &kafka.Writer{
+		Addr:                   kafka.TCP(cfg.Brokers...),
+		Topic:                  cfg.Topic,
+		Balancer:               &kafka.Hash{},
+		RequiredAcks:           kafka.RequireAll,
+		BatchTimeout:           cfg.BatchTimeout,
+		BatchBytes:             cfg.MaxMessageBytes + 64<<10, // room for key and headers
+		BatchSize:              cfg.MaxWriteBatch,
+		WriteTimeout:           cfg.WriteTimeout,
+		MaxAttempts:            3,
+		WriteBackoffMin:        cfg.BackoffMin,
+		WriteBackoffMax:        cfg.BackoffMax,
+		AllowAutoTopicCreation: true,
+		Transport:              b.tr,
+	}
+	b.readCtx, b.stopRead = context.WithCancel(context.Background())
+	b.procCtx, b.stopProc = context.WithCancel(context.Background())
+	for _, s := range b.sources {
+		s.rwg.Add(1)
+		if s.ln != nil {
+			go s.acceptLoop(b.readCtx)
+		} else {
+			go s.dialLoop(b.readCtx)
+		}
+		b.procs.Add(1)
+		go s.process(b.procCtx)
+	}
+	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources))
+	return b, nil
+}
+
+// Run opens a bridge, serves until ctx ends, then closes it, allowing 10s
+// to forward what was received.
+func Run(ctx context.Context, cfg Config) error {
+	b, err := Open(cfg)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return b.Close(cctx)
+}
+
+// Close stops reading from the engines, forwards what was already received
+// (until ctx ends; then it is dropped), closes the Kafka writer and waits for
+// every goroutine. Safe to call twice; later calls return the first result.
+func (b *Bridge) Close(ctx context.Context) error {
+	b.closeOnce.Do(func() {
+		var errs []error
+		b.stopRead()
+		b.closeListeners()
+		for _, s := range b.sources {
+			s.rwg.Wait()
+			close(s.in)
+		}
+		done := make(chan struct{})
+		go func() { b.procs.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			b.stopProc()
+			<-done
+			errs = append(errs, fmt.Errorf("close kv bridge: forwarding what was received: %w", ctx.Err()))
+		}
+		b.stopProc()
+		if err := b.w.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close kv bridge: kafka writer: %w", err))
+		}
+		b.tr.CloseIdleConnections()
+		b.closeErr = errors.Join(errs...)
+		b.log.Info("kv bridge stopped")
+	})
+	return b.closeErr
+}
+
+func (b *Bridge) closeListeners() {
+	for _, s := range b.sources {
+		if s.ln != nil {
+			s.ln.Close()
+		}
+	}
+}
+
+// Addrs returns, per source, the endpoint it dials or listens on (a bound
+// port 0 resolved), in configuration order (ranks expanded).
+func (b *Bridge) Addrs() []string {
+	out := make([]string, len(b.sources))
+	for i, s := range b.sources {
+		if s.ln != nil {
+			out[i] = endpointOf(s.ln)
+		} else {
+			out[i] = s.ep.String()
+		}
+	}
+	return out
+}
+
+// Stats returns the totals.
+func (b *Bridge) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.statsLocked()
+}
+
+func (b *Bridge) statsLocked() Stats {
+	s := b.stats
+	s.Connections = int(b.conns.Load())
+	s.Pending = int(b.pending.Load())
+	return s
+}
+
+// Streams returns the state of every stream seen, sorted by pod, topic and
+// rank.
+func (b *Bridge) Streams() []StreamStats {
+	var out []StreamStats
+	for _, s := range b.sources {
+		s.mu.Lock()
+		for _, st := range s.snap {
+			out = append(out, st)
+		}
+		s.mu.Unlock()
+	}
+	slices.SortFunc(out, func(a, c StreamStats) int {
+		if n := strings.Compare(a.Pod, c.Pod); n != 0 {
+			return n
+		}
+		if n := strings.Compare(a.Topic, c.Topic); n != 0 {
+			return n
+		}
+		return int(a.Rank - c.Rank)
+	})
+	return out
+}
+
+// WaitFor blocks until cond holds for the stats (checked now and after
+// every change) or ctx ends.
+func (b *Bridge) WaitFor(ctx context.Context, cond func(Stats) bool) error {
+	for {
+		b.mu.Lock()
+		ok, ch := cond(b.statsLocked()), b.changed
+		b.mu.Unlock()
+		if ok {
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return fmt.Errorf("wait for kv bridge: %w (stats %+v)", ctx.Err(), b.Stats())
+		}
+	}
+}
+
+// update changes the stats and wakes WaitFor.
+func (b *Bridge) update(f func(*Stats)) {
+	b.mu.Lock()
+	f(&b.stats)
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// dialLoop is a dialing source's connection goroutine: connect, read until
+// the connection fails, back off, again, until ctx ends. zmq4's own Dial is
+// synchronous and its automatic reconnect races, so the loop is ours.
+func (s *source) dialLoop(ctx context.Context) {
+	defer s.rwg.Done()
+	cfg := s.b.cfg
+	backoff := cfg.BackoffMin
+	had := false
+	for {
+		nc, conn, err := dialZMTP(ctx, s.ep, zmq4.Sub, cfg.DialTimeout)
+		if err == nil {
+			if err = subscribe(conn, s.pod.Subscribe); err != nil {
+				nc.Close()
+			}
+		}
+		if ctx.Err() != nil {
+			if err == nil {
+				nc.Close()
+			}
+			return
+		}
+		if err != nil {
+			s.b.m.connectErrors.Inc()
+			s.b.update(func(st *Stats) { st.ConnectErrors++ })
+			s.b.warn.Log("connect:"+s.ep.String(), "kv bridge: cannot connect to engine; retrying",
+				"endpoint", s.ep.String(), "err", err, "retry_in", backoff)
+		} else {
+			if had {
+				s.b.m.reconnects.Inc()
+				s.b.update(func(st *Stats) { st.Reconnects++ })
+			}
+			had = true
+			if s.read(ctx, nc, conn) {
+				backoff = cfg.BackoffMin
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, cfg.BackoffMax)
+	}
+}
+
+// acceptLoop is a binding source's: every engine that connects gets a
+// connection goroutine.
+func (s *source) acceptLoop(ctx context.Context) {
+	defer s.rwg.Done()
+	for {
+		nc, err := s.ln.Accept()
+		if err != nil {
+			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+				return
+			}
+			s.b.warn.Log("accept:"+s.ep.String(), "kv bridge: accept", "endpoint", s.ep.String(), "err", err)
+			continue
+		}
+		s.rwg.Add(1)
+		go func() {
+			defer s.rwg.Done()
+			defer nc.Close()
+			stop := context.AfterFunc(ctx, func() { nc.Close() })
+			defer stop()
+			conn, err := openZMTP(nc, zmq4.Sub, true, s.b.cfg.DialTimeout)
+			if err == nil {
+				err = subscribe(conn, s.pod.Subscribe)
+			}
+			if err != nil {
+				s.b.m.connectErrors.Inc()
+				s.b.update(func(st *Stats) { st.ConnectErrors++ })
+				s.b.warn.Log("handshake:"+s.ep.String(), "kv bridge: engine connection failed", "peer", nc.RemoteAddr().String(), "err", err)
+				return
+			}
+			s.read(ctx, nc, conn)
+		}()
+	}
+}
+
+// read queues one connection's messages for the processor until the
+// connection fails or ctx ends; it reports whether any message came.
+func (s *source) read(ctx context.Context, nc net.Conn, conn *zmq4.Conn) bool {
+	defer nc.Close()
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	defer stop()
+	gen := s.gen.Add(1)
+	s.b.conns.Add(1)
+	s.b.update(func(st *Stats) { st.Connects++ })
+	s.b.log.Info("kv bridge: connected", "endpoint", s.ep.String(), "peer", nc.RemoteAddr().String(), "generation", gen)
+	defer func() {
+		s.b.conns.Add(-1)
+		s.b.update(func(*Stats) {})
+	}()
+	got := false
+	for {
+		msg, err := conn.RecvMsg()
+		if err != nil {
+			if ctx.Err() == nil {
+				s.b.log.Warn("kv bridge: connection lost", "endpoint", s.ep.String(), "err", err)
+			}
+			return got
+		}
+		if msg.Type == zmq4.CmdMsg {
+			continue
+		}
+		got = true
+		s.b.pending.Add(1)
+		s.b.m.received.WithLabelValues("live").Inc()
+		select {
+		case s.in <- item{gen: gen, frames: msg.Frames, at: s.b.now()}:
+		case <-ctx.Done():
+			s.b.pending.Add(-1)
+			return got
+		}
+	}
+}
+
+// outMsg is one Kafka message and what it stands for.
+type outMsg struct {
+	msg    kafka.Message
+	at     time.Time
+	marker string // the marker's why; "" for an engine batch
+	replay bool
+}
+
+// process is a source's processor goroutine: it takes the queued messages
+// in order, runs each stream's state machine (which may ask the replay
+// socket), and writes the result to Kafka, until the queue is closed and
+// drained or ctx ends.
+func (s *source) process(ctx context.Context) {
+	defer s.b.procs.Done()
+	var items []item
+	var out []outMsg
+	var acts []action
+	for {
+		items = items[:0]
+		select {
+		case it, ok := <-s.in:
+			if !ok {
+				return
+			}
+			items = append(items, it)
+		case <-ctx.Done():
+			return
+		}
+	drain:
+		for len(items) < s.b.cfg.MaxWriteBatch {
+			select {
+			case it, ok := <-s.in:
+				if !ok {
+					break drain
+				}
+				items = append(items, it)
+			default:
+				break drain
+			}
+		}
+		var c chunk
+		out = out[:0]
+		for _, it := range items {
+			out, acts = s.handle(ctx, it, out, acts[:0], &c)
+		}
+		s.b.m.record(c.t)
+		s.b.update(func(st *Stats) {
+			t := c.t
+			st.Received += uint64(len(items))
+			st.Duplicates += t.Duplicates
+			st.GapsDetected += t.GapsDetected
+			st.GapsRecovered += t.GapsRecovered
+			st.GapsLost += t.GapsLost
+			st.BatchesLost += t.BatchesLost
+			st.Restarts += t.Restarts
+			st.JoinsFull += t.JoinsFull
+			st.JoinsPartial += t.JoinsPartial
+			st.ReplayRequests += t.ReplayRequests
+			st.ReplayFailures += t.ReplayFailures
+			st.Malformed += c.malformed
+			st.Dropped += c.dropped
+		})
+		s.b.produce(ctx, out)
+		s.b.pending.Add(-int64(len(items)))
+		s.b.update(func(*Stats) {})
+	}
+}
+
+// chunk counts what the processor did with one batch of queued messages.
+type chunk struct {
+	t         tally
+	dropped   uint64
+	malformed uint64
+}
+
+func (c *chunk) drop(m *metrics, reason string) {
+	c.dropped++
+	m.dropped.WithLabelValues(reason).Inc()
+}
+
+// handle runs one live message through its stream and appends the Kafka
+// messages to write.
+func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []action, c *chunk) ([]outMsg, []action) {
+	f := it.frames
+	if len(f) != 3 || len(f[1]) != 8 {
+		s.b.warn.Log("frames", "kv bridge: dropped a message that is not [topic, seq, payload]",
+			"endpoint", s.ep.String(), "frames", len(f))
+		c.drop(s.b.m, "bad_frames")
+		return out, acts
+	}
+	topic, seq, payload := string(f[0]), binary.BigEndian.Uint64(f[1]), f[2]
+	pod, model := s.pod.Name, s.pod.Model
+	if pod == "" || model == "" {
+		tp, tm, ok := parseTopic(topic)
+		if pod == "" {
+			if !ok {
+				s.b.warn.Log("no_pod", "kv bridge: dropped a batch: no pod name configured and the topic is not kv@<pod>@<model>",
+					"endpoint", s.ep.String(), "topic", topic)
+				c.drop(s.b.m, "no_pod")
+				return out, acts
+			}
+			pod = tp
+		}
+		if model == "" && ok {
+			model = tm
+		}
+	}
+	rank := int64(s.rank)
+	if !s.b.cfg.SkipValidation {
+		batch, err := s.dec.Decode(payload)
+		if err != nil {
+			reason := kvevents.ReasonOf(err)
+			s.b.m.malformed.WithLabelValues(string(reason)).Inc()
+			s.b.warn.Log("malformed:"+string(reason), "kv bridge: malformed batch (forwarded; the ingester skips it)",
+				"pod", pod, "seq", seq, "err", err)
+			c.malformed++
+		} else {
+			rank = batch.Rank()
+		}
+	}
+	key := streamKey{pod: pod, topic: topic, rank: rank}
+	st := s.streams[key]
+	if st == nil {
+		st = &stream{}
+		s.streams[key] = st
+	}
+	var replay replayFunc
+	if s.replay != nil {
+		replay = func(from, upto uint64) (replayResult, bool) {
+			res, err := s.replay.replay(ctx, from, upto)
+			if err != nil {
+				if ctx.Err() == nil {
+					s.b.warn.Log("replay:"+s.replay.ep.String(), "kv bridge: replay failed", "pod", pod, "from", from, "err", err)
+				}
+				return replayResult{}, false
+			}
+			if res.any && res.first > from {
+				s.b.log.Info("kv bridge: the engine's replay buffer no longer holds what was asked",
+					"pod", pod, "topic", topic, "rank", rank, "asked_from", from, "first_held", res.first)
+			}
+			return res, true
+		}
+	}
+	before := st.total
+	acts = st.handle(acts, &c.t, it.gen, seq, payload, replay)
+	if d := st.total.Restarts - before.Restarts; d > 0 {
+		s.b.log.Warn("kv bridge: engine restart detected", "pod", pod, "topic", topic, "rank", rank, "seq", seq)
+	}
+	if d := st.total.BatchesLost - before.BatchesLost; d > 0 {
+		s.b.log.Warn("kv bridge: batches lost", "pod", pod, "topic", topic, "rank", rank, "lost", d, "at_seq", seq)
+	}
+	for _, a := range acts {
+		out = append(out, s.message(key, model, rank, a, it.at))
+	}
+	s.mu.Lock()
+	s.snap[key] = StreamStats{Pod: pod, Topic: topic, Rank: rank, LastSeq: st.last,
+		Forwarded: st.total.Forwarded, Replayed: st.total.Replayed, Duplicates: st.total.Duplicates,
+		GapsDetected: st.total.GapsDetected, GapsRecovered: st.total.GapsRecovered, GapsLost: st.total.GapsLost,
+		BatchesLost: st.total.BatchesLost, Restarts: st.total.Restarts}
+	s.mu.Unlock()
+	return out, acts
+}
+
+// message builds the Kafka message of an action: key = pod name, headers
+// pod, model and hardware where known, seq (the engine's) on engine batches,
+// HeaderMarker on markers.
+func (s *source) message(key streamKey, model string, rank int64, a action, at time.Time) outMsg {
+	hs := make([]kafka.Header, 0, 4)
+	hs = append(hs, kafka.Header{Key: kvevents.HeaderPod, Value: []byte(key.pod)})
+	if model != "" {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderModel, Value: []byte(model)})
+	}
+	if s.pod.Hardware != "" {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderHardware, Value: []byte(s.pod.Hardware)})
+	}
+	o := outMsg{at: at, replay: a.replayed}
+	switch a.kind {
+	case actForward:
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, a.seq)})
+		o.msg = kafka.Message{Key: []byte(key.pod), Value: a.payload, Headers: hs}
+	case actMarker:
+		hs = append(hs, kafka.Header{Key: HeaderMarker, Value: []byte(a.why)})
+		o.marker = a.why
+		o.msg = kafka.Message{Key: []byte(key.pod), Value: markerPayload(s.b.now(), rank), Headers: hs}
+	}
+	return o
+}
+
+// markerPayload is a vLLM batch holding one AllBlocksCleared for rank.
+func markerPayload(now time.Time, rank int64) []byte {
+	b, err := kvevents.Encoding{}.AppendBatch(nil, &kvevents.Batch{TS: float64(now.UnixNano()) / 1e9,
+		Events: []kvevents.Event{&kvevents.AllBlocksCleared{}}, DataParallelRank: kvevents.Some(rank)})
+	if err != nil {
+		panic(fmt.Sprintf("encode marker: %v", err)) // a fixed, valid batch
+	}
+	return b
+}
+
+// produce writes out to Kafka in order, retrying failed messages with
+// backoff until they are written or ctx ends. A message over
+// MaxMessageBytes, or refused by the broker as too large, is dropped and
+// counted: no retry can make it fit.
+func (b *Bridge) produce(ctx context.Context, out []outMsg) {
+	pending := make([]outMsg, 0, len(out))
+	for _, o := range out {
+		if int64(len(o.msg.Value)) > b.cfg.MaxMessageBytes {
+			b.tooLarge(o, fmt.Errorf("%d bytes, max_message_bytes %d", len(o.msg.Value), b.cfg.MaxMessageBytes))
+			continue
+		}
+		pending = append(pending, o)
+	}
+	backoff := b.cfg.BackoffMin
+	for len(pending) > 0 {
+		msgs := make([]kafka.Message, len(pending))
+		for i, o := range pending {
+			msgs[i] = o.msg
+		}
+		err := b.w.WriteMessages(ctx, msgs...)
+		if err == nil {
+			b.written(pending)
+			return
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var werrs kafka.WriteErrors
+		if errors.As(err, &werrs) && len(werrs) == len(pending) {
+			var ok, retry []outMsg
+			for i, e := range werrs {
+				switch {
+				case e == nil:
+					ok = append(ok, pending[i])
+				case errors.Is(e, kafka.MessageSizeTooLarge):
+					b.tooLarge(pending[i], e)
+				default:
+					retry = append(retry, pending[i])
+				}
+			}
+			b.written(ok)
+			pending = retry
+			if len(pending) == 0 {
+				return
+			}
+		}
+		b.m.produceErrors.WithLabelValues("write").Inc()
+		b.update(func(st *Stats) { st.ProduceErrors++ })
+		b.warn.Log("produce", "kv bridge: kafka write failed; retrying", "topic", b.cfg.Topic,
+			"messages", len(pending), "err", err, "retry_in", backoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		backoff = min(2*backoff, b.cfg.BackoffMax)
+	}
+}
+
+func (b *Bridge) tooLarge(o outMsg, err error) {
+	b.m.produceErrors.WithLabelValues("too_large").Inc()
+	b.m.dropped.WithLabelValues("too_large").Inc()
+	b.update(func(st *Stats) { st.Dropped++ })
+	b.warn.Log("too_large", "kv bridge: dropped a batch too large for Kafka", "pod", string(o.msg.Key), "err", err)
+}
+
+// written accounts for acknowledged messages.
+func (b *Bridge) written(ok []outMsg) {
+	if len(ok) == 0 {
+		return
+	}
+	now := b.now()
+	var fwd, rep, mark uint64
+	for _, o := range ok {
+		switch {
+		case o.marker != "":
+			mark++
+			b.m.markers.WithLabelValues(o.marker).Inc()
+		default:
+			fwd++
+			if o.replay {
+				rep++
+			}
+			b.m.latency.Observe(now.Sub(o.at).Seconds())
+		}
+	}
+	b.m.forwarded.Add(float64(fwd))
+	b.update(func(st *Stats) {
+		st.Forwarded += fwd
+		st.Replayed += rep
+		st.Markers += mark
+	})
+}
+
+// listen binds ep; a stale ipc socket file is replaced, as libzmq does.
+func listen(ep endpoint) (net.Listener, error) {
+	if ep.network == "unix" && !strings.HasPrefix(ep.addr, "@") {
+		if fi, err := os.Stat(ep.addr); err == nil && fi.Mode().Type() == fs.ModeSocket {
+			_ = os.Remove(ep.addr)
+		}
+	}
+	return net.Listen(ep.network, ep.addr)
+}
+
+// endpointOf names a listener as a dialable endpoint (an unspecified host
+// becomes loopback).
+func endpointOf(ln net.Listener) string {
+	switch a := ln.Addr().(type) {
+	case *net.TCPAddr:
+		host := a.IP.String()
+		if a.IP.IsUnspecified() {
+			host = "127.0.0.1"
+		}
+		return "tcp://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
+	case *net.UnixAddr:
+		return "ipc://" + a.Name
+	}
+	return ln.Addr().String()
+}
+
+// rateLimitedLog logs each kind of warning at most once per interval and
+// says how many it suppressed.
+type rateLimitedLog struct {
+	log      *slog.Logger
+	every    time.Duration
+	now      func() time.Time
+	mu       sync.Mutex
+	last     map[string]time.Time
+	suppress map[string]int
+}
+
+func newRateLimitedLog(log *slog.Logger, every time.Duration, now func() time.Time) *rateLimitedLog {
+	return &rateLimitedLog{log: log, every: every, now: now, last: map[string]time.Time{}, suppress: map[string]int{}}
+}
+
+// Log logs msg at warn level unless kind was logged within the interval.
+// Kinds are bounded by the configuration (endpoints, reasons, topics seen).
+func (l *rateLimitedLog) Log(kind, msg string, args ...any) {
+	l.mu.Lock()
+	now := l.now()
+	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
+		l.suppress[kind]++
+		l.mu.Unlock()
+		return
+	}
+	n := l.suppress[kind]
+	l.last[kind], l.suppress[kind] = now, 0
+	l.mu.Unlock()
+	if n > 0 {
+		args = append(args, "suppressed_since_last", n)
+	}
+	l.log.Warn(msg, args...)
+}
