@@ -49,6 +49,7 @@ func newApp() *cli.App {
 			kafkaDevCommand(),
 			failoverCommand(),
 			simCommand(),
+			demoCommand(),
 		},
 	}
 }

@@ -1,0 +1,138 @@
+package demo
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/global/audit"
+	"github.com/meridian-llm/meridian/scenarios/fleet"
+)
+
+// auditReport is the end-of-run check of the audit logs.
+type auditReport struct {
+	records     int64
+	verified    bool
+	problems    []string
+	checkpoints string // file the Raft checkpoints were exported to
+}
+
+// sealAndVerify closes every controller's audit log (which commits its last
+// checkpoint to Raft), waits until the Raft state holds every log's final
+// checkpoint, exports the checkpoints to cpFile (JSON lines, the input of
+// `meridian audit verify --checkpoints`), counts the records under dir and
+// verifies the chains against the checkpoints. Traffic must have stopped.
+func sealAndVerify(ctx context.Context, f *fleet.Fleet, dir, cpFile string) (auditReport, error) {
+	rep := auditReport{checkpoints: cpFile}
+	final := map[string]uint64{}
+	var errs []error
+	for _, r := range f.Regions {
+		l := r.Controller.Audit()
+		if err := l.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("seal audit log of %s: %w", r.Name, err))
+		}
+		cp := l.Checkpoint()
+		final[cp.Controller] = cp.LastSeq
+	}
+	st := func() *global.State { return f.Regions[0].Controller.Global().State() }
+	complete := func() bool {
+		s := st()
+		for ctl, seq := range final {
+			if seq == 0 {
+				continue
+			}
+			ok := false
+			for _, c := range s.Checkpoints(ctl) {
+				ok = ok || c.Sequence >= seq
+			}
+			if !ok {
+				return false
+			}
+		}
+		return true
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.Now().Add(10 * time.Second)
+	for !complete() && time.Now().Before(deadline) && ctx.Err() == nil {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+		}
+	}
+	allCheckpointed := complete()
+	if !allCheckpointed {
+		rep.problems = append(rep.problems, "the Raft state does not hold every log's final checkpoint: a cut tail would go unnoticed")
+	}
+	var cps []audit.Checkpoint
+	s := st()
+	for _, ctl := range s.CheckpointControllers() {
+		for _, c := range s.Checkpoints(ctl) {
+			cps = append(cps, audit.Checkpoint{Controller: c.ControllerID, Segment: c.Segment, LastSeq: c.Sequence,
+				Head: c.HeadHash, Count: c.Count, Time: c.Time})
+		}
+	}
+	if err := writeCheckpoints(cpFile, cps); err != nil {
+		errs = append(errs, err)
+	}
+
+	n, err := countRecords(ctx, dir)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	rep.records = n
+	vr, err := audit.Verify(dir, cps)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("audit verify: %w", err))
+	} else {
+		rep.verified = vr.OK() && allCheckpointed
+		for _, p := range vr.Problems {
+			rep.problems = append(rep.problems, p.String())
+		}
+	}
+	return rep, errors.Join(errs...)
+}
+
+func writeCheckpoints(path string, cps []audit.Checkpoint) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("export checkpoints: %w", err)
+	}
+	w := bufio.NewWriter(f)
+	for _, cp := range cps {
+		if err := audit.WriteCheckpoint(w, cp); err != nil {
+			f.Close()
+			return fmt.Errorf("export checkpoints: %w", err)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		f.Close()
+		return fmt.Errorf("export checkpoints: %w", err)
+	}
+	return f.Close()
+}
+
+// countRecords counts every record of every controller's chain under dir.
+func countRecords(ctx context.Context, dir string) (int64, error) {
+	cur, err := (&audit.DirSource{Dir: dir}).Query(ctx, audit.Query{})
+	if err != nil {
+		return 0, fmt.Errorf("count audit records: %w", err)
+	}
+	defer cur.Close()
+	var n int64
+	for {
+		_, err := cur.Next()
+		if errors.Is(err, io.EOF) {
+			return n, nil
+		}
+		if err != nil {
+			return n, fmt.Errorf("count audit records: %w", err)
+		}
+		n++
+	}
+}
