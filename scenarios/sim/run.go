@@ -154,7 +154,7 @@ func progress(opts Options, worlds []*world, done <-chan struct{}) {
 	for {
 		select {
 		case <-done:
-			if drawn {
+			if drawn || time.Since(start) >= after {
 				draw()
 				fmt.Fprintln(opts.Progress)
 			}

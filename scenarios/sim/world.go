@@ -189,8 +189,10 @@ func (w *world) run(stop *atomic.Bool) {
 	w.every(w.cfg.ScrapeInterval, w.scrape)
 	w.every(w.cfg.SampleInterval, w.sample)
 	if w.policy == PolicyMeridian {
-		w.publishSummaries()
-		w.every(w.cfg.SummaryInterval, w.publishSummaries)
+		// The fleet starts with gossip converged: the first summaries are
+		// already everywhere.
+		w.publishSummaries(true)
+		w.every(w.cfg.SummaryInterval, func() { w.publishSummaries(false) })
 	}
 	for n := 0; w.q.len() > 0; n++ {
 		e := w.q.pop()
@@ -229,8 +231,9 @@ func (w *world) sample() {
 }
 
 // publishSummaries builds each region's summary from its index and its
-// own load accounting; the other regions receive it half an RTT later.
-func (w *world) publishSummaries() {
+// own load accounting; the other regions receive it half an RTT later (at
+// once with now).
+func (w *world) publishSummaries(now bool) {
 	for _, r := range w.regions {
 		loads := map[string]*summary.ProfileLoad{}
 		for _, p := range r.pods {
@@ -261,14 +264,18 @@ func (w *world) publishSummaries() {
 			if o == r {
 				continue
 			}
-			o := o
-			w.q.push(w.now+w.fleet.rtt[r.idx][o.idx]/2, func() {
+			receive := func() {
 				for i := range o.view.Regions {
 					if v := &o.view.Regions[i]; v.Region == r.name {
 						v.Summary, v.ReceivedAt = s, w.wall()
 					}
 				}
-			})
+			}
+			if now {
+				receive()
+			} else {
+				w.q.push(w.now+w.fleet.rtt[r.idx][o.idx]/2, receive)
+			}
 		}
 	}
 }
@@ -332,6 +339,13 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 	pl, err := origin.dec.Place(rr, origin.name, allowed.Allows(origin.name), remotes, origin.shares)
 	if err != nil {
 		w.stats.rejected++
+		why := "no_candidate"
+		for _, e := range pl.Cost.Estimates {
+			if e.Excluded != "" {
+				why = e.Excluded
+			}
+		}
+		w.stats.reason("rejected_" + why)
 		return
 	}
 	w.stats.reason(pl.Reason)
