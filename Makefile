@@ -16,8 +16,8 @@ FUZZTIME ?= 20s
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
 
-demo: ## run the demo (for now: the index benchmark report)
-	@$(MAKE) --no-print-directory bench BENCH_COUNT=3
+demo: ## run 3 regions on loopback with live traffic, a failover and a status page (meridian demo; DEMO_FLAGS=--help)
+	@$(GO) run -ldflags "$(LDFLAGS)" ./cmd/meridian demo $(DEMO_FLAGS)
 
 test: ## vet, then every test (race detector on)
 	$(GO) vet ./...
