@@ -5,11 +5,17 @@
 // every missing, broken or inconsistent file by its path. The seed incident
 // it exists for: 32% of LLM DR failures restored the weights but not the
 // tokenizer files, the quantisation config or the model and engine config.
+// Its second job is the failover drill (Drill, below): fail a region over
+// on a running cluster, time how long its traffic takes to move and to come
+// back, and prove no request was served outside its residency zone.
 //
-// It reads folders only (never writes them), reads no tensor data except to
-// hash, and imports no other Meridian package except its own sub-packages
-// (dr/safetensors; dr/drtest in tests). It must not import regional,
-// scenarios or cmd; the failover drill, when added here, may import global.
+// The check reads folders only (never writes them) and reads no tensor data
+// except to hash. The drill talks to the cluster over HTTP only: the admin
+// API through global's client, the controllers' public API as a client
+// would. The package imports only its own sub-packages (dr/safetensors;
+// dr/drtest in tests), global (the admin API client and its types) and
+// residency (to evaluate the policy in force). It must not import regional,
+// scenarios or cmd (a root test enforces it; tests may import anything).
 //
 // # The folder
 //
@@ -207,6 +213,74 @@
 //	image_unpinned                 W   an image without a tag other than latest, or a digest
 //	region_file_missing            B/W a file present in some regions' copies but not all
 //	region_file_differs            B/W copies differ in size, sha256 or safetensors header
+//
+// # The failover drill
+//
+// A rehearsed us-east-1 failover took 22 minutes against a 30-minute SLA
+// (the seed); `meridian dr drill` makes it a checked, timed, routine thing.
+// Drill(ctx, DrillConfig) runs against a running cluster, given the admin
+// API URL and token, every region's controller URL, and the region to fail:
+//
+//  1. It reads the residency policy in force (GET /v1/global/policy, parsed
+//     with residency.Parse) and the region states; the region must be
+//     active (ErrRegionNotActive otherwise).
+//  2. Probes start and run until the end: each probe (origin x tenant x
+//     data class; by default, for every region, DrillTenant public and pii
+//     and eu-health phi, plus the operator's) sends a chat completion to
+//     its origin's controller every Interval, one in flight at a time, and
+//     reads where it was served (X-Meridian-Region) or why not (the error
+//     code). BaselineRounds answers of each make the baseline; a baseline
+//     with an error or a violation stops the drill before any change
+//     (ErrBaseline).
+//  3. Trigger: POST /v1/global/failover/trigger (failed, or draining with
+//     Drain). The move is timed from the call returning.
+//  4. Once every affected probe has been served as the policy allows
+//     without the region for Hold (or MovedTimeout passed), recover: POST
+//     /v1/global/failover/recover. The return is timed from that call
+//     returning; the drill ends once every affected probe has been served
+//     as in the baseline for Hold (or BackTimeout passed).
+//
+// What the policy allows: for each probe, residency.Evaluate on its tenant,
+// data class and origin gives the allowed regions. Before and after, an
+// answer is expected as in the baseline; while the region is out, a 200 in
+// an allowed region other than it, or 503 residency_no_healthy_region when
+// it was the only one (the EU health tenant's PHI when eu-west-1 is out),
+// or 451 residency_denied when the policy allows nothing. A probe is
+// affected when a baseline answer is not allowed while the region is out;
+// only affected probes time the move and the return. Each answer is
+// classed by when it completed (before the trigger was sent, until the
+// recovery was sent, after): ok (the phase's expectation), stale (the
+// previous phase's: not moved yet, not back yet), other (served in an
+// allowed region, neither), error (refused or failed otherwise, transport
+// errors, timeouts), violation (served in a region the policy forbids).
+// A probe has moved (is back) from the first ok answer after its last
+// answer of the phase that was not ok, so a flapping region is timed to
+// its last settling, not its first.
+//
+// Pass: moved within TargetMoved (default 5 s), back within TargetBack
+// (default 10 s), no residency violation, at least one probe affected, the
+// region recovered, and, when MaxErrors >= 0, at most that many errors
+// (errors are always counted; by default they are not judged, a transient
+// refusal during the switch being a fact to report, not a verdict). The
+// judge is a single-threaded state machine fed with results and the call
+// times (no clock of its own), tested with scripts in testdata/drill; the
+// probe goroutines and the coordinator loop are the outer layer.
+//
+// Safety: once the trigger was sent the region is recovered whatever
+// happens, a cancelled ctx included (admin calls run on their own
+// AdminTimeout); a failed recovery returns ErrNotRecovered, which says to
+// run `meridian failover recover`. A policy applied during the drill is
+// noted in the report (violations are judged against the policy read at
+// the start).
+//
+// The DrillReport has the timeline (start, baseline, trigger_sent,
+// trigger_returned, first_moved, moved, moved_timeout, first_error,
+// last_error, first_refused, last_refused, violation, recover_sent,
+// recover_returned, first_back, back, back_timeout, end; offsets from the
+// trigger returning), each probe's expectations, outcome counts per phase
+// and figures, the checks against the targets, error samples and every
+// violation; WriteMarkdown and WriteJSON render it (durations in JSON are
+// milliseconds).
 //
 // # Speed
 //
