@@ -47,6 +47,7 @@ func newApp() *cli.App {
 			auditCommand(),
 			controllerCommand(),
 			kafkaDevCommand(),
+			kvBridgeCommand(),
 			failoverCommand(),
 			simCommand(),
 			demoCommand(),

@@ -3,11 +3,13 @@ package kvbridge
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -16,6 +18,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
 	"github.com/meridian-llm/meridian/regional/kvevents"
@@ -184,16 +188,86 @@ func Open(cfg Config) (*Bridge, error) {
 }
 
 // Run opens a bridge, serves until ctx ends, then closes it, allowing 10s
-// to forward what was received.
+// to forward what was received. With MetricsAddr it also serves /metrics,
+// /healthz, /readyz and /streams there (cfg.Registerer must then be nil or a
+// prometheus.Gatherer too).
 func Run(ctx context.Context, cfg Config) error {
+	var gatherer prometheus.Gatherer
+	if cfg.MetricsAddr != "" {
+		switch r := cfg.Registerer.(type) {
+		case nil:
+			reg := prometheus.NewRegistry()
+			cfg.Registerer, gatherer = reg, reg
+		case prometheus.Gatherer:
+			gatherer = r
+		default:
+			return errors.New("run kv bridge: metrics_addr needs a Registerer that is also a Gatherer")
+		}
+	}
+	var ln net.Listener
+	if cfg.MetricsAddr != "" {
+		var err error
+		if ln, err = net.Listen("tcp", cfg.MetricsAddr); err != nil {
+			return fmt.Errorf("run kv bridge: metrics listener: %w", err)
+		}
+	}
 	b, err := Open(cfg)
 	if err != nil {
+		if ln != nil {
+			ln.Close()
+		}
 		return err
+	}
+	var srv *http.Server
+	srvDone := make(chan struct{})
+	if ln != nil {
+		srv = &http.Server{Handler: b.handler(gatherer), ReadHeaderTimeout: 10 * time.Second}
+		go func() {
+			defer close(srvDone)
+			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				b.log.Error("kv bridge: metrics server stopped", "err", err)
+			}
+		}()
+		b.log.Info("kv bridge: serving /metrics", "addr", ln.Addr().String())
+	} else {
+		close(srvDone)
 	}
 	<-ctx.Done()
 	cctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	return b.Close(cctx)
+	var errs []error
+	if srv != nil {
+		if err := srv.Shutdown(cctx); err != nil {
+			errs = append(errs, fmt.Errorf("run kv bridge: metrics server: %w", err))
+		}
+	}
+	<-srvDone
+	errs = append(errs, b.Close(cctx))
+	return errors.Join(errs...)
+}
+
+// handler serves /metrics, /healthz (200: the process serves), /readyz (200
+// while at least one engine connection is up, else 503) and /streams
+// (JSON totals and per-stream state).
+func (b *Bridge) handler(g prometheus.Gatherer) http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		st := b.Stats()
+		if st.Connections == 0 {
+			http.Error(w, "no engine connected", http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ok: %d connections, %d pending\n", st.Connections, st.Pending)
+	})
+	mux.HandleFunc("GET /streams", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"stats": b.Stats(), "streams": b.Streams()})
+	})
+	return mux
 }
 
 // Close stops reading from the engines, forwards what was already received

@@ -51,6 +51,11 @@ type Config struct {
 	QueueSize int `yaml:"queue_size"`
 	// MaxWriteBatch bounds the Kafka messages handed to one write; default 512.
 	MaxWriteBatch int `yaml:"max_write_batch"`
+	// MetricsAddr, when set, makes Run serve GET /metrics (Prometheus),
+	// /healthz, /readyz (503 while no engine is connected) and /streams
+	// (JSON: totals and per-stream state) on this address, e.g.
+	// "127.0.0.1:9108". Empty: none.
+	MetricsAddr string `yaml:"metrics_addr"`
 	// SkipValidation turns off decoding each payload with regional/kvevents.
 	// Decoding counts malformed payloads (they are forwarded all the same:
 	// see the package doc) and reads the data-parallel rank from the
@@ -179,6 +184,11 @@ func (c Config) Validate() error {
 	}
 	if c.Topic == "" {
 		return errors.New("kvbridge config: region: required to name the topic (or set topic)")
+	}
+	if c.MetricsAddr != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsAddr); err != nil {
+			return fmt.Errorf("kvbridge config: metrics_addr %q: want host:port", c.MetricsAddr)
+		}
 	}
 	if len(c.Pods) == 0 {
 		return errors.New("kvbridge config: pods: at least one pod endpoint is required")
