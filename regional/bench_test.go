@@ -13,6 +13,7 @@ import (
 
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/summary"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -214,4 +215,57 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	if len(dl) > 0 && len(pl) > 0 {
 		b.ReportMetric(float64(pl[len(pl)*99/100]-dl[len(dl)*99/100]), "added-p99-ns")
 	}
+}
+
+// BenchmarkPlace is the whole placement at 256 local pods and 3 or 10
+// remote regions: the local decision, each remote region's candidate from
+// its summary (a filter-based depth estimate over 1M blocks), and the cost
+// comparison. Tokenization excluded. Reports the median and p99.
+func BenchmarkPlace(b *testing.B) {
+	for _, remotes := range []int{3, 10} {
+		b.Run(fmt.Sprintf("pods=256/remotes=%d", remotes), func(b *testing.B) {
+			dec, r := decisionFixture(b, 16)
+			var sums []*summary.Summary
+			for i := 0; i < remotes; i++ {
+				hashes := make([]uint64, 0, 1<<20)
+				hashes = append(hashes, r.Chain[:64*(i%2+1)]...)
+				for j := len(hashes); j < 1<<20; j++ {
+					hashes = append(hashes, splitmixBench(uint64(i)<<40|uint64(j)))
+				}
+				s, err := summary.Build(summary.Input{Region: fmt.Sprintf("remote-%d", i), Generation: 1, BuiltAt: time.Now(), BlockSize: 64,
+					Models: []string{"m"}, Load: []summary.ProfileLoad{{Profile: "h100", Pods: 8, Running: 16, Slots: 2048}}}, hashes, summary.DefaultBuildConfig())
+				if err != nil {
+					b.Fatal(err)
+				}
+				sums = append(sums, s)
+			}
+			shares := gorgo.NewShareTracker(time.Minute)
+			cands := make([]gorgo.Candidate, 0, remotes)
+			lat := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				t0 := time.Now()
+				now := t0
+				cands = cands[:0]
+				for j, s := range sums {
+					c := s.Candidate(now, r.Chain, r.PromptTokens)
+					c.RTTMs = float64(65 + 10*j)
+					cands = append(cands, c)
+				}
+				if _, err := dec.Place(r, "home", true, cands, shares); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			reportPercentiles(b, lat, "")
+		})
+	}
+}
+
+func splitmixBench(x uint64) uint64 {
+	x += 0x9E3779B97F4A7C15
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31) | 1
 }

@@ -112,14 +112,17 @@ func DefaultConfig() Config {
 	}
 }
 
-// LoadConfig reads a YAML configuration over the defaults. Unknown keys are
-// errors (a misspelt key must not silently fall back to a default).
+// LoadConfig reads a YAML configuration over the defaults. ${VAR} (and
+// $VAR) references are replaced by environment variables first, so one file
+// can serve every replica of a StatefulSet. Unknown keys are errors (a
+// misspelt key must not silently fall back to a default).
 func LoadConfig(path string) (Config, error) {
 	cfg := DefaultConfig()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return cfg, err
 	}
+	b = []byte(os.ExpandEnv(string(b)))
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
 	if err := dec.Decode(&cfg); err != nil {
@@ -180,7 +183,30 @@ func (c *Config) Validate() error {
 	if c.AdminListen == "" {
 		c.AdminListen = ":8081"
 	}
+	if c.Raft.DataDir != "" && c.Raft.Bind == "" {
+		c.Raft.Bind = "0.0.0.0:7400"
+	}
 	return c.validateMulti()
+}
+
+// Redacted is the configuration with its secrets replaced, for printing.
+func (c Config) Redacted() Config {
+	const r = "<redacted>"
+	red := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		return r
+	}
+	c.AdminToken, c.HopToken, c.Audit.HMACKey = red(c.AdminToken), red(c.HopToken), red(c.Audit.HMACKey)
+	if len(c.Gossip.Keys) > 0 {
+		keys := make([]string, len(c.Gossip.Keys))
+		for i := range keys {
+			keys[i] = r
+		}
+		c.Gossip.Keys = keys
+	}
+	return c
 }
 
 // Controller is one region's running controller.

@@ -4,16 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
 // startKafka runs an in-process Kafka-protocol broker cluster (franz-go's
 // kfake) on loopback and a kafka-go writer keyed by pod (Hash balancer).
-func startKafka(t *testing.T, brokers int, topic string) (*kfake.Cluster, *kafka.Writer) {
+func startKafka(t testing.TB, brokers int, topic string) (*kfake.Cluster, *kafka.Writer) {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
 	if err != nil {
@@ -30,7 +37,7 @@ func startKafka(t *testing.T, brokers int, topic string) (*kfake.Cluster, *kafka
 	return c, w
 }
 
-func produce(t *testing.T, w *kafka.Writer, msgs []Message) {
+func produce(t testing.TB, w *kafka.Writer, msgs []Message) {
 	t.Helper()
 	kms := make([]kafka.Message, len(msgs))
 	for i, m := range msgs {
@@ -103,4 +110,73 @@ func TestIngestOverKafka(t *testing.T) {
 	if got := fmt.Sprint(g.Lag()); got != "0" {
 		t.Errorf("lag %s after the last message", got)
 	}
+}
+
+// BenchmarkIngestKafka is ingestion end to end: batches of KV events already
+// in a Kafka-protocol broker (kfake on loopback) are fetched by the
+// ingester's kafka-go consumer group, decoded, re-keyed (engine blocks of
+// 16 tokens into router blocks of 64) and applied to the index. It reports
+// block events per second (each stored or removed engine block is one).
+func BenchmarkIngestKafka(b *testing.B) {
+	const pods, storesPerMsg = 8, 8
+	rng := rand.New(rand.NewPCG(1, 1))
+	engines := make([]*testEngine, pods)
+	var msgs []Message
+	blocks := 0
+	for p := range engines {
+		engines[p] = newTestEngine(fmt.Sprintf("pod-%d", p), 1)
+		msgs = append(msgs, Message{Key: []byte(engines[p].name), Headers: engines[p].headers(), Value: engines[p].batch(engines[p].podUp())})
+	}
+	for len(msgs) < 2000 {
+		e := engines[rng.IntN(pods)]
+		var evs []kvevents.Event
+		for i := 0; i < storesPerMsg; i++ {
+			prompt := make([]uint32, 1024) // 64 engine blocks
+			for j := range prompt {
+				prompt[j] = uint32(rng.IntN(50000))
+			}
+			ev := e.store(prompt)
+			blocks += len(ev.(*kvevents.BlockStored).BlockHashes)
+			evs = append(evs, ev)
+		}
+		if len(e.held) > 4096 {
+			rm := e.evictLeaves(rng, storesPerMsg*64)
+			blocks += len(rm.(*kvevents.BlockRemoved).BlockHashes)
+			evs = append(evs, rm)
+		}
+		msgs = append(msgs, Message{Key: []byte(e.name), Headers: e.headers(), Value: e.batch(evs...)})
+	}
+	cluster, w := startKafka(b, 1, TopicFor("bench"))
+	kms := make([]kafka.Message, len(msgs))
+	for i, m := range msgs {
+		kms[i] = kafka.Message{Key: m.Key, Value: m.Value, Headers: m.Headers}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	for err := w.WriteMessages(ctx, kms...); err != nil; err = w.WriteMessages(ctx, kms...) {
+		if ctx.Err() != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		idx, _ := index.New(index.DefaultConfig())
+		reg := NewRegistry(idx)
+		cfg := DefaultIngestConfig()
+		cfg.Brokers, cfg.Region, cfg.BlockSize = cluster.ListenAddrs(), "bench", routerBlockSize
+		g, err := NewIngester(cfg, idx, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Now)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = g.Run(rctx); close(done) }()
+		if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(len(msgs)) }); err != nil {
+			b.Fatal(err)
+		}
+		rcancel()
+		<-done
+	}
+	b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "block-events/s")
+	b.ReportMetric(float64(len(msgs))*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }

@@ -76,27 +76,35 @@ func (e *testEngine) store(tokens []uint32) kvevents.Event {
 	return ev
 }
 
-// evictLeaves removes up to n blocks that no held block extends.
+// evictLeaves removes up to n blocks that no held block extends (chosen at
+// random among the leaves, which are kept up to date as parents become
+// leaves).
 func (e *testEngine) evictLeaves(rng *rand.Rand, n int) kvevents.Event {
 	ev := &kvevents.BlockRemoved{Medium: kvevents.Some("GPU")}
-	for ; n > 0; n-- {
-		children := map[uint64]bool{}
-		for _, b := range e.held {
-			children[b.parent] = true
+	children := map[uint64]int{}
+	for _, b := range e.held {
+		children[b.parent]++
+	}
+	var leaves []uint64
+	for h := range e.held {
+		if children[h] == 0 {
+			leaves = append(leaves, h)
 		}
-		var leaves []uint64
-		for h := range e.held {
-			if !children[h] {
-				leaves = append(leaves, h)
-			}
-		}
-		if len(leaves) == 0 {
-			break
-		}
-		slices.Sort(leaves)
-		h := leaves[rng.IntN(len(leaves))]
+	}
+	slices.Sort(leaves)
+	for ; n > 0 && len(leaves) > 0; n-- {
+		i := rng.IntN(len(leaves))
+		h := leaves[i]
+		leaves[i] = leaves[len(leaves)-1]
+		leaves = leaves[:len(leaves)-1]
+		parent := e.held[h].parent
 		delete(e.held, h)
 		ev.BlockHashes = append(ev.BlockHashes, h)
+		if parent != 0 {
+			if children[parent]--; children[parent] == 0 {
+				leaves = append(leaves, parent)
+			}
+		}
 	}
 	return ev
 }

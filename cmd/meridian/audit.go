@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -30,12 +31,13 @@ func auditUsage(format string, args ...any) error {
 	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
 }
 
-// auditSourceFlags select where records are read from. Today that is a
-// directory; a fan-out over controllers (--controllers) becomes one more
-// flag here and an audit.Multi of audit.HTTPSource in auditSource.
+// auditSourceFlags select where records are read from: a directory, or the
+// admin APIs of controllers (fanned out, merged in time order).
 func auditSourceFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
+		&cli.StringSliceFlag{Name: "controllers", EnvVars: []string{"MERIDIAN_CONTROLLERS"}, Usage: "admin URLs of controllers to ask instead of --dir (repeat or comma-separate); records are merged in time order"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token for --controllers"},
 		&cli.StringFlag{Name: "hmac-key-file", EnvVars: []string{"MERIDIAN_AUDIT_HMAC_KEY_FILE"}, Usage: "file holding the audit HMAC key (needed for --tenant)"},
 	}
 }
@@ -63,6 +65,20 @@ func auditDir(c *cli.Context) (string, error) {
 }
 
 func auditSource(c *cli.Context) (audit.Source, error) {
+	if urls := c.StringSlice("controllers"); len(urls) > 0 {
+		if c.String("dir") != "" {
+			return nil, auditUsage("audit %s: give --dir or --controllers, not both", c.Command.Name)
+		}
+		var m audit.Multi
+		for _, u := range urls {
+			for _, one := range strings.Split(u, ",") {
+				if one = strings.TrimSpace(one); one != "" {
+					m = append(m, &audit.HTTPSource{BaseURL: strings.TrimRight(one, "/") + "/v1/audit", Token: c.String("token")})
+				}
+			}
+		}
+		return m, nil
+	}
 	dir, err := auditDir(c)
 	if err != nil {
 		return nil, err

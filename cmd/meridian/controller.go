@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -18,14 +19,20 @@ func controllerCommand() *cli.Command {
 		Description: "Reads the YAML configuration given by --config (see regional.Config for every key) and\n" +
 			"serves the OpenAI-compatible API on its listen address: POST /v1/chat/completions,\n" +
 			"/v1/completions and /v1/route, GET /v1/models, /healthz, /readyz and /metrics.\n" +
-			"Flags override the file. --check validates the configuration, prints it with defaults\n" +
-			"filled in, and exits.",
+			"Flags override the file; ${VAR} in the file is replaced by the environment variable, and the\n" +
+			"secrets come from MERIDIAN_ADMIN_TOKEN, MERIDIAN_HOP_TOKEN, MERIDIAN_GOSSIP_KEY and\n" +
+			"MERIDIAN_AUDIT_KEY when set. --check validates the configuration, prints it with defaults\n" +
+			"filled in (secrets redacted), and exits.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"MERIDIAN_CONFIG"}, Usage: "YAML configuration file"},
 			&cli.StringFlag{Name: "region", Usage: "region this controller serves (overrides the file)"},
 			&cli.StringFlag{Name: "listen", Usage: "HTTP listen address (overrides the file)"},
 			&cli.StringFlag{Name: "kafka", EnvVars: []string{"MERIDIAN_KAFKA"}, Usage: "comma-separated Kafka brokers (overrides the file)"},
-			&cli.StringFlag{Name: "controller-id", Usage: "stable id of this controller (default: host name)"},
+			&cli.StringFlag{Name: "controller-id", EnvVars: []string{"MERIDIAN_CONTROLLER_ID"}, Usage: "stable id of this controller (default: host name)"},
+			&cli.StringFlag{Name: "public-url", EnvVars: []string{"MERIDIAN_PUBLIC_URL"}, Usage: "URL other controllers forward requests to (overrides the file)"},
+			&cli.StringFlag{Name: "admin-url", EnvVars: []string{"MERIDIAN_ADMIN_URL"}, Usage: "URL of this controller's admin API for the others (overrides the file)"},
+			&cli.StringFlag{Name: "raft-advertise", EnvVars: []string{"MERIDIAN_RAFT_ADVERTISE"}, Usage: "Raft address the others dial (overrides the file)"},
+			&cli.StringFlag{Name: "gossip-advertise", EnvVars: []string{"MERIDIAN_GOSSIP_ADVERTISE"}, Usage: "gossip address the others reach (overrides the file)"},
 			&cli.BoolFlag{Name: "check", Usage: "validate the configuration, print it, and exit"},
 		}, logFlags()...),
 		Action: func(c *cli.Context) error {
@@ -34,7 +41,7 @@ func controllerCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("check") {
-				out, err := yaml.Marshal(cfg)
+				out, err := yaml.Marshal(cfg.Redacted())
 				if err != nil {
 					return err
 				}
@@ -71,6 +78,13 @@ func controllerConfig(c *cli.Context) (regional.Config, error) {
 	if v := c.String("controller-id"); v != "" {
 		cfg.ControllerID = v
 	}
+	for flag, dst := range map[string]*string{"public-url": &cfg.PublicURL, "admin-url": &cfg.AdminURL,
+		"raft-advertise": &cfg.Raft.Advertise, "gossip-advertise": &cfg.Gossip.Advertise} {
+		if v := c.String(flag); v != "" {
+			*dst = v
+		}
+	}
+	cfg.ApplyEnv(os.Getenv)
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError(fmt.Errorf("controller: %w", err))
 	}

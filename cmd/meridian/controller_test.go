@@ -88,3 +88,26 @@ func TestKafkaDev(t *testing.T) {
 		t.Fatal("0 brokers accepted")
 	}
 }
+
+func TestControllerSecretsFromEnvAndRedacted(t *testing.T) {
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "raft.yaml")
+	os.WriteFile(cfg, []byte("region: us-east-1\nlisten: 127.0.0.1:0\nkafka: {brokers: [127.0.0.1:9092]}\n"+
+		"raft: {data_dir: "+dir+"/raft, advertise: \"${TEST_RAFT_ADDR}\"}\n"), 0o644)
+	// No admin token anywhere: refused.
+	if _, _, err := runApp(t, "controller", "--config", cfg, "--check"); err == nil || !strings.Contains(err.Error(), "admin_token") {
+		t.Fatalf("raft without an admin token: %v", err)
+	}
+	t.Setenv("MERIDIAN_ADMIN_TOKEN", "s3cret-token-value")
+	t.Setenv("TEST_RAFT_ADDR", "10.1.2.3:7400")
+	out, _, err := runApp(t, "controller", "--config", cfg, "--check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(out, "s3cret") || !strings.Contains(out, "admin_token: <redacted>") {
+		t.Fatalf("secret printed or not redacted:\n%s", out)
+	}
+	if !strings.Contains(out, "advertise: 10.1.2.3:7400") || !strings.Contains(out, "bind: 0.0.0.0:7400") {
+		t.Fatalf("env expansion or raft bind default missing:\n%s", out)
+	}
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/scenarios/fleet"
+)
+
+// audit query --controllers fans out over the controllers' admin APIs.
+func TestAuditQueryFansOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, err := fleet.Start(ctx, fleet.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	body, _ := json.Marshal(map[string]any{"model": "meridian/sim-70b", "max_tokens": 1,
+		"messages": []map[string]string{{"role": "user", "content": "records of a patient"}}})
+	req, _ := http.NewRequest(http.MethodPost, f.Region("us-east-1").Controller.URL()+"/v1/chat/completions", bytes.NewReader(body))
+	req.Header.Set(regional.HeaderTenant, "eu-health")
+	req.Header.Set(regional.HeaderDataClass, "phi")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	id := resp.Header.Get(regional.HeaderDecisionID)
+	if resp.StatusCode != 200 || id == "" || resp.Header.Get("X-Meridian-Forwarded-To") != "eu-west-1" {
+		t.Fatalf("EU PHI from us-east-1: %d, decision %q, to %q", resp.StatusCode, id, resp.Header.Get("X-Meridian-Forwarded-To"))
+	}
+	var urls []string
+	for _, r := range f.Regions {
+		urls = append(urls, r.Controller.AdminURL())
+	}
+	out, _, err := runApp(t, "audit", "query", "--controllers", strings.Join(urls, ","), "--token", f.AdminToken, "--kind", "cross_region", "--json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(out, id) != 1 || !strings.Contains(out, `"region":"eu-west-1"`) {
+		t.Fatalf("the cross-region decision %s is not listed once:\n%s", id, out)
+	}
+	if _, _, err := runApp(t, "audit", "query", "--controllers", urls[0], "--token", "wrong", "--kind", "cross_region"); err == nil {
+		t.Fatal("a wrong token was accepted")
+	}
+}
+
+func TestRouteCommand(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	f, err := fleet.Start(ctx, fleet.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close(context.Background())
+	us := f.Region("us-east-1").Controller.URL()
+	out, _, err := runApp(t, "route", "--controller", us, "--tenant", "acme", "--data-class", "public", "hello there")
+	if err != nil || !strings.Contains(out, "region: us-east-1 (here)") || !strings.Contains(out, "pod: us-east-1-pod-") {
+		t.Fatalf("local route: %v\n%s", err, out)
+	}
+	out, _, err = runApp(t, "route", "--controller", us, "--tenant", "eu-health", "--data-class", "phi", "records of a patient")
+	if err != nil || !strings.Contains(out, "region: eu-west-1 (another region") || !strings.Contains(out, "regions compared") {
+		t.Fatalf("EU PHI route: %v\n%s", err, out)
+	}
+	if _, _, err := runApp(t, "route", "--controller", us, "--tenant", "embargoed-1", "--data-class", "public", "x"); err == nil || !strings.Contains(err.Error(), "residency_denied") {
+		t.Fatalf("embargoed route: %v", err)
+	}
+	if _, _, err := runApp(t, "route", "--controller", us); err == nil {
+		t.Fatal("no prompt accepted")
+	}
+}
