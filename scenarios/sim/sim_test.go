@@ -247,6 +247,32 @@ func TestAblationDecisionConfig(t *testing.T) {
 	}
 }
 
+// TestAblationShortQueueWeight compares gorgo's queue weight 0.5 (the
+// default) and 1 on the short-prompt workload (MERIDIAN_SIM_ABLATION=1).
+func TestAblationShortQueueWeight(t *testing.T) {
+	if os.Getenv("MERIDIAN_SIM_ABLATION") == "" {
+		t.Skip("set MERIDIAN_SIM_ABLATION=1 to run")
+	}
+	for _, qw := range []float64{0.5, 1} {
+		for seed := uint64(1); seed <= 5; seed++ {
+			cfg := DefaultConfig()
+			cfg.Workload.Kind = WorkloadShort
+			cfg.Workload.Duration = 5 * time.Minute
+			cfg.Seed = seed
+			cfg.Gorgo.QueueWeight = qw
+			cfg.Policies = []string{PolicyRoundRobin, PolicyLeastLoaded, PolicyCacheLocal, PolicyMeridian}
+			rep, err := Run(context.Background(), cfg, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rr, ll, cl, m := rep.Results[0], rep.Results[1], rep.Results[2], rep.Results[3]
+			best := min(rr.TTFTP95Ms, ll.TTFTP95Ms)
+			t.Logf("queue_weight %.1f seed %d: p95 / best baseline's: meridian %.3f, cache_local %.3f; p99: meridian %.0f, cache_local %.0f, best baseline %.0f",
+				qw, seed, m.TTFTP95Ms/best, cl.TTFTP95Ms/best, m.TTFTP99Ms, cl.TTFTP99Ms, min(rr.TTFTP99Ms, ll.TTFTP99Ms))
+		}
+	}
+}
+
 // BenchmarkConversationTrace is the speed target: the whole conversation
 // trace (12,031 requests), all six policies, on 3 regions x 8 pods.
 func BenchmarkConversationTrace(b *testing.B) {
