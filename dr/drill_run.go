@@ -215,7 +215,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 	deadline := time.Now().Add(cfg.BaselineTimeout)
 	var holdSince time.Time
 	var runErr error
-	cancelled := ctx.Done()
+	cancelled, wasCancelled := ctx.Done(), false
 	timer := time.NewTimer(cfg.BaselineTimeout)
 	defer timer.Stop()
 	for state != stDone {
@@ -237,7 +237,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 			adm = &a
 		case <-wakeC:
 		case <-cancelled:
-			cancelled = nil
+			cancelled, wasCancelled = nil, true
 			runErr = fmt.Errorf("dr drill: %w", ctx.Err())
 			d.meta.aborted = "cancelled"
 			switch state {
@@ -280,7 +280,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 			}
 			j.markTriggerReturned(adm.done)
 			d.meta.triggerDetail = resultDetail(adm.res)
-			if cancelled == nil { // cancelled while the trigger was in flight
+			if wasCancelled { // while the trigger was in flight
 				call(true)
 				state = stRecovering
 				break

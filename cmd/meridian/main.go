@@ -40,7 +40,7 @@ func newApp() *cli.App {
 		HideHelpCommand:      true,
 		Commands: []*cli.Command{
 			versionCommand(),
-			drCommand(),
+			drCommand(drDrillCommand()),
 			engineSimCommand(),
 			eventsCommand(eventsTailCommand()),
 			policyCommand(policyClusterCommands()...),
