@@ -18,6 +18,7 @@ import (
 	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/residency"
+	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
 func startFleet(t *testing.T, cfg Config) *Fleet {
@@ -372,4 +373,47 @@ func (f *Fleet) nowhereRoutable(region string) bool {
 		}
 	}
 	return true
+}
+
+// Issue acceptance (automatic failover): when a region's healthy pod count
+// falls below the threshold the leader fails it, traffic entering it goes
+// to an allowed region, and once healthy again it recovers after the
+// hold-down.
+func TestAutomaticFailoverOnPodLoss(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := startFleet(t, Config{Controller: func(region string, c *regional.Config) {
+		c.AutoFailover = regional.AutoFailoverConfig{Enabled: true, MinHealthyPods: 1, Grace: 500 * time.Millisecond, HoldDown: time.Second}
+	}})
+	west := f.Region("us-west-2")
+	pub := map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}
+	for _, e := range west.Engines {
+		if err := e.Close(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, "us-west-2 failed automatically", func() bool { return f.nowhereRoutable("us-west-2") })
+	if s := west.Controller.Global().State().RegionState("us-west-2").String(); s != "failed" {
+		t.Fatalf("us-west-2 is %s", s)
+	}
+	if a := ask(t, west.Controller.URL(), "/v1/chat/completions", pub, "hello"); a.status != 200 || a.region != "us-east-1" {
+		t.Fatalf("traffic entering us-west-2 while failed: %+v", a)
+	}
+	// Pods come back: recovering, then active after the hold-down.
+	for i := range west.Engines {
+		cfg := west.Engines[i].Config()
+		cfg.Addr, cfg.Epoch, cfg.Registry = "127.0.0.1:0", 0, nil
+		e, err := enginesim.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		west.Engines[i] = e
+	}
+	eventually(t, "us-west-2 back to active", func() bool {
+		return west.Controller.Global().State().RegionState("us-west-2").String() == "active"
+	})
+	if a := ask(t, west.Controller.URL(), "/v1/chat/completions", pub, "hello again"); a.status != 200 || a.region != "us-west-2" {
+		t.Fatalf("after recovery: %+v", a)
+	}
 }
