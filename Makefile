@@ -23,10 +23,20 @@ test: ## vet, then every test (race detector on)
 	$(GO) vet ./...
 	$(GO) test -race -timeout 20m $(RACE_PKGS)
 
-bench: ## run the benchmarks behind the published targets and print a table
+bench: ## run the benchmarks behind every published target and print a table (about 15 minutes)
 	@mkdir -p bin
-	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee bin/bench-index.txt
-	@$(GO) run ./scripts/benchtable.go bin/bench-index.txt
+	@: > bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'BenchmarkDecodeApply(Parallel)?$$' -benchmem -count $(BENCH_COUNT) ./regional/kvevents/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place|TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'BenchmarkProxyOverhead$$' -benchtime 3000x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'BenchmarkIngestKafka$$' -benchtime 3x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'BenchmarkReadPath$$' -benchmem -count $(BENCH_COUNT) ./global/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(PolicyApply|FailoverPropagation)$$' -benchtime 200x -count $(BENCH_COUNT) ./global/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'BenchmarkAppend$$/appenders=256$$' -count $(BENCH_COUNT) ./global/audit/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(Build1M|Depth)$$' -benchmem -count $(BENCH_COUNT) ./regional/summary/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'BenchmarkEvaluate$$' -benchmem -count $(BENCH_COUNT) ./residency/ | tee -a bin/bench.txt
+	@$(GO) run ./scripts/benchtable.go bin/bench.txt
 
 fuzz: ## run each fuzz target for FUZZTIME
 	@for pkg in $$($(GO) list ./...); do \

@@ -102,6 +102,7 @@ func main() {
 		return func(v float64, _ samples) (string, bool) { return fmt.Sprintf(">= %g %s", limit, unit), v >= limit }
 	}
 	rows := []row{
+		{"== index (issue 2)", "", "", nil},
 		{"lookup 64 blocks, 256 pods, 4 depths", "BenchmarkLookup/pods=256/blocks=64/depths=4", "ns/op", atMost(1000, "ns")},
 		{"  allocations", "BenchmarkLookup/pods=256/blocks=64/depths=4", "allocs/op", atMost(0, "allocs")},
 		{"  speed-up over naive scan", "BenchmarkLookup/pods=256/blocks=64/depths=4", "ns/op", func(v float64, _ samples) (string, bool) {
@@ -119,10 +120,43 @@ func main() {
 		{"registrations, growing, 2 cpus", "BenchmarkRegister/grow-2", "blocks/s", nil},
 		{"memory at 1M blocks", "BenchmarkMemory/blocks=1M", "B/block", atMost(64, "B/block")},
 		{"memory at 10M blocks", "BenchmarkMemory/blocks=10M", "B/block", atMost(64, "B/block")},
+		{"== KV events (issue 3)", "", "", nil},
+		{"decode+apply, 16->64 token blocks", "BenchmarkDecodeApply/ratio4", "blocks/s", atLeast(2e6, "blocks/s")},
+		{"decode+apply, 2 goroutines", "BenchmarkDecodeApplyParallel-2", "blocks/s", atLeast(2e6, "blocks/s")},
+		{"end to end through kfake", "BenchmarkIngestKafka", "block-events/s", nil},
+		{"== regional router (issue 4)", "", "", nil},
+		{"decision, 256 pods, 16 depths: p50", "BenchmarkDecide/pods=256/blocks=128/depths=16", "p50-ns", atMost(50000, "ns")},
+		{"  p99", "BenchmarkDecide/pods=256/blocks=128/depths=16", "p99-ns", atMost(200000, "ns")},
+		{"decision, 128 depths (worst): p50", "BenchmarkDecide/pods=256/blocks=128/depths=128", "p50-ns", atMost(50000, "ns")},
+		{"  p99", "BenchmarkDecide/pods=256/blocks=128/depths=128", "p99-ns", atMost(200000, "ns")},
+		{"tokenize + decide, 8k-token prompt", "BenchmarkTokenizeAndDecide", "ns/op", nil},
+		{"20th turn, full re-tokenization", "BenchmarkSessionTokenization/full", "ns/op", nil},
+		{"20th turn, from the session cache", "BenchmarkSessionTokenization/session", "ns/op", nil},
+		{"proxy: added p99 at 1,000 req/s", "BenchmarkProxyOverhead", "added-p99-ns", atMost(1e6, "ns")},
+		{"  direct p99", "BenchmarkProxyOverhead", "direct-p99-ns", nil},
+		{"  proxied p99", "BenchmarkProxyOverhead", "proxy-p99-ns", nil},
+		{"== global tier (issue 5)", "", "", nil},
+		{"read state + routable + region state", "BenchmarkReadPath/StateRoutableRegionState", "ns/op", atMost(1000, "ns")},
+		{"  allocations", "BenchmarkReadPath/StateRoutableRegionState", "allocs/op", atMost(0, "allocs")},
+		{"residency evaluate (first rule)", "BenchmarkEvaluate/example/first-rule", "ns/op", nil},
+		{"policy apply on the leader (3 nodes)", "BenchmarkPolicyApply/leader", "ns/op", nil},
+		{"policy apply via a follower's admin API", "BenchmarkPolicyApply/admin-client-to-follower", "ns/op", nil},
+		{"failover trigger -> all nodes: worst", "BenchmarkFailoverPropagation", "worst-propagation-ns", atMost(1e9, "ns")},
+		{"== across regions (issue 6)", "", "", nil},
+		{"summary build, 1M blocks", "BenchmarkBuild1M", "ns/op", nil},
+		{"  summary bytes", "BenchmarkBuild1M", "bytes/summary", atMost(65536, "bytes")},
+		{"remote depth estimate, 1562 blocks", "BenchmarkDepth/blocks=1562", "ns/op", nil},
+		{"placement, 3 remote regions: p50", "BenchmarkPlace/pods=256/remotes=3", "p50-ns", atMost(100000, "ns")},
+		{"placement, 10 remote regions: p50", "BenchmarkPlace/pods=256/remotes=10", "p50-ns", atMost(100000, "ns")},
+		{"audit append, 256 appenders", "BenchmarkAppend/appenders=256", "records/s", atLeast(50000, "records/s")},
 	}
 	fmt.Printf("\n%-40s %14s  %-26s %s\n", "figure (median of runs)", "value", "target", "met")
 	fmt.Println(strings.Repeat("-", 92))
 	for _, r := range rows {
+		if r.bench == "" {
+			fmt.Println(r.what)
+			continue
+		}
 		var m map[string][]float64
 		if strings.HasSuffix(r.bench, "-2") {
 			m = s[r.bench]
