@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -44,6 +45,7 @@ type Result struct {
 	Probes      int64             `json:"-"`
 	Elapsed     time.Duration     `json:"-"`
 	AuditIssues []string          `json:"-"` // what verify found
+	EUPHI       PHIView           `json:"-"` // where the EU health tenant's PHI entered and was served
 }
 
 func randomHex(n int) string {
@@ -320,6 +322,7 @@ func finish(ctx context.Context, cfg Config, f *fleet.Fleet, st *stats, res *Res
 	res.ResidencyDenials, res.ResidencyViolations, res.Refused, res.Probes = st.denials, st.violations, st.refused, st.probes
 	res.HitRate = ratio(st.cached, st.prompt)
 	all := sortedCopy(st.ttfts)
+	res.EUPHI = PHIView{Entered: maps.Clone(st.phi.entered), Served: maps.Clone(st.phi.served), Refused: st.phi.refused}
 	st.mu.Unlock()
 	res.TTFTP50Ms, res.TTFTP95Ms = percentile(all, 0.5), percentile(all, 0.95)
 
@@ -359,6 +362,7 @@ func writeSummary(w io.Writer, cfg Config, res *Result, ar auditReport, auditDir
 			res.Requests, res.Errors, 100*res.HitRate, fmtMs(res.TTFTP50Ms), fmtMs(res.TTFTP95Ms))
 		fmt.Fprintf(&b, "  cross-region forwards %d · residency denials %d · no healthy region %d · residency violations %d\n",
 			res.CrossRegionForwards, res.ResidencyDenials, res.Refused, res.ResidencyViolations)
+		fmt.Fprintf(&b, "  %s\n", phiLine(res.EUPHI))
 		if res.FailoverMovedS > 0 {
 			fmt.Fprintf(&b, "  failover of %s: every request that may be served elsewhere was, %.3f s after the trigger returned\n",
 				cfg.FailoverRegion, res.FailoverMovedS)

@@ -264,6 +264,7 @@ func (sc *screen) draw(s Snapshot, header []string, now time.Time, force bool) {
 		t := s.Totals
 		fmt.Fprintf(&b, "%-9s %-21s sent %d served %d hit %s ttft p50 %s p95 %s cross-region %d denied %d errors %d violations %d\n", at, "all",
 			t.Sent, t.Requests, fmtPct(t.HitRate, t.Requests), fmtMs(t.TTFTP50Ms), fmtMs(t.TTFTP95Ms), t.Forwards, t.Denials, t.Errors, t.Violations)
+		fmt.Fprintf(&b, "%-9s %s\n", at, phiLine(s.EUPHI))
 	}
 	_, _ = io.WriteString(sc.w, b.String())
 }
