@@ -87,7 +87,7 @@ func (r *Report) writeTTFTCDF(w io.Writer) error {
 	for d := llo; d <= lhi; d++ {
 		x := xOf(math.Pow(10, d))
 		fmt.Fprintf(w, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>`+"\n", x, padT, x, chartH-padB)
-		fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, chartH-padB+16, ms(math.Pow(10, d)))
+		fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", x, chartH-padB+16, tick(math.Pow(10, d)))
 	}
 	for q := 0.0; q <= 1.0001; q += 0.25 {
 		y := yOf(q)
@@ -113,6 +113,14 @@ func (r *Report) writeTTFTCDF(w io.Writer) error {
 	}
 	_, err := fmt.Fprintln(w, "</svg>")
 	return err
+}
+
+// tick labels a power of ten of milliseconds.
+func tick(v float64) string {
+	if v >= 1000 {
+		return fmt.Sprintf("%gs", v/1000)
+	}
+	return fmt.Sprintf("%gms", v)
 }
 
 // writeBars draws one bar per policy.

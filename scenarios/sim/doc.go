@@ -53,6 +53,20 @@
 // or a synthetic one: coding-agent sessions (closed loop), RAG-like shared
 // documents, short prompts with little reuse; see the generators' comments.
 //
+// # Report
+//
+// Per policy (Result): block and token hit rates and the fraction of the
+// upper bound's, TTFT p50/p95/p99 and end-to-end p95 as the client sees
+// them (network included), requests served outside their origin region and
+// their egress (GB and $), residency violations, and load dispersion (the
+// mean over samples every SampleInterval of variance / mean of the per-pod
+// count of requests queued or running). Report.WriteJSON writes Rows: one
+// JSON array with one object per policy holding exactly policy, hit_rate
+// (blocks, 0..1), ttft_p50_ms, ttft_p95_ms, ttft_p99_ms, e2e_p95_ms,
+// cross_region_requests, egress_gb, residency_violations and
+// load_dispersion; WriteCharts writes SVG charts (TTFT CDF, hit rate, load
+// dispersion) and report.json with every figure.
+//
 // # Invariants
 //
 //   - Deterministic: the same Config gives the same Report (but wall time),
