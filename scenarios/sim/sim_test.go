@@ -203,15 +203,20 @@ func TestRunRejects(t *testing.T) {
 
 // TestAblationDecisionConfig measures what each part of the decision
 // layer's default configuration does to Meridian on the conversation trace
-// (the evidence behind the known gaps). It runs only with
-// MERIDIAN_SIM_ABLATION=1 (about a second per variant):
+// (the evidence behind the known gaps), or on the coding workload with
+// MERIDIAN_SIM_ABLATION=coding. It runs only with MERIDIAN_SIM_ABLATION set
+// (a few seconds per variant):
 //
 //	MERIDIAN_SIM_ABLATION=1 go test -run TestAblationDecisionConfig -v ./scenarios/sim/
 func TestAblationDecisionConfig(t *testing.T) {
 	if os.Getenv("MERIDIAN_SIM_ABLATION") == "" {
 		t.Skip("set MERIDIAN_SIM_ABLATION=1 to run")
 	}
-	recs := conversationTrace(t)
+	coding := os.Getenv("MERIDIAN_SIM_ABLATION") == "coding"
+	var recs []TraceRecord
+	if !coding {
+		recs = conversationTrace(t)
+	}
 	variants := []struct {
 		name string
 		mod  func(*Config)
@@ -221,11 +226,13 @@ func TestAblationDecisionConfig(t *testing.T) {
 			c.Decision.Filters = []string{regional.FilterAlive, regional.FilterModel, regional.FilterHealthy}
 		}},
 		{"bounded_load_factor 3", func(c *Config) { c.Decision.BoundedLoadFactor = 3 }},
+		{"bounded_load_factor 1.25", func(c *Config) { c.Decision.BoundedLoadFactor = 1.25 }},
 		{"gorgo queue_weight 1", func(c *Config) { c.Gorgo.QueueWeight = 1 }},
 		{"no running penalty", func(c *Config) { c.Decision.Weights["running"] = 0 }},
 		{"no affinity bonus", func(c *Config) { c.Decision.Weights["affinity"] = 0 }},
 		{"no speculation", func(c *Config) { c.Decision.SpeculationTTL = 0 }},
 		{"homogeneous h100 fleet", func(c *Config) { c.Fleet.Profiles = []string{"h100"} }},
+		{"homogeneous b200 fleet", func(c *Config) { c.Fleet.Profiles = []string{"b200"} }},
 		{"homogeneous h100, no bounded_load", func(c *Config) {
 			c.Fleet.Profiles = []string{"h100"}
 			c.Decision.Filters = []string{regional.FilterAlive, regional.FilterModel, regional.FilterHealthy}
@@ -234,6 +241,10 @@ func TestAblationDecisionConfig(t *testing.T) {
 	for _, v := range variants {
 		cfg := DefaultConfig()
 		cfg.Workload.Trace = recs
+		if coding {
+			cfg.Workload.Kind = WorkloadCoding
+			cfg.Workload.Duration = 5 * time.Minute
+		}
 		cfg.Policies = []string{PolicyMeridian, PolicyUpperBound}
 		cfg.Decision = regional.DefaultDecisionConfig()
 		v.mod(&cfg)
