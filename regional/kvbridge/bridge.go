@@ -36,7 +36,7 @@ type Stats struct {
 	Replayed       uint64 // ... of which came from a replay socket
 	Markers        uint64 // AllBlocksCleared markers acknowledged by Kafka
 	Duplicates     uint64 // live batches dropped, already forwarded from a replay
-	Dropped        uint64 // batches not forwarded: bad frames, no pod name, too large
+	Dropped        uint64 // batches not forwarded: bad frames, no pod name, too many streams, too large
 	Malformed      uint64 // payloads that failed to decode (forwarded all the same)
 	GapsDetected   uint64
 	GapsRecovered  uint64
@@ -633,6 +633,12 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 	key := streamKey{pod: pod, topic: topic, rank: rank}
 	st := s.streams[key]
 	if st == nil {
+		if len(s.streams) >= s.b.cfg.MaxStreams {
+			s.b.warn.Log("too_many_streams", "kv bridge: dropped a batch of a new stream: max_streams reached",
+				"endpoint", s.ep.String(), "max_streams", s.b.cfg.MaxStreams, "pod", pod, "topic", topic)
+			c.drop(s.b.m, "too_many_streams")
+			return out, acts
+		}
 		st = &stream{}
 		s.streams[key] = st
 	}

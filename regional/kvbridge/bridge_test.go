@@ -573,13 +573,15 @@ func (p *rawPub) endpoint() string { return "tcp://" + p.ln.Addr().String() }
 // Malformed input: a payload that is not a vLLM batch is counted and still
 // forwarded (the ingester counts and skips it); a message that is not
 // [topic, seq, payload], or whose topic names no pod, is counted and
-// dropped; seq going back on one connection is a restart.
+// dropped, as is a batch of a stream beyond max_streams; seq going back on
+// one connection is a restart.
 func TestBridgeMalformedInput(t *testing.T) {
 	cluster := startKafka(t)
 	raw := newRawPub(t)
 	reg := prometheus.NewRegistry()
 	cfg := bridgeConfig(cluster, kvbridge.PodConfig{Endpoint: raw.endpoint()})
 	cfg.Registerer = reg
+	cfg.MaxStreams = 1
 	b := openBridge(t, cfg)
 	var conn *zmq4.Conn
 	select {
@@ -592,19 +594,20 @@ func TestBridgeMalformedInput(t *testing.T) {
 	topic := []byte("kv@pod-m@" + testModel)
 	for _, f := range [][][]byte{
 		{topic, seq(0), good},
-		{topic, seq(1), []byte{0x93, 0xcb}}, // truncated: forwarded, counted
-		{topic, seq(2)},                     // two frames: dropped
-		{[]byte("vllm"), seq(2), good},      // no pod in the topic: dropped
-		{topic, []byte{1, 2}, good},         // short seq: dropped
-		{topic, seq(2), good},               // next
-		{topic, seq(0), good},               // back to 0 on one connection: a restart
+		{topic, seq(1), []byte{0x93, 0xcb}},  // truncated: forwarded, counted
+		{topic, seq(2)},                      // two frames: dropped
+		{[]byte("vllm"), seq(2), good},       // no pod in the topic: dropped
+		{topic, []byte{1, 2}, good},          // short seq: dropped
+		{[]byte("kv@pod-n@m"), seq(0), good}, // a second stream, over max_streams: dropped
+		{topic, seq(2), good},                // next
+		{topic, seq(0), good},                // back to 0 on one connection: a restart
 		{topic, seq(1), good},
 	} {
 		if err := conn.SendMsg(zmq4.NewMsgFrom(f...)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitBridge(t, b, "all eight messages", func(s kvbridge.Stats) bool { return s.Received == 8 && s.Pending == 0 })
+	waitBridge(t, b, "all nine messages", func(s kvbridge.Stats) bool { return s.Received == 9 && s.Pending == 0 })
 	recs := readTopic(t, cluster, 7)
 	if got := seqs(recs); got != "M(join) 0 1 2 M(restart) 0 1" {
 		t.Fatalf("kafka holds %s", got)
@@ -613,10 +616,10 @@ func TestBridgeMalformedInput(t *testing.T) {
 		t.Fatalf("the malformed payload was changed: %q", recs[2].value)
 	}
 	st := b.Stats()
-	if st.Malformed != 1 || st.Dropped != 3 || st.Restarts != 1 {
+	if st.Malformed != 1 || st.Dropped != 4 || st.Restarts != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	for reason, want := range map[string]float64{"bad_frames": 2, "no_pod": 1} {
+	for reason, want := range map[string]float64{"bad_frames": 2, "no_pod": 1, "too_many_streams": 1} {
 		if v := metricValue(t, reg, "meridian_kvbridge_batches_dropped_total", "reason", reason); v != want {
 			t.Errorf("dropped{reason=%s} = %v, want %v", reason, v, want)
 		}

@@ -51,6 +51,11 @@ type Config struct {
 	QueueSize int `yaml:"queue_size"`
 	// MaxWriteBatch bounds the Kafka messages handed to one write; default 512.
 	MaxWriteBatch int `yaml:"max_write_batch"`
+	// MaxStreams bounds the streams (pod, topic, rank) one endpoint keeps
+	// state for (about 100 bytes each); batches of further streams are
+	// dropped and counted (reason too_many_streams). It matters with bind,
+	// where any peer that connects chooses its topics. Default 4096.
+	MaxStreams int `yaml:"max_streams"`
 	// MetricsAddr, when set, makes Run serve GET /metrics (Prometheus),
 	// /healthz, /readyz (503 while no engine is connected) and /streams
 	// (JSON: totals and per-stream state) on this address, e.g.
@@ -118,6 +123,7 @@ func DefaultConfig() Config {
 		BackoffMax:      5 * time.Second,
 		QueueSize:       4096,
 		MaxWriteBatch:   512,
+		MaxStreams:      4096,
 	}
 }
 
@@ -146,6 +152,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.MaxWriteBatch == 0 {
 		c.MaxWriteBatch = d.MaxWriteBatch
+	}
+	if c.MaxStreams == 0 {
+		c.MaxStreams = d.MaxStreams
 	}
 	if c.Topic == "" && c.Region != "" {
 		c.Topic = TopicFor(c.Region)
@@ -212,6 +221,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("kvbridge config: queue_size %d: must be >= 1", c.QueueSize)
 	case c.MaxWriteBatch < 1:
 		return fmt.Errorf("kvbridge config: max_write_batch %d: must be >= 1", c.MaxWriteBatch)
+	case c.MaxStreams < 1:
+		return fmt.Errorf("kvbridge config: max_streams %d: must be >= 1", c.MaxStreams)
 	}
 	names := map[string]int{}
 	endpoints := map[string]int{}

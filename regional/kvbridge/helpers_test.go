@@ -39,7 +39,9 @@ func testLogger() *slog.Logger {
 
 // startKafka runs an in-process Kafka-protocol broker with the region's
 // topic (one partition, so one reader sees every pod's order).
-func startKafka(t *testing.T) *kfake.Cluster {
+func startKafka(t *testing.T) *kfake.Cluster { return startKafkaB(t) }
+
+func startKafkaB(t testing.TB) *kfake.Cluster {
 	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, testTopic))
 	if err != nil {

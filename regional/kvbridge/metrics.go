@@ -43,7 +43,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 			"AllBlocksCleared markers written before an engine's new incarnation or a whole-history replay, by why.", "why"),
 		duplicates: c("batches_duplicate_total", "Live batches dropped because a replay had already forwarded them."),
 		dropped: cv("batches_dropped_total",
-			"Batches not forwarded, by reason (bad_frames: not [topic, seq, payload]; no_pod: no pod name configured or in the topic; too_large: over max_message_bytes).", "reason"),
+			"Batches not forwarded, by reason (bad_frames: not [topic, seq, payload]; no_pod: no pod name configured or in the topic; too_many_streams: over max_streams; too_large: over max_message_bytes).", "reason"),
 		malformed: cv("batches_malformed_total",
 			"Payloads that do not decode as a vLLM KVEventBatch, by decode reason; forwarded all the same.", "reason"),
 		gapsDetected:  c("gaps_detected_total", "Runs of sequence numbers not received live (per pod, topic and data-parallel rank)."),
@@ -67,7 +67,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	for _, v := range []string{"restart", "join"} {
 		m.markers.WithLabelValues(v)
 	}
-	for _, v := range []string{"bad_frames", "no_pod", "too_large"} {
+	for _, v := range []string{"bad_frames", "no_pod", "too_many_streams", "too_large"} {
 		m.dropped.WithLabelValues(v)
 	}
 	for _, r := range kvevents.Reasons() {

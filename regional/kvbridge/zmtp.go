@@ -1,6 +1,7 @@
 package kvbridge
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -54,17 +55,26 @@ func dialZMTP(ctx context.Context, ep endpoint, typ zmq4.SocketType, timeout tim
 }
 
 // openZMTP performs the greeting and NULL handshake on nc within timeout.
+// Reads are buffered: zmq4 reads each frame's header and body separately.
 func openZMTP(nc net.Conn, typ zmq4.SocketType, server bool, timeout time.Duration) (*zmq4.Conn, error) {
 	if timeout > 0 {
 		_ = nc.SetDeadline(time.Now().Add(timeout))
 	}
-	conn, err := zmq4.Open(nc, null.Security(), typ, nil, server, nil)
+	conn, err := zmq4.Open(&readBufConn{Conn: nc, r: bufio.NewReaderSize(nc, 64<<10)}, null.Security(), typ, nil, server, nil)
 	if err != nil {
 		return nil, fmt.Errorf("zmtp handshake: %w", err)
 	}
 	_ = nc.SetDeadline(time.Time{})
 	return conn, nil
 }
+
+// readBufConn is a connection whose reads are buffered.
+type readBufConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *readBufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // subscribe sends a SUB socket's subscription to prefix (ZMTP 3.0 style, a
 // message whose first byte is 1, which libzmq and zmq4 publishers accept).

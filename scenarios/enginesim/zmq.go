@@ -13,6 +13,7 @@ package enginesim
 // the replay socket), and Close lingers until queued messages are written.
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -483,12 +484,12 @@ func (p *ZMQPublisher) servePeer(nc net.Conn, server bool) {
 	defer nc.Close()
 	stop := context.AfterFunc(p.ctx, func() { nc.Close() })
 	defer stop()
-	conn, err := openZMTP(nc, zmq4.Pub, server, p.cfg.DialTimeout)
+	conn, bc, err := openZMTP(nc, zmq4.Pub, server, p.cfg.DialTimeout)
 	if err != nil {
 		p.log.Debug("zmq publisher: handshake", "peer", nc.RemoteAddr(), "err", err)
 		return
 	}
-	peer := newPubPeer(nc, conn)
+	peer := newPubPeer(nc, conn, bc)
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -535,6 +536,7 @@ func (p *ZMQPublisher) servePeer(nc net.Conn, server bool) {
 type pubPeer struct {
 	nc   net.Conn
 	conn *zmq4.Conn
+	bc   *bufConn
 
 	mu       sync.Mutex
 	prefixes []string
@@ -544,8 +546,8 @@ type pubPeer struct {
 	wake     chan struct{}
 }
 
-func newPubPeer(nc net.Conn, conn *zmq4.Conn) *pubPeer {
-	return &pubPeer{nc: nc, conn: conn, wake: make(chan struct{}, 1)}
+func newPubPeer(nc net.Conn, conn *zmq4.Conn, bc *bufConn) *pubPeer {
+	return &pubPeer{nc: nc, conn: conn, bc: bc, wake: make(chan struct{}, 1)}
 }
 
 func (pp *pubPeer) subscribe(prefix string) {
@@ -625,12 +627,19 @@ func (pp *pubPeer) writeLoop() {
 			}
 			_ = pp.nc.SetWriteDeadline(time.Now().Add(linger))
 		}
+		var err error
 		for _, frames := range q {
-			if err := pp.conn.SendMsg(zmq4.NewMsgFrom(frames...)); err != nil {
-				pp.nc.Close()
-				pp.drain()
-				return
+			if err = pp.conn.SendMsg(zmq4.NewMsgFrom(frames...)); err != nil {
+				break
 			}
+		}
+		if err == nil {
+			err = pp.bc.Flush()
+		}
+		if err != nil {
+			pp.nc.Close()
+			pp.drain()
+			return
 		}
 		if stopping {
 			pp.mu.Lock()
@@ -692,7 +701,7 @@ func (p *ZMQPublisher) acceptReplay() {
 // Anything else is logged and ignored.
 func (p *ZMQPublisher) serveReplay(nc net.Conn) {
 	defer nc.Close()
-	conn, err := openZMTP(nc, zmq4.Router, true, p.cfg.DialTimeout)
+	conn, bc, err := openZMTP(nc, zmq4.Router, true, p.cfg.DialTimeout)
 	if err != nil {
 		p.log.Debug("zmq replay: handshake", "peer", nc.RemoteAddr(), "err", err)
 		return
@@ -719,6 +728,9 @@ func (p *ZMQPublisher) serveReplay(nc net.Conn) {
 		if err := conn.SendMsg(zmq4.NewMsgFrom([]byte{}, zmqEndSeq, []byte{})); err != nil {
 			return
 		}
+		if err := bc.Flush(); err != nil {
+			return
+		}
 		p.mu.Lock()
 		p.stats.ReplayRequests++
 		p.stats.ReplayBatches += uint64(len(entries))
@@ -728,18 +740,41 @@ func (p *ZMQPublisher) serveReplay(nc net.Conn) {
 }
 
 // openZMTP performs the ZMTP greeting and NULL handshake on nc within
-// timeout.
-func openZMTP(nc net.Conn, typ zmq4.SocketType, server bool, timeout time.Duration) (*zmq4.Conn, error) {
+// timeout. The connection it returns buffers reads, and writes until
+// flushed: zmq4 writes each frame's header and body separately.
+func openZMTP(nc net.Conn, typ zmq4.SocketType, server bool, timeout time.Duration) (*zmq4.Conn, *bufConn, error) {
 	if timeout > 0 {
 		_ = nc.SetDeadline(time.Now().Add(timeout))
 	}
-	conn, err := zmq4.Open(nc, null.Security(), typ, nil, server, nil)
+	bc := &bufConn{Conn: nc, r: bufio.NewReaderSize(nc, 16<<10)}
+	conn, err := zmq4.Open(bc, null.Security(), typ, nil, server, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	_ = nc.SetDeadline(time.Time{})
-	return conn, nil
+	bc.w = bufio.NewWriterSize(nc, 64<<10)
+	return conn, bc, nil
 }
+
+// bufConn buffers a connection's reads and, once w is set (after the
+// handshake, which must not wait in a buffer), its writes until Flush.
+type bufConn struct {
+	net.Conn
+	r *bufio.Reader
+	w *bufio.Writer
+}
+
+func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+func (c *bufConn) Write(p []byte) (int, error) {
+	if c.w == nil {
+		return c.Conn.Write(p)
+	}
+	return c.w.Write(p)
+}
+
+// Flush writes what is buffered.
+func (c *bufConn) Flush() error { return c.w.Flush() }
 
 // zmqEndpoint is a parsed tcp:// or ipc:// endpoint.
 type zmqEndpoint struct {
