@@ -28,11 +28,12 @@ import (
 // The region is recovered whatever happens after the trigger was sent (a
 // cancelled ctx included: recovery then runs on its own AdminTimeout). The
 // error is non-nil when the drill could not run to the end: invalid config
-// (ErrDrillConfig), a region that is not active (ErrRegionNotActive), an
-// unhealthy baseline (ErrBaseline), a failed trigger, a cancelled ctx, or a
-// region left out of service (ErrNotRecovered). A report is returned with
-// every error but the first two kinds. A drill that ran to the end and
-// missed a target returns the report with Passed false and a nil error.
+// (ErrDrillConfig), an admin API that cannot be read, a region that is not
+// active (ErrRegionNotActive) — in these cases nothing was done and there
+// is no report — or an unhealthy baseline (ErrBaseline), a failed trigger,
+// a cancelled ctx, a region left out of service (ErrNotRecovered), which
+// come with the report so far. A drill that ran to the end and missed a
+// target returns the report with Passed false and a nil error.
 func Drill(ctx context.Context, cfg DrillConfig) (*DrillReport, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -172,7 +173,8 @@ func (d *driller) run(ctx context.Context) (*DrillReport, error) {
 	d.meta.finished = time.Now()
 	d.policyUnchanged(ctx, pol)
 	rep := d.j.report(d.meta)
-	d.log.Info("dr drill: done", "passed", rep.Passed, "moved", rep.Moved, "back", rep.Back, "errors", rep.Errors, "violations", rep.Violations)
+	d.log.Info("dr drill: done", "passed", rep.Passed, "moved", optDur(rep.Moved, true), "back", optDur(rep.Back, true),
+		"requests", rep.Requests, "errors", rep.Errors, "violations", rep.Violations)
 	return rep, runErr
 }
 
@@ -271,6 +273,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 			}
 			if adm.err != nil {
 				// The change may have been committed all the same: recover.
+				d.log.Error("dr drill: trigger failed; recovering in case it was applied", "region", cfg.Region, "err", adm.err)
 				d.meta.triggerErr = adm.err.Error()
 				d.meta.aborted = "trigger failed: " + adm.err.Error()
 				runErr = fmt.Errorf("dr drill: trigger %s: %w", cfg.Region, adm.err)
@@ -280,6 +283,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 			}
 			j.markTriggerReturned(adm.done)
 			d.meta.triggerDetail = resultDetail(adm.res)
+			d.log.Info("dr drill: failed over; waiting for traffic to move", "region", cfg.Region, "call", adm.done.Sub(adm.sent))
 			if wasCancelled { // while the trigger was in flight
 				call(true)
 				state = stRecovering
@@ -310,6 +314,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 				break
 			}
 			if adm.err != nil {
+				d.log.Error("dr drill: recover failed", "region", cfg.Region, "err", adm.err)
 				d.meta.recoverErr = adm.err.Error()
 				d.meta.aborted = "recover failed: " + adm.err.Error()
 				runErr = errors.Join(runErr, fmt.Errorf("%w: %s is still out of service (run `meridian failover recover --region %s`): %w",
@@ -318,6 +323,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 				break
 			}
 			j.markRecoverReturned(adm.done)
+			d.log.Info("dr drill: recovered; waiting for traffic to come back", "region", cfg.Region, "call", adm.done.Sub(adm.sent))
 			d.meta.recovered = true
 			d.meta.recoverDetail = resultDetail(adm.res)
 			if d.meta.aborted != "" {

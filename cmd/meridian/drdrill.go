@@ -26,7 +26,7 @@ func drDrillCommand() *cli.Command {
 			"is recovered whatever happens once it was failed, Ctrl-C included.\n\n" +
 			"Exit status: 0 when the drill passes; 1 when a target is missed, a request was served outside its residency zone,\n" +
 			"or the drill could not run; 2 for usage errors.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller (required)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token (required)"},
 			&cli.StringSliceFlag{Name: "controller", Usage: "`REGION=URL` of a region's controller public API; repeat for every region to probe from (required)"},
@@ -49,7 +49,7 @@ func drDrillCommand() *cli.Command {
 			&cli.StringFlag{Name: "report-md", Usage: "write the Markdown report to `FILE`"},
 			&cli.StringFlag{Name: "report-json", Usage: "write the JSON report to `FILE`"},
 			&cli.BoolFlag{Name: "json", Usage: "print the JSON report instead of the Markdown one"},
-		},
+		}, logFlags()...),
 		Action: runDRDrill,
 	}
 }
@@ -97,6 +97,11 @@ func drDrillConfig(c *cli.Context) (dr.DrillConfig, error) {
 	}
 	cfg.MaxErrors = c.Int("max-errors")
 	cfg.Reason, cfg.Actor = c.String("reason"), globalActor(c)
+	log, err := newLogger(c, c.App.ErrWriter)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Logger = log
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageErr("dr drill: %v (see meridian dr drill --help)", flagNames(err))
 	}
@@ -125,8 +130,6 @@ func runDRDrill(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.ErrWriter, "dr drill: failing %s over (%d controllers; targets: moved in %v, back in %v)\n",
-		cfg.Region, len(cfg.Controllers), cfg.TargetMoved, cfg.TargetBack)
 	rep, runErr := dr.Drill(c.Context, cfg)
 	if rep != nil {
 		if err := writeDrillReports(c, rep); err != nil {
