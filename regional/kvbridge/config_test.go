@@ -121,6 +121,19 @@ func TestParseTopic(t *testing.T) {
 	}
 }
 
+func TestExampleConfig(t *testing.T) {
+	c, err := LoadConfig("testdata/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Pods) != 3 || !c.Pods[2].Bind || c.Pods[1].DataParallelSize != 2 {
+		t.Fatalf("loaded %+v", c.Pods)
+	}
+}
+
 func TestLoadConfig(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "bridge.yaml")

@@ -155,3 +155,119 @@ func TestEndToEndIndexMatchesEngines(t *testing.T) {
 	t.Logf("pod-1: %d cached blocks, %d batches (%d withheld and repaired); pod-2: %d cached blocks; bridge forwarded %d, replayed %d",
 		len(e1.e.CachedBlocks()), pub1.Stats().Published, pub1.Stats().FaultDropped, len(e2b.e.CachedBlocks()), st.Forwarded, st.Replayed)
 }
+
+// vllmBatch is a batch as vLLM sends it (no lifecycle events): one
+// BlockStored of two 4-token blocks, a chain of its own, with hashes and
+// tokens unique to (incarnation, seq).
+func vllmBatch(inc int, seq uint64) (enginesim.Batch, []uint32) {
+	base := uint32(inc*100000 + int(seq)*8)
+	tokens := []uint32{base, base + 1, base + 2, base + 3, base + 4, base + 5, base + 6, base + 7}
+	h := uint64(inc)<<32 | seq<<1
+	return enginesim.Batch{Pod: "pod-v", Seq: seq, TS: time.Unix(1700000000, int64(seq)), Events: []enginesim.Event{{
+		Kind: enginesim.BlockStored, BlockHashes: []uint64{h | 1<<62, h | 1<<62 | 1}, TokenIDs: tokens,
+		BlockSize: 4, Medium: enginesim.MediumGPU}}}, tokens
+}
+
+// A vLLM engine restarts while the bridge is cut off, and its new process
+// publishes past the last seq the bridge forwarded; its replay buffer still
+// holds that seq but no longer seq 0. The ingester's own rule (seq going
+// back) cannot fire: only the bridge's restart marker clears the old
+// process's blocks. The index ends with exactly the new process's blocks
+// that reached Kafka.
+func TestEndToEndRestartMarkerClearsOldBlocks(t *testing.T) {
+	cluster := startKafka(t)
+	pubA := newPublisher(t, zmqConfig())
+	px := newProxy(t, strings.TrimPrefix(pubA.Addr(), "tcp://"))
+	b := openBridge(t, bridgeConfig(cluster, kvbridge.PodConfig{Name: "pod-v", Endpoint: px.endpoint(),
+		ReplayEndpoint: pubA.ReplayAddr(), Model: testModel}))
+
+	idx, err := index.New(index.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := regional.NewRegistry(idx)
+	icfg := regional.DefaultIngestConfig()
+	icfg.Brokers, icfg.Region, icfg.BlockSize = cluster.ListenAddrs(), testRegion, routerBlockSize
+	g, err := regional.NewIngester(icfg, idx, reg, testLogger(), prometheus.NewRegistry(), time.Now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("ingester: %v", err)
+		}
+	})
+	ns := index.Namespace{Model: testModel, BlockSize: routerBlockSize}
+	// holds reports whether the index holds exactly these chains for pod-v.
+	holds := func(chains [][]uint32) bool {
+		p, ok := reg.Get("pod-v")
+		if !ok || idx.Stats().PodBlocks[p.ID.Slot()] != len(chains) {
+			return false
+		}
+		for _, toks := range chains {
+			m := idx.Lookup(index.ChainHashes(ns, toks, nil), nil)
+			if len(m) != 1 || m[0].Pod != p.ID {
+				return false
+			}
+		}
+		return true
+	}
+	wait := func(what string, chains [][]uint32) {
+		t.Helper()
+		wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer wcancel()
+		if err := g.WaitFor(wctx, func() bool { return holds(chains) }); err != nil {
+			p, _ := reg.Get("pod-v")
+			got := -1
+			if p != nil {
+				got = idx.Stats().PodBlocks[p.ID.Slot()]
+			}
+			t.Fatalf("%s: the index holds %d blocks for pod-v, want %d (bridge %+v)", what, got, len(chains), b.Stats())
+		}
+	}
+
+	waitPub(t, pubA, "the bridge's subscription", func(s enginesim.ZMQStats) bool { return s.Subscribers == 1 })
+	var first [][]uint32
+	for s := range uint64(3) {
+		batch, toks := vllmBatch(0, s)
+		first = append(first, toks)
+		if err := pubA.Publish(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait("the first process", first)
+
+	px.cut()
+	waitBridge(t, b, "the disconnection", func(s kvbridge.Stats) bool { return s.Connections == 0 })
+	if err := pubA.Close(); err != nil {
+		t.Fatal(err)
+	}
+	zc := zmqConfig()
+	zc.Endpoint, zc.ReplayEndpoint, zc.BufferSteps = pubA.Addr(), pubA.ReplayAddr(), 6
+	pubB := newPublisher(t, zc)
+	var second [][]uint32
+	publish := func(s uint64) {
+		batch, toks := vllmBatch(1, s)
+		if s >= 2 { // seqs 0 and 1 leave the 6-batch buffer before the bridge asks
+			second = append(second, toks)
+		}
+		if err := pubB.Publish(context.Background(), batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for s := range uint64(7) {
+		publish(s)
+	}
+	px.restore()
+	waitPub(t, pubB, "the bridge's subscription", func(s enginesim.ZMQStats) bool { return s.Subscribers == 1 })
+	publish(7)
+	wait("the second process", second)
+	st := b.Stats()
+	if st.Restarts != 1 || st.BatchesLost != 2 || st.Markers != 2 {
+		t.Fatalf("bridge stats %+v", st)
+	}
+}
