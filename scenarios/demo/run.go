@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,6 +47,8 @@ type Result struct {
 	Elapsed     time.Duration     `json:"-"`
 	AuditIssues []string          `json:"-"` // what verify found
 	EUPHI       PHIView           `json:"-"` // where the EU health tenant's PHI entered and was served
+	ErrorKinds  map[string]int64  `json:"-"` // errors by kind (transport, unexpected_refusal, status_502, ...)
+	Events      []Event           `json:"-"` // the story: failover, recovery, the first errors of each kind
 }
 
 func randomHex(n int) string {
@@ -322,6 +325,8 @@ func finish(ctx context.Context, cfg Config, f *fleet.Fleet, st *stats, res *Res
 	res.ResidencyDenials, res.ResidencyViolations, res.Refused, res.Probes = st.denials, st.violations, st.refused, st.probes
 	res.HitRate = ratio(st.cached, st.prompt)
 	all := sortedCopy(st.ttfts)
+	res.ErrorKinds = maps.Clone(st.errorKinds)
+	res.Events = slices.Clone(st.events)
 	res.EUPHI = PHIView{Entered: maps.Clone(st.phi.entered), Served: maps.Clone(st.phi.served), Refused: st.phi.refused}
 	st.mu.Unlock()
 	res.TTFTP50Ms, res.TTFTP95Ms = percentile(all, 0.5), percentile(all, 0.95)
@@ -358,11 +363,24 @@ func writeSummary(w io.Writer, cfg Config, res *Result, ar auditReport, auditDir
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nSummary after %.0f s\n", res.Elapsed.Seconds())
 	if !cfg.NoTraffic {
-		fmt.Fprintf(&b, "  requests %d · errors %d · hit rate %.1f%% · TTFT p50 %s, p95 %s (client side, streamed)\n",
-			res.Requests, res.Errors, 100*res.HitRate, fmtMs(res.TTFTP50Ms), fmtMs(res.TTFTP95Ms))
+		var kinds []string
+		for _, k := range slices.Sorted(maps.Keys(res.ErrorKinds)) {
+			kinds = append(kinds, fmt.Sprintf("%s %d", k, res.ErrorKinds[k]))
+		}
+		errs := fmt.Sprint(res.Errors)
+		if len(kinds) > 0 {
+			errs += " (" + strings.Join(kinds, ", ") + ")"
+		}
+		fmt.Fprintf(&b, "  requests %d · errors %s · hit rate %.1f%% · TTFT p50 %s, p95 %s (client side, streamed)\n",
+			res.Requests, errs, 100*res.HitRate, fmtMs(res.TTFTP50Ms), fmtMs(res.TTFTP95Ms))
 		fmt.Fprintf(&b, "  cross-region forwards %d · residency denials %d · no healthy region %d · residency violations %d\n",
 			res.CrossRegionForwards, res.ResidencyDenials, res.Refused, res.ResidencyViolations)
 		fmt.Fprintf(&b, "  %s\n", phiLine(res.EUPHI))
+		for _, e := range res.Events {
+			if strings.HasPrefix(e.Text, "error (") || strings.HasPrefix(e.Text, "RESIDENCY VIOLATION") {
+				fmt.Fprintf(&b, "    %s %s\n", fmtAt(e.At), e.Text)
+			}
+		}
 		if res.FailoverMovedS > 0 {
 			fmt.Fprintf(&b, "  failover of %s: every request that may be served elsewhere was, %.3f s after the trigger returned\n",
 				cfg.FailoverRegion, res.FailoverMovedS)
