@@ -226,6 +226,7 @@ func (c Config) Validate() error {
 	}
 	names := map[string]int{}
 	endpoints := map[string]int{}
+	var replays []string
 	for i, p := range c.Pods {
 		field := fmt.Sprintf("kvbridge config: pods[%d]", i)
 		if p.Name != "" {
@@ -250,13 +251,20 @@ func (c Config) Validate() error {
 			}
 			endpoints[ep.String()] = i
 			if p.ReplayEndpoint != "" {
-				if _, err := parseEndpoint(p.ReplayEndpoint, r, false); err != nil {
+				rep, err := parseEndpoint(p.ReplayEndpoint, r, false)
+				if err != nil {
 					return fmt.Errorf("%s.replay_endpoint: %w", field, err)
 				}
+				replays = append(replays, rep.String())
 			}
 		}
 		if strings.ContainsAny(p.Name, "\x00") {
 			return fmt.Errorf("%s.name %q: contains a NUL byte", field, p.Name)
+		}
+	}
+	for _, rep := range replays {
+		if j, clash := endpoints[rep]; clash {
+			return fmt.Errorf("kvbridge config: replay endpoint %s is also pods[%d]'s PUB endpoint (with data_parallel_size, rank r uses port + r for both)", rep, j)
 		}
 	}
 	return nil
