@@ -39,6 +39,7 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"max_message_bytes -1":       func(c *Config) { c.MaxMessageBytes = -1 },
 		"replay_timeout -1s":         func(c *Config) { c.ReplayTimeout = -time.Second },
 		"connecting needs a host":    func(c *Config) { c.Pods[0].Endpoint = "tcp://:5557" },
+		"is also pods[0]'s PUB":      func(c *Config) { c.Pods[0].DataParallelSize = 2 },
 	} {
 		c := validConfig()
 		mut(&c)
