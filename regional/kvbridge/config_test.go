@@ -37,6 +37,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"queue_size -1":              func(c *Config) { c.QueueSize = -1 },
 		"max_write_batch -3":         func(c *Config) { c.MaxWriteBatch = -3 },
 		"max_message_bytes -1":       func(c *Config) { c.MaxMessageBytes = -1 },
+		"max_streams -1":             func(c *Config) { c.MaxStreams = -1 },
+		`metrics_addr "nope"`:        func(c *Config) { c.MetricsAddr = "nope" },
 		"replay_timeout -1s":         func(c *Config) { c.ReplayTimeout = -time.Second },
 		"connecting needs a host":    func(c *Config) { c.Pods[0].Endpoint = "tcp://:5557" },
 		"is also pods[0]'s PUB":      func(c *Config) { c.Pods[0].DataParallelSize = 2 },
