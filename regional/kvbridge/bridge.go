@@ -35,7 +35,7 @@ type Stats struct {
 	Forwarded      uint64 // engine batches acknowledged by Kafka (live and replayed)
 	Replayed       uint64 // ... of which came from a replay socket
 	Markers        uint64 // AllBlocksCleared markers acknowledged by Kafka
-	Duplicates     uint64 // live batches dropped, already forwarded from a replay
+	Duplicates     uint64 // batches a replay answer repeated (dropped)
 	Dropped        uint64 // batches not forwarded: bad frames, no pod name, too many streams, too large
 	Malformed      uint64 // payloads that failed to decode (forwarded all the same)
 	GapsDetected   uint64

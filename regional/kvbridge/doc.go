@@ -55,8 +55,10 @@
 // # Invariants
 //
 //   - Per stream (pod, topic, rank) batches reach Kafka in the engine's seq
-//     order, each at most once per bridge process, with the engine's bytes;
-//     a live batch already written from a replay is dropped as a duplicate.
+//     order, each at most once per bridge process, with the engine's bytes:
+//     a replay fetches only the hole below the live batch in hand, so live
+//     and replayed batches never overlap, and a batch a replay answer
+//     repeats is dropped.
 //   - Every seq the bridge knows it missed is either repaired from the
 //     replay buffer or counted lost (meridian_kvbridge_gap_batches_lost_total).
 //   - A marker precedes every batch of a new engine incarnation the bridge

@@ -41,7 +41,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 		forwarded: c("batches_forwarded_total", "Engine batches written to Kafka (restart markers not included)."),
 		markers: cv("markers_forwarded_total",
 			"AllBlocksCleared markers written before an engine's new incarnation or a whole-history replay, by why.", "why"),
-		duplicates: c("batches_duplicate_total", "Live batches dropped because a replay had already forwarded them."),
+		duplicates: c("batches_duplicate_total", "Batches a replay answer sent twice (dropped)."),
 		dropped: cv("batches_dropped_total",
 			"Batches not forwarded, by reason (bad_frames: not [topic, seq, payload]; no_pod: no pod name configured or in the topic; too_many_streams: over max_streams; too_large: over max_message_bytes).", "reason"),
 		malformed: cv("batches_malformed_total",
