@@ -140,10 +140,27 @@ func TestGuardrails(t *testing.T) {
 	if d.Winner != 0 {
 		t.Fatalf("forwarded without a saving: %+v", d)
 	}
-	// No local candidate: the best remote, whatever the margin.
+	// No local candidate: the best remote, whatever the margin, and
+	// whatever its share (the traffic has nowhere else to go).
 	m.Choose(base[1:], nil, now, &d)
 	if d.Winner != 0 || d.Reason != ReasonRemoteOnly {
 		t.Fatalf("remote-only: %+v", d)
+	}
+	capped := NewShareTracker(time.Minute)
+	for i := 0; i < 10; i++ {
+		capped.Record("us-west-2", now)
+	}
+	m.Choose(base[1:], capped, now, &d)
+	if d.Winner != 0 || d.Reason != ReasonRemoteOnly {
+		t.Fatalf("remote-only over its share cap: %+v", d)
+	}
+	// MaxRemoteShare 1 turns the cap off, even at a 100% share.
+	off := DefaultConfig()
+	off.MaxRemoteShare = 1
+	mo := mustModel(t, off)
+	mo.Choose(base, capped, now, &d)
+	if d.Winner != 1 {
+		t.Fatalf("cap of 1 still capped: %+v", d)
 	}
 	m.Choose(nil, nil, now, &d)
 	if d.Winner != -1 || d.Reason != ReasonNone {
@@ -188,9 +205,18 @@ func naiveChoose(cfg Config, profiles map[string]Profile, cands []Candidate, sha
 		}
 		if !c.Remote {
 			locals = append(locals, scored{i, t})
-		} else if share(c.Region) < cfg.MaxRemoteShare {
+		} else {
 			remotes = append(remotes, scored{i, t})
 		}
+	}
+	if len(locals) > 0 && cfg.MaxRemoteShare < 1 {
+		kept := remotes[:0]
+		for _, r := range remotes {
+			if share(cands[r.i].Region) < cfg.MaxRemoteShare {
+				kept = append(kept, r)
+			}
+		}
+		remotes = kept
 	}
 	best := func(s []scored) (scored, bool) {
 		if len(s) == 0 {

@@ -35,11 +35,14 @@ func DefaultProfiles() []Profile {
 // Config weighs the terms and sets the guardrails. Zero values are not
 // defaults; start from DefaultConfig.
 type Config struct {
-	// QueueWeight multiplies the queue term; default 0.5, GORGO's tuned value:
-	// under load, weighing queueing below prefill keeps requests on warm pods,
-	// where they add little work, instead of spreading cold prefills that add
-	// much (measured in regional's end-to-end test: at weight 1 a loaded fleet
-	// slid into misses that made the load worse).
+	// QueueWeight multiplies the queue term; default 0.75. Below 1, queueing
+	// weighs less than prefill, which keeps requests on warm pods (where they
+	// add little work) instead of spreading cold prefills that add much: at 1
+	// a saturated fleet in regional's end-to-end test slid into misses that
+	// made the load worse (TTFT p50 2.9-3.5x round-robin's instead of 7x).
+	// Much below 1 the model under-weighs queues on mixed fleets: at GORGO's
+	// 0.5 the simulator's short-prompt workload had a p95 1.04-1.12x the best
+	// baseline's, against 0.6-0.7x at 0.75 and 0.55x at 1.
 	QueueWeight float64 `yaml:"queue_weight"`
 	RTTWeight   float64 `yaml:"rtt_weight"` // multiplies the RTT term; default 1
 
@@ -68,7 +71,7 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		QueueWeight:       0.5,
+		QueueWeight:       0.75,
 		RTTWeight:         1,
 		ForwardMarginMs:   25,
 		ForwardMarginFrac: 0.10,
@@ -205,6 +208,10 @@ func (m *Model) profile(name string) *profileState {
 	return m.fallback
 }
 
+// Nominal returns a profile as configured (before any calibration); the
+// default profile for an unknown name.
+func (m *Model) Nominal(profile string) Profile { return m.profile(profile).Profile }
+
 // Rate returns the prefill ms per token and overhead ms currently used for a
 // profile (calibrated if a Calibrator has published).
 func (m *Model) Rate(profile string) (prefillMsPerToken, overheadMs float64) {
@@ -289,7 +296,7 @@ type ShareView interface {
 // Choose estimates every candidate and picks the winner: the cheapest local
 // candidate, unless a fresh remote candidate is cheaper by the forwarding
 // margin and its region is under its share cap; with no local candidate, the
-// cheapest usable remote one. Ties go to the earlier candidate, so the
+// cheapest fresh remote one (the share cap does not apply then). Ties go to the earlier candidate, so the
 // choice is deterministic for a given input. dst's Estimates slice is reused.
 func (m *Model) Choose(cands []Candidate, shares ShareView, now time.Time, dst *Decision) {
 	*dst = Decision{Winner: -1, BestLocal: -1, BestRemote: -1, Reason: ReasonNone, Estimates: dst.Estimates[:0]}
@@ -298,16 +305,21 @@ func (m *Model) Choose(cands []Candidate, shares ShareView, now time.Time, dst *
 	}
 	for i := range cands {
 		e := &dst.Estimates[i]
-		if e.Excluded != "" {
+		if e.Excluded == "" && !cands[i].Remote && (dst.BestLocal < 0 || e.TotalMs < dst.Estimates[dst.BestLocal].TotalMs) {
+			dst.BestLocal = i
+		}
+	}
+	// The share cap keeps latency-only decisions from pulling a region's
+	// traffic to one remote region; it does not apply when this region has
+	// no candidate at all (failed, drained, not allowed by residency): that
+	// traffic must go somewhere.
+	capShares := shares != nil && m.cfg.MaxRemoteShare < 1 && dst.BestLocal >= 0
+	for i := range cands {
+		e := &dst.Estimates[i]
+		if e.Excluded != "" || !cands[i].Remote {
 			continue
 		}
-		if !cands[i].Remote {
-			if dst.BestLocal < 0 || e.TotalMs < dst.Estimates[dst.BestLocal].TotalMs {
-				dst.BestLocal = i
-			}
-			continue
-		}
-		if shares != nil && shares.Share(cands[i].Region, now) >= m.cfg.MaxRemoteShare {
+		if capShares && shares.Share(cands[i].Region, now) >= m.cfg.MaxRemoteShare {
 			e.Excluded = ExcludedShareCap
 			continue
 		}

@@ -40,16 +40,18 @@ type DecisionConfig struct {
 	// Filters in order; default alive, model, healthy, bounded_load.
 	Filters []string `yaml:"filters"`
 	// Weights of the scorers (0 turns one off):
-	//   prefix:   cached tokens count toward the prefill saving (1 = fully)
-	//   queue:    pending prefill tokens ahead (gorgo's queue term)
+	//   prefix:   cached tokens count toward the prefill saving (0..1; 1 = fully)
+	//   queue:    the prefill backlog ahead on the pod (multiplies gorgo's
+	//             queue term, itself weighted by gorgo's queue_weight)
 	//   running:  RunningPenaltyMs per request already in flight on the pod
 	//   kv_util:  KVUtilPenaltyMs x how far the pod's KV cache is past 80% full
 	//   affinity: -AffinityBonusMs on the pod a session is pinned to
 	Weights map[string]float64 `yaml:"weights"`
 	// BoundedLoadFactor: a pod is a candidate only while its in-flight
-	// requests + 1 <= ceil(factor x (total in flight + 1) / pods), so no pod
-	// takes more than factor x its fair share (consistent hashing with
-	// bounded loads). Default 1.5.
+	// requests + 1 <= ceil(factor x (total in flight + 1) x its share of the
+	// pods' prefill speed), so no pod takes more than factor x its fair share
+	// (consistent hashing with bounded loads, weighted by hardware: on a
+	// uniform fleet the share is 1/pods). Default 2.
 	BoundedLoadFactor float64 `yaml:"bounded_load_factor"`
 	// RunningPenaltyMs per request in flight on a pod (each slows the
 	// engine's batch steps). Default 2.
@@ -72,9 +74,10 @@ type DecisionConfig struct {
 	TopK int `yaml:"top_k"`
 	// SpeculationTTL is how long a pod that has just answered is assumed to
 	// hold its prompt's prefix before the index learns it from the pod's
-	// events (see Speculation). 0 turns it off. Default 1s (KV events reach
-	// the index within a few hundred milliseconds; longer would let the
-	// speculation hide evictions).
+	// events (see Speculation): until the index confirms it, at most this
+	// long. 0 turns it off. Default 10s (KV events normally reach the index
+	// within a few hundred milliseconds; the bound matters when ingestion
+	// lags or an engine evicts before its events arrive).
 	SpeculationTTL time.Duration `yaml:"speculation_ttl"`
 }
 
@@ -93,7 +96,7 @@ func DefaultDecisionConfig() DecisionConfig {
 		SessionTTL:        30 * time.Minute,
 		MaxSessions:       1 << 20,
 		TopK:              3,
-		SpeculationTTL:    time.Second,
+		SpeculationTTL:    10 * time.Second,
 	}
 }
 
@@ -119,6 +122,9 @@ func (c DecisionConfig) Validate() error {
 		}
 		if !(w >= 0) || w > 100 {
 			return fmt.Errorf("decision config: weights.%s = %v: want 0..100", name, w)
+		}
+		if name == "prefix" && w > 1 {
+			return fmt.Errorf("decision config: weights.prefix = %v: want 0..1 (a cached token cannot save more than its prefill)", w)
 		}
 	}
 	switch {
@@ -264,12 +270,21 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 		s.bySlot[m.Pod.Slot()] = int32(m.Blocks)
 	}
 	s.touched = s.touched[:0]
+	var confirmed []index.PodID
 	d.spec.Match(req.Chain, now, func(id index.PodID, blocks int) {
-		if slot := id.Slot(); d.idx.Alive(id) && int32(blocks) > s.bySlot[slot] {
+		slot := id.Slot()
+		switch {
+		case !d.idx.Alive(id):
+		case int32(blocks) > s.bySlot[slot]:
 			s.bySlot[slot] = int32(blocks)
 			s.touched = append(s.touched, slot)
+		default:
+			confirmed = append(confirmed, id) // the index caught up
 		}
 	})
+	for _, id := range confirmed {
+		d.spec.Confirmed(id, req.Chain[:s.bySlot[id.Slot()]])
+	}
 	defer func() {
 		for _, m := range s.matches {
 			s.bySlot[m.Pod.Slot()] = 0
@@ -310,13 +325,19 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 		case FilterHealthy:
 			drop(f, func(p *Pod) bool { return !p.Ejected(now) })
 		case FilterBoundedLoad:
+			// Each pod's bound is its share of the fleet's prefill speed:
+			// a pod twice as fast may carry twice the requests.
 			var total int64
+			var speed float64
 			for _, p := range s.pods {
 				total += p.inflight.Load()
+				speed += d.speed(p)
 			}
-			if n := int64(len(s.pods)); n > 0 {
-				limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)/float64(n) + 0.999999)
-				drop(f, func(p *Pod) bool { return p.inflight.Load()+1 <= limit })
+			if len(s.pods) > 0 && speed > 0 {
+				drop(f, func(p *Pod) bool {
+					limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)*d.speed(p)/speed + 0.999999)
+					return p.inflight.Load()+1 <= limit
+				})
 			}
 		}
 	}
@@ -369,7 +390,7 @@ func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decisi
 	n := len(s.pods)
 	off := int(d.rr.Add(1) % uint64(n))
 	pinned, sessInflight, hasPin := d.sessions.Pinned(req.SessionID, now)
-	wPrefix, wRun, wKV, wAff := d.cfg.weight("prefix"), d.cfg.weight("running"), d.cfg.weight("kv_util"), d.cfg.weight("affinity")
+	wPrefix, wQueue, wRun, wKV, wAff := d.cfg.weight("prefix"), d.cfg.weight("queue"), d.cfg.weight("running"), d.cfg.weight("kv_util"), d.cfg.weight("affinity")
 	s.cands = s.cands[:0]
 	for i := 0; i < n; i++ {
 		p := s.pods[(i+off)%n]
@@ -387,8 +408,8 @@ func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decisi
 			Pod:                  p.Name,
 			Profile:              info.Profile,
 			PromptTokens:         req.PromptTokens,
-			CachedTokens:         int(float64(cached) * wPrefix),
-			PendingPrefillTokens: backlogTokens(p, now, rate),
+			CachedTokens:         min(int(float64(cached)*wPrefix), req.PromptTokens),
+			PendingPrefillTokens: int(float64(backlogTokens(p, now, rate)) * wQueue),
 			Running:              int(p.inflight.Load()),
 			ExtraMs:              extra,
 		})
@@ -442,6 +463,17 @@ func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decisi
 		})
 	}
 	return (best + off) % n
+}
+
+// speed is a pod's relative prefill speed: tokens per ms at its profile's
+// nominal rate (not the calibrated one, which moves with load and noise and
+// would make the bound itself move).
+func (d *Decider) speed(p *Pod) float64 {
+	rate := d.model.Nominal(p.Info().Profile).PrefillMsPerToken
+	if rate <= 0 {
+		return 1
+	}
+	return 1 / rate
 }
 
 // backlogTokens expresses the pod's remaining prefill backlog in tokens at

@@ -293,3 +293,39 @@ func contains(s, sub string) bool {
 	}
 	return false
 }
+
+// On a mixed fleet the bound follows prefill speed: a B200 (2.3x an H100's
+// prefill rate) may carry proportionally more of a hot prefix.
+func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
+	f := newFixture(t, 0, nil)
+	c := chain(11, 32)
+	for i, prof := range []string{"b200", "h100", "h100", "h100"} {
+		p, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: "http://x", Model: "m", Profile: prof})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = f.idx.Register(p.ID, index.TierGPU, c)
+	}
+	counts := map[string]int{}
+	for i := 0; i < 40; i++ {
+		d, err := f.dec.Decide(req(c))
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[d.PodName]++
+		f.dec.Admit(d)
+	}
+	fast, slow := 1/0.158, 1/0.36
+	sum := fast + 3*slow
+	if lim := int(2*41*fast/sum + 1); counts["pod-0"] > lim {
+		t.Fatalf("b200 took %d, bound %d: %v", counts["pod-0"], lim, counts)
+	}
+	for _, name := range []string{"pod-1", "pod-2", "pod-3"} {
+		if lim := int(2*41*slow/sum + 1); counts[name] > lim {
+			t.Fatalf("%s took %d, bound %d: %v", name, counts[name], lim, counts)
+		}
+		if counts[name] >= counts["pod-0"] {
+			t.Fatalf("the faster pod should carry more: %v", counts)
+		}
+	}
+}

@@ -230,7 +230,10 @@ func (g *Ingester) Apply(msg Message) {
 		return
 	}
 	rank := batch.Rank()
-	g.checkRestartLocked(name, ps, rank, msg.Headers)
+	if g.checkRestartLocked(name, ps, rank, msg.Headers) {
+		g.m.skipped.WithLabelValues("duplicate_seq").Inc()
+		return
+	}
 	ps.lastAt = g.now()
 	for _, ev := range batch.Events {
 		g.m.events.WithLabelValues(ev.Kind().String()).Inc()
@@ -293,27 +296,36 @@ func (g *Ingester) stream(name string, hs []kafka.Header) *podStream {
 	return ps
 }
 
-// checkRestartLocked clears a pod whose producer restarted: a new epoch in
-// the headers, or a batch sequence number of a data-parallel rank that went
-// backwards (vLLM numbers each rank's batches from 0 per process start).
-func (g *Ingester) checkRestartLocked(name string, ps *podStream, rank int64, hs []kafka.Header) {
+// checkRestartLocked clears a pod whose producer restarted — a new epoch in
+// the headers, a batch sequence number of a data-parallel rank that went
+// back to 0 (vLLM numbers each rank's batches from 0 per process start), or a
+// bridge's restart marker — and reports whether the batch is a duplicate to
+// skip: a sequence number at or below the last one seen for its rank (in the
+// same epoch), as a producer's retried write delivers.
+func (g *Ingester) checkRestartLocked(name string, ps *podStream, rank int64, hs []kafka.Header) (duplicate bool) {
 	epoch, hasEpoch := headerU64(hs, kvevents.HeaderEpoch)
 	seq, hasSeq := headerU64(hs, kvevents.HeaderSeq)
 	restarted := false
 	if hasEpoch {
 		if ps.epoch != 0 && epoch != ps.epoch {
 			if epoch < ps.epoch {
-				return // a replay from an older incarnation: the newer one is known
+				return true // a replay from an older incarnation: the newer one is known
 			}
 			restarted = true
 		}
 		ps.epoch = epoch
 	}
+	if header(hs, kvevents.HeaderMarker) != "" {
+		delete(ps.seqs, rank) // the bridge's restart marker: seq starts afresh
+	}
 	if restarted {
 		clear(ps.seqs)
 	}
 	if hasSeq {
-		if last, ok := ps.seqs[rank]; ok && seq < last && !hasEpoch {
+		if last, ok := ps.seqs[rank]; ok && seq <= last {
+			if hasEpoch || seq != 0 {
+				return true
+			}
 			restarted = true // vLLM's seq starts again at 0 when the engine restarts
 			clear(ps.seqs)
 		}
@@ -322,6 +334,7 @@ func (g *Ingester) checkRestartLocked(name string, ps *podStream, rank int64, hs
 	if restarted {
 		g.clearPod(name, ps, "restart")
 	}
+	return false
 }
 
 func (g *Ingester) clearPod(name string, ps *podStream, why string) {
@@ -659,7 +672,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		decodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_decode_errors_total",
 			Help: "Messages or events skipped as malformed, by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_messages_skipped_total",
-			Help: "Messages skipped without error, by reason (replay: already applied)."}, []string{"reason"}),
+			Help: "Messages skipped without error, by reason (replay: offset already applied; duplicate_seq: batch already applied)."}, []string{"reason"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_clears_total",
 			Help: "Pods whose blocks were cleared, by cause (engine restart, pod down)."}, []string{"cause"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_reconnects_total",

@@ -383,3 +383,44 @@ func TestIngestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// A producer's retried write delivers a batch twice (at a new offset): the
+// sequence number tells it is a duplicate, and it is skipped.
+func TestIngestSkipsDuplicateSeq(t *testing.T) {
+	g, idx, reg, _, _ := newTestIngester(t)
+	e := newTestEngine("pod-d", 0)
+	tokens := make([]uint32, 256)
+	for i := range tokens {
+		tokens[i] = uint32(i + 7)
+	}
+	hdr := func(seq uint64) []kafka.Header {
+		return []kafka.Header{{Key: kvevents.HeaderModel, Value: []byte(testModel)},
+			{Key: kvevents.HeaderSeq, Value: binary.BigEndian.AppendUint64(nil, seq)}}
+	}
+	first := e.batch(e.store(tokens[:128]))
+	g.Apply(Message{Offset: 0, Key: []byte(e.name), Headers: hdr(1), Value: first})
+	g.Apply(Message{Offset: 1, Key: []byte(e.name), Headers: hdr(1), Value: first}) // the retry
+	second := e.batch(e.store(tokens))
+	g.Apply(Message{Offset: 2, Key: []byte(e.name), Headers: hdr(2), Value: second})
+	p, _ := reg.Get("pod-d")
+	if got := idx.Stats().PodBlocks[p.ID.Slot()]; got != 4 {
+		t.Fatalf("pod holds %d blocks, want 4", got)
+	}
+	// Evicting engine blocks 4..15 once leaves router block 0 only: had the
+	// duplicate counted blocks 0..7 twice, router block 1 would survive.
+	g.Apply(Message{Offset: 3, Key: []byte(e.name), Headers: hdr(3), Value: e.batch(e.evictLeaves(rand.New(rand.NewPCG(1, 1)), 12))})
+	if got := idx.Stats().PodBlocks[p.ID.Slot()]; got != 1 {
+		t.Fatalf("after evicting engine blocks 4..15: %d router blocks, want 1", got)
+	}
+	if got := testutil.ToFloat64(g.m.skipped.WithLabelValues("duplicate_seq")); got != 1 {
+		t.Fatalf("duplicates skipped: %v", got)
+	}
+	// A bridge's restart marker resets the numbering.
+	e2 := newTestEngine("pod-d", 0)
+	marker := []kafka.Header{{Key: kvevents.HeaderModel, Value: []byte(testModel)}, {Key: kvevents.HeaderMarker, Value: []byte("restart")}}
+	g.Apply(Message{Offset: 4, Key: []byte(e.name), Headers: marker, Value: e2.batch(&kvevents.AllBlocksCleared{})})
+	g.Apply(Message{Offset: 5, Key: []byte(e.name), Headers: hdr(0), Value: e2.batch(e2.store(tokens[:64]))})
+	if got := idx.Stats().PodBlocks[p.ID.Slot()]; got != 1 {
+		t.Fatalf("after the restart marker and a new store: %d blocks, want 1", got)
+	}
+}

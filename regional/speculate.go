@@ -15,8 +15,9 @@ import (
 // milliseconds later. Requests for the same prefix arriving in that window
 // would otherwise see no warm pod and be spread across cold ones (llm-d adds
 // "speculative" index entries for the same reason). Entries expire after
-// TTL, by which time the index knows the truth; the index stays exactly what
-// the engines announced.
+// TTL, or as soon as the index confirms the pod holds the prefix (from then
+// on only the index, which also sees evictions, is believed); the index
+// stays exactly what the engines announced.
 type Speculation struct {
 	ttl time.Duration
 	max int
@@ -142,6 +143,26 @@ func (s *Speculation) Match(chain []uint64, now time.Time, f func(pod index.PodI
 	for _, p := range s.entries[chain[lo]] {
 		if p.until > t {
 			f(p.id, lo+1)
+		}
+	}
+}
+
+// Confirmed tells the speculation that the index now shows pod holding the
+// first blocks of chain: from then on the index is authoritative (it will
+// also see the pod evict them), so the speculation about them is dropped.
+func (s *Speculation) Confirmed(pod index.PodID, chain []uint64) {
+	if s == nil || len(chain) == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, h := range chain {
+		pods := s.entries[h]
+		for i := range pods {
+			if pods[i].id == pod {
+				pods[i].until = 0 // expired; the record's expiry frees it
+				break
+			}
 		}
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/dr"
-	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
 
@@ -50,10 +49,7 @@ func TestDRDrillCLI(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	// The controllers run without gorgo's remote share cap, which also caps
-	// the traffic a failed region must forward (a known bug; see
-	// dr/drill_fleet_test.go).
-	f, err := fleet.Start(ctx, fleet.Config{Dir: t.TempDir(), Controller: func(_ string, c *regional.Config) { c.Gorgo.MaxRemoteShare = 1 }})
+	f, err := fleet.Start(ctx, fleet.Config{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ import (
 
 // HeaderMarker is set, to "restart" or "join", on the AllBlocksCleared
 // batches the bridge writes itself (they carry no seq header).
-const HeaderMarker = "kvbridge-marker"
+const HeaderMarker = kvevents.HeaderMarker
 
 // Stats are the bridge's totals since Open.
 type Stats struct {

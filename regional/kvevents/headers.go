@@ -10,4 +10,9 @@ const (
 	HeaderHardware = "hardware" // hardware profile, e.g. "h100"
 	HeaderSeq      = "seq"      // batch sequence number, 8 bytes big-endian (vLLM's ZMQ frame 1)
 	HeaderEpoch    = "epoch"    // producer process-start epoch, 8 bytes big-endian
+	// HeaderMarker marks a batch the ZMQ bridge writes itself ("restart" or
+	// "join": an AllBlocksCleared for a rank whose engine restarted or
+	// whose history is unknown); it carries no seq, and the rank's sequence
+	// numbering starts afresh after it.
+	HeaderMarker = "kvbridge-marker"
 )

@@ -202,8 +202,9 @@ func TestFastEncodeMatchesReference(t *testing.T) {
 func TestFastEncodeMatchesLibrary(t *testing.T) {
 	for _, enc := range fastEncodings {
 		tk := mustTokenizer(t, enc, nil)
-		compared := 0
+		compared, total := 0, 0
 		rapid.Check(t, func(rt *rapid.T) {
+			total++
 			text := genRuneText(rt, "text")
 			if !slices.Equal(librarySplit(enc, text), referenceSplit(rt, enc, text)) {
 				return // see TestLibrarySplitDeviation
@@ -213,8 +214,10 @@ func TestFastEncodeMatchesLibrary(t *testing.T) {
 				rt.Fatalf("%s %q: fast %v, library %v", enc, text, got, want)
 			}
 		})
-		if compared < 50 {
-			t.Fatalf("%s: only %d texts compared with the library", enc, compared)
+		// Most generated texts avoid the deviation; if they did not, this
+		// test would compare nothing (rapid runs fewer checks with -short).
+		if compared*2 < total {
+			t.Fatalf("%s: only %d of %d texts compared with the library", enc, compared, total)
 		}
 	}
 }

@@ -41,11 +41,11 @@ type Engine struct {
 	cache   *prefixCache
 	waiting []*request
 	running int
-	stalled int           // requests hanging in an injected stall
+	stalled int // requests hanging in an injected stall
 	// prefillFree[i] is when prefill slot i finishes the work queued on it
 	// (see Timing.PrefillSlots); nil when prefills are unlimited.
 	prefillFree []time.Time
-	changed chan struct{} // closed and replaced at every scheduler change
+	changed     chan struct{} // closed and replaced at every scheduler change
 
 	pipe     *eventPipe
 	ownedPub io.Closer // the Kafka publisher when the engine built it

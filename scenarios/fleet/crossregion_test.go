@@ -123,7 +123,7 @@ func TestCrossRegionForwardsOnlyWhenItPays(t *testing.T) {
 	pub := map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}
 	rng := rand.New(rand.NewPCG(1, 2))
 	long := "Long shared context. " + text(rng, 6000) // ~7k tokens
-	short := "Short context. " + text(rng, 150)      // ~200 tokens
+	short := "Short context. " + text(rng, 150)       // ~200 tokens
 
 	// Warm both in us-west-2 (public data from the us zone may be served in either us region).
 	for _, sys := range []string{long, short} {
