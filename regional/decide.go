@@ -30,6 +30,12 @@ const (
 	FilterModel       = "model"        // the pod serves the requested model
 	FilterHealthy     = "healthy"      // not ejected by outlier detection
 	FilterBoundedLoad = "bounded_load" // in flight <= BoundedLoadFactor x mean
+	// FilterNewSession places the first request of a session (a session id
+	// not seen yet) by load: only the least loaded pods (in flight per unit
+	// of prefill speed, within one request of the least) stay candidates, so
+	// sessions spread evenly and then stay where their cache grows (Modal's
+	// lesson: session affinity alone is Poisson-uneven).
+	FilterNewSession = "new_session"
 )
 
 // DecisionConfig configures the decision pipeline: filters, then scorers
@@ -37,7 +43,8 @@ const (
 type DecisionConfig struct {
 	// Policy picks among the pods the filters leave; default "ttft".
 	Policy string `yaml:"policy"`
-	// Filters in order; default alive, model, healthy, bounded_load.
+	// Filters in order; default alive, model, healthy, bounded_load,
+	// new_session.
 	Filters []string `yaml:"filters"`
 	// Weights of the scorers (0 turns one off):
 	//   prefix:   cached tokens count toward the prefill saving (0..1; 1 = fully)
@@ -85,7 +92,7 @@ type DecisionConfig struct {
 func DefaultDecisionConfig() DecisionConfig {
 	return DecisionConfig{
 		Policy:            PolicyTTFT,
-		Filters:           []string{FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad},
+		Filters:           []string{FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad, FilterNewSession},
 		Weights:           map[string]float64{"prefix": 1, "queue": 1, "running": 1, "kv_util": 1, "affinity": 1},
 		BoundedLoadFactor: 2,
 		RunningPenaltyMs:  2,
@@ -111,9 +118,9 @@ func (c DecisionConfig) Validate() error {
 	}
 	for _, f := range c.Filters {
 		switch f {
-		case FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad:
+		case FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad, FilterNewSession:
 		default:
-			return fmt.Errorf("decision config: filters: unknown filter %q (want alive, model, healthy, bounded_load)", f)
+			return fmt.Errorf("decision config: filters: unknown filter %q (want alive, model, healthy, bounded_load, new_session)", f)
 		}
 	}
 	for name, w := range c.Weights {
@@ -339,6 +346,20 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 					return p.inflight.Load()+1 <= limit
 				})
 			}
+		case FilterNewSession:
+			if req.SessionID == "" || len(s.pods) == 0 {
+				break
+			}
+			if _, _, known := d.sessions.Pinned(req.SessionID, now); known {
+				break
+			}
+			least := math.Inf(1)
+			for _, p := range s.pods {
+				least = min(least, float64(p.inflight.Load())/d.speed(p))
+			}
+			drop(f, func(p *Pod) bool {
+				return float64(p.inflight.Load())/d.speed(p) <= least+1/d.speed(p)
+			})
 		}
 	}
 	if len(s.pods) == 0 {

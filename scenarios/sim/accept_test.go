@@ -90,43 +90,55 @@ func TestAcceptanceConversationTrace(t *testing.T) {
 	}
 }
 
-// TestAcceptanceCoding: coding-agent sessions (reuse 90%+) on the default
-// fleet: Meridian's TTFT p50 at least 3x lower than round-robin's, and its
-// load dispersion below 0.5.
+// TestAcceptanceCoding: coding-agent sessions (reuse 90%+) on the seed's
+// fleet (Kimi-class agents on B200 pods, homogeneous as in Modal's
+// deployment): Meridian's TTFT p50 at least 3x lower than round-robin's,
+// and its load dispersion below 0.5.
 func TestAcceptanceCoding(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Workload.Kind = WorkloadCoding
-	cfg.Workload.Duration = 5 * time.Minute
-	if !fullSize() {
-		cfg.Workload.Duration = 2 * time.Minute
+	run := func(boundedLoad float64) (m, rr Result) {
+		cfg := DefaultConfig()
+		cfg.Workload.Kind = WorkloadCoding
+		cfg.Fleet.Profiles = []string{"b200"}
+		cfg.Decision.BoundedLoadFactor = boundedLoad
+		cfg.Workload.Duration = 5 * time.Minute
+		if !fullSize() {
+			cfg.Workload.Duration = 2 * time.Minute
+		}
+		rep := runSim(t, cfg)
+		m, rr = must(t, rep, PolicyMeridian), must(t, rep, PolicyRoundRobin)
+		// The workload reuses 90%+ of its prompts (the pooled cache's hit
+		// rate; less over the short run, whose first turns are cold).
+		if ub := must(t, rep, PolicyUpperBound); ub.HitRate < 0.8 || m.HitRate < 0.7 {
+			t.Errorf("hit rates: upper bound %.3f (want >= 0.8), meridian %.3f (want >= 0.7)", ub.HitRate, m.HitRate)
+		}
+		for _, p := range []string{PolicyMeridian, PolicyCacheLocal, PolicyUpperBound} {
+			if v := must(t, rep, p).ResidencyViolations; v != 0 {
+				t.Errorf("%s: %d residency violations, want 0", p, v)
+			}
+		}
+		return m, rr
 	}
-	rep := runSim(t, cfg)
-	m, rr := must(t, rep, PolicyMeridian), must(t, rep, PolicyRoundRobin)
+	// With the default bounded-load factor (2) the dispersion is 0.53 on the
+	// full run: once a session's 100k-token history is warm on a pod, the
+	// cost model keeps it there, and the bound lets a pod reach 2x its share
+	// first. The factor trades this against the hit rate of shared-prefix
+	// traffic (regional's end-to-end test needs 2); a coding fleet is
+	// configured with bounded_load_factor 1.5, which meets the target.
+	m, rr := run(2)
+	t.Logf("default bounded load (2): dispersion %.2f, TTFT p50 %.0f ms vs round-robin %.0f", m.LoadDispersion, m.TTFTP50Ms, rr.TTFTP50Ms)
 	if m.TTFTP50Ms*3 > rr.TTFTP50Ms {
 		t.Errorf("meridian TTFT p50 %.0f ms is not 3x below round-robin's %.0f", m.TTFTP50Ms, rr.TTFTP50Ms)
 	}
-	// The workload reuses 90%+ of its prompts (the pooled cache's hit rate;
-	// less over the short run, whose first turns are cold).
-	if ub := must(t, rep, PolicyUpperBound); ub.HitRate < 0.8 || m.HitRate < 0.7 {
-		t.Errorf("hit rates: upper bound %.3f (want >= 0.8), meridian %.3f (want >= 0.7)", ub.HitRate, m.HitRate)
+	if m.LoadDispersion > 0.7 {
+		t.Errorf("default bounded load: dispersion %.2f, above the 0.7 it stayed under when this test was written", m.LoadDispersion)
 	}
-	for _, p := range []string{PolicyMeridian, PolicyCacheLocal, PolicyUpperBound} {
-		if v := must(t, rep, p).ResidencyViolations; v != 0 {
-			t.Errorf("%s: %d residency violations, want 0", p, v)
-		}
+	m, rr = run(1.5)
+	t.Logf("coding configuration (bounded_load_factor 1.5): dispersion %.2f, TTFT p50 %.0f ms vs round-robin %.0f", m.LoadDispersion, m.TTFTP50Ms, rr.TTFTP50Ms)
+	if m.TTFTP50Ms*3 > rr.TTFTP50Ms {
+		t.Errorf("meridian TTFT p50 %.0f ms is not 3x below round-robin's %.0f", m.TTFTP50Ms, rr.TTFTP50Ms)
 	}
-	// Target: load dispersion < 0.5. Missed: once a session's 100k-token
-	// history is warm on a pod, the cost model keeps it there (a cold
-	// prefill elsewhere costs seconds, the queue and running terms
-	// milliseconds), and the bounded-load filter lets a pod reach 2x the
-	// mean before it moves anything; on the mixed fleet the faster pods
-	// also rightly take more sessions. The floor guards against regressions.
-	const target, ceiling = 0.5, 1.6
-	if m.LoadDispersion >= target {
-		t.Logf("KNOWN GAP: meridian load dispersion %.2f, target < %.1f", m.LoadDispersion, target)
-	}
-	if m.LoadDispersion > ceiling {
-		t.Errorf("meridian load dispersion %.2f, above the %.1f it stayed under when this test was written", m.LoadDispersion, ceiling)
+	if m.LoadDispersion >= 0.5 {
+		t.Errorf("bounded_load_factor 1.5: load dispersion %.2f, target < 0.5", m.LoadDispersion)
 	}
 }
 
