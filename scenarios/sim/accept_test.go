@@ -137,8 +137,13 @@ func TestAcceptanceCoding(t *testing.T) {
 	if m.TTFTP50Ms*3 > rr.TTFTP50Ms {
 		t.Errorf("meridian TTFT p50 %.0f ms is not 3x below round-robin's %.0f", m.TTFTP50Ms, rr.TTFTP50Ms)
 	}
-	if m.LoadDispersion >= 0.5 {
+	switch {
+	case fullSize() && m.LoadDispersion >= 0.5:
 		t.Errorf("bounded_load_factor 1.5: load dispersion %.2f, target < 0.5", m.LoadDispersion)
+	case !fullSize() && m.LoadDispersion >= 0.7:
+		// The reduced run (-short, -race) is too short for the target's
+		// statistics; it guards against regressions only.
+		t.Errorf("bounded_load_factor 1.5, reduced run: load dispersion %.2f, above 0.7", m.LoadDispersion)
 	}
 }
 
