@@ -19,9 +19,9 @@ help: ## list the targets
 demo: ## run 3 regions on loopback with live traffic, a failover and a status page (meridian demo; DEMO_FLAGS=--help)
 	@$(GO) run -ldflags "$(LDFLAGS)" ./cmd/meridian demo $(DEMO_FLAGS)
 
-test: ## vet, then every test (race detector on)
+test: ## vet, then every test (race detector on; one package at a time, so the end-to-end latency checks do not compete with other packages for the CPU)
 	$(GO) vet ./...
-	$(GO) test -race -timeout 20m $(RACE_PKGS)
+	$(GO) test -race -p 1 -timeout 30m $(RACE_PKGS)
 
 bench: ## run the benchmarks behind every published target and print a table (about 15 minutes)
 	@mkdir -p bin

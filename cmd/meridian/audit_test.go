@@ -179,17 +179,25 @@ func TestAuditTailCLI(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	for i, kind := range []audit.Kind{audit.KindResidencyDenied, audit.KindCrossRegion} {
-		e := audit.Entry{Kind: kind, DecisionID: fmt.Sprintf("new-%d", i), Origin: "us-east-1", Region: "us-west-2",
-			Rule: "stay-in-us", PolicyVersion: "12", Cost: json.RawMessage(`{"winner":"us-west-2"}`)}
-		if err := l.Append(ctx, e); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The tail starts at the end of the log as it finds it; it may still be
+	// starting, so keep appending (a residency denial it must filter out,
+	// then a cross-region record it must print) until it prints one.
 	buf := make([]byte, 4096)
-	n, err := pr.Read(buf)
-	if err != nil || !strings.Contains(string(buf[:n]), "us-east-1-a#12 cross_region") || !strings.Contains(string(buf[:n]), "decision=new-1") {
-		t.Fatalf("tail printed %q, %v", buf[:n], err)
+	var got string
+	for i := 0; i < 200 && !strings.Contains(got, "cross_region"); i++ {
+		for j, kind := range []audit.Kind{audit.KindResidencyDenied, audit.KindCrossRegion} {
+			e := audit.Entry{Kind: kind, DecisionID: fmt.Sprintf("new-%d-%d", i, j), Origin: "us-east-1", Region: "us-west-2",
+				Rule: "stay-in-us", PolicyVersion: "12", Cost: json.RawMessage(`{"winner":"us-west-2"}`)}
+			if err := l.Append(ctx, e); err != nil {
+				t.Fatal(err)
+			}
+		}
+		_ = pr.SetReadDeadline(time.Now().Add(100 * time.Millisecond))
+		n, _ := pr.Read(buf)
+		got += string(buf[:n])
+	}
+	if !strings.Contains(got, "us-east-1-a#") || !strings.Contains(got, "decision=new-") || strings.Contains(got, "residency_denied") {
+		t.Fatalf("tail printed %q", got)
 	}
 	cancel()
 	if code := <-done; code != 0 {
