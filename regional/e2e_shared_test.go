@@ -19,10 +19,10 @@ func TestE2ESharedPrefixVersusRoundRobin(t *testing.T) {
 	f := startFleet(t, 8, 1000, nil)
 	url := f.ctl.URL()
 
-	rr := summarize(run(t, url, sharedPrefixWorkload(1, 48, 480, 16), 16, regional.PolicyRoundRobin))
+	rr := summarize(run(t, url, sharedPrefixWorkload(1, 48, 480, 16), 10, regional.PolicyRoundRobin))
 	predBefore := metricValue(t, url, "meridian_router_predicted_cached_tokens_total")
 	repBefore := metricValue(t, url, "meridian_router_reported_cached_tokens_total")
-	merRes := run(t, url, sharedPrefixWorkload(2, 48, 480, 16), 16, "")
+	merRes := run(t, url, sharedPrefixWorkload(2, 48, 480, 16), 10, "")
 	mer := summarize(merRes)
 	var under, over, zeroPred, zeroBoth int
 	for _, r := range merRes {
