@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/global/audit"
 )
 
@@ -212,6 +213,8 @@ func auditVerifyCommand() *cli.Command {
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
 			&cli.StringFlag{Name: "checkpoints", Usage: "checkpoints as JSON lines (exported from the Raft tier)"},
+			&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin URL of a controller: read the checkpoints from the Raft tier (instead of --checkpoints)"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token for --admin"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -223,11 +226,20 @@ func auditVerifyCommand() *cli.Command {
 				return err
 			}
 			var cps []audit.Checkpoint
-			if path := c.String("checkpoints"); path != "" {
+			switch path, admin := c.String("checkpoints"), c.String("admin"); {
+			case path != "" && admin != "":
+				return auditUsage("audit verify: give --checkpoints or --admin, not both")
+			case admin != "":
+				l, err := global.NewClient(admin, c.String("token"), nil).Checkpoints(c.Context, "", global.ReadOptions{Consistent: true})
+				if err != nil {
+					return fmt.Errorf("audit verify: checkpoints from %s: %w", admin, err)
+				}
+				cps = raftCheckpoints(l)
+			case path != "":
 				if cps, err = audit.ReadCheckpointsFile(path); err != nil {
 					return auditUsage("--checkpoints: %v", err)
 				}
-			} else {
+			default:
 				fmt.Fprintln(c.App.ErrWriter, "warning: no --checkpoints: a cut tail or a chain rewritten to its end cannot be detected")
 			}
 			rep, err := audit.Verify(dir, cps)
@@ -251,6 +263,19 @@ func auditVerifyCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// raftCheckpoints converts the Raft tier's checkpoint list to the audit
+// package's form.
+func raftCheckpoints(l global.CheckpointList) []audit.Checkpoint {
+	var out []audit.Checkpoint
+	for _, list := range l.Checkpoints {
+		for _, c := range list {
+			out = append(out, audit.Checkpoint{Controller: c.ControllerID, Segment: c.Segment, LastSeq: c.Sequence,
+				Head: c.HeadHash, Count: c.Count, Time: c.Time})
+		}
+	}
+	return out
 }
 
 func auditHashCommand() *cli.Command {

@@ -53,6 +53,15 @@ func TestAuditQueryFansOut(t *testing.T) {
 	if _, _, err := runApp(t, "audit", "query", "--controllers", urls[0], "--token", "wrong", "--kind", "cross_region"); err == nil {
 		t.Fatal("a wrong token was accepted")
 	}
+	// verify against the checkpoints the Raft tier holds.
+	for _, r := range f.Regions {
+		_ = r.Controller.Audit().Close() // seal, and checkpoint into Raft
+	}
+	out, errOut, err := runApp(t, "audit", "verify", "--dir", f.Dir+"/audit", "--admin", urls[0], "--token", f.AdminToken)
+	t.Logf("verify:\n%s%s", out, errOut)
+	if err != nil || !strings.Contains(out, "ctl-us-east-1") || strings.Contains(errOut, "no --checkpoints") {
+		t.Fatalf("audit verify --admin: %v\n%s", err, out)
+	}
 }
 
 func TestRouteCommand(t *testing.T) {
