@@ -111,3 +111,11 @@ func TestControllerSecretsFromEnvAndRedacted(t *testing.T) {
 		t.Fatalf("env expansion or raft bind default missing:\n%s", out)
 	}
 }
+
+func TestEngineSimZMQFlagsExclusive(t *testing.T) {
+	_, _, err := runApp(t, "engine-sim", "--addr", "127.0.0.1:0", "--kafka-brokers", "127.0.0.1:9", "--zmq-endpoint", "tcp://127.0.0.1:0")
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "exclude each other") {
+		t.Fatalf("kafka and zmq together: %v", err)
+	}
+}

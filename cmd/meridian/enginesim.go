@@ -47,6 +47,8 @@ func engineSimCommand() *cli.Command {
 			&cli.Float64Flag{Name: "load-factor", Value: 1, Usage: "times grow linearly up to this factor at max concurrency"},
 			&cli.StringFlag{Name: "hash-seed", Usage: "engine hash seed, like PYTHONHASHSEED (default: random per start)"},
 			&cli.StringFlag{Name: "kafka-brokers", Usage: "comma-separated Kafka brokers; empty = no publishing"},
+			&cli.StringFlag{Name: "zmq-endpoint", Usage: "publish KV events over ZMQ PUB as vLLM does, e.g. tcp://*:5557 (instead of Kafka; feed meridian kv-bridge)"},
+			&cli.StringFlag{Name: "zmq-replay", Usage: "ZMQ ROUTER endpoint answering replay requests, e.g. tcp://*:5558"},
 			&cli.StringFlag{Name: "kafka-topic", Usage: "Kafka topic (default meridian.kv-events.<region>)"},
 			&cli.IntFlag{Name: "event-batch-size", Value: d.EventBatchSize, Usage: "publish once this many events are pending"},
 			&cli.DurationFlag{Name: "event-flush-interval", Value: d.EventFlushInterval, Usage: "publish pending events at most this late"},
@@ -67,6 +69,17 @@ func engineSimCommand() *cli.Command {
 			}
 			if err := cfg.Validate(); err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("engine-sim: %w", err)}
+			}
+			if ep := c.String("zmq-endpoint"); ep != "" {
+				if cfg.Kafka != nil {
+					return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")}
+				}
+				pub, err := enginesim.NewZMQPublisher(enginesim.ZMQConfig{Endpoint: ep, ReplayEndpoint: c.String("zmq-replay"), Model: cfg.Model})
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint: %w", err)}
+				}
+				defer pub.Close() // after the engine, which publishes its last events on Close
+				cfg.Publisher = pub
 			}
 			return enginesim.Run(c.Context, cfg)
 		},
