@@ -63,6 +63,9 @@ func engineSimCommand() *cli.Command {
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.String("zmq-endpoint") != "" && c.String("kafka-brokers") != "" {
+				return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")}
+			}
 			cfg, err := engineSimConfig(c)
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("engine-sim: %w", err)}
@@ -71,9 +74,6 @@ func engineSimCommand() *cli.Command {
 				return &exitError{code: 2, err: fmt.Errorf("engine-sim: %w", err)}
 			}
 			if ep := c.String("zmq-endpoint"); ep != "" {
-				if cfg.Kafka != nil {
-					return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")}
-				}
 				pub, err := enginesim.NewZMQPublisher(enginesim.ZMQConfig{Endpoint: ep, ReplayEndpoint: c.String("zmq-replay"), Model: cfg.Model})
 				if err != nil {
 					return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint: %w", err)}
