@@ -72,7 +72,9 @@
 //  6. Memory is bounded by RekeyConfig.MaxEntries: at the cap, storing a new
 //     block first forgets the least recently stored leaf (a block no tracked
 //     block descends from; removed blocks are kept only while a descendant
-//     needs them) and evicts its router blocks (RekeyStats.CapEvicted).
+//     needs them) and evicts its router blocks (RekeyStats.CapEvicted). A
+//     forgotten block stored again is new to the Rekeyer: that event defines
+//     it, whatever its first announcement said.
 //
 // Unknown media: TierOf documents the alias table; an unknown medium skips
 // the event and is counted, never guessed.

@@ -233,8 +233,24 @@ func (x *opIndex) apply(t interface{ Fatalf(string, ...any) }, ops []Op) {
 type engineGen struct {
 	E      int
 	maxRun int // most blocks in one BlockStored
-	blocks []genBlock
+	// extraKeys says whether BlockStored events carry extra_keys. vLLM
+	// hashes them into the block hash whether or not it publishes them
+	// (before vLLM #33304 it did not), so one engine version either always
+	// sends them or never does. extraKeysMixed draws it per event instead:
+	// one hash then arrives with and without its salt, and only a Rekeyer
+	// that never forgets a block can keep its first definition, as the naive
+	// reference does (TestRekeyCapRestoreRedefines).
+	extraKeys extraKeysMode
+	blocks    []genBlock
 }
+
+type extraKeysMode uint8
+
+const (
+	extraKeysMixed extraKeysMode = iota
+	extraKeysSent
+	extraKeysOmitted
+)
 
 type genBlock struct {
 	hash  uint64
@@ -339,7 +355,12 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		if rapid.IntRange(0, 19).Draw(t, "bad?") == 0 {
 			ev.TokenIDs = ev.TokenIDs[1:] // wrong token count: dropped
 		}
-		if rapid.IntRange(0, 3).Draw(t, "no extra keys?") == 0 {
+		switch g.extraKeys {
+		case extraKeysMixed:
+			if rapid.IntRange(0, 3).Draw(t, "no extra keys?") == 0 {
+				ev.ExtraKeys = nil
+			}
+		case extraKeysOmitted:
 			ev.ExtraKeys = nil
 		}
 		return ev

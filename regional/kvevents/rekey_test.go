@@ -289,7 +289,10 @@ func TestRekeyCapProperty(t *testing.T) {
 		r := newTestRekeyer(t, R, func(c *RekeyConfig) { c.MaxEntries, c.MaxRanks = cap, 2 })
 		naive := newNaive("m", R)
 		idx := &opIndex{m: map[tierHash]int{}}
-		gen := &engineGen{E: 2, maxRun: 8}
+		// One engine, one hash function: a hash always arrives with the same
+		// extra keys (see engineGen.extraKeys).
+		mode := rapid.SampledFrom([]extraKeysMode{extraKeysSent, extraKeysOmitted}).Draw(t, "extra keys")
+		gen := &engineGen{E: 2, maxRun: 8, extraKeys: mode}
 		var ops []Op
 		for step := rapid.IntRange(1, 40).Draw(t, "steps"); step > 0; step-- {
 			b := gen.batch(t)
@@ -303,6 +306,105 @@ func TestRekeyCapProperty(t *testing.T) {
 			for k, n := range idx.m {
 				if n > held[k] {
 					t.Fatalf("rekeyer holds %x/%v ×%d, naive ×%d", k.hash, k.tier, n, held[k])
+				}
+			}
+		}
+	})
+}
+
+// TestRekeyCapRestoreRedefines is what TestRekeyCapProperty found (rapid
+// seed 4643145784419713468, minimized) while its generator could announce
+// one engine hash with and without extra_keys. At cap 2, block 1 (tokens
+// 1 1, no extra_keys) registers K; storing the chain 2 -> 3 forgets it, the
+// least recently stored leaf; block 1 stored again, now with the cache salt
+// in its extra_keys, is defined afresh by that event and registers the
+// salted Ks. The naive reference never forgets, keeps block 1's first
+// definition and holds K, not Ks. No Rekeyer that forgets can follow it:
+// once block 1 is forgotten the Rekeyer is in the state it would be in had
+// block 1 been another hash (its ops are checked equal below), and for a
+// hash it has not seen, registering Ks is what rules 2 and 6 of the package
+// documentation require. vLLM hashes extra keys into the block hash, so one
+// engine never announces a hash both ways; the property's generator now
+// keeps extra_keys per engine.
+func TestRekeyCapRestoreRedefines(t *testing.T) {
+	toks := []uint32{1, 1}
+	salt := append(appendArrayHeader(nil, 1), appendStr(nil, "salt")...)
+	plain := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 2}, toks, nil)[0]
+	salted := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 2, CacheSalt: "salt"}, toks, nil)[0]
+	chain := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 2}, []uint32{0, 0, 0, 0}, nil)
+	names := map[uint64]string{plain: "K", salted: "Ks", chain[0]: "X", chain[1]: "XY"}
+	run := func(maxEntries int, first uint64) (ops []string, naive *naiveRekeyer, r *Rekeyer) {
+		t.Helper()
+		r = newTestRekeyer(t, 2, func(c *RekeyConfig) { c.MaxEntries = maxEntries })
+		naive = newNaive("m", 2)
+		restore := stored(Opt[uint64]{}, 2, toks, 1)
+		restore.ExtraKeys = []Raw{salt}
+		for _, ev := range []Event{
+			stored(Opt[uint64]{}, 2, toks, first),
+			stored(Opt[uint64]{}, 2, []uint32{0, 0, 0, 0}, 2, 3),
+			restore,
+		} {
+			ops = append(ops, opsString(r.ApplyEvent(nil, 0, ev), names))
+			naive.event(0, ev)
+		}
+		return ops, naive, r
+	}
+
+	same, naiveSame, r := run(2, 1)
+	want := []string{
+		"register gpu [K]",
+		"register gpu [X]; evict gpu [K]; register gpu [XY]",
+		"evict gpu [XY]; register gpu [Ks]",
+	}
+	if strings.Join(same, " | ") != strings.Join(want, " | ") {
+		t.Fatalf("ops\n got %q\nwant %q", same, want)
+	}
+	if s := r.Stats(); s.CapEvicted != 2 || s.Entries != 2 || s.Conflicts != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	other, naiveOther, _ := run(2, 9) // block 1 first arrives as hash 9
+	if strings.Join(other, " | ") != strings.Join(same, " | ") {
+		t.Fatalf("the Rekeyer told a forgotten hash from a new one:\n%q\n%q", same, other)
+	}
+	if h := naiveSame.held(); h[tierHash{salted, index.TierGPU}] != 0 || h[tierHash{plain, index.TierGPU}] != 1 {
+		t.Fatalf("naive, hash 1 re-stored: %s", fmtHeld(h))
+	}
+	if h := naiveOther.held(); h[tierHash{salted, index.TierGPU}] != 1 {
+		t.Fatalf("naive, hash 9 then 1: %s", fmtHeld(h))
+	}
+	// Without the cap block 1 is never forgotten: its first definition
+	// stays, as in the naive reference.
+	uncapped, _, _ := run(DefaultRekeyConfig().MaxEntries, 1)
+	if uncapped[2] != "" {
+		t.Fatalf("re-announcing a tracked block with other extra keys: %q", uncapped[2])
+	}
+}
+
+// TestEngineGenExtraKeysPerEngine checks the assumption TestRekeyCapProperty
+// rests on: unless mixed, the generator announces each block hash with the
+// same extra_keys every time.
+func TestEngineGenExtraKeysPerEngine(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		mode := rapid.SampledFrom([]extraKeysMode{extraKeysSent, extraKeysOmitted}).Draw(t, "extra keys")
+		gen := &engineGen{E: 2, maxRun: 8, extraKeys: mode}
+		seen := map[ekey]string{}
+		for step := rapid.IntRange(1, 40).Draw(t, "steps"); step > 0; step-- {
+			b := gen.batch(t)
+			for _, ev := range b.Events {
+				s, ok := ev.(*BlockStored)
+				if !ok || len(s.TokenIDs) == 0 {
+					continue
+				}
+				for i, h := range s.BlockHashes {
+					extra := "absent"
+					if s.ExtraKeys != nil {
+						extra = fmt.Sprintf("%x", s.ExtraKeys[i])
+					}
+					k := ekey{hash: h, group: int32(s.GroupIdx.V), rank: int32(b.Rank())}
+					if prev, ok := seen[k]; ok && prev != extra {
+						t.Fatalf("hash %x announced with extra keys %s, then %s", h, prev, extra)
+					}
+					seen[k] = extra
 				}
 			}
 		}
