@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/meridian-llm/meridian/gorgo"
@@ -210,7 +211,9 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 		return attempt{retryable: true, status: resp.StatusCode, kind: "status_5xx", err: fmt.Errorf("%s answered %s", who, resp.Status)}
 	}
-	buf := make([]byte, 32<<10)
+	bufp := relayBufs.Get().(*[]byte)
+	defer relayBufs.Put(bufp)
+	buf := *bufp
 	n, rerr := resp.Body.Read(buf)
 	if n == 0 && rerr != nil && rerr != io.EOF {
 		return s.upstreamErr(ctx, timer, rerr)
@@ -258,6 +261,10 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	res.usage = sniff.result()
 	return res
 }
+
+// relayBufs holds the 32 KiB buffers responses are copied through, so a
+// proxied request does not leave one behind for the collector.
+var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 func (s *Server) upstreamErr(ctx context.Context, timer *time.Timer, err error) attempt {
 	if ctx.Err() != nil {
