@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/scenarios/sim"
 )
 
@@ -50,6 +51,7 @@ func simCommand() *cli.Command {
 			&cli.DurationFlag{Name: "event-delay-min", Value: d.EventDelayMin, Usage: "least delay of a pod's KV events to the index"},
 			&cli.DurationFlag{Name: "event-delay-max", Value: d.EventDelayMax, Usage: "largest delay of a pod's KV events to the index"},
 			&cli.DurationFlag{Name: "summary-interval", Value: d.SummaryInterval, Usage: "rebuild period of each region's summary"},
+			&cli.StringFlag{Name: "controller-config", Usage: "controller config file (as for meridian controller --config) whose decision and gorgo sections Meridian's policies use"},
 			&cli.BoolFlag{Name: "quiet", Usage: "no progress bar"},
 		},
 		Action: func(c *cli.Context) error {
@@ -130,6 +132,13 @@ func simConfig(c *cli.Context) (sim.Config, error) {
 			return cfg, fmt.Errorf("--residency: %w", err)
 		}
 		cfg.Residency = b
+	}
+	if path := c.String("controller-config"); path != "" {
+		cc, err := regional.LoadConfig(path)
+		if err != nil {
+			return cfg, fmt.Errorf("--controller-config: %w", err)
+		}
+		cfg.Decision, cfg.Gorgo = cc.Decision, cc.Gorgo
 	}
 	cfg.EgressUSDPerGB = c.Float64("egress-usd-per-gb")
 	cfg.EventDelayMin = c.Duration("event-delay-min")

@@ -85,3 +85,59 @@ func TestSimCommandWorkloadsAndErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestSimCommandControllerConfig: --controller-config runs Meridian's
+// policies with a controller config file's decision and gorgo sections.
+// A config that makes the decision layer round-robin over live pods and
+// never forward reproduces the round-robin baseline exactly; a config the
+// controller would refuse is refused here too.
+func TestSimCommandControllerConfig(t *testing.T) {
+	dir := t.TempDir()
+	rr := filepath.Join(dir, "rr.yaml")
+	if err := os.WriteFile(rr, []byte("region: us-east-1\nlisten: 127.0.0.1:0\ndecision:\n  policy: round_robin\n  filters: [alive]\ngorgo:\n  forward_margin_ms: 1e9\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	type row struct {
+		Policy  string  `json:"policy"`
+		HitRate float64 `json:"hit_rate"`
+		P50     float64 `json:"ttft_p50_ms"`
+		P95     float64 `json:"ttft_p95_ms"`
+		Cross   int     `json:"cross_region_requests"`
+	}
+	run := func(extra ...string) map[string]row {
+		args := append([]string{"--workload", "rag", "--duration", "20s", "--pods-per-region", "2", "--policy", "round_robin,meridian", "--json", "--quiet"}, extra...)
+		out, _, err := runSim(t, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []row
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		m := map[string]row{}
+		for _, r := range rows {
+			m[r.Policy] = r
+		}
+		return m
+	}
+	def := run()
+	if def["meridian"] == def["round_robin"] {
+		t.Fatalf("with the default config meridian equals round-robin: %+v", def)
+	}
+	got := run("--controller-config", rr)
+	m, base := got["meridian"], got["round_robin"]
+	m.Policy = base.Policy
+	if m != base || m.Cross != 0 {
+		t.Errorf("round-robin controller config: meridian %+v, round-robin baseline %+v", got["meridian"], base)
+	}
+
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("region: us-east-1\ndecision:\n  bounded_load_factr: 1.5\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := runSim(t, "--workload", "short", "--controller-config", bad, "--quiet")
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "bounded_load_factr") {
+		t.Errorf("misspelt key: error %v, want exit status 2 naming the key", err)
+	}
+}
