@@ -110,7 +110,7 @@ type Ingester struct {
 	now  func() time.Time
 	dec  *kvevents.Decoder
 	m    *ingestMetrics
-	warn *rateLimitedLog
+	warn *kvevents.WarnLimiter
 
 	mu      sync.Mutex // guards the state below against Stats readers
 	pods    map[string]*podStream
@@ -155,7 +155,7 @@ func NewIngester(cfg IngestConfig, idx *index.Index, reg *Registry, log *slog.Lo
 	}
 	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec,
 		pods: map[string]*podStream{}, applied: map[int]int64{}, hwm: map[int]int64{}, notify: make(chan struct{})}
-	g.warn = newRateLimitedLog(log, time.Minute, now)
+	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(reg2, g)
 	if err != nil {
 		return nil, err
@@ -223,7 +223,7 @@ func (g *Ingester) Apply(msg Message) {
 	}
 	for _, s := range batch.Skipped {
 		g.m.decodeErrors.WithLabelValues(string(s.Reason)).Inc()
-		g.warn.Log(string(s.Reason), "skipped unknown kv event", "pod", name, "tag", s.Tag)
+		g.warn.Warn(string(s.Reason), "skipped unknown kv event", "pod", name, "tag", s.Tag)
 	}
 	ps := g.stream(name, msg.Headers)
 	if ps == nil {
@@ -258,7 +258,7 @@ func (g *Ingester) reject(reason string, err error) {
 		reason = "other"
 	}
 	g.m.decodeErrors.WithLabelValues(reason).Inc()
-	g.warn.Log(reason, "skipped malformed kv event message", "reason", reason, "err", err)
+	g.warn.Warn(reason, "skipped malformed kv event message", "reason", reason, "err", err)
 }
 
 // stream returns the pod's ingestion state, creating it (and registering the
@@ -416,7 +416,7 @@ func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
 			err = g.idx.ClearPod(p.ID)
 		}
 		if err != nil {
-			g.warn.Log("index", "index rejected an operation", "pod", name, "op", op.Kind.String(), "err", err)
+			g.warn.Warn("index", "index rejected an operation", "pod", name, "op", op.Kind.String(), "err", err)
 		}
 	}
 }
@@ -501,7 +501,7 @@ func (g *Ingester) Run(ctx context.Context) error {
 		}
 		g.connected.Store(false)
 		g.m.reconnects.Inc()
-		g.warn.Log("consume", "kafka consumer failed; reconnecting", "err", err, "backoff", backoff)
+		g.warn.Warn("consume", "kafka consumer failed; reconnecting", "err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
@@ -543,7 +543,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		ReadBackoffMin:         50 * time.Millisecond,
 		ReadBackoffMax:         time.Second,
 		MaxAttempts:            3,
-		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.warn.Log("kafka", fmt.Sprintf(msg, args...)) }),
+		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.warn.Warn("kafka", fmt.Sprintf(msg, args...)) }),
 	})
 	defer r.Close()
 	for {
@@ -617,38 +617,6 @@ func headerU64(hs []kafka.Header, key string) (uint64, bool) {
 		}
 	}
 	return 0, false
-}
-
-// rateLimitedLog logs each kind of warning at most once per interval and
-// counts what it suppressed.
-type rateLimitedLog struct {
-	log      *slog.Logger
-	every    time.Duration
-	now      func() time.Time
-	mu       sync.Mutex
-	last     map[string]time.Time
-	suppress map[string]int
-}
-
-func newRateLimitedLog(log *slog.Logger, every time.Duration, now func() time.Time) *rateLimitedLog {
-	return &rateLimitedLog{log: log, every: every, now: now, last: map[string]time.Time{}, suppress: map[string]int{}}
-}
-
-func (l *rateLimitedLog) Log(kind, msg string, args ...any) {
-	l.mu.Lock()
-	now := l.now()
-	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
-		l.suppress[kind]++
-		l.mu.Unlock()
-		return
-	}
-	n := l.suppress[kind]
-	l.last[kind], l.suppress[kind] = now, 0
-	l.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed_since_last", n)
-	}
-	l.log.Warn(msg, args...)
 }
 
 type ingestMetrics struct {

@@ -75,7 +75,7 @@ type Bridge struct {
 	w       *kafka.Writer
 	tr      *kafka.Transport
 	sources []*source
-	warn    *rateLimitedLog
+	warn    *kvevents.WarnLimiter
 
 	readCtx  context.Context
 	stopRead context.CancelFunc
@@ -128,7 +128,7 @@ func Open(cfg Config) (*Bridge, error) {
 	}
 	cfg = cfg.withDefaults()
 	b := &Bridge{cfg: cfg, log: cfg.Logger, now: cfg.Now, changed: make(chan struct{})}
-	b.warn = newRateLimitedLog(b.log, time.Minute, b.now)
+	b.warn = kvevents.NewWarnLimiter(b.log, time.Minute, b.now)
 	var err error
 	if b.m, err = newMetrics(cfg.Registerer, b); err != nil {
 		return nil, err
@@ -412,7 +412,7 @@ func (s *source) dialLoop(ctx context.Context) {
 		if err != nil {
 			s.b.m.connectErrors.Inc()
 			s.b.update(func(st *Stats) { st.ConnectErrors++ })
-			s.b.warn.Log("connect:"+s.ep.String(), "kv bridge: cannot connect to engine; retrying",
+			s.b.warn.Warn("connect:"+s.ep.String(), "kv bridge: cannot connect to engine; retrying",
 				"endpoint", s.ep.String(), "err", err, "retry_in", backoff)
 		} else {
 			if had {
@@ -448,7 +448,7 @@ func (s *source) acceptLoop(ctx context.Context) {
 			if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
 				return
 			}
-			s.b.warn.Log("accept:"+s.ep.String(), "kv bridge: accept", "endpoint", s.ep.String(), "err", err)
+			s.b.warn.Warn("accept:"+s.ep.String(), "kv bridge: accept", "endpoint", s.ep.String(), "err", err)
 			continue
 		}
 		s.rwg.Add(1)
@@ -464,7 +464,7 @@ func (s *source) acceptLoop(ctx context.Context) {
 			if err != nil {
 				s.b.m.connectErrors.Inc()
 				s.b.update(func(st *Stats) { st.ConnectErrors++ })
-				s.b.warn.Log("handshake:"+s.ep.String(), "kv bridge: engine connection failed", "peer", nc.RemoteAddr().String(), "err", err)
+				s.b.warn.Warn("handshake:"+s.ep.String(), "kv bridge: engine connection failed", "peer", nc.RemoteAddr().String(), "err", err)
 				return
 			}
 			s.read(ctx, nc, conn)
@@ -595,7 +595,7 @@ func (c *chunk) drop(m *metrics, reason string) {
 func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []action, c *chunk) ([]outMsg, []action) {
 	f := it.frames
 	if len(f) != 3 || len(f[1]) != 8 {
-		s.b.warn.Log("frames", "kv bridge: dropped a message that is not [topic, seq, payload]",
+		s.b.warn.Warn("frames", "kv bridge: dropped a message that is not [topic, seq, payload]",
 			"endpoint", s.ep.String(), "frames", len(f))
 		c.drop(s.b.m, "bad_frames")
 		return out, acts
@@ -606,7 +606,7 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 		tp, tm, ok := parseTopic(topic)
 		if pod == "" {
 			if !ok {
-				s.b.warn.Log("no_pod", "kv bridge: dropped a batch: no pod name configured and the topic is not kv@<pod>@<model>",
+				s.b.warn.Warn("no_pod", "kv bridge: dropped a batch: no pod name configured and the topic is not kv@<pod>@<model>",
 					"endpoint", s.ep.String(), "topic", topic)
 				c.drop(s.b.m, "no_pod")
 				return out, acts
@@ -623,7 +623,7 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 		if err != nil {
 			reason := kvevents.ReasonOf(err)
 			s.b.m.malformed.WithLabelValues(string(reason)).Inc()
-			s.b.warn.Log("malformed:"+string(reason), "kv bridge: malformed batch (forwarded; the ingester skips it)",
+			s.b.warn.Warn("malformed:"+string(reason), "kv bridge: malformed batch (forwarded; the ingester skips it)",
 				"pod", pod, "seq", seq, "err", err)
 			c.malformed++
 		} else {
@@ -634,7 +634,7 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 	st := s.streams[key]
 	if st == nil {
 		if len(s.streams) >= s.b.cfg.MaxStreams {
-			s.b.warn.Log("too_many_streams", "kv bridge: dropped a batch of a new stream: max_streams reached",
+			s.b.warn.Warn("too_many_streams", "kv bridge: dropped a batch of a new stream: max_streams reached",
 				"endpoint", s.ep.String(), "max_streams", s.b.cfg.MaxStreams, "pod", pod, "topic", topic)
 			c.drop(s.b.m, "too_many_streams")
 			return out, acts
@@ -648,7 +648,7 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 			res, err := s.replay.replay(ctx, from, upto)
 			if err != nil {
 				if ctx.Err() == nil {
-					s.b.warn.Log("replay:"+s.replay.ep.String(), "kv bridge: replay failed", "pod", pod, "from", from, "err", err)
+					s.b.warn.Warn("replay:"+s.replay.ep.String(), "kv bridge: replay failed", "pod", pod, "from", from, "err", err)
 				}
 				return replayResult{}, false
 			}
@@ -762,7 +762,7 @@ func (b *Bridge) produce(ctx context.Context, out []outMsg) {
 		}
 		b.m.produceErrors.WithLabelValues("write").Inc()
 		b.update(func(st *Stats) { st.ProduceErrors++ })
-		b.warn.Log("produce", "kv bridge: kafka write failed; retrying", "topic", b.cfg.Topic,
+		b.warn.Warn("produce", "kv bridge: kafka write failed; retrying", "topic", b.cfg.Topic,
 			"messages", len(pending), "err", err, "retry_in", backoff)
 		t := time.NewTimer(backoff)
 		select {
@@ -779,7 +779,7 @@ func (b *Bridge) tooLarge(o outMsg, err error) {
 	b.m.produceErrors.WithLabelValues("too_large").Inc()
 	b.m.dropped.WithLabelValues("too_large").Inc()
 	b.update(func(st *Stats) { st.Dropped++ })
-	b.warn.Log("too_large", "kv bridge: dropped a batch too large for Kafka", "pod", string(o.msg.Key), "err", err)
+	b.warn.Warn("too_large", "kv bridge: dropped a batch too large for Kafka", "pod", string(o.msg.Key), "err", err)
 }
 
 // written accounts for acknowledged messages.
@@ -834,38 +834,4 @@ func endpointOf(ln net.Listener) string {
 		return "ipc://" + a.Name
 	}
 	return ln.Addr().String()
-}
-
-// rateLimitedLog logs each kind of warning at most once per interval and
-// says how many it suppressed.
-type rateLimitedLog struct {
-	log      *slog.Logger
-	every    time.Duration
-	now      func() time.Time
-	mu       sync.Mutex
-	last     map[string]time.Time
-	suppress map[string]int
-}
-
-func newRateLimitedLog(log *slog.Logger, every time.Duration, now func() time.Time) *rateLimitedLog {
-	return &rateLimitedLog{log: log, every: every, now: now, last: map[string]time.Time{}, suppress: map[string]int{}}
-}
-
-// Log logs msg at warn level unless kind was logged within the interval.
-// Kinds are bounded by the configuration (endpoints, reasons, topics seen).
-func (l *rateLimitedLog) Log(kind, msg string, args ...any) {
-	l.mu.Lock()
-	now := l.now()
-	if t, ok := l.last[kind]; ok && now.Sub(t) < l.every {
-		l.suppress[kind]++
-		l.mu.Unlock()
-		return
-	}
-	n := l.suppress[kind]
-	l.last[kind], l.suppress[kind] = now, 0
-	l.mu.Unlock()
-	if n > 0 {
-		args = append(args, "suppressed_since_last", n)
-	}
-	l.log.Warn(msg, args...)
 }
