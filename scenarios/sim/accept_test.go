@@ -75,18 +75,41 @@ func TestAcceptanceConversationTrace(t *testing.T) {
 	}
 	// Target: >= 90% of the upper bound's hit rate. Missed with the default
 	// decision configuration on the default mixed fleet (h100, h200, b200):
-	// the bounded-load filter counts requests, not capacity, so the fast
-	// B200 pods that the cost model prefers are filtered out of their own
-	// conversations, and the cost model rightly trades a warm H100/H200
-	// prefix for a faster cold B200 when that lowers TTFT (see the report of
-	// TestAblationDecisionConfig). The floor below guards against regressions
-	// of what the code reaches today (71.7% on the full trace).
-	const target, floor = 0.90, 0.68
+	// 83.1% on the full trace. The cost model minimises this request's
+	// TTFT, so it moves a conversation off its warm pod whenever a faster or
+	// idler pod answers sooner even cold; each move duplicates the prefix,
+	// which the single pool of the upper bound never does (homogeneous
+	// fleets reach 88-90%, see TestAblationDecisionConfig). The floor guards
+	// against regressions (83.4% on the reduced run).
+	const target, floor = 0.90, 0.78
 	if m.OfUpperBound < target {
 		t.Logf("KNOWN GAP: meridian reaches %.1f%% of the upper bound's hit rate, target %.0f%%", 100*m.OfUpperBound, 100*target)
 	}
 	if m.OfUpperBound < floor {
 		t.Errorf("meridian hit rate %.1f%% of the upper bound, below the %.0f%% it reached when this test was written", 100*m.OfUpperBound, 100*floor)
+	}
+	if !fullSize() {
+		return // the configuration below is checked at full size
+	}
+
+	// A configuration that leans to the hit rate (stickier sessions: a 5 s
+	// affinity bonus, and room for 2.5x a pod's share) meets the target and
+	// still beats every baseline's TTFT. It is not the default because it
+	// costs shared-prefix (RAG) traffic: there the hit rate falls from 0.64
+	// to 0.51 and TTFT p50 doubles (meridian sim --workload rag).
+	cfg.Decision.BoundedLoadFactor = 2.5
+	cfg.Decision.AffinityBonusMs = 5000
+	cfg.Policies = []string{PolicyMeridian, PolicyUpperBound}
+	hm := must(t, runSim(t, cfg), PolicyMeridian)
+	t.Logf("hit-rate configuration: %.1f%% of the upper bound, TTFT p50 %.0f p95 %.0f", 100*hm.OfUpperBound, hm.TTFTP50Ms, hm.TTFTP95Ms)
+	if hm.OfUpperBound < target {
+		t.Errorf("hit-rate configuration: %.1f%% of the upper bound, target %.0f%%", 100*hm.OfUpperBound, 100*target)
+	}
+	for _, b := range baselines {
+		r := must(t, rep, b)
+		if hm.TTFTP50Ms >= r.TTFTP50Ms || hm.TTFTP95Ms >= 0.92*r.TTFTP95Ms {
+			t.Errorf("hit-rate configuration: TTFT p50/p95 %.0f/%.0f ms, not below %s's %.0f and 8%% below its %.0f", hm.TTFTP50Ms, hm.TTFTP95Ms, b, r.TTFTP50Ms, r.TTFTP95Ms)
+		}
 	}
 }
 
