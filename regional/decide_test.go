@@ -270,12 +270,13 @@ func TestDecideBaselinePolicies(t *testing.T) {
 
 func TestDecisionConfigValidate(t *testing.T) {
 	for name, mut := range map[string]func(*DecisionConfig){
-		"policy":              func(c *DecisionConfig) { c.Policy = "random" },
-		"filters":             func(c *DecisionConfig) { c.Filters = []string{"alive", "nope"} },
-		"weights":             func(c *DecisionConfig) { c.Weights = map[string]float64{"magic": 1} },
-		"bounded_load_factor": func(c *DecisionConfig) { c.BoundedLoadFactor = 0.5 },
-		"thick_session":       func(c *DecisionConfig) { c.ThickSession = 0 },
-		"tier_weights":        func(c *DecisionConfig) { c.TierWeights[2] = 2 },
+		"policy":                func(c *DecisionConfig) { c.Policy = "random" },
+		"filters":               func(c *DecisionConfig) { c.Filters = []string{"alive", "nope"} },
+		"weights":               func(c *DecisionConfig) { c.Weights = map[string]float64{"magic": 1} },
+		"bounded_load_factor":   func(c *DecisionConfig) { c.BoundedLoadFactor = 0.5 },
+		"thick_session":         func(c *DecisionConfig) { c.ThickSession = 0 },
+		"affinity_cache_weight": func(c *DecisionConfig) { c.AffinityCacheWeight = -1 },
+		"tier_weights":          func(c *DecisionConfig) { c.TierWeights[2] = 2 },
 	} {
 		c := DefaultDecisionConfig()
 		mut(&c)
@@ -326,6 +327,61 @@ func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
 		}
 		if counts[name] >= counts["pod-0"] {
 			t.Fatalf("the faster pod should carry more: %v", counts)
+		}
+	}
+}
+
+// TestDecideAffinityCacheWeight: a conversation's pinned pod holds its
+// 2,560-token history behind a prefill backlog that makes an idle cold pod
+// faster for this one request. Without the cache weight the conversation
+// moves; with weight 1 it stays until the cold pod is faster by more than
+// the history's prefill time, and then it moves.
+func TestDecideAffinityCacheWeight(t *testing.T) {
+	model, err := gorgo.New(gorgo.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rate, _ := model.Rate("h100")
+	const history = 40 * 64
+	qw := gorgo.DefaultConfig().QueueWeight
+	bonus, penalty := DefaultDecisionConfig().AffinityBonusMs, DefaultDecisionConfig().RunningPenaltyMs
+	// The warm pod's queue term at which the cold pod starts to win without
+	// the cache weight, and with it.
+	moveAt := history*rate + bonus - penalty
+	moveAtWeighted := moveAt + history*rate
+	decide := func(weight, queueMs float64) string {
+		f := newFixture(t, 2, func(c *DecisionConfig) { c.AffinityCacheWeight = weight })
+		c := chain(7, 40)
+		warm := f.pod(t, "pod-0")
+		_ = f.idx.Register(warm.ID, index.TierGPU, c)
+		r := req(c)
+		r.SessionID = "conv"
+		first, err := f.dec.Decide(r)
+		if err != nil || first.PodName != "pod-0" {
+			t.Fatalf("first turn: %+v, %v", first, err)
+		}
+		f.dec.Admit(first).Done(f.clock)
+		f.dec.Sessions().End("conv", f.clock)
+		warm.Admit(0, time.Duration(queueMs/qw*float64(time.Millisecond)), f.clock)
+		d, err := f.dec.Decide(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.PodName
+	}
+	for _, tc := range []struct {
+		weight, queueMs float64
+		want            string
+	}{
+		{0, moveAt - 20, "pod-0"},
+		{0, moveAt + 20, "pod-1"},
+		{1, moveAt + 20, "pod-0"},
+		{1, moveAtWeighted - 20, "pod-0"},
+		{1, moveAtWeighted + 20, "pod-1"},
+	} {
+		if got := decide(tc.weight, tc.queueMs); got != tc.want {
+			t.Errorf("affinity_cache_weight %v, warm pod's queue term %.0f ms (moves at %.0f / %.0f): chose %s, want %s",
+				tc.weight, tc.queueMs, moveAt, moveAtWeighted, got, tc.want)
 		}
 	}
 }

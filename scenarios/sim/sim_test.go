@@ -218,11 +218,14 @@ func TestAblationDecisionConfig(t *testing.T) {
 		{"no bounded_load filter", func(c *Config) {
 			c.Decision.Filters = []string{regional.FilterAlive, regional.FilterModel, regional.FilterHealthy}
 		}},
+		{"bounded_load_factor 2", func(c *Config) { c.Decision.BoundedLoadFactor = 2 }},
 		{"bounded_load_factor 3", func(c *Config) { c.Decision.BoundedLoadFactor = 3 }},
 		{"bounded_load_factor 1.25", func(c *Config) { c.Decision.BoundedLoadFactor = 1.25 }},
 		{"gorgo queue_weight 1", func(c *Config) { c.Gorgo.QueueWeight = 1 }},
 		{"no running penalty", func(c *Config) { c.Decision.Weights["running"] = 0 }},
 		{"no affinity bonus", func(c *Config) { c.Decision.Weights["affinity"] = 0 }},
+		{"affinity_cache_weight 0", func(c *Config) { c.Decision.AffinityCacheWeight = 0 }},
+		{"affinity_cache_weight 0, bounded_load 2", func(c *Config) { c.Decision.AffinityCacheWeight, c.Decision.BoundedLoadFactor = 0, 2 }},
 		{"no speculation", func(c *Config) { c.Decision.SpeculationTTL = 0 }},
 		{"homogeneous h100 fleet", func(c *Config) { c.Fleet.Profiles = []string{"h100"} }},
 		{"homogeneous b200 fleet", func(c *Config) { c.Fleet.Profiles = []string{"b200"} }},
