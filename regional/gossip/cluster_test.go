@@ -251,14 +251,14 @@ func TestEncryptionMismatch(t *testing.T) {
 	if err := intruder.Publish(buildSummary(t, "eu-west-1", 1, 100)); err != nil {
 		t.Fatal(err)
 	}
-	// b and a keep gossiping; give the intruder a few sync rounds of chances.
-	waitFor(t, 10*time.Second, "a and b see each other", func() error {
-		if r, ok := a.View().Region("us-west-2"); !ok || !r.Live {
-			return errors.New("a does not see b")
+	// a and b keep gossiping: each round a publishes a new generation and b
+	// receiving it proves an exchange happened, during which the outsiders
+	// had their chance to leak in.
+	for gen := uint64(1); gen <= 10; gen++ {
+		if err := a.Publish(buildSummary(t, "us-east-1", gen, 100)); err != nil {
+			t.Fatal(err)
 		}
-		return nil
-	})
-	for range 20 {
+		waitFor(t, 10*time.Second, fmt.Sprintf("b holds us-east-1 generation %d", gen), func() error { return holds(b, "us-east-1", gen) })
 		for _, n := range []*Node{a, b} {
 			if r, ok := n.View().Region("eu-west-1"); ok {
 				t.Fatalf("%s lists the intruding region: %+v", n.cfg.NodeName, r)
@@ -267,7 +267,6 @@ func TestEncryptionMismatch(t *testing.T) {
 		if len(intruder.View().Regions) != 0 || len(labelled.View().Regions) != 0 {
 			t.Fatal("an outsider sees the pool")
 		}
-		time.Sleep(25 * time.Millisecond) // a sync round, to give gossip chances to leak
 	}
 }
 
