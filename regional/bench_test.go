@@ -55,7 +55,6 @@ func BenchmarkDecide(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				dec.Sessions().End(r.SessionID, time.Now())
 				_ = d
 			}
 			reportPercentiles(b, lat, "")

@@ -194,7 +194,6 @@ func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, 
 	for i, ci := range order {
 		c := pl.Candidates[ci]
 		if !c.Remote {
-			s.dec.Sessions().Begin(p.route.SessionID, pl.Local.PodName, s.now()) // Place let it go
 			if i > 0 {
 				e := entry
 				e.Kind, e.Region, e.Cost = audit.KindFallback, s.region, costJSON(pl, ci)
@@ -210,7 +209,6 @@ func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, 
 			s.m.auditFailures.Inc()
 			s.log.Error("audit record could not be written: not crossing the region boundary", "to", c.Region, "err", err)
 			if pl.Local != nil {
-				s.dec.Sessions().Begin(p.route.SessionID, pl.Local.PodName, s.now())
 				s.serveLocal(w, r, p, route, pl.Local)
 				return
 			}
@@ -318,16 +316,18 @@ func ruleName(d residency.Decision) string {
 	return ""
 }
 
-// costExplanation is what an audit record keeps of a placement.
-type costExplanation struct {
+// CostExplanation is what an audit record (and a /v1/route answer) keeps
+// of a placement, as JSON: the cost terms of every candidate region.
+type CostExplanation struct {
 	Chosen     string          `json:"chosen"`
 	Reason     string          `json:"reason"`
 	MarginMs   float64         `json:"margin_ms"`
 	RequiredMs float64         `json:"required_ms"`
-	Candidates []candidateCost `json:"candidates"`
+	Candidates []CandidateCost `json:"candidates"`
 }
 
-type candidateCost struct {
+// CandidateCost is one candidate region's terms in a CostExplanation.
+type CandidateCost struct {
 	Region       string         `json:"region"`
 	Pod          string         `json:"pod,omitempty"`
 	Remote       bool           `json:"remote"`
@@ -339,9 +339,9 @@ type candidateCost struct {
 }
 
 func costJSON(pl *Placement, chosen int) json.RawMessage {
-	ex := costExplanation{Chosen: pl.Candidates[chosen].Region, Reason: pl.Reason, MarginMs: pl.Cost.MarginMs, RequiredMs: pl.Cost.RequiredMs}
+	ex := CostExplanation{Chosen: pl.Candidates[chosen].Region, Reason: pl.Reason, MarginMs: pl.Cost.MarginMs, RequiredMs: pl.Cost.RequiredMs}
 	for i, c := range pl.Candidates {
-		ex.Candidates = append(ex.Candidates, candidateCost{Region: c.Region, Pod: c.Pod, Remote: c.Remote,
+		ex.Candidates = append(ex.Candidates, CandidateCost{Region: c.Region, Pod: c.Pod, Remote: c.Remote,
 			PromptTokens: c.PromptTokens, CachedTokens: c.CachedTokens, RTTMs: c.RTTMs,
 			SummaryAgeMs: c.SummaryAge.Milliseconds(), Estimate: pl.Cost.Estimates[i]})
 	}

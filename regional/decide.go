@@ -221,6 +221,8 @@ type Decision struct {
 	// Candidate is the chosen pod as a cost-model candidate, for the
 	// comparison with remote regions (Place).
 	Candidate gorgo.Candidate `json:"-"`
+	// session is the request's session id, begun on the pod by Admit.
+	session string
 }
 
 // Decider runs the pipeline. Safe for concurrent use; it reads only
@@ -272,9 +274,9 @@ func (d *Decider) Speculation() *Speculation { return d.spec }
 // Config returns the pipeline's configuration.
 func (d *Decider) Config() DecisionConfig { return d.cfg }
 
-// Decide picks a pod of this region for the request. On success the session
-// (if any) is recorded as begun on the chosen pod: the caller must call
-// Sessions().End when the request finishes.
+// Decide picks a pod of this region for the request. It changes no
+// accounting: a decision that is served is passed to Admit, whose ticket
+// counts the request (and its session) on the pod until Done.
 func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 	pods := d.reg.Pods()
 	if len(pods) == 0 {
@@ -412,7 +414,7 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
 	}
 	dec.Uncached = req.PromptTokens - dec.CachedTokens
-	d.sessions.Begin(req.SessionID, p.Name, now)
+	dec.session = req.SessionID
 	return dec, nil
 }
 
@@ -520,11 +522,19 @@ func backlogTokens(p *Pod, now time.Time, rateMs float64) int {
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and
-// their expected prefill time at the pod profile's current rate.
+// their expected prefill time at the pod profile's current rate, and its
+// session as begun there (pinning the session to the pod). The ticket's
+// Done undoes both.
 func (d *Decider) Admit(dec *Decision) *Ticket {
 	rate, _ := d.model.Rate(dec.Pod.Info().Profile)
 	work := time.Duration(float64(dec.Uncached) * rate * float64(time.Millisecond))
-	return dec.Pod.Admit(dec.Uncached, work, d.now())
+	now := d.now()
+	t := dec.Pod.Admit(dec.Uncached, work, now)
+	if dec.session != "" {
+		d.sessions.Begin(dec.session, dec.PodName, now)
+		t.sessions, t.session = d.sessions, dec.session
+	}
+	return t
 }
 
 // topK returns the indexes of the k candidates with the lowest totals

@@ -158,12 +158,10 @@ func TestDecideSessionAffinityAndThickSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.dec.Admit(first).Done(f.clock)
-	f.dec.Sessions().End("s1", f.clock)
 	// Kept on its pod even though others are equally cold and idle.
 	for i := 0; i < 5; i++ {
 		d, _ := f.dec.Decide(r)
 		f.dec.Admit(d).Done(f.clock)
-		f.dec.Sessions().End("s1", f.clock)
 		if d.PodName != first.PodName {
 			t.Fatalf("session moved from %s to %s", first.PodName, d.PodName)
 		}
@@ -361,7 +359,6 @@ func TestDecideAffinityCacheWeight(t *testing.T) {
 			t.Fatalf("first turn: %+v, %v", first, err)
 		}
 		f.dec.Admit(first).Done(f.clock)
-		f.dec.Sessions().End("conv", f.clock)
 		warm.Admit(0, time.Duration(queueMs/qw*float64(time.Millisecond)), f.clock)
 		d, err := f.dec.Decide(r)
 		if err != nil {

@@ -63,9 +63,6 @@ func (d *Decider) Place(req *RouteRequest, region string, local bool, remotes []
 	pl.Reason = pl.Cost.Reason
 	if w.Remote {
 		pl.Region, pl.Remote = w.Region, true
-		if pl.Local != nil {
-			d.sessions.End(req.SessionID, now)
-		}
 	} else {
 		pl.Region = region
 	}

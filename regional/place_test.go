@@ -52,3 +52,52 @@ func TestPlace(t *testing.T) {
 		t.Fatalf("no pod, no remote: %v", err)
 	}
 }
+
+// TestSessionAccountingFollowsTickets: deciding and placing change no
+// session accounting, whatever they conclude; only an admitted request
+// counts, until its ticket is done. (Decide used to begin the session and
+// every caller had to end it; POST /v1/route ended a forwarded decision's
+// session twice, taking an in-flight request off the count.)
+func TestSessionAccountingFollowsTickets(t *testing.T) {
+	f := newFixture(t, 2, nil)
+	c := chain(3, 1400)
+	r := req(c)
+	r.SessionID = "s"
+	inflight := func() int {
+		_, n, _ := f.dec.Sessions().Pinned("s", f.clock)
+		return n
+	}
+	d1, err := f.dec.Decide(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := inflight(); n != 0 {
+		t.Fatalf("after Decide: %d in flight, want 0", n)
+	}
+	t1 := f.dec.Admit(d1)
+	d2, _ := f.dec.Decide(r)
+	t2 := f.dec.Admit(d2)
+	if pod, n, _ := f.dec.Sessions().Pinned("s", f.clock); n != 2 || pod != d1.PodName {
+		t.Fatalf("two admitted: pinned %s with %d in flight, want %s with 2", pod, n, d1.PodName)
+	}
+	remote := gorgo.Candidate{Region: "us-west-2", Remote: true, Profile: "h100", PromptTokens: r.PromptTokens,
+		CachedTokens: r.PromptTokens - 100, RTTMs: 65, SummaryAge: time.Second}
+	for _, remotes := range [][]gorgo.Candidate{{remote}, nil} {
+		pl, err := f.dec.Place(r, "us-east-1", true, remotes, nil)
+		if err != nil || pl.Remote != (remotes != nil) {
+			t.Fatalf("place: %+v %v", pl, err)
+		}
+		if n := inflight(); n != 2 {
+			t.Fatalf("after a placement (remote %v): %d in flight, want 2", pl.Remote, n)
+		}
+	}
+	t1.Done(f.clock)
+	t1.Done(f.clock) // a second Done changes nothing
+	if n := inflight(); n != 1 {
+		t.Fatalf("after one done: %d in flight, want 1", n)
+	}
+	t2.Done(f.clock)
+	if n := inflight(); n != 0 {
+		t.Fatalf("after both done: %d in flight", n)
+	}
+}

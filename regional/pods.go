@@ -91,8 +91,10 @@ func (p *Pod) PrefillBacklog(now time.Time) time.Duration {
 
 // Ticket tracks one admitted request through first byte and completion.
 type Ticket struct {
-	pod     *Pod
-	pending int64
+	pod      *Pod
+	sessions *Sessions // when the request belongs to a session
+	session  string
+	pending  int64
 	due     int64 // unix nanos: when the backlog model expects its prefill done
 	first   bool
 	done    bool
@@ -130,6 +132,9 @@ func (t *Ticket) Done(now time.Time) {
 	t.FirstByte(now)
 	t.done = true
 	t.pod.inflight.Add(-1)
+	if t.sessions != nil {
+		t.sessions.End(t.session, now)
+	}
 }
 
 // SetKVUtil records a scraped KV-cache utilisation (0..1).

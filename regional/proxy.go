@@ -145,7 +145,6 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	ticket := s.dec.Admit(d)
 	defer func() {
 		ticket.Done(s.now())
-		s.dec.Sessions().End(p.route.SessionID, s.now())
 		ok := res.err == nil && res.status < 500
 		if res.err != nil && errors.Is(res.err, context.Canceled) && ctx.Err() != nil {
 			ok = true // the client went away: not the pod's fault

@@ -290,18 +290,6 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	// The body may be a chat request or a completions one.
-	if kind == tokenize.Chat && len(p.body.Messages) == 0 && (len(p.body.Prompt) > 0 || len(p.body.PromptTokenIDs) > 0) {
-		r2 := *p
-		prompt, err := s.prompts.Encode(p.body.Model, tokenize.Completion, &p.body.Request, "")
-		if err != nil {
-			s.fail(w, "route", http.StatusBadRequest, "invalid_prompt", "%v", err)
-			return
-		}
-		r2.prompt = prompt
-		r2.route.Chain, r2.route.PromptTokens = prompt.Chain, len(prompt.IDs)
-		p = &r2
-	}
 	pr, ok := s.placeRequest(w, r, p, "route")
 	if !ok {
 		return
@@ -339,7 +327,11 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 			resp.ForwardTo = addrs[0]
 		}
 	}
-	s.dec.Sessions().End(p.route.SessionID, s.now()) // we will not see the request's end
+	if resp.Decision != nil && !resp.Remote {
+		// The caller sends the request to this pod; the next decision of
+		// its session should find it there.
+		s.dec.Sessions().Note(p.route.SessionID, resp.Decision.PodName, s.now())
+	}
 	s.m.requests.WithLabelValues("route", "200").Inc()
 	writeJSON(w, http.StatusOK, resp)
 }

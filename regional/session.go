@@ -69,6 +69,15 @@ func (s *Sessions) Begin(id, pod string, now time.Time) {
 	e.last = now
 }
 
+// Note pins the session to pod without counting a request, unless it has
+// requests in flight elsewhere: for a decision whose request this
+// controller will not see (POST /v1/route), so the session's next decision
+// finds it.
+func (s *Sessions) Note(id, pod string, now time.Time) {
+	s.Begin(id, pod, now)
+	s.End(id, now)
+}
+
 // End records that a request of the session finished.
 func (s *Sessions) End(id string, now time.Time) {
 	if id == "" {

@@ -433,7 +433,6 @@ func (w *world) firstByte(j *job) {
 func (w *world) done(j *job) {
 	now := w.wall()
 	j.ticket.Done(now)
-	j.region.dec.Sessions().End(j.req.session, now)
 	w.stats.e2e(j, w.now+j.netBack-j.req.at)
 	if j.req.next != nil {
 		at := w.now + j.netBack
