@@ -95,9 +95,9 @@ type Ticket struct {
 	sessions *Sessions // when the request belongs to a session
 	session  string
 	pending  int64
-	due     int64 // unix nanos: when the backlog model expects its prefill done
-	first   bool
-	done    bool
+	due      int64 // unix nanos: when the backlog model expects its prefill done
+	first    bool
+	done     bool
 }
 
 // FirstByte marks the end of the request's prefill at now: its tokens leave
