@@ -297,7 +297,7 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 		}
 	}
 	c.http = &http.Server{Handler: c.Server, ReadHeaderTimeout: 10 * time.Second}
-	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, now)
+	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
 	c.goRun("ingest", func() error { return c.Ingester.Run(ctx) })
 	c.goRun("sweep", func() error { return idx.RunSweeper(ctx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(ctx) })

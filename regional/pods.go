@@ -32,7 +32,6 @@ type Pod struct {
 	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
 	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done
 	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
-	scrapedAt      atomic.Int64  // unix nanos of the last successful scrape
 	routed         atomic.Int64  // requests routed here, ever
 
 	ejectedTo atomic.Int64 // unix nanos: ejected until then
@@ -138,9 +137,8 @@ func (t *Ticket) Done(now time.Time) {
 }
 
 // SetKVUtil records a scraped KV-cache utilisation (0..1).
-func (p *Pod) SetKVUtil(u float64, at time.Time) {
+func (p *Pod) SetKVUtil(u float64) {
 	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
-	p.scrapedAt.Store(at.UnixNano())
 }
 
 // Ejected reports whether the pod is ejected at now.

@@ -22,12 +22,11 @@ type Scraper struct {
 	client   *http.Client
 	interval time.Duration
 	log      *slog.Logger
-	now      func() time.Time
 }
 
 // NewScraper builds a scraper over the registry's pods.
-func NewScraper(reg *Registry, client *http.Client, interval time.Duration, log *slog.Logger, now func() time.Time) *Scraper {
-	return &Scraper{reg: reg, client: client, interval: interval, log: log, now: now}
+func NewScraper(reg *Registry, client *http.Client, interval time.Duration, log *slog.Logger) *Scraper {
+	return &Scraper{reg: reg, client: client, interval: interval, log: log}
 }
 
 // Run scrapes until ctx is done.
@@ -45,7 +44,9 @@ func (s *Scraper) Run(ctx context.Context) error {
 }
 
 // ScrapeOnce scrapes every pod with an endpoint, in parallel, each within
-// one interval.
+// one interval. A pod whose metrics cannot be read loses its KV-cache
+// utilisation (0: no penalty) rather than keeping a value that grows staler
+// every interval.
 func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, p := range s.reg.Pods() {
@@ -61,9 +62,9 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 			u, err := s.scrape(sctx, strings.TrimRight(ep, "/")+"/metrics")
 			if err != nil {
 				s.log.Debug("scrape failed", "pod", p.Name, "err", err)
-				return
+				u = 0
 			}
-			p.SetKVUtil(u, s.now())
+			p.SetKVUtil(u)
 		}()
 	}
 	wg.Wait()

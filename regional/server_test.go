@@ -321,3 +321,37 @@ func TestParseKVUsage(t *testing.T) {
 		t.Fatal("no sample accepted")
 	}
 }
+
+// TestScrapeOnce: a pod's KV-cache utilisation comes from its /metrics;
+// when the metrics stop answering, the pod loses it instead of keeping a
+// stale penalty.
+func TestScrapeOnce(t *testing.T) {
+	var broken atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if broken.Load() || r.URL.Path != "/metrics" {
+			http.Error(w, "down", http.StatusInternalServerError)
+			return
+		}
+		_, _ = io.WriteString(w, "vllm:kv_cache_usage_perc{model_name=\"m\"} 0.93\n")
+	}))
+	defer srv.Close()
+	idx, err := index.New(index.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := NewRegistry(idx)
+	p, _, err := reg.Upsert(PodInfo{Name: "p", Endpoint: srv.URL + "/", Model: "m", Profile: "h100"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := NewScraper(reg, srv.Client(), time.Second, slog.New(slog.DiscardHandler))
+	sc.ScrapeOnce(context.Background())
+	if got := p.Load().KVUtil; got != 0.93 {
+		t.Fatalf("after a scrape: kv util %v, want 0.93", got)
+	}
+	broken.Store(true)
+	sc.ScrapeOnce(context.Background())
+	if got := p.Load().KVUtil; got != 0 {
+		t.Fatalf("after a failed scrape: kv util %v, want 0", got)
+	}
+}

@@ -211,7 +211,7 @@ func (w *world) run(stop *atomic.Bool) {
 // scrape records each pod's KV utilisation, as regional's scraper does.
 func (w *world) scrape() {
 	for _, p := range w.pods {
-		p.rp.SetKVUtil(p.cache.usage(), w.wall())
+		p.rp.SetKVUtil(p.cache.usage())
 	}
 }
 
