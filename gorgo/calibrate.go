@@ -36,11 +36,10 @@ func DefaultCalibratorConfig() CalibratorConfig {
 }
 
 type fit struct {
-	n                      int
-	sw, sx, sy, sxx, sxy   float64
-	rate, overhead         float64
-	lastRate, lastOverhead float64
-	published              bool
+	n                    int
+	sw, sx, sy, sxx, sxy float64
+	rate, overhead       float64
+	published            bool
 }
 
 // NewCalibrator calibrates m's profiles.

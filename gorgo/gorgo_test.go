@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -34,7 +35,7 @@ func TestConfigValidate(t *testing.T) {
 		c := DefaultConfig()
 		mut(&c)
 		err := c.Validate()
-		if !errors.Is(err, ErrInvalidConfig) || !contains(err.Error(), name) {
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: got %v", name, err)
 		}
 	}
@@ -46,15 +47,6 @@ func TestConfigValidate(t *testing.T) {
 	if _, err := New(DefaultConfig(), Profile{Name: "x"}); err == nil {
 		t.Error("profile without a rate accepted")
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 // The seed's example: 2K tokens on H100, ~80 ms on a hit and ~800 ms on a miss.

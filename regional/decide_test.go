@@ -3,6 +3,7 @@ package regional
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -278,19 +279,10 @@ func TestDecisionConfigValidate(t *testing.T) {
 	} {
 		c := DefaultDecisionConfig()
 		mut(&c)
-		if err := c.Validate(); err == nil || !contains(err.Error(), name) {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
-}
-
-func contains(s, sub string) bool {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return true
-		}
-	}
-	return false
 }
 
 // On a mixed fleet the bound follows prefill speed: a B200 (2.3x an H100's

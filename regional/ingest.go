@@ -115,7 +115,6 @@ type Ingester struct {
 	mu      sync.Mutex // guards the state below against Stats readers
 	pods    map[string]*podStream
 	applied map[int]int64 // partition -> highest offset applied
-	hwm     map[int]int64 // partition -> high-water mark seen
 	ops     []kvevents.Op
 
 	notify chan struct{} // closed and replaced after every Apply
@@ -130,12 +129,11 @@ type Ingester struct {
 
 // podStream is the per-pod ingestion state.
 type podStream struct {
-	rekey   *kvevents.Rekeyer
-	model   string
-	epoch   uint64
-	seqs    map[int64]uint64 // last batch sequence number per data-parallel rank
-	lastAt  time.Time
-	missing bool // events arrive but the pod could not be registered
+	rekey  *kvevents.Rekeyer
+	model  string
+	epoch  uint64
+	seqs   map[int64]uint64 // last batch sequence number per data-parallel rank
+	lastAt time.Time
 }
 
 // NewIngester builds the ingester. reg must wrap idx.
@@ -154,7 +152,7 @@ func NewIngester(cfg IngestConfig, idx *index.Index, reg *Registry, log *slog.Lo
 		return nil, err
 	}
 	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec,
-		pods: map[string]*podStream{}, applied: map[int]int64{}, hwm: map[int]int64{}, notify: make(chan struct{})}
+		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{})}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(reg2, g)
 	if err != nil {
@@ -203,9 +201,6 @@ func (g *Ingester) Apply(msg Message) {
 		return
 	}
 	g.applied[msg.Partition] = msg.Offset
-	if msg.HighWaterMark > 0 {
-		g.hwm[msg.Partition] = msg.HighWaterMark
-	}
 	g.checkCaughtUpLocked()
 
 	name := string(msg.Key)

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -147,20 +148,13 @@ func (c *Config) validateMulti() error {
 
 func (c *Config) auditKey() []byte {
 	k := c.Audit.HMACKey
-	if b, ok := cutPrefix(k, "base64:"); ok {
+	if b, ok := strings.CutPrefix(k, "base64:"); ok {
 		if d, err := base64.StdEncoding.DecodeString(b); err == nil {
 			return d
 		}
 		return nil
 	}
 	return []byte(k)
-}
-
-func cutPrefix(s, p string) (string, bool) {
-	if len(s) >= len(p) && s[:len(p)] == p {
-		return s[len(p):], true
-	}
-	return s, false
 }
 
 // ApplyEnv takes secrets from the environment: MERIDIAN_ADMIN_TOKEN,
@@ -554,7 +548,7 @@ func (c *Controller) closeMulti(ctx context.Context) error {
 func bearer(token string, next http.Handler) http.Handler {
 	want := sha256.Sum256([]byte(token))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := cutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		gh := sha256.Sum256([]byte(got))
 		if token == "" || !ok || subtle.ConstantTimeCompare(gh[:], want[:]) != 1 {
 			writeError(w, http.StatusUnauthorized, "unauthorized", "a valid bearer token is required")

@@ -77,7 +77,6 @@ type Server struct {
 	client  *http.Client
 	log     *slog.Logger
 	m       *routerMetrics
-	gather  prometheus.Gatherer
 	ready   ReadinessFunc
 	now     func() time.Time
 	mux     *http.ServeMux
@@ -100,7 +99,7 @@ func NewServer(cfg ServerConfig, dec *Decider, reg *Registry, prompts *Prompts, 
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, dec: dec, reg: reg, prompts: prompts, calib: calib, log: log, m: m, gather: g,
+	s := &Server{cfg: cfg, dec: dec, reg: reg, prompts: prompts, calib: calib, log: log, m: m,
 		ready: ready, now: now, client: &http.Client{Transport: transport}, mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })

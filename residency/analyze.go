@@ -2,6 +2,7 @@ package residency
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -77,7 +78,7 @@ func (d *decoder) analyze(p *Policy, broken []bool) {
 					}
 					st := evalState{origin: present, originIdx: o}
 					set, _ := p.resolve(&p.rules[k], &st)
-					if set.Overlaps(a.target(target, o)) && !containsStr(names, p.rules[k].Name) {
+					if set.Overlaps(a.target(target, o)) && !slices.Contains(names, p.rules[k].Name) {
 						names = append(names, p.rules[k].Name)
 						if line == 0 {
 							line = p.rules[k].Line
@@ -114,15 +115,6 @@ func ruleWord(r *Rule) string {
 		return "the default"
 	}
 	return fmt.Sprintf("rule %q", r.Name)
-}
-
-func containsStr(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 func quoteAll(s []string) string {
