@@ -26,18 +26,21 @@ type IngestConfig struct {
 	Brokers []string `yaml:"brokers"`
 	// Topic; default "meridian.kv-events.<Region>".
 	Topic string `yaml:"topic"`
-	// Region this controller serves. Required.
-	Region string `yaml:"region"`
+	// Region this controller serves. Required. In a controller config it
+	// is the controller's region (not a key of the kafka section).
+	Region string `yaml:"-"`
 	// GroupID of this controller's consumer group. Default
 	// "meridian-<Region>-<ControllerID>-<start time>": a group of its own
 	// per process start, because the index lives in memory and must be
 	// rebuilt from the topic's retained history (StartOffset earliest) each
 	// time; within a process, commits let a restarted consumer resume and
 	// the offsets already applied are skipped, so replays change nothing.
-	GroupID      string `yaml:"group_id"`
-	ControllerID string `yaml:"controller_id"`
+	GroupID string `yaml:"group_id"`
+	// ControllerID and BlockSize come from the controller config's
+	// controller_id and block_size.
+	ControllerID string `yaml:"-"`
 	// BlockSize is the router's block size in tokens. Default 64.
-	BlockSize int `yaml:"block_size"`
+	BlockSize int `yaml:"-"`
 	// DefaultModel names the model of pods whose events carry no model (no
 	// PodUp seen, no model header).
 	DefaultModel string `yaml:"default_model"`
