@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -188,5 +189,37 @@ func TestClusterAcceptance(t *testing.T) {
 				return true
 			})
 		})
+	}
+}
+
+// TestFollowerReadsItsWrites: a write through a follower returns once that
+// follower's State holds it, even when its state machine applies slowly
+// (Raft's own applied index moves when a batch is queued to the state
+// machine, before it is applied).
+func TestFollowerReadsItsWrites(t *testing.T) {
+	var slow atomic.Bool
+	c := globaltest.NewCluster(t, 3, globaltest.Options{Configure: func(i int, cfg *global.Config) {
+		cfg.PolicyCompiler = func(doc []byte) (any, error) {
+			if slow.Load() {
+				time.Sleep(150 * time.Millisecond)
+			}
+			return string(doc), nil
+		}
+	}})
+	slow.Store(true)
+	for i := range 3 {
+		l, err := c.WaitLeader(10 * time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := c.Nodes[(l+1)%len(c.Nodes)].Node
+		doc := fmt.Sprintf("zones: {} # %d", i)
+		pv, err := f.ApplyPolicy(ctxT(t, 10*time.Second), "p.yaml", []byte(doc), "", global.WriteOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p, ok := f.State().Policy(); !ok || p.Version != pv.Version || string(p.Document) != doc {
+			t.Fatalf("write %d through %s returned v%d, but its state has %+v", i, f.ID(), pv.Version, p)
+		}
 	}
 }

@@ -79,9 +79,10 @@
 // member.upsert and member.remove, and exactly one body. A replica rejects a
 // command of an unknown version deterministically (a rejection changes no
 // state and is remembered with the request id). Snapshots are one JSON
-// document {"v":1, "index", "policy_history", "regions", "targets",
+// document {"v":1, "index", "applied", "policy_history", "regions", "targets",
 // "checkpoints", "members", "dedup"}, with every list sorted, so equal states
-// give equal bytes. A change of either encoding bumps its version; all
+// give equal bytes ("applied", the index of the last command applied, is
+// optional: a snapshot without it reads as "index"). A change of either encoding bumps its version; all
 // controllers must run a version that reads the new one before any writes it.
 //
 // # Failover

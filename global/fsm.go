@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
@@ -35,9 +36,16 @@ type Result struct {
 // fsm is the replicated state machine. Apply, Snapshot and Restore are
 // called by Raft from one goroutine; readers only load the atomic pointer.
 type fsm struct {
-	state   atomic.Pointer[State]
-	dedup   dedup
-	compile func(doc []byte) (any, error) // may be nil
+	state atomic.Pointer[State]
+	// applied is the Raft index of the last command this machine applied
+	// (or of the last one a restored snapshot holds). Raft's own
+	// AppliedIndex moves when a batch is queued to the state machine, before
+	// it is applied; this one moves after state holds the command.
+	applied   atomic.Uint64
+	appliedMu sync.Mutex
+	appliedCh chan struct{} // closed at the next advance of applied; nil when nobody waits
+	dedup     dedup
+	compile   func(doc []byte) (any, error) // may be nil
 	// observe, if set, is called after every applied command (on the Raft
 	// FSM goroutine; it must not block).
 	observe func(op op, res *Result, st *State)
@@ -64,6 +72,7 @@ func (f *fsm) Apply(l *raft.Log) any {
 }
 
 func (f *fsm) applyCommand(index uint64, data []byte) Result {
+	defer f.setApplied(index)
 	c, err := decodeCommand(data)
 	if err != nil {
 		res := Result{Index: index, Err: rejectf(CodeInvalid, "%v", err)}
@@ -79,6 +88,44 @@ func (f *fsm) applyCommand(index uint64, data []byte) Result {
 	f.dedup.put(c.RequestID, res)
 	f.notify(c.Op, &res)
 	return res
+}
+
+// setApplied records that state holds every command up to index and wakes
+// the waiters.
+func (f *fsm) setApplied(index uint64) {
+	f.applied.Store(index)
+	f.appliedMu.Lock()
+	if f.appliedCh != nil {
+		close(f.appliedCh)
+		f.appliedCh = nil
+	}
+	f.appliedMu.Unlock()
+}
+
+// appliedChanged returns a channel closed at the next setApplied.
+func (f *fsm) appliedChanged() <-chan struct{} {
+	f.appliedMu.Lock()
+	defer f.appliedMu.Unlock()
+	if f.appliedCh == nil {
+		f.appliedCh = make(chan struct{})
+	}
+	return f.appliedCh
+}
+
+// waitApplied waits until the machine has applied index (true) or done is
+// closed (false).
+func (f *fsm) waitApplied(done <-chan struct{}, index uint64) bool {
+	for {
+		ch := f.appliedChanged() // before the load: an advance after it closes ch
+		if f.applied.Load() >= index {
+			return true
+		}
+		select {
+		case <-done:
+			return false
+		case <-ch:
+		}
+	}
 }
 
 func (f *fsm) notify(o op, res *Result) {
@@ -270,7 +317,7 @@ func applyMember(cur *State, index uint64, c *command) (*State, *Member) {
 // pointer copy; the dedup window is copied because Apply mutates it while
 // Persist runs.
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
-	return &fsmSnapshot{state: f.state.Load(), dedup: f.dedup.entries()}, nil
+	return &fsmSnapshot{state: f.state.Load(), applied: f.applied.Load(), dedup: f.dedup.entries()}, nil
 }
 
 // Restore implements raft.FSM: it discards all previous state.
@@ -280,7 +327,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return fmt.Errorf("restore snapshot: read: %w", err)
 	}
-	st, entries, err := decodeSnapshot(b)
+	st, applied, entries, err := decodeSnapshot(b)
 	if err != nil {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
@@ -292,6 +339,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		f.dedup.put(e.RequestID, e.Result)
 	}
 	f.state.Store(st)
+	f.setApplied(applied)
 	if f.onRestore != nil {
 		f.onRestore()
 	}
@@ -299,12 +347,13 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 }
 
 type fsmSnapshot struct {
-	state *State
-	dedup []dedupEntry
+	state   *State
+	applied uint64
+	dedup   []dedupEntry
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	b, err := encodeSnapshot(s.state, s.dedup)
+	b, err := encodeSnapshot(s.state, s.applied, s.dedup)
 	if err == nil {
 		_, err = sink.Write(b)
 	}
@@ -321,8 +370,11 @@ func (s *fsmSnapshot) Release() {}
 const snapshotVersion = 1
 
 type snapshotDoc struct {
-	V           int              `json:"v"`
-	Index       uint64           `json:"index"`
+	V     int    `json:"v"`
+	Index uint64 `json:"index"`
+	// Applied is the index of the last command applied (changing the state
+	// or not); absent in snapshots of older controllers, which read as Index.
+	Applied     uint64           `json:"applied,omitempty"`
 	History     []PolicyVersion  `json:"policy_history"`
 	Regions     []RegionStatus   `json:"regions"`
 	Targets     []targetsCmd     `json:"targets"`
@@ -336,11 +388,13 @@ type checkpointList struct {
 	Checkpoints  []Checkpoint `json:"checkpoints"`
 }
 
-// encodeSnapshot is canonical: equal states give equal bytes.
-func encodeSnapshot(s *State, dedup []dedupEntry) ([]byte, error) {
+// encodeSnapshot is canonical: equal states (at the same applied index)
+// give equal bytes.
+func encodeSnapshot(s *State, applied uint64, dedup []dedupEntry) ([]byte, error) {
 	doc := snapshotDoc{
 		V:           snapshotVersion,
 		Index:       s.index,
+		Applied:     applied,
 		History:     s.history,
 		Regions:     s.Regions(),
 		Targets:     make([]targetsCmd, 0, len(s.targets)),
@@ -358,13 +412,13 @@ func encodeSnapshot(s *State, dedup []dedupEntry) ([]byte, error) {
 	return json.Marshal(doc)
 }
 
-func decodeSnapshot(b []byte) (*State, []dedupEntry, error) {
+func decodeSnapshot(b []byte) (*State, uint64, []dedupEntry, error) {
 	var doc snapshotDoc
 	if err := json.Unmarshal(b, &doc); err != nil {
-		return nil, nil, fmt.Errorf("decode: %w", err)
+		return nil, 0, nil, fmt.Errorf("decode: %w", err)
 	}
 	if doc.V != snapshotVersion {
-		return nil, nil, fmt.Errorf("snapshot version %d is not supported (this controller reads version %d)", doc.V, snapshotVersion)
+		return nil, 0, nil, fmt.Errorf("snapshot version %d is not supported (this controller reads version %d)", doc.V, snapshotVersion)
 	}
 	st := emptyState()
 	st.index = doc.Index
@@ -381,7 +435,7 @@ func decodeSnapshot(b []byte) (*State, []dedupEntry, error) {
 	for _, m := range doc.Members {
 		st.members[m.ID] = m
 	}
-	return st, doc.Dedup, nil
+	return st, max(doc.Applied, doc.Index), doc.Dedup, nil
 }
 
 // dedup remembers the results of the latest DedupWindow request ids, in

@@ -74,7 +74,7 @@ func checkpoint(ctrl string, seq uint64, head string) *command {
 
 func stateBytes(t testing.TB, s *State) []byte {
 	t.Helper()
-	b, err := encodeSnapshot(s, nil)
+	b, err := encodeSnapshot(s, 0, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -433,6 +433,48 @@ func TestSnapshotRestore(t *testing.T) {
 	}
 }
 
+// TestAppliedIndex: the machine's applied index moves after the state holds
+// a command (changing it or not), wakes waiters, and survives a snapshot.
+func TestAppliedIndex(t *testing.T) {
+	x := newTF(t)
+	never := make(chan struct{})
+	if !x.f.waitApplied(never, 0) {
+		t.Fatal("index 0 is applied from the start")
+	}
+	woke := make(chan bool)
+	go func() { woke <- x.f.waitApplied(never, 2) }()
+	x.apply(member("a", "eu-west-1"))
+	select {
+	case <-woke:
+		t.Fatal("a waiter for index 2 returned at index 1")
+	case <-time.After(20 * time.Millisecond):
+	}
+	if r := x.apply(member("a", "eu-west-1")); r.Changed { // changes nothing: still applied
+		t.Fatal("an unchanged member changed the state")
+	}
+	if !<-woke || x.f.applied.Load() != 2 || x.state().Index() != 1 {
+		t.Fatalf("applied %d, state index %d", x.f.applied.Load(), x.state().Index())
+	}
+	done := make(chan struct{})
+	close(done)
+	if x.f.waitApplied(done, 3) {
+		t.Fatal("a waiter for an index not applied returned true")
+	}
+	y := snapshotRestore(t, x.f, nil)
+	if y.applied.Load() != 2 {
+		t.Fatalf("restored applied index %d, want 2", y.applied.Load())
+	}
+	// A snapshot of a controller that did not record the applied index reads
+	// as the state index.
+	z := newTF(t)
+	if err := z.f.Restore(ioNopCloser{bytes.NewBufferString(`{"v":1,"index":7}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if z.f.applied.Load() != 7 {
+		t.Fatalf("applied index %d after restoring a snapshot without one, want 7", z.f.applied.Load())
+	}
+}
+
 func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	for name, snap := range map[string]string{
 		"future version": `{"v":2}`,
@@ -594,7 +636,7 @@ func TestFSMProperties(t *testing.T) {
 }
 
 func snapBytes(t fataler, f *fsm) []byte {
-	b, err := encodeSnapshot(f.state.Load(), f.dedup.entries())
+	b, err := encodeSnapshot(f.state.Load(), f.applied.Load(), f.dedup.entries())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,21 +210,12 @@ func (n *Node) applyLocal(data []byte) (Result, error) {
 	return *res, nil
 }
 
-// waitApplied waits until the local state machine has applied index, ctx
-// ends or MaxStale passes.
+// waitApplied waits until the local state machine has applied index (State
+// holds it), ctx ends or MaxStale passes.
 func (n *Node) waitApplied(ctx context.Context, index uint64) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.MaxStale)
 	defer cancel()
-	poll := time.NewTicker(5 * time.Millisecond) // no-change commands do not signal
-	defer poll.Stop()
-	for n.raft.AppliedIndex() < index {
-		select {
-		case <-ctx.Done():
-			return
-		case <-n.StateChanged():
-		case <-poll.C:
-		}
-	}
+	n.fsm.waitApplied(ctx.Done(), index)
 }
 
 // onLeader runs local when this node leads, otherwise remote with the
