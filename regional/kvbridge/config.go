@@ -12,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
 // Config configures a Bridge. Durations are YAML strings such as "5s".
@@ -128,7 +130,9 @@ func DefaultConfig() Config {
 }
 
 // TopicFor is the default topic of a region (the ingester's).
-func TopicFor(region string) string { return "meridian.kv-events." + region }
+//
+// Deprecated: use kvevents.TopicFor, which this calls.
+func TopicFor(region string) string { return kvevents.TopicFor(region) }
 
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
@@ -157,7 +161,7 @@ func (c Config) withDefaults() Config {
 		c.MaxStreams = d.MaxStreams
 	}
 	if c.Topic == "" && c.Region != "" {
-		c.Topic = TopicFor(c.Region)
+		c.Topic = kvevents.TopicFor(c.Region)
 	}
 	pods := make([]PodConfig, len(c.Pods))
 	for i, p := range c.Pods {

@@ -16,3 +16,8 @@ const (
 	// numbering starts afresh after it.
 	HeaderMarker = "kvbridge-marker"
 )
+
+// TopicFor is the default Kafka topic of a region's KV events,
+// "meridian.kv-events.<region>": the ingester reads it, the engine simulator
+// and the ZMQ bridge write to it.
+func TopicFor(region string) string { return "meridian.kv-events." + region }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -283,8 +284,8 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Kafka != nil {
 		k := *c.Kafka
-		if k.Topic == "" {
-			k.Topic = "meridian.kv-events." + c.Region
+		if k.Topic == "" && c.Region != "" {
+			k.Topic = kvevents.TopicFor(c.Region)
 		}
 		if k.BatchTimeout == 0 {
 			k.BatchTimeout = 2 * time.Millisecond
@@ -338,7 +339,7 @@ func (c Config) Validate() error {
 		return errors.New("enginesim config: Kafka and Publisher: set at most one")
 	case c.Kafka != nil && len(c.Kafka.Brokers) == 0:
 		return errors.New("enginesim config: Kafka.Brokers: empty")
-	case c.Kafka != nil && c.Region == "" && c.Kafka.Topic == "meridian.kv-events.":
+	case c.Kafka != nil && c.Kafka.Topic == "": // no Region to name the default
 		return errors.New("enginesim config: Region: required to name the default Kafka topic (or set Kafka.Topic)")
 	}
 	for i, l := range c.LoRAs {
