@@ -270,6 +270,24 @@ func appendOptStr(dst []byte, v Opt[string]) []byte {
 	return appendStr(dst, v.V)
 }
 
+// RawStrings encodes ss as one msgpack value for BlockStored.ExtraKeys: an
+// array of strings (a block's LoRA name, cache salt, ...), or nil when ss is
+// empty, which is what vLLM writes for a block without extra keys.
+func RawStrings(ss []string) Raw {
+	if len(ss) == 0 {
+		return Raw{mpNil}
+	}
+	n := 5
+	for _, s := range ss {
+		n += 5 + len(s)
+	}
+	b := appendArrayHeader(make([]byte, 0, n), len(ss))
+	for _, s := range ss {
+		b = appendStr(b, s)
+	}
+	return b
+}
+
 func appendArrayHeader(dst []byte, n int) []byte {
 	switch {
 	case n <= 15:

@@ -58,7 +58,7 @@ func (b Batch) KVBatch() kvevents.Batch {
 					if i == 0 && !ev.HasParent && ev.CacheSalt != "" {
 						keys = append(keys, ev.CacheSalt)
 					}
-					s.ExtraKeys[i] = msgpackStrings(keys)
+					s.ExtraKeys[i] = kvevents.RawStrings(keys)
 				}
 			}
 			out.Events = append(out.Events, s)
@@ -75,30 +75,6 @@ func (b Batch) KVBatch() kvevents.Batch {
 		}
 	}
 	return out
-}
-
-// msgpackStrings encodes a list of strings as a msgpack array (nil when
-// empty, which vLLM writes for a block without extra keys).
-func msgpackStrings(ss []string) kvevents.Raw {
-	if len(ss) == 0 {
-		return kvevents.Raw{0xc0}
-	}
-	b := []byte{0x90 | byte(len(ss))} // fixarray: at most two entries here
-	for _, s := range ss {
-		switch n := len(s); {
-		case n < 32:
-			b = append(b, 0xa0|byte(n))
-		case n < 1<<8:
-			b = append(b, 0xd9, byte(n))
-		case n < 1<<16:
-			b = append(b, 0xda, byte(n>>8), byte(n))
-		default:
-			b = append(b, 0xdb)
-			b = binary.BigEndian.AppendUint32(b, uint32(n))
-		}
-		b = append(b, s...)
-	}
-	return b
 }
 
 // KafkaPublisher writes each batch as one Kafka message: value = the vLLM
