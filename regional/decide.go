@@ -169,13 +169,6 @@ func (c DecisionConfig) Validate() error {
 	return nil
 }
 
-func (c DecisionConfig) weight(name string) float64 {
-	if w, ok := c.Weights[name]; ok {
-		return w
-	}
-	return 0
-}
-
 // Errors of a decision.
 var (
 	ErrNoPod        = errors.New("no pod serves this region")
@@ -229,6 +222,7 @@ type Decision struct {
 // snapshots (index, registry) and its own small synchronized state.
 type Decider struct {
 	cfg      DecisionConfig
+	w        struct{ prefix, queue, running, kvUtil, affinity float64 } // cfg.Weights, resolved once
 	idx      *index.Index
 	reg      *Registry
 	model    *gorgo.Model
@@ -243,9 +237,15 @@ type scratch struct {
 	matches []index.Match
 	touched []int // slots whose bySlot a speculation raised
 	bySlot  []int32
+	speed   []float64 // by slot, for the candidates: prefill tokens per ms (see speed)
 	pods    []*Pod
-	cands   []gorgo.Candidate
-	dec     gorgo.Decision
+	pin     struct {
+		pod      string
+		inflight int
+		ok       bool
+	}
+	cands []gorgo.Candidate
+	dec   gorgo.Decision
 }
 
 // NewDecider builds the pipeline. now is the clock (time.Now in production).
@@ -255,11 +255,14 @@ func NewDecider(cfg DecisionConfig, idx *index.Index, reg *Registry, model *gorg
 	}
 	d := &Decider{cfg: cfg, idx: idx, reg: reg, model: model, now: now,
 		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions)}
+	d.w.prefix, d.w.queue, d.w.running, d.w.kvUtil, d.w.affinity = cfg.Weights["prefix"], cfg.Weights["queue"],
+		cfg.Weights["running"], cfg.Weights["kv_util"], cfg.Weights["affinity"]
 	if cfg.SpeculationTTL > 0 {
 		d.spec = NewSpeculation(cfg.SpeculationTTL, 1<<20)
 	}
 	d.scratch.New = func() any {
-		return &scratch{matches: make([]index.Match, 0, idx.PodCapacity()), bySlot: make([]int32, idx.PodCapacity())}
+		return &scratch{matches: make([]index.Match, 0, idx.PodCapacity()), bySlot: make([]int32, idx.PodCapacity()),
+			speed: make([]float64, idx.PodCapacity())}
 	}
 	return d, nil
 }
@@ -316,8 +319,20 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 		}
 	}()
 
+	s.pin.pod, s.pin.inflight, s.pin.ok = d.sessions.Pinned(req.SessionID, now)
+
 	// Filters.
 	s.pods = append(s.pods[:0], pods...)
+	speeds := false // s.speed holds the candidates' speeds
+	speed := func(p *Pod) float64 { return s.speed[p.ID.Slot()] }
+	needSpeeds := func() {
+		if !speeds {
+			for _, p := range s.pods {
+				s.speed[p.ID.Slot()] = d.speed(p)
+			}
+			speeds = true
+		}
+	}
 	var filtered map[string]int
 	drop := func(name string, keep func(*Pod) bool) {
 		n := 0
@@ -349,15 +364,16 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 		case FilterBoundedLoad:
 			// Each pod's bound is its share of the fleet's prefill speed:
 			// a pod twice as fast may carry twice the requests.
+			needSpeeds()
 			var total int64
-			var speed float64
+			var sum float64
 			for _, p := range s.pods {
 				total += p.inflight.Load()
-				speed += d.speed(p)
+				sum += speed(p)
 			}
-			if len(s.pods) > 0 && speed > 0 {
+			if len(s.pods) > 0 && sum > 0 {
 				drop(f, func(p *Pod) bool {
-					limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)*d.speed(p)/speed + 0.999999)
+					limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)*speed(p)/sum + 0.999999)
 					return p.inflight.Load()+1 <= limit
 				})
 			}
@@ -365,15 +381,16 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 			if req.SessionID == "" || len(s.pods) == 0 {
 				break
 			}
-			if _, _, known := d.sessions.Pinned(req.SessionID, now); known {
+			if s.pin.ok {
 				break
 			}
+			needSpeeds()
 			least := math.Inf(1)
 			for _, p := range s.pods {
-				least = min(least, float64(p.inflight.Load())/d.speed(p))
+				least = min(least, float64(p.inflight.Load())/speed(p))
 			}
 			drop(f, func(p *Pod) bool {
-				return float64(p.inflight.Load())/d.speed(p) <= least+1/d.speed(p)
+				return float64(p.inflight.Load())/speed(p) <= least+1/speed(p)
 			})
 		}
 	}
@@ -425,8 +442,8 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decision) int {
 	n := len(s.pods)
 	off := int(d.rr.Add(1) % uint64(n))
-	pinned, sessInflight, hasPin := d.sessions.Pinned(req.SessionID, now)
-	wPrefix, wQueue, wRun, wKV, wAff := d.cfg.weight("prefix"), d.cfg.weight("queue"), d.cfg.weight("running"), d.cfg.weight("kv_util"), d.cfg.weight("affinity")
+	pinned, sessInflight, hasPin := s.pin.pod, s.pin.inflight, s.pin.ok
+	wPrefix, wQueue, wRun, wKV, wAff := d.w.prefix, d.w.queue, d.w.running, d.w.kvUtil, d.w.affinity
 	s.cands = s.cands[:0]
 	for i := 0; i < n; i++ {
 		p := s.pods[(i+off)%n]

@@ -288,7 +288,7 @@ func TestDecisionConfigValidate(t *testing.T) {
 // On a mixed fleet the bound follows prefill speed: a B200 (2.3x an H100's
 // prefill rate) may carry proportionally more of a hot prefix.
 func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
-	f := newFixture(t, 0, nil)
+	f := newFixture(t, 0, func(c *DecisionConfig) { c.BoundedLoadFactor = 2 })
 	c := chain(11, 32)
 	for i, prof := range []string{"b200", "h100", "h100", "h100"} {
 		p, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: "http://x", Model: "m", Profile: prof})
@@ -306,13 +306,13 @@ func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
 		counts[d.PodName]++
 		f.dec.Admit(d)
 	}
-	fast, slow := 1/0.158, 1/0.36
-	sum := fast + 3*slow
-	if lim := int(2*41*fast/sum + 1); counts["pod-0"] > lim {
+	fast, slow := f.dec.speed(f.pod(t, "pod-0")), f.dec.speed(f.pod(t, "pod-1"))
+	sum, k := fast+3*slow, f.dec.cfg.BoundedLoadFactor
+	if lim := int(k*41*fast/sum + 1); counts["pod-0"] > lim {
 		t.Fatalf("b200 took %d, bound %d: %v", counts["pod-0"], lim, counts)
 	}
 	for _, name := range []string{"pod-1", "pod-2", "pod-3"} {
-		if lim := int(2*41*slow/sum + 1); counts[name] > lim {
+		if lim := int(k*41*slow/sum + 1); counts[name] > lim {
 			t.Fatalf("%s took %d, bound %d: %v", name, counts[name], lim, counts)
 		}
 		if counts[name] >= counts["pod-0"] {
