@@ -143,7 +143,8 @@ type Config struct {
 	PolicyValidator func(name string, doc []byte) (version string, err error)
 	// PolicyCompiler turns the active document into what the router
 	// evaluates; its result travels in the same State snapshot
-	// (State.CompiledPolicy). nil: no compiled form.
+	// (State.CompiledPolicy). A result with an ID() string method names
+	// the policy in State.PolicyVersionString. nil: no compiled form.
 	PolicyCompiler func(doc []byte) (any, error)
 
 	// Registerer receives the metrics; nil: metrics are not exported.

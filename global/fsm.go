@@ -194,10 +194,20 @@ func (f *fsm) applyPolicy(cur *State, index uint64, c *command) (*State, *Policy
 	}
 	next := cur.clone()
 	next.history = hist
-	next.compiled, next.compileErr = f.compileDoc(pv.Document)
+	f.compileActive(next, pv)
 	meta := pv
 	meta.Document = nil
 	return next, &meta
+}
+
+// compileActive sets the node-local forms of st's active policy pv: the
+// compiled policy and its version string.
+func (f *fsm) compileActive(st *State, pv PolicyVersion) {
+	st.compiled, st.compileErr = f.compileDoc(pv.Document)
+	st.policyVersion = pv.Ref()
+	if p, ok := st.compiled.(interface{ ID() string }); ok && st.compileErr == nil {
+		st.policyVersion += "/" + p.ID()
+	}
 }
 
 func (f *fsm) compileDoc(doc []byte) (any, error) {
@@ -332,7 +342,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("restore snapshot: %w", err)
 	}
 	if p, ok := st.Policy(); ok {
-		st.compiled, st.compileErr = f.compileDoc(p.Document)
+		f.compileActive(st, p)
 	}
 	f.dedup.init(len(f.dedup.ring))
 	for _, e := range entries {

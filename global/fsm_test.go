@@ -495,6 +495,45 @@ func TestRestoreRejectsBadSnapshots(t *testing.T) {
 	}
 }
 
+// idPolicy is a compiled policy with an ID, like *residency.Policy.
+type idPolicy string
+
+func (p idPolicy) ID() string { return "id:" + string(p) }
+
+func TestPolicyVersionString(t *testing.T) {
+	compile := func(doc []byte) (any, error) {
+		if string(doc) == "bad" {
+			return nil, errors.New("boom")
+		}
+		return idPolicy(doc), nil
+	}
+	x := &tf{t: t, f: newFSM(compile)}
+	if v := x.state().PolicyVersionString(); v != "" {
+		t.Fatalf("no policy: %q", v)
+	}
+	x.apply(member("a", "eu-west-1"))
+	x.apply(policy("zones: 1"))
+	x.apply(region("eu-west-1", RegionDraining)) // carries the version string over
+	if v := x.state().PolicyVersionString(); v != "v1@2/id:zones: 1" {
+		t.Fatalf("version string %q", v)
+	}
+	if n := testing.AllocsPerRun(100, func() { _ = x.state().PolicyVersionString() }); n != 0 {
+		t.Fatalf("reading the version string allocates %v times", n)
+	}
+	if v := snapshotRestore(t, x.f, compile).state.Load().PolicyVersionString(); v != "v1@2/id:zones: 1" {
+		t.Fatalf("restored version string %q", v)
+	}
+	x.apply(policy("bad"))
+	if v := x.state().PolicyVersionString(); v != "v2@4" {
+		t.Fatalf("a policy that does not compile: %q", v)
+	}
+	y := newTF(t) // no compiler
+	y.apply(policy("zones: 1"))
+	if v := y.state().PolicyVersionString(); v != "v1@1" {
+		t.Fatalf("without a compiler: %q", v)
+	}
+}
+
 func TestCompileErrorKeepsCommitting(t *testing.T) {
 	f := newFSM(func(doc []byte) (any, error) {
 		if string(doc) == "bad" {

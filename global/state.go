@@ -165,6 +165,8 @@ type State struct {
 	// compiler; not part of the replicated state.
 	compiled   any
 	compileErr error
+	// policyVersion is PolicyVersionString, computed with compiled.
+	policyVersion string
 }
 
 func emptyState() *State {
@@ -286,6 +288,14 @@ func (s *State) PolicyVersion(v uint64) (PolicyVersion, bool) {
 	}
 	return PolicyVersion{}, false
 }
+
+// PolicyVersionString names the active policy as routing decisions record
+// it: "v<Version>@<Index>/<id>" (PolicyVersion.Ref, a slash, then the ID()
+// of the compiled policy, when the PolicyCompiler's result has an ID()
+// string method and compiled without error), else "v<Version>@<Index>";
+// "" with no policy. It is computed once per applied or restored version, so
+// reading it does not allocate.
+func (s *State) PolicyVersionString() string { return s.policyVersion }
 
 // CompiledPolicy returns what the injected policy compiler made of the active
 // document on this node: (nil, nil) with no policy or no compiler, (nil, err)
