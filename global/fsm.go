@@ -309,7 +309,7 @@ func applyMember(cur *State, index uint64, c *command) (*State, *Member) {
 		delete(next.members, m.ID)
 		return next, &old
 	}
-	if exists && old.Region == m.Region && old.RaftAddr == m.RaftAddr && old.AdminAddr == m.AdminAddr {
+	if exists && old.sameAddrs(m) {
 		return nil, &old
 	}
 	m.Since = c.at()

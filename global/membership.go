@@ -141,8 +141,8 @@ func (n *Node) Servers() ([]Server, error) {
 // non-voters while there are fewer voters than Config.Voters (keeping the
 // count odd).
 func (n *Node) reconcile(ctx context.Context) error {
-	self := n.self()
-	if m, ok := n.State().Member(self.ID); !ok || m.Region != self.Region || m.RaftAddr != self.RaftAddr || m.AdminAddr != self.AdminAddr {
+	if n.membershipStale() {
+		self := n.self()
 		c := &command{Op: opMemberUpsert, Actor: "leader:" + self.ID, Member: &self}
 		if _, err := n.submit(ctx, c, true); err != nil {
 			return fmt.Errorf("record own membership: %w", err)

@@ -493,7 +493,7 @@ func (n *Node) leaderLoop(ctx context.Context) {
 func (n *Node) membershipStale() bool {
 	self := n.self()
 	m, ok := n.State().Member(self.ID)
-	return !ok || m.Region != self.Region || m.RaftAddr != self.RaftAddr || m.AdminAddr != self.AdminAddr
+	return !ok || !m.sameAddrs(self)
 }
 
 func (n *Node) self() Member {

@@ -133,6 +133,12 @@ type Member struct {
 	Index     uint64    `json:"index"`
 }
 
+// sameAddrs reports whether m and o have the same region and addresses (an
+// upsert of such a record changes nothing).
+func (m Member) sameAddrs(o Member) bool {
+	return m.Region == o.Region && m.RaftAddr == o.RaftAddr && m.AdminAddr == o.AdminAddr
+}
+
 // Retention limits of the state machine. They are constants, not
 // configuration: every replica must prune identically or their states diverge.
 const (
