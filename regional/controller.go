@@ -22,6 +22,7 @@ import (
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/tokenize"
+	"github.com/meridian-llm/meridian/residency"
 )
 
 // Config is one region controller's configuration (the YAML file of
@@ -78,6 +79,9 @@ type Config struct {
 	// bootstrapping controller). Empty: the shipped default (stay in the
 	// origin zone) once any cross-region component is on.
 	PolicyFile string `yaml:"policy_file"`
+	// policy is PolicyFile as Validate read and parsed it; the controller
+	// starts from this copy, so the file is read once.
+	policy *residency.Policy
 	// Raft, Gossip and Audit turn on the cross-region components; see each.
 	Raft         RaftConfig         `yaml:"raft"`
 	Gossip       GossipConfig       `yaml:"gossip"`

@@ -134,12 +134,12 @@ func (c *Config) validateMulti() error {
 			return fmt.Errorf("config: audit.hmac_key: at least %d bytes are required (or MERIDIAN_AUDIT_KEY)", audit.MinKeyBytes)
 		}
 	}
-	if c.PolicyFile != "" {
+	if c.PolicyFile != "" && (c.policy == nil || c.policy.File() != c.PolicyFile) {
 		b, err := os.ReadFile(c.PolicyFile)
 		if err != nil {
 			return fmt.Errorf("config: policy_file: %w", err)
 		}
-		if _, err := residency.Parse(c.PolicyFile, b); err != nil {
+		if c.policy, err = residency.Parse(c.PolicyFile, b); err != nil {
 			return fmt.Errorf("config: policy_file: %w", err)
 		}
 	}
@@ -217,16 +217,7 @@ func (g gossipRemotes) ForwardAddrs(region string) []string {
 func (c *Controller) openMulti(ctx context.Context, cfg *Config) error {
 	mr := &multiRegion{}
 	c.mr = mr
-	var fallback *residency.Policy
-	if cfg.PolicyFile != "" {
-		b, err := os.ReadFile(cfg.PolicyFile)
-		if err != nil {
-			return err
-		}
-		if fallback, err = residency.Parse(cfg.PolicyFile, b); err != nil {
-			return err
-		}
-	}
+	fallback := cfg.policy // read and parsed once, by Validate
 
 	// Admin listener first: Raft joins and leader forwarding need it.
 	if cfg.Raft.DataDir != "" || cfg.Audit.Dir != "" {
@@ -296,8 +287,7 @@ func (c *Controller) openMulti(ctx context.Context, cfg *Config) error {
 			return err
 		}
 		if cfg.Raft.Bootstrap && fallback != nil {
-			doc, _ := os.ReadFile(cfg.PolicyFile)
-			c.goRun("bootstrap-policy", func() error { return c.applyBootstrapPolicy(node, cfg.PolicyFile, doc) })
+			c.goRun("bootstrap-policy", func() error { return c.applyBootstrapPolicy(node, cfg.PolicyFile, fallback.Source()) })
 		}
 	} else if fallback != nil || len(cfg.Gossip.Keys) > 0 {
 		sc, err := NewStaticControl(fallback)
