@@ -2,7 +2,6 @@ package global
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -194,21 +193,10 @@ func (n *Node) caughtUp(ctx context.Context, id string) (bool, string) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ReconcileInterval)
 	defer cancel()
-	var h Health
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, m.AdminAddr+"/v1/global/health", nil)
+	c := NewClient(m.AdminAddr, n.cfg.AdminToken, n.httpc)
+	c.Retries = 0
+	h, err := c.Health(ctx)
 	if err != nil {
-		return false, err.Error()
-	}
-	req.Header.Set("Authorization", "Bearer "+n.cfg.AdminToken)
-	resp, err := n.httpc.Do(req)
-	if err != nil {
-		return false, err.Error()
-	}
-	defer drainBody(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		return false, fmt.Sprintf("health answered %s", resp.Status)
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&h); err != nil {
 		return false, err.Error()
 	}
 	commit := n.raft.CommitIndex()
