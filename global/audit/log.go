@@ -59,16 +59,15 @@ type chainHead struct {
 }
 
 type activeSegment struct {
-	name       string
-	first      uint64
-	f          File
-	idx        File // nil once writing the index failed
-	size       int64
-	count      uint64
-	created    time.Time
-	headSeg    string // segment holding the chain head (this one once count > 0)
-	headCount  uint64
-	lastIdxSeq uint64
+	name      string
+	first     uint64
+	f         File
+	idx       File // nil once writing the index failed
+	size      int64
+	count     uint64
+	created   time.Time
+	headSeg   string // segment holding the chain head (this one once count > 0)
+	headCount uint64
 }
 
 // commitState is what readers and checkpoints see: only durable records.

@@ -229,10 +229,7 @@ func (s *DirSource) Query(ctx context.Context, q Query) (Cursor, error) {
 	if err != nil {
 		return nil, err
 	}
-	var st *commitState
-	if s.live != nil {
-		st = s.live.state.Load()
-	}
+	st := s.state()
 	var curs []Cursor
 	for _, cd := range cds {
 		segs, err := listSegments(cd.dir)
@@ -317,7 +314,7 @@ func (c *chainCursor) open(seg segFile) error {
 		// The last entry before from: every record before it is older.
 		i := sort.Search(len(entries), func(i int) bool { return entries[i].TS >= from.UnixNano() }) - 1
 		for ; i >= 0; i-- {
-			if ok, _ := indexEntryValid(path, entries[i], &c.scratch); ok && (limit < 0 || entries[i].Off < limit) {
+			if indexEntryValid(path, entries[i], &c.scratch) && (limit < 0 || entries[i].Off < limit) {
 				start = entries[i].Off
 				break
 			}
@@ -339,7 +336,7 @@ func (c *chainCursor) open(seg segFile) error {
 func (c *chainCursor) sealValid(path string, entries []indexEntry, seal indexEntry) bool {
 	start := int64(0)
 	if n := len(entries); n > 0 {
-		if ok, _ := indexEntryValid(path, entries[n-1], &c.scratch); ok {
+		if indexEntryValid(path, entries[n-1], &c.scratch) {
 			start = entries[n-1].Off
 		}
 	}
@@ -409,7 +406,7 @@ func (h *mergeHeap) Pop() any {
 
 // recordOrder is the order of query results: time, then controller, then seq.
 func recordOrder(a, b *Record) int {
-	return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.Controller, b.Controller), cmpUint(a.Seq, b.Seq))
+	return cmp.Or(a.Time.Compare(b.Time), cmp.Compare(a.Controller, b.Controller), cmp.Compare(a.Seq, b.Seq))
 }
 
 func (m *merge) Next() (Record, error) {

@@ -71,7 +71,7 @@ func (l *Log) recoverSegment(s segFile) (uint64, chainHead, error) {
 	keep := 0
 	var scratch []byte
 	for j := len(entries) - 1; j >= 0; j-- {
-		if ok, _ := indexEntryValid(path, entries[j], &scratch); ok {
+		if indexEntryValid(path, entries[j], &scratch) {
 			start, expect, keep = entries[j].Off, entries[j].Seq, j+1
 			break
 		}
@@ -143,19 +143,19 @@ func (l *Log) recoverSegment(s segFile) (uint64, chainHead, error) {
 
 // indexEntryValid reports whether the segment holds a valid record with the
 // entry's seq at the entry's offset.
-func indexEntryValid(path string, e indexEntry, scratch *[]byte) (bool, Record) {
+func indexEntryValid(path string, e indexEntry, scratch *[]byte) bool {
 	lr, err := openLines(path, e.Off, -1)
 	if err != nil {
-		return false, Record{}
+		return false
 	}
 	defer lr.close()
 	b, _, _, err := lr.next()
 	if err != nil {
-		return false, Record{}
+		return false
 	}
 	var c lineCheck
 	c, *scratch = checkLine(b, *scratch)
-	return c.hashOK && c.rec.Seq == e.Seq && c.rec.Time.UnixNano() == e.TS, c.rec
+	return c.hashOK && c.rec.Seq == e.Seq && c.rec.Time.UnixNano() == e.TS
 }
 
 // cutTorn saves an incomplete last line to <segment>.torn and cuts it off.

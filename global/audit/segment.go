@@ -3,6 +3,7 @@ package audit
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -65,7 +66,7 @@ func listSegments(dir string) ([]segFile, error) {
 		}
 		out = append(out, segFile{name: e.Name(), first: first, size: info.Size()})
 	}
-	slices.SortFunc(out, func(a, b segFile) int { return cmpUint(a.first, b.first) })
+	slices.SortFunc(out, func(a, b segFile) int { return cmp.Compare(a.first, b.first) })
 	return out, nil
 }
 
@@ -224,13 +225,3 @@ func (lr *lineReader) next() (line []byte, off int64, torn []byte, err error) {
 }
 
 func (lr *lineReader) close() error { return lr.f.Close() }
-
-func cmpUint(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
-}

@@ -74,7 +74,7 @@ func (v *chainVerifier) add(p Problem) {
 }
 
 func (v *chainVerifier) prepareCheckpoints() {
-	slices.SortStableFunc(v.cps, func(a, b Checkpoint) int { return cmpUint(a.LastSeq, b.LastSeq) })
+	slices.SortStableFunc(v.cps, func(a, b Checkpoint) int { return cmp.Compare(a.LastSeq, b.LastSeq) })
 	v.summary.Checkpoints = len(v.cps)
 }
 
@@ -119,7 +119,7 @@ func (v *chainVerifier) run() error {
 	}
 	// Chain order: by the seqs the segments hold (their names may lie).
 	slices.SortStableFunc(own, func(a, b *vseg) int {
-		return cmp.Or(cmpUint(a.median, b.median), cmp.Compare(a.name, b.name))
+		return cmp.Or(cmp.Compare(a.median, b.median), cmp.Compare(a.name, b.name))
 	})
 	for i, s := range own {
 		next := uint64(1<<64 - 1)
@@ -347,7 +347,7 @@ func (v *chainVerifier) segment(s *vseg, next uint64) {
 			v.misplaced(s, l, fmt.Sprintf("seq %d out of order and past the end of this segment's records", l.seq))
 		}
 	}
-	slices.SortFunc(chain, func(a, b *vline) int { return cmpUint(a.seq, b.seq) })
+	slices.SortFunc(chain, func(a, b *vline) int { return cmp.Compare(a.seq, b.seq) })
 	var first *vline
 	firstPrevSeq := v.lastSeq
 	for _, l := range chain {
