@@ -6,11 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -22,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
@@ -147,7 +146,7 @@ func Open(cfg Config) (*Bridge, error) {
 				s.replay = &replayClient{ep: rep, timeout: cfg.ReplayTimeout}
 			}
 			if ep.bind {
-				if s.ln, err = listen(ep); err != nil {
+				if s.ln, err = ep.Listen(); err != nil {
 					b.closeListeners()
 					return nil, fmt.Errorf("open kv bridge: bind %s: %w", ep, err)
 				}
@@ -316,7 +315,7 @@ func (b *Bridge) Addrs() []string {
 	out := make([]string, len(b.sources))
 	for i, s := range b.sources {
 		if s.ln != nil {
-			out[i] = endpointOf(s.ln)
+			out[i] = zmtp.EndpointOf(s.ln)
 		} else {
 			out[i] = s.ep.String()
 		}
@@ -457,7 +456,7 @@ func (s *source) acceptLoop(ctx context.Context) {
 			defer nc.Close()
 			stop := context.AfterFunc(ctx, func() { nc.Close() })
 			defer stop()
-			conn, err := openZMTP(nc, zmq4.Sub, true, s.b.cfg.DialTimeout)
+			conn, _, err := zmtp.Open(nc, zmq4.Sub, true, s.b.cfg.DialTimeout, readBuffer, 0)
 			if err == nil {
 				err = subscribe(conn, s.pod.Subscribe)
 			}
@@ -808,30 +807,4 @@ func (b *Bridge) written(ok []outMsg) {
 		st.Replayed += rep
 		st.Markers += mark
 	})
-}
-
-// listen binds ep; a stale ipc socket file is replaced, as libzmq does.
-func listen(ep endpoint) (net.Listener, error) {
-	if ep.network == "unix" && !strings.HasPrefix(ep.addr, "@") {
-		if fi, err := os.Stat(ep.addr); err == nil && fi.Mode().Type() == fs.ModeSocket {
-			_ = os.Remove(ep.addr)
-		}
-	}
-	return net.Listen(ep.network, ep.addr)
-}
-
-// endpointOf names a listener as a dialable endpoint (an unspecified host
-// becomes loopback).
-func endpointOf(ln net.Listener) string {
-	switch a := ln.Addr().(type) {
-	case *net.TCPAddr:
-		host := a.IP.String()
-		if a.IP.IsUnspecified() {
-			host = "127.0.0.1"
-		}
-		return "tcp://" + net.JoinHostPort(host, fmt.Sprint(a.Port))
-	case *net.UnixAddr:
-		return "ipc://" + a.Name
-	}
-	return ln.Addr().String()
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
@@ -333,61 +334,31 @@ func ParsePodFlag(s string) (PodConfig, error) {
 	return p, nil
 }
 
-// endpoint is a parsed tcp:// or ipc:// endpoint.
+// endpoint is a parsed tcp:// or ipc:// endpoint and its direction.
 type endpoint struct {
-	network string // "tcp" or "unix"
-	addr    string // host:port or socket path
-	bind    bool
-}
-
-func (e endpoint) String() string {
-	if e.network == "unix" {
-		return "ipc://" + e.addr
-	}
-	return "tcp://" + e.addr
+	zmtp.Endpoint
+	bind bool
 }
 
 // parseEndpoint parses an endpoint for rank r of a data-parallel deployment
-// (vLLM: tcp port + r; ipc path + "_dp<r>" for r > 0). A dialed tcp
-// endpoint needs a host and a port > 0; a bound one may use "*" (every
-// interface) and port 0 (ephemeral).
+// (zmtp.Parse: vLLM's tcp port + r, ipc path + "_dp<r>" for r > 0). A
+// dialed tcp endpoint needs a host and a port > 0; a bound one may use "*"
+// (every interface) and port 0 (ephemeral).
 func parseEndpoint(ep string, rank int, bind bool) (endpoint, error) {
-	switch {
-	case strings.HasPrefix(ep, "ipc://"):
-		path := strings.TrimPrefix(ep, "ipc://")
-		if path == "" {
-			return endpoint{}, fmt.Errorf("%q: empty ipc path", ep)
-		}
-		if rank > 0 {
-			path += "_dp" + strconv.Itoa(rank)
-		}
-		return endpoint{network: "unix", addr: path, bind: bind}, nil
-	case strings.HasPrefix(ep, "inproc://"):
-		return endpoint{}, fmt.Errorf("%q: inproc endpoints exist only inside one libzmq process; use ipc:// or tcp://", ep)
-	case strings.HasPrefix(ep, "tcp://"):
-		host, port, err := net.SplitHostPort(strings.TrimPrefix(ep, "tcp://"))
-		if err != nil {
-			return endpoint{}, fmt.Errorf("%q: want tcp://host:port: %v", ep, err)
-		}
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 0 || n+rank > 65535 {
-			return endpoint{}, fmt.Errorf("%q: port %q: want 0..65535", ep, port)
-		}
-		if host == "*" {
-			if !bind {
-				return endpoint{}, fmt.Errorf("%q: cannot connect to \"*\" (name the engine's host, or set bind)", ep)
-			}
-			host = ""
-		}
-		if !bind && (host == "" || n == 0) {
+	e, err := zmtp.Parse(ep, rank)
+	if err != nil {
+		return endpoint{}, err
+	}
+	if e.Network == "tcp" && !bind {
+		host, port, _ := net.SplitHostPort(e.Addr)
+		switch {
+		case e.Wildcard:
+			return endpoint{}, fmt.Errorf("%q: cannot connect to \"*\" (name the engine's host, or set bind)", ep)
+		case host == "" || port == "0":
 			return endpoint{}, fmt.Errorf("%q: connecting needs a host and a port > 0", ep)
 		}
-		if n > 0 {
-			n += rank
-		}
-		return endpoint{network: "tcp", addr: net.JoinHostPort(host, strconv.Itoa(n)), bind: bind}, nil
 	}
-	return endpoint{}, fmt.Errorf("%q: want tcp://host:port or ipc://path", ep)
+	return endpoint{Endpoint: e, bind: bind}, nil
 }
 
 // parseTopic splits llm-d's topic convention "kv@<pod>@<model>".

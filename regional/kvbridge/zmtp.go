@@ -1,7 +1,6 @@
 package kvbridge
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/binary"
@@ -11,20 +10,22 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
+
+	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 )
 
-// The sockets are built on zmq4's ZMTP connection layer (zmq4.Open does the
-// greeting, the NULL handshake and the socket-type check, and frames
-// messages) rather than on its Socket types: zmq4's Dial is synchronous and
+// The sockets are built on zmq4's ZMTP connection layer (zmtp.Open, over
+// zmq4.Open, does the greeting, the NULL handshake and the socket-type
+// check, and zmq4 frames messages) rather than on its Socket types: zmq4's Dial is synchronous and
 // sleeps between retries without watching a context, its automatic
 // reconnect races, and a closed socket can leave its reader goroutine
 // blocked on a full channel. Here a connection is a net.Conn we dial (or
 // accept) and close ourselves, read by one goroutine we own, and reconnects
 // are our own loop with backoff.
 
-// endSeq is vLLM's replay end marker: -1 as 8 bytes big-endian, signed.
-var endSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+// readBuffer is the read buffer of a connection to an engine (zmtp.Open):
+// a batch is a few KiB.
+const readBuffer = 64 << 10
 
 // maxReplayBytes bounds the payload bytes one replay answer may bring
 // (vLLM's default buffer of 10000 batches of a few KiB each is far below).
@@ -37,13 +38,13 @@ var errMalformedReply = errors.New("malformed replay reply")
 // timeout; ctx cancels the attempt.
 func dialZMTP(ctx context.Context, ep endpoint, typ zmq4.SocketType, timeout time.Duration) (net.Conn, *zmq4.Conn, error) {
 	d := net.Dialer{Timeout: timeout, KeepAlive: 15 * time.Second}
-	nc, err := d.DialContext(ctx, ep.network, ep.addr)
+	nc, err := d.DialContext(ctx, ep.Network, ep.Addr)
 	if err != nil {
 		return nil, nil, err
 	}
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	defer stop()
-	conn, err := openZMTP(nc, typ, false, timeout)
+	conn, _, err := zmtp.Open(nc, typ, false, timeout, readBuffer, 0)
 	if err != nil {
 		nc.Close()
 		if ctx.Err() != nil {
@@ -53,28 +54,6 @@ func dialZMTP(ctx context.Context, ep endpoint, typ zmq4.SocketType, timeout tim
 	}
 	return nc, conn, nil
 }
-
-// openZMTP performs the greeting and NULL handshake on nc within timeout.
-// Reads are buffered: zmq4 reads each frame's header and body separately.
-func openZMTP(nc net.Conn, typ zmq4.SocketType, server bool, timeout time.Duration) (*zmq4.Conn, error) {
-	if timeout > 0 {
-		_ = nc.SetDeadline(time.Now().Add(timeout))
-	}
-	conn, err := zmq4.Open(&readBufConn{Conn: nc, r: bufio.NewReaderSize(nc, 64<<10)}, null.Security(), typ, nil, server, nil)
-	if err != nil {
-		return nil, fmt.Errorf("zmtp handshake: %w", err)
-	}
-	_ = nc.SetDeadline(time.Time{})
-	return conn, nil
-}
-
-// readBufConn is a connection whose reads are buffered.
-type readBufConn struct {
-	net.Conn
-	r *bufio.Reader
-}
-
-func (c *readBufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
 
 // subscribe sends a SUB socket's subscription to prefix (ZMTP 3.0 style, a
 // message whose first byte is 1, which libzmq and zmq4 publishers accept).
@@ -161,7 +140,7 @@ func parseReply(frames [][]byte) (seq uint64, payload []byte, end bool, err erro
 	if len(seqFrame) != 8 {
 		return 0, nil, false, fmt.Errorf("%w: seq frame of %d bytes", errMalformedReply, len(seqFrame))
 	}
-	if bytes.Equal(seqFrame, endSeq) {
+	if bytes.Equal(seqFrame, zmtp.EndSeq) {
 		return 0, nil, true, nil
 	}
 	return binary.BigEndian.Uint64(seqFrame), payload, false, nil

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"testing"
+
+	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 )
 
 func seqFrame(s uint64) []byte { return binary.BigEndian.AppendUint64(nil, s) }
@@ -25,9 +27,9 @@ func TestParseReplyShapes(t *testing.T) {
 		{name: "3-frame", frames: [][]byte{[]byte("kv@a@m"), seqFrame(8), p}, seq: 8},
 		{name: "3-frame with delimiter", frames: [][]byte{{}, []byte("kv@a@m"), seqFrame(8), p}, seq: 8},
 		{name: "3-frame, empty topic", frames: [][]byte{{}, seqFrame(9), p}, seq: 9},
-		{name: "vLLM end", frames: [][]byte{{}, endSeq, {}}, end: true},
-		{name: "REQ end", frames: [][]byte{endSeq, {}}, end: true},
-		{name: "3-frame end with delimiter", frames: [][]byte{{}, {}, endSeq, {}}, end: true},
+		{name: "vLLM end", frames: [][]byte{{}, zmtp.EndSeq, {}}, end: true},
+		{name: "REQ end", frames: [][]byte{zmtp.EndSeq, {}}, end: true},
+		{name: "3-frame end with delimiter", frames: [][]byte{{}, {}, zmtp.EndSeq, {}}, end: true},
 		{name: "one frame", frames: [][]byte{seqFrame(1)}, err: true},
 		{name: "five frames", frames: [][]byte{{}, {1}, {2}, seqFrame(1), p}, err: true},
 		{name: "short seq", frames: [][]byte{{1, 2, 3}, p}, err: true},
@@ -49,7 +51,7 @@ func TestParseReplyShapes(t *testing.T) {
 func FuzzParseReply(f *testing.F) {
 	f.Add([]byte{}, []byte("kv@a@m"), seqFrame(3), []byte("p"), uint8(4))
 	f.Add([]byte{}, seqFrame(3), []byte("p"), []byte{}, uint8(3))
-	f.Add(endSeq, []byte{}, []byte{}, []byte{}, uint8(2))
+	f.Add(zmtp.EndSeq, []byte{}, []byte{}, []byte{}, uint8(2))
 	f.Fuzz(func(t *testing.T, a, b, c, d []byte, n uint8) {
 		frames := [][]byte{a, b, c, d}[:n%5]
 		seq, payload, end, err := parseReply(frames)

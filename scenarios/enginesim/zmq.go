@@ -4,8 +4,9 @@ package enginesim
 // (vllm/distributed/kv_events.py) as observed on the wire.
 //
 // It is built on go-zeromq/zmq4's ZMTP connection layer (zmq4.Open: greeting,
-// NULL handshake, socket-type check, framing), with the socket logic written
-// here, because zmq4 v0.17.0's PUB socket cannot be shut down: its Close
+// NULL handshake, socket-type check, framing; through regional/kvbridge/zmtp,
+// which the bridge shares, so both ends parse endpoints and offset
+// data-parallel ranks alike), with the socket logic written here, because zmq4 v0.17.0's PUB socket cannot be shut down: its Close
 // leaves the writer goroutine (pubMWriter.run) waiting forever, one per
 // socket, and it has one queue for all subscribers instead of libzmq's
 // per-subscriber high-water mark. Here every goroutine ends at Close, a slow
@@ -13,29 +14,28 @@ package enginesim
 // the replay socket), and Close lingers until queued messages are written.
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"net"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/go-zeromq/zmq4/security/null"
 
+	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
-// zmqEndSeq is the seq frame of the replay end marker (vLLM's END_SEQ): -1
-// as 8 bytes big-endian, signed.
-var zmqEndSeq = []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+// The buffers of a connection (zmtp.Open): a PUB or ROUTER reads small
+// subscriptions and requests, and writes batches, flushed per queue drained.
+const (
+	readBuffer  = 16 << 10
+	writeBuffer = 64 << 10
+)
 
 // ZMQConfig configures a ZMQPublisher. Zero values take the defaults given.
 type ZMQConfig struct {
@@ -124,14 +124,14 @@ func (c ZMQConfig) withDefaults() ZMQConfig {
 // Validate reports the first invalid field of c after defaults are applied.
 func (c ZMQConfig) Validate() error {
 	c = c.withDefaults()
-	if _, err := parseZMQEndpoint(c.Endpoint, c.DataParallelRank); err != nil {
+	if _, err := zmtp.Parse(c.Endpoint, c.DataParallelRank); err != nil {
 		return fmt.Errorf("enginesim zmq config: Endpoint: %w", err)
 	}
 	if c.Mode != "" && c.Mode != "bind" && c.Mode != "connect" {
 		return fmt.Errorf("enginesim zmq config: Mode %q: want \"\", \"bind\" or \"connect\"", c.Mode)
 	}
 	if c.ReplayEndpoint != "" {
-		if _, err := parseZMQEndpoint(c.ReplayEndpoint, c.DataParallelRank); err != nil {
+		if _, err := zmtp.Parse(c.ReplayEndpoint, c.DataParallelRank); err != nil {
 			return fmt.Errorf("enginesim zmq config: ReplayEndpoint: %w", err)
 		}
 	}
@@ -182,7 +182,7 @@ type ZMQStats struct {
 type ZMQPublisher struct {
 	cfg    ZMQConfig
 	log    *slog.Logger
-	pubEP  zmqEndpoint
+	pubEP  zmtp.Endpoint
 	ctx    context.Context // ends every connection (after Close's linger)
 	cancel context.CancelFunc
 	quit   context.Context // ends dialing and accepting (at Close)
@@ -219,12 +219,13 @@ func NewZMQPublisher(cfg ZMQConfig) (*ZMQPublisher, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	pubEP, _ := parseZMQEndpoint(cfg.Endpoint, cfg.DataParallelRank)
+	pubEP, _ := zmtp.Parse(cfg.Endpoint, cfg.DataParallelRank)
+	bind := zmtp.VLLMBinds(cfg.Endpoint)
 	switch cfg.Mode {
 	case "bind":
-		pubEP.bind = true
+		bind = true
 	case "connect":
-		pubEP.bind = false
+		bind = false
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	quit, stopQ := context.WithCancel(ctx)
@@ -234,8 +235,8 @@ func NewZMQPublisher(cfg ZMQConfig) (*ZMQPublisher, error) {
 	if cfg.Topic != "" {
 		p.topic = []byte(cfg.Topic)
 	}
-	if pubEP.bind {
-		ln, err := pubEP.listen()
+	if bind {
+		ln, err := pubEP.Listen()
 		if err != nil {
 			cancel()
 			return nil, fmt.Errorf("open zmq publisher: bind %s: %w", cfg.Endpoint, err)
@@ -243,8 +244,8 @@ func NewZMQPublisher(cfg ZMQConfig) (*ZMQPublisher, error) {
 		p.pubLn = ln
 	}
 	if cfg.ReplayEndpoint != "" {
-		rep, _ := parseZMQEndpoint(cfg.ReplayEndpoint, cfg.DataParallelRank)
-		ln, err := rep.listen()
+		rep, _ := zmtp.Parse(cfg.ReplayEndpoint, cfg.DataParallelRank)
+		ln, err := rep.Listen()
 		if err != nil {
 			if p.pubLn != nil {
 				p.pubLn.Close()
@@ -271,7 +272,7 @@ func (p *ZMQPublisher) Addr() string {
 	if p.pubLn == nil {
 		return p.pubEP.String()
 	}
-	return endpointOf(p.pubLn)
+	return zmtp.EndpointOf(p.pubLn)
 }
 
 // ReplayAddr is the replay endpoint clients dial; "" without one.
@@ -279,7 +280,7 @@ func (p *ZMQPublisher) ReplayAddr() string {
 	if p.replayLn == nil {
 		return ""
 	}
-	return endpointOf(p.replayLn)
+	return zmtp.EndpointOf(p.replayLn)
 }
 
 // SetDropEvery changes the DropEvery fault (0 turns it off). The count of
@@ -459,7 +460,7 @@ func (p *ZMQPublisher) connectLoop() {
 	backoff := p.cfg.ReconnectMin
 	for p.quit.Err() == nil {
 		d := net.Dialer{Timeout: p.cfg.DialTimeout}
-		nc, err := d.DialContext(p.quit, p.pubEP.network, p.pubEP.addr)
+		nc, err := d.DialContext(p.quit, p.pubEP.Network, p.pubEP.Addr)
 		if err == nil {
 			backoff = p.cfg.ReconnectMin
 			p.servePeer(nc, false)
@@ -484,7 +485,7 @@ func (p *ZMQPublisher) servePeer(nc net.Conn, server bool) {
 	defer nc.Close()
 	stop := context.AfterFunc(p.ctx, func() { nc.Close() })
 	defer stop()
-	conn, bc, err := openZMTP(nc, zmq4.Pub, server, p.cfg.DialTimeout)
+	conn, bc, err := zmtp.Open(nc, zmq4.Pub, server, p.cfg.DialTimeout, readBuffer, writeBuffer)
 	if err != nil {
 		p.log.Debug("zmq publisher: handshake", "peer", nc.RemoteAddr(), "err", err)
 		return
@@ -536,7 +537,7 @@ func (p *ZMQPublisher) servePeer(nc net.Conn, server bool) {
 type pubPeer struct {
 	nc   net.Conn
 	conn *zmq4.Conn
-	bc   *bufConn
+	bc   *zmtp.BufConn
 
 	mu       sync.Mutex
 	prefixes []string
@@ -546,7 +547,7 @@ type pubPeer struct {
 	wake     chan struct{}
 }
 
-func newPubPeer(nc net.Conn, conn *zmq4.Conn, bc *bufConn) *pubPeer {
+func newPubPeer(nc net.Conn, conn *zmq4.Conn, bc *zmtp.BufConn) *pubPeer {
 	return &pubPeer{nc: nc, conn: conn, bc: bc, wake: make(chan struct{}, 1)}
 }
 
@@ -701,7 +702,7 @@ func (p *ZMQPublisher) acceptReplay() {
 // Anything else is logged and ignored.
 func (p *ZMQPublisher) serveReplay(nc net.Conn) {
 	defer nc.Close()
-	conn, bc, err := openZMTP(nc, zmq4.Router, true, p.cfg.DialTimeout)
+	conn, bc, err := zmtp.Open(nc, zmq4.Router, true, p.cfg.DialTimeout, readBuffer, writeBuffer)
 	if err != nil {
 		p.log.Debug("zmq replay: handshake", "peer", nc.RemoteAddr(), "err", err)
 		return
@@ -725,7 +726,7 @@ func (p *ZMQPublisher) serveReplay(nc net.Conn) {
 				return
 			}
 		}
-		if err := conn.SendMsg(zmq4.NewMsgFrom([]byte{}, zmqEndSeq, []byte{})); err != nil {
+		if err := conn.SendMsg(zmq4.NewMsgFrom([]byte{}, zmtp.EndSeq, []byte{})); err != nil {
 			return
 		}
 		if err := bc.Flush(); err != nil {
@@ -737,119 +738,4 @@ func (p *ZMQPublisher) serveReplay(nc net.Conn) {
 		p.changedLocked()
 		p.mu.Unlock()
 	}
-}
-
-// openZMTP performs the ZMTP greeting and NULL handshake on nc within
-// timeout. The connection it returns buffers reads, and writes until
-// flushed: zmq4 writes each frame's header and body separately.
-func openZMTP(nc net.Conn, typ zmq4.SocketType, server bool, timeout time.Duration) (*zmq4.Conn, *bufConn, error) {
-	if timeout > 0 {
-		_ = nc.SetDeadline(time.Now().Add(timeout))
-	}
-	bc := &bufConn{Conn: nc, r: bufio.NewReaderSize(nc, 16<<10)}
-	conn, err := zmq4.Open(bc, null.Security(), typ, nil, server, nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	_ = nc.SetDeadline(time.Time{})
-	bc.w = bufio.NewWriterSize(nc, 64<<10)
-	return conn, bc, nil
-}
-
-// bufConn buffers a connection's reads and, once w is set (after the
-// handshake, which must not wait in a buffer), its writes until Flush.
-type bufConn struct {
-	net.Conn
-	r *bufio.Reader
-	w *bufio.Writer
-}
-
-func (c *bufConn) Read(p []byte) (int, error) { return c.r.Read(p) }
-
-func (c *bufConn) Write(p []byte) (int, error) {
-	if c.w == nil {
-		return c.Conn.Write(p)
-	}
-	return c.w.Write(p)
-}
-
-// Flush writes what is buffered.
-func (c *bufConn) Flush() error { return c.w.Flush() }
-
-// zmqEndpoint is a parsed tcp:// or ipc:// endpoint.
-type zmqEndpoint struct {
-	network string // "tcp" or "unix"
-	addr    string // host:port ("" host = every interface) or socket path
-	bind    bool   // vLLM's heuristic
-}
-
-func (e zmqEndpoint) String() string {
-	if e.network == "unix" {
-		return "ipc://" + e.addr
-	}
-	return "tcp://" + e.addr
-}
-
-// listen binds the endpoint; a stale ipc socket file is replaced (as libzmq
-// does).
-func (e zmqEndpoint) listen() (net.Listener, error) {
-	if e.network == "unix" && !strings.HasPrefix(e.addr, "@") {
-		if fi, err := os.Stat(e.addr); err == nil && fi.Mode().Type() == fs.ModeSocket {
-			_ = os.Remove(e.addr)
-		}
-	}
-	return net.Listen(e.network, e.addr)
-}
-
-// parseZMQEndpoint parses a PUB or ROUTER endpoint and applies vLLM's
-// data-parallel offset for rank (tcp port + rank, ipc path + "_dp<rank>").
-func parseZMQEndpoint(ep string, rank int) (zmqEndpoint, error) {
-	switch {
-	case strings.HasPrefix(ep, "ipc://"):
-		path := strings.TrimPrefix(ep, "ipc://")
-		if path == "" {
-			return zmqEndpoint{}, fmt.Errorf("%q: empty ipc path", ep)
-		}
-		if rank > 0 {
-			path += "_dp" + strconv.Itoa(rank)
-		}
-		return zmqEndpoint{network: "unix", addr: path, bind: true}, nil
-	case strings.HasPrefix(ep, "inproc://"):
-		return zmqEndpoint{}, fmt.Errorf("%q: inproc endpoints exist only inside one libzmq context; use ipc:// or tcp://", ep)
-	case strings.HasPrefix(ep, "tcp://"):
-		hp := strings.TrimPrefix(ep, "tcp://")
-		bind := strings.Contains(hp, "*") || strings.Contains(hp, "::")
-		host, port, err := net.SplitHostPort(hp)
-		if err != nil {
-			return zmqEndpoint{}, fmt.Errorf("%q: %w", ep, err)
-		}
-		n, err := strconv.Atoi(port)
-		if err != nil || n < 0 || n+rank > 65535 {
-			return zmqEndpoint{}, fmt.Errorf("%q: bad port %q", ep, port)
-		}
-		if host == "*" {
-			host = ""
-		}
-		if n > 0 {
-			n += rank
-		}
-		return zmqEndpoint{network: "tcp", addr: net.JoinHostPort(host, strconv.Itoa(n)), bind: bind}, nil
-	}
-	return zmqEndpoint{}, fmt.Errorf("%q: want tcp://host:port or ipc://path", ep)
-}
-
-// endpointOf names a bound listener as a dialable endpoint (an unspecified
-// host becomes loopback).
-func endpointOf(ln net.Listener) string {
-	switch a := ln.Addr().(type) {
-	case *net.TCPAddr:
-		host := a.IP.String()
-		if a.IP.IsUnspecified() {
-			host = "127.0.0.1"
-		}
-		return "tcp://" + net.JoinHostPort(host, strconv.Itoa(a.Port))
-	case *net.UnixAddr:
-		return "ipc://" + a.Name
-	}
-	return ln.Addr().String()
 }

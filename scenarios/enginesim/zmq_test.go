@@ -15,6 +15,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/go-zeromq/zmq4/security/null"
 
+	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
@@ -187,7 +188,7 @@ func TestZMQPublishing(t *testing.T) {
 		if len(f) != 3 || len(f[0]) != 0 {
 			t.Fatalf("reply frames %q", f)
 		}
-		if string(f[1]) == string(zmqEndSeq) {
+		if string(f[1]) == string(zmtp.EndSeq) {
 			if len(f[2]) != 0 || s != last+1 {
 				t.Fatalf("end marker after seq %d (last published %d), payload %q", s-1, last, f[2])
 			}
@@ -222,7 +223,7 @@ func TestZMQReplayBuffer(t *testing.T) {
 	var seqs []uint64
 	for {
 		f := rep.recv()
-		if string(f[1]) == string(zmqEndSeq) {
+		if string(f[1]) == string(zmtp.EndSeq) {
 			break
 		}
 		seqs = append(seqs, u64(f[1]))
@@ -231,7 +232,7 @@ func TestZMQReplayBuffer(t *testing.T) {
 		t.Fatalf("replayed %v, want the last 4", seqs)
 	}
 	rep.send([]byte{}, binary.BigEndian.AppendUint64(nil, 10))
-	if f := rep.recv(); string(f[1]) != string(zmqEndSeq) {
+	if f := rep.recv(); string(f[1]) != string(zmtp.EndSeq) {
 		t.Fatalf("want only the end marker, got %q", f)
 	}
 	if err := pub.Close(); err != nil {
@@ -384,15 +385,15 @@ func TestZMQEndpointHeuristic(t *testing.T) {
 		{ep: "udp://x:1", err: "want tcp"},
 		{ep: "tcp://*:65535", rank: 1, err: "bad port"},
 	} {
-		e, err := parseZMQEndpoint(c.ep, c.rank)
+		e, err := zmtp.Parse(c.ep, c.rank)
 		if c.err != "" {
 			if err == nil || !strings.Contains(err.Error(), c.err) {
 				t.Errorf("%s: error %v, want %q", c.ep, err, c.err)
 			}
 			continue
 		}
-		if err != nil || e.String() != c.want || e.bind != c.bind {
-			t.Errorf("%s rank %d: %v bind %v err %v; want %s bind %v", c.ep, c.rank, e, e.bind, err, c.want, c.bind)
+		if bind := zmtp.VLLMBinds(c.ep); err != nil || e.String() != c.want || bind != c.bind {
+			t.Errorf("%s rank %d: %v bind %v err %v; want %s bind %v", c.ep, c.rank, e, bind, err, c.want, c.bind)
 		}
 	}
 	for name, zc := range map[string]ZMQConfig{
