@@ -2,6 +2,8 @@ package dr
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -144,7 +146,8 @@ func (c *simCluster) admin(req *http.Request, body []byte, now time.Time) *http.
 	}
 	switch req.Method + " " + req.URL.Path {
 	case "GET /v1/global/policy":
-		return simResponse(req, http.StatusOK, nil, global.PolicyVersion{Version: 1, Index: 5, Name: "policy.yaml", Document: c.doc})
+		sum := sha256.Sum256(c.doc)
+		return simResponse(req, http.StatusOK, nil, global.PolicyVersion{Version: 1, Index: 5, Name: "policy.yaml", SHA256: hex.EncodeToString(sum[:]), Document: c.doc})
 	case "GET /v1/global/failover":
 		var fs global.FailoverStatus
 		for _, r := range c.regions {
@@ -217,6 +220,9 @@ func TestDrillSimulated(t *testing.T) {
 		if tr, rc, st := c.counts(); tr != 1 || rc != 1 || st != global.RegionActive {
 			t.Fatalf("%d triggers, %d recovers, state %s", tr, rc, st)
 		}
+		if len(rep.Notes) != 0 {
+			t.Fatalf("notes %q", rep.Notes)
+		}
 		// The region stayed moved for Hold before the recovery.
 		var moved, recoverSent time.Time
 		for _, e := range rep.Timeline {
@@ -244,6 +250,22 @@ func TestDrillSimulatedDrain(t *testing.T) {
 		rep, err := Drill(context.Background(), cfg)
 		if err != nil || !rep.Passed || rep.Mode != "drain" || st != global.RegionDraining {
 			t.Fatalf("drain drill: %v, passed %v, mode %s, state while out %s", err, rep != nil && rep.Passed, rep.Mode, st)
+		}
+	})
+}
+
+// A policy applied during the drill is noted: the drill judged against the
+// policy at the start.
+func TestDrillSimulatedPolicyChanged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		c := newSimCluster(t)
+		c.onTrigger = func() { c.doc = append(slices.Clip(c.doc), "\n# changed\n"...) }
+		rep, err := Drill(t.Context(), c.config("us-west-2"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "the residency policy changed during the drill (now v1@5)") {
+			t.Fatalf("notes %q", rep.Notes)
 		}
 	})
 }
