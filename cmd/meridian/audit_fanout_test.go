@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -84,10 +85,35 @@ func TestRouteCommand(t *testing.T) {
 	if err != nil || !strings.Contains(out, "region: eu-west-1 (another region") || !strings.Contains(out, "regions compared") {
 		t.Fatalf("EU PHI route: %v\n%s", err, out)
 	}
+	// The cost table carries the estimate's terms (a decode that misses the
+	// JSON keys prints 0 in every column).
+	if total, ok := comparedTotal(out, "eu-west-1"); !ok || total <= 0 {
+		t.Fatalf("EU PHI route: eu-west-1's total cost is %v (found %v), want > 0:\n%s", total, ok, out)
+	}
 	if _, _, err := runApp(t, "route", "--controller", us, "--tenant", "embargoed-1", "--data-class", "public", "x"); err == nil || !strings.Contains(err.Error(), "residency_denied") {
 		t.Fatalf("embargoed route: %v", err)
 	}
 	if _, _, err := runApp(t, "route", "--controller", us); err == nil {
 		t.Fatal("no prompt accepted")
 	}
+}
+
+// comparedTotal returns the "total ms" column of region's row in the
+// "regions compared" table that `meridian route` prints.
+func comparedTotal(out, region string) (float64, bool) {
+	_, table, ok := strings.Cut(out, "regions compared")
+	if !ok {
+		return 0, false
+	}
+	for _, line := range strings.Split(table, "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(line, "  ") {
+			break // the table ends at the first line that is not a row
+		}
+		if f[0] == region && len(f) >= 7 {
+			v, err := strconv.ParseFloat(f[6], 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
 }

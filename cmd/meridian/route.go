@@ -101,21 +101,7 @@ func printRoute(w io.Writer, rr *regional.RouteResponse) error {
 		fmt.Fprintf(w, "region: %s (here)\n", rr.Region)
 	}
 	if rr.Cost != nil {
-		var ex struct {
-			Reason     string  `json:"reason"`
-			MarginMs   float64 `json:"margin_ms"`
-			RequiredMs float64 `json:"required_ms"`
-			Candidates []struct {
-				Region       string `json:"region"`
-				Pod          string `json:"pod"`
-				Remote       bool   `json:"remote"`
-				CachedTokens int    `json:"cached_tokens"`
-				Estimate     struct {
-					QueueMs, PrefillMs, OverheadMs, RTTMs, TotalMs float64
-					Excluded                                       string
-				} `json:"estimate"`
-			} `json:"candidates"`
-		}
+		var ex regional.CostExplanation
 		if json.Unmarshal(rr.Cost, &ex) == nil && len(ex.Candidates) > 0 {
 			fmt.Fprintf(w, "regions compared (%s; a remote region must save more than %.0f ms):\n", ex.Reason, ex.RequiredMs)
 			tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

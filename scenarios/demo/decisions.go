@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/global/audit"
+	"github.com/meridian-llm/meridian/regional"
 )
 
 // Decision is an audit record as the status page shows it.
@@ -62,10 +63,7 @@ func (d *decisions) follow(ctx context.Context, l *audit.Log) error {
 func (d *decisions) add(r audit.Record) {
 	x := Decision{Time: r.Time, Controller: r.Controller, Kind: string(r.Kind), Origin: r.Origin, Region: r.Region, Pod: r.Pod,
 		DataClass: r.DataClass, Rule: r.Rule, PolicyVersion: r.PolicyVersion, DecisionID: r.DecisionID}
-	var cost struct {
-		Reason   string  `json:"reason"`
-		MarginMs float64 `json:"margin_ms"`
-	}
+	var cost regional.CostExplanation
 	if len(r.Cost) > 0 && json.Unmarshal(r.Cost, &cost) == nil {
 		x.Reason, x.MarginMs = cost.Reason, cost.MarginMs
 	}
