@@ -266,6 +266,9 @@ func TestEndToEndRestartMarkerClearsOldBlocks(t *testing.T) {
 	waitPub(t, pubB, "the bridge's subscription", func(s enginesim.ZMQStats) bool { return s.Subscribers == 1 })
 	publish(7)
 	wait("the second process", second)
+	// The ingester can apply the marker before the bridge's Kafka write
+	// returns and counts it: settle first.
+	waitBridge(t, b, "the acknowledgement of everything received", func(s kvbridge.Stats) bool { return s.Pending == 0 })
 	st := b.Stats()
 	if st.Restarts != 1 || st.BatchesLost != 2 || st.Markers != 2 {
 		t.Fatalf("bridge stats %+v", st)
