@@ -30,28 +30,50 @@ const HeaderMarker = kvevents.HeaderMarker
 
 // Stats are the bridge's totals since Open.
 type Stats struct {
-	Received       uint64 // live batches received from PUB sockets
-	Forwarded      uint64 // engine batches acknowledged by Kafka (live and replayed)
-	Replayed       uint64 // ... of which came from a replay socket
-	Markers        uint64 // AllBlocksCleared markers acknowledged by Kafka
+	Received  uint64 // live batches received from PUB sockets
+	Forwarded uint64 // engine batches acknowledged by Kafka (live and replayed)
+	Replayed  uint64 // ... of which came from a replay socket
+	Markers   uint64 // AllBlocksCleared markers acknowledged by Kafka
+	Counts           // the streams' counts, summed
+	Dropped   uint64 // batches not forwarded: bad frames, no pod name, too many streams, too large
+	Malformed uint64 // payloads that failed to decode (forwarded all the same)
+
+	Connects      uint64 // ZMQ connections established
+	Reconnects    uint64 // ... after an earlier one of the same endpoint was lost
+	ConnectErrors uint64
+	ProduceErrors uint64 // Kafka writes that failed (and were retried)
+	Connections   int    // live ZMQ connections now
+	Pending       int    // batches received and not yet acknowledged by Kafka or dropped (the lag)
+}
+
+// Counts are what a stream's gap, duplicate and restart logic counts (per
+// stream in StreamStats, summed in Stats).
+type Counts struct {
 	Duplicates     uint64 // batches a replay answer repeated (dropped)
-	Dropped        uint64 // batches not forwarded: bad frames, no pod name, too many streams, too large
-	Malformed      uint64 // payloads that failed to decode (forwarded all the same)
-	GapsDetected   uint64
-	GapsRecovered  uint64
-	GapsLost       uint64
-	BatchesLost    uint64
-	Restarts       uint64
-	JoinsFull      uint64
-	JoinsPartial   uint64
+	GapsDetected   uint64 // runs of seqs not received live
+	GapsRecovered  uint64 // ... fully repaired by replay
+	GapsLost       uint64 // ... not fully repaired
+	BatchesLost    uint64 // seqs in those runs that no replay provided
+	Restarts       uint64 // new engine incarnations seen
+	JoinsFull      uint64 // first sight with the whole history replayed from seq 0
+	JoinsPartial   uint64 // first sight without it (forwarding starts at the live batch)
 	ReplayRequests uint64
-	ReplayFailures uint64
-	Connects       uint64 // ZMQ connections established
-	Reconnects     uint64 // ... after an earlier one of the same endpoint was lost
-	ConnectErrors  uint64
-	ProduceErrors  uint64 // Kafka writes that failed (and were retried)
-	Connections    int    // live ZMQ connections now
-	Pending        int    // batches received and not yet acknowledged by Kafka or dropped (the lag)
+	ReplayFailures uint64 // requests that failed (connect, timeout, malformed reply)
+	NoReplay       uint64 // repairs not attempted: the pod has no replay endpoint
+}
+
+func (c *Counts) add(o Counts) {
+	c.Duplicates += o.Duplicates
+	c.GapsDetected += o.GapsDetected
+	c.GapsRecovered += o.GapsRecovered
+	c.GapsLost += o.GapsLost
+	c.BatchesLost += o.BatchesLost
+	c.Restarts += o.Restarts
+	c.JoinsFull += o.JoinsFull
+	c.JoinsPartial += o.JoinsPartial
+	c.ReplayRequests += o.ReplayRequests
+	c.ReplayFailures += o.ReplayFailures
+	c.NoReplay += o.NoReplay
 }
 
 // StreamStats describe one stream (pod, topic, data-parallel rank).
@@ -60,8 +82,13 @@ type StreamStats struct {
 	Topic   string
 	Rank    int64
 	LastSeq uint64 // seq of the last batch forwarded
-	Forwarded, Replayed, Duplicates,
-	GapsDetected, GapsRecovered, GapsLost, BatchesLost, Restarts uint64
+	// Forwarded and Replayed mean what they do in Stats, counted when the
+	// batch is handed to the Kafka writer rather than when Kafka
+	// acknowledges it: engine batches forwarded (live and replayed), and
+	// those of them that came from the replay socket.
+	Forwarded uint64
+	Replayed  uint64
+	Counts
 }
 
 // Bridge subscribes to engines' ZMQ PUB sockets and produces their batches
@@ -556,18 +583,8 @@ func (s *source) process(ctx context.Context) {
 		}
 		s.b.m.record(c.t)
 		s.b.update(func(st *Stats) {
-			t := c.t
 			st.Received += uint64(len(items))
-			st.Duplicates += t.Duplicates
-			st.GapsDetected += t.GapsDetected
-			st.GapsRecovered += t.GapsRecovered
-			st.GapsLost += t.GapsLost
-			st.BatchesLost += t.BatchesLost
-			st.Restarts += t.Restarts
-			st.JoinsFull += t.JoinsFull
-			st.JoinsPartial += t.JoinsPartial
-			st.ReplayRequests += t.ReplayRequests
-			st.ReplayFailures += t.ReplayFailures
+			st.Counts.add(c.t.Counts)
 			st.Malformed += c.malformed
 			st.Dropped += c.dropped
 		})
@@ -671,9 +688,7 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 	}
 	s.mu.Lock()
 	s.snap[key] = StreamStats{Pod: pod, Topic: topic, Rank: rank, LastSeq: st.last,
-		Forwarded: st.total.Forwarded, Replayed: st.total.Replayed, Duplicates: st.total.Duplicates,
-		GapsDetected: st.total.GapsDetected, GapsRecovered: st.total.GapsRecovered, GapsLost: st.total.GapsLost,
-		BatchesLost: st.total.BatchesLost, Restarts: st.total.Restarts}
+		Forwarded: st.total.Forwarded, Replayed: st.total.Replayed, Counts: st.total.Counts}
 	s.mu.Unlock()
 	return out, acts
 }

@@ -104,6 +104,10 @@ func TestBridgeForwardsInOrder(t *testing.T) {
 	if st.JoinsFull != 1 || st.Markers != 1 || st.Forwarded != last+1 || st.Replayed == 0 || st.GapsDetected != 0 || st.Restarts != 0 {
 		t.Fatalf("stats %+v", st)
 	}
+	// Everything is acknowledged: the one stream's counts are the totals.
+	if ss := b.Streams(); len(ss) != 1 || ss[0].Forwarded != st.Forwarded || ss[0].Replayed != st.Replayed || ss[0].Counts != st.Counts {
+		t.Fatalf("streams %+v, totals %+v", ss, st)
+	}
 	if v := metricValue(t, reg, "meridian_kvbridge_batches_forwarded_total"); v != float64(last+1) {
 		t.Fatalf("meridian_kvbridge_batches_forwarded_total = %v, want %d", v, last+1)
 	}

@@ -23,6 +23,7 @@ type metrics struct {
 	restarts      prometheus.Counter
 	joins         *prometheus.CounterVec // history: full, partial
 	replays       *prometheus.CounterVec // result: ok, failed
+	noReplay      prometheus.Counter
 	reconnects    prometheus.Counter
 	connectErrors prometheus.Counter
 	produceErrors *prometheus.CounterVec // kind: write, too_large
@@ -53,7 +54,9 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 		restarts:      c("engine_restarts_total", "Engine restarts detected (sequence number back to 0 or below the last seen, or a different batch at the last seq)."),
 		joins: cv("stream_joins_total",
 			"Streams seen for the first time, by history (full: replayed from seq 0; partial: forwarding starts mid-stream).", "history"),
-		replays:       cv("replay_requests_total", "Replay requests to engines' ROUTER sockets, by result.", "result"),
+		replays: cv("replay_requests_total", "Replay requests to engines' ROUTER sockets, by result.", "result"),
+		noReplay: c("replays_unavailable_total",
+			"Repairs not attempted because the pod has no replay endpoint: a gap (then lost), a mid-stream join (then partial), or a restarted engine's history."),
 		reconnects:    c("reconnects_total", "ZMQ connections re-established after one was lost."),
 		connectErrors: c("connect_errors_total", "Failed ZMQ connection attempts (each followed by a backoff)."),
 		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff) and batches dropped as too large, by kind.", "kind"),
@@ -92,7 +95,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	}
 	for _, col := range append([]prometheus.Collector{m.received, m.forwarded, m.markers, m.duplicates, m.dropped,
 		m.malformed, m.gapsDetected, m.gapsRecovered, m.gapsLost, m.batchesLost, m.restarts, m.joins, m.replays,
-		m.reconnects, m.connectErrors, m.produceErrors, m.latency}, gauges...) {
+		m.noReplay, m.reconnects, m.connectErrors, m.produceErrors, m.latency}, gauges...) {
 		if err := r.Register(col); err != nil {
 			return nil, fmt.Errorf("register kvbridge metrics: %w", err)
 		}
@@ -100,7 +103,8 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	return m, nil
 }
 
-// record adds a tally of the state machines to the counters.
+// record adds a tally of the state machines to the counters (Forwarded is
+// counted when Kafka acknowledges).
 func (m *metrics) record(t tally) {
 	m.duplicates.Add(float64(t.Duplicates))
 	m.gapsDetected.Add(float64(t.GapsDetected))
@@ -112,5 +116,6 @@ func (m *metrics) record(t tally) {
 	m.joins.WithLabelValues("partial").Add(float64(t.JoinsPartial))
 	m.replays.WithLabelValues("ok").Add(float64(t.ReplayRequests - t.ReplayFailures))
 	m.replays.WithLabelValues("failed").Add(float64(t.ReplayFailures))
+	m.noReplay.Add(float64(t.NoReplay))
 	m.received.WithLabelValues("replay").Add(float64(t.Replayed))
 }

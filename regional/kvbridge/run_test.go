@@ -66,7 +66,7 @@ func TestOperatorEndpointsAndRun(t *testing.T) {
 		t.Errorf("/readyz %d %q", code, body)
 	}
 	if code, body := get(t, srv.URL+"/metrics"); code != 200 || !strings.Contains(body, "meridian_kvbridge_connect_errors_total") ||
-		!strings.Contains(body, "meridian_kvbridge_lag_batches 0") {
+		!strings.Contains(body, "meridian_kvbridge_lag_batches 0") || !strings.Contains(body, "meridian_kvbridge_replays_unavailable_total 0") {
 		t.Errorf("/metrics %d:\n%s", code, body)
 	}
 	code, body := get(t, srv.URL+"/streams")

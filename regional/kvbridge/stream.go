@@ -45,35 +45,15 @@ type action struct {
 
 // tally counts what one or more calls to handle did.
 type tally struct {
-	Forwarded      uint64 // batches forwarded as received live
-	Replayed       uint64 // batches forwarded from a replay
-	Duplicates     uint64 // batches a replay answer repeated
-	GapsDetected   uint64 // runs of seqs not received live
-	GapsRecovered  uint64 // ... fully repaired by replay
-	GapsLost       uint64 // ... not fully repaired
-	BatchesLost    uint64 // seqs in those runs that no replay provided
-	Restarts       uint64 // new engine incarnations seen
-	JoinsFull      uint64 // first sight with the whole history replayed from seq 0
-	JoinsPartial   uint64 // first sight without it (forwarding starts at the live batch)
-	ReplayRequests uint64
-	ReplayFailures uint64 // requests that failed (connect, timeout, malformed reply)
-	NoReplay       uint64 // repairs not attempted: no replay socket
+	Forwarded uint64 // batches forwarded (live and replayed)
+	Replayed  uint64 // ... of which came from a replay
+	Counts
 }
 
 func (t *tally) add(o tally) {
 	t.Forwarded += o.Forwarded
 	t.Replayed += o.Replayed
-	t.Duplicates += o.Duplicates
-	t.GapsDetected += o.GapsDetected
-	t.GapsRecovered += o.GapsRecovered
-	t.GapsLost += o.GapsLost
-	t.BatchesLost += o.BatchesLost
-	t.Restarts += o.Restarts
-	t.JoinsFull += o.JoinsFull
-	t.JoinsPartial += o.JoinsPartial
-	t.ReplayRequests += o.ReplayRequests
-	t.ReplayFailures += o.ReplayFailures
-	t.NoReplay += o.NoReplay
+	t.Counts.add(o.Counts)
 }
 
 // stream is the gap, duplicate and restart logic of one stream: a state
@@ -254,10 +234,9 @@ func (s *stream) countGap(t *tally, lost uint64, always bool) {
 
 func (s *stream) forward(dst []action, t *tally, seq uint64, payload []byte, fromReplay bool) []action {
 	s.last, s.digest = seq, digestOf(payload)
+	t.Forwarded++
 	if fromReplay {
 		t.Replayed++
-	} else {
-		t.Forwarded++
 	}
 	return append(dst, action{kind: actForward, seq: seq, payload: payload, replayed: fromReplay})
 }
