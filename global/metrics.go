@@ -95,20 +95,30 @@ func (m *metrics) observeCommand(o op, res *Result, st *State) {
 		name = "undecodable"
 	}
 	m.commands.WithLabelValues(name, outcome).Inc()
-	if !res.Changed || res.Duplicate {
-		return
+	if res.Changed && !res.Duplicate {
+		m.setState(st)
 	}
+}
+
+// setState sets the gauges derived from the committed state: its index, the
+// active policy version (0: none) and the state of every recorded region.
+func (m *metrics) setState(st *State) {
 	m.stateIndex.Set(float64(st.index))
+	var version uint64
 	if p, ok := st.Policy(); ok {
-		m.policyVersion.Set(float64(p.Version))
+		version = p.Version
 	}
-	if res.Region != nil {
-		for _, s := range regionStateNames {
-			v := 0.0
-			if s == res.Region.State.String() {
-				v = 1
-			}
-			m.regionState.WithLabelValues(res.Region.Region, s).Set(v)
+	m.policyVersion.Set(float64(version))
+	for region, rs := range st.regions {
+		for i, name := range regionStateNames {
+			m.regionState.WithLabelValues(region, name).Set(b2f(RegionState(i) == rs.State))
 		}
 	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

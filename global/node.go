@@ -411,20 +411,7 @@ func (n *Node) updateGauges() {
 	n.m.stale.Set(b2f(h.Stale))
 	n.m.lastContact.Set(max(h.LastContact, 0).Seconds())
 	n.m.appliedIndex.Set(float64(h.AppliedIndex))
-	n.m.stateIndex.Set(float64(h.StateIndex))
-	n.m.policyVersion.Set(float64(h.PolicyVersion))
-	for _, r := range n.State().Regions() {
-		for _, s := range regionStateNames {
-			n.m.regionState.WithLabelValues(r.Region, s).Set(b2f(s == r.State.String()))
-		}
-	}
-}
-
-func b2f(b bool) float64 {
-	if b {
-		return 1
-	}
-	return 0
+	n.m.setState(n.State())
 }
 
 // syncLeadership starts the leader loop when this node leads and stops it

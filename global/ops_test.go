@@ -389,6 +389,19 @@ func TestMetricsAndStaleness(t *testing.T) {
 	c.WaitFor(5*time.Second, "the rejection counted on the follower", func() bool {
 		return counterValue(t, regs[f], "meridian_global_commands_total", "region.set", "rejected") == 1
 	})
+	// A region state change sets one state gauge of the region, on every replica.
+	if _, err := c.Nodes[l].Node.Drain(ctxT(t, 10*time.Second), "region-1", "", global.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor(5*time.Second, "the follower's region state gauges", func() bool {
+		for _, s := range []string{"active", "draining", "failed", "recovering"} {
+			want := b2f(s == "draining")
+			if regionGauge(t, regs[f], "region-1", s) != want || regionGauge(t, regs[l], "region-1", s) != want {
+				return false
+			}
+		}
+		return true
+	})
 	// An isolated follower keeps its state and says it is stale.
 	c.Net.Isolate(c.Nodes[f].Name)
 	c.WaitFor(10*time.Second, "the isolated follower to report stale", func() bool {
@@ -399,6 +412,38 @@ func TestMetricsAndStaleness(t *testing.T) {
 	}
 	c.Net.Reconnect(c.Nodes[f].Name)
 	c.WaitFor(10*time.Second, "the follower to be fresh again", func() bool { return gauge(f, "meridian_global_stale") == 0 })
+}
+
+// regionGauge reads meridian_global_region_state{region, state} (-1 when
+// absent).
+func regionGauge(t *testing.T, reg *prometheus.Registry, region, state string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "meridian_global_region_state" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, lp := range m.GetLabel() {
+				labels[lp.GetName()] = lp.GetValue()
+			}
+			if labels["region"] == region && labels["state"] == state {
+				return m.GetGauge().GetValue()
+			}
+		}
+	}
+	return -1
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // counterValue reads the child of a counter vector with the given op and
