@@ -28,10 +28,6 @@ func auditCommand(extra ...*cli.Command) *cli.Command {
 	}
 }
 
-func auditUsage(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
-}
-
 // auditSourceFlags select where records are read from: a directory, or the
 // admin APIs of controllers (fanned out, merged in time order).
 func auditSourceFlags() []cli.Flag {
@@ -57,10 +53,10 @@ func auditFilterFlags() []cli.Flag {
 func auditDir(c *cli.Context) (string, error) {
 	dir := c.String("dir")
 	if dir == "" {
-		return "", auditUsage("audit %s: --dir is required", c.Command.Name)
+		return "", usageError("audit %s: --dir is required", c.Command.Name)
 	}
 	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-		return "", auditUsage("--dir %q is not a directory", dir)
+		return "", usageError("--dir %q is not a directory", dir)
 	}
 	return dir, nil
 }
@@ -68,7 +64,7 @@ func auditDir(c *cli.Context) (string, error) {
 func auditSource(c *cli.Context) (audit.Source, error) {
 	if urls := c.StringSlice("controllers"); len(urls) > 0 {
 		if c.String("dir") != "" {
-			return nil, auditUsage("audit %s: give --dir or --controllers, not both", c.Command.Name)
+			return nil, usageError("audit %s: give --dir or --controllers, not both", c.Command.Name)
 		}
 		var m audit.Multi
 		for _, u := range urls {
@@ -99,11 +95,11 @@ func auditSource(c *cli.Context) (audit.Source, error) {
 func auditHasher(path string) (*audit.Hasher, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, auditUsage("--hmac-key-file: %v", err)
+		return nil, usageError("--hmac-key-file: %v", err)
 	}
 	h, err := audit.NewHasher(bytes.TrimRight(b, "\r\n"))
 	if err != nil {
-		return nil, auditUsage("--hmac-key-file %s: %v", path, err)
+		return nil, usageError("--hmac-key-file %s: %v", path, err)
 	}
 	return h, nil
 }
@@ -120,7 +116,7 @@ func auditQuery(c *cli.Context) (audit.Query, error) {
 		if s := c.String(f.name); s != "" {
 			t, err := audit.ParseTimeFlag(s, now)
 			if err != nil {
-				return q, auditUsage("--%s: %v", f.name, err)
+				return q, usageError("--%s: %v", f.name, err)
 			}
 			*f.dst = t
 		}
@@ -129,10 +125,10 @@ func auditQuery(c *cli.Context) (audit.Query, error) {
 		q.Kinds = append(q.Kinds, audit.Kind(k))
 	}
 	if err := q.Validate(); err != nil {
-		return q, auditUsage("%v", err)
+		return q, usageError("%v", err)
 	}
 	if q.Tenant != "" && c.String("hmac-key-file") == "" {
-		return q, auditUsage("--tenant needs the audit HMAC key: pass --hmac-key-file (or MERIDIAN_AUDIT_HMAC_KEY_FILE)")
+		return q, usageError("--tenant needs the audit HMAC key: pass --hmac-key-file (or MERIDIAN_AUDIT_HMAC_KEY_FILE)")
 	}
 	return q, nil
 }
@@ -150,7 +146,7 @@ func auditQueryCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return auditUsage("audit query takes no arguments, got %q", c.Args().Slice())
+				return usageError("audit query takes no arguments, got %q", c.Args().Slice())
 			}
 			q, err := auditQuery(c)
 			if err != nil {
@@ -181,10 +177,10 @@ func auditTailCommand() *cli.Command {
 		),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return auditUsage("audit tail takes no arguments, got %q", c.Args().Slice())
+				return usageError("audit tail takes no arguments, got %q", c.Args().Slice())
 			}
 			if c.Duration("poll") <= 0 {
-				return auditUsage("--poll %s must be positive", c.Duration("poll"))
+				return usageError("--poll %s must be positive", c.Duration("poll"))
 			}
 			q, err := auditQuery(c)
 			if err != nil {
@@ -219,7 +215,7 @@ func auditVerifyCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
-				return auditUsage("audit verify takes no arguments, got %q", c.Args().Slice())
+				return usageError("audit verify takes no arguments, got %q", c.Args().Slice())
 			}
 			dir, err := auditDir(c)
 			if err != nil {
@@ -228,7 +224,7 @@ func auditVerifyCommand() *cli.Command {
 			var cps []audit.Checkpoint
 			switch path, admin := c.String("checkpoints"), c.String("admin"); {
 			case path != "" && admin != "":
-				return auditUsage("audit verify: give --checkpoints or --admin, not both")
+				return usageError("audit verify: give --checkpoints or --admin, not both")
 			case admin != "":
 				l, err := global.NewClient(admin, c.String("token"), nil).Checkpoints(c.Context, "", global.ReadOptions{Consistent: true})
 				if err != nil {
@@ -237,7 +233,7 @@ func auditVerifyCommand() *cli.Command {
 				cps = raftCheckpoints(l)
 			case path != "":
 				if cps, err = audit.ReadCheckpointsFile(path); err != nil {
-					return auditUsage("--checkpoints: %v", err)
+					return usageError("--checkpoints: %v", err)
 				}
 			default:
 				fmt.Fprintln(c.App.ErrWriter, "warning: no --checkpoints: a cut tail or a chain rewritten to its end cannot be detected")
@@ -290,7 +286,7 @@ func auditHashCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			tenant, session := c.String("tenant"), c.String("session")
 			if (tenant == "") == (session == "") {
-				return auditUsage("audit hash: give exactly one of --tenant and --session")
+				return usageError("audit hash: give exactly one of --tenant and --session")
 			}
 			h, err := auditHasher(c.String("hmac-key-file"))
 			if err != nil {

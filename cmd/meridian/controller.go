@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"strings"
 
@@ -86,7 +85,7 @@ func controllerConfig(c *cli.Context) (regional.Config, error) {
 	}
 	cfg.ApplyEnv(os.Getenv)
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError(fmt.Errorf("controller: %w", err))
+		return cfg, usageError("controller: %w", err)
 	}
 	return cfg, nil
 }

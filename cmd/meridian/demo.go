@@ -50,7 +50,7 @@ func demoCommand() *cli.Command {
 
 func runDemo(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return usageError(fmt.Errorf("demo: unexpected argument %q", c.Args().First()))
+		return usageError("demo: unexpected argument %q", c.Args().First())
 	}
 	cfg := demo.DefaultConfig()
 	cfg.Duration = c.Duration("duration")
@@ -72,7 +72,7 @@ func runDemo(c *cli.Context) error {
 	}
 	fitFailover(&cfg, c.IsSet("failover-after"), c.IsSet("failover-for"))
 	if err := cfg.Validate(); err != nil {
-		return usageError(fmt.Errorf("demo: %w", err))
+		return usageError("demo: %w", err)
 	}
 	out, errw := c.App.Writer, c.App.ErrWriter
 	if errw == nil {

@@ -21,10 +21,6 @@ func drCommand(extra ...*cli.Command) *cli.Command {
 	}
 }
 
-func usageErr(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
-}
-
 func drCheckCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "check",
@@ -48,14 +44,14 @@ func drConfig(c *cli.Context, checksums string) (dr.Config, error) {
 	cfg := dr.DefaultConfig()
 	mode, err := dr.ParseChecksumMode(checksums)
 	if err != nil {
-		return cfg, usageErr("--checksums: %v", err)
+		return cfg, usageError("--checksums: %v", err)
 	}
 	cfg.Checksums = mode
 	if w := c.Int("workers"); w != 0 {
 		cfg.Workers = w
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageErr("%v", err)
+		return cfg, usageError("%v", err)
 	}
 	return cfg, nil
 }
@@ -70,7 +66,7 @@ func runDRCheck(c *cli.Context) error {
 	for _, a := range c.Args().Slice() {
 		switch {
 		case strings.HasPrefix(a, "-"):
-			return usageErr("dr check: flag %s after the arguments: put flags before DIR and REGION=DIR", a)
+			return usageError("dr check: flag %s after the arguments: put flags before DIR and REGION=DIR", a)
 		case len(specs) > 0 && strings.Contains(a, "="):
 			specs = append(specs, a)
 		default:
@@ -81,25 +77,25 @@ func runDRCheck(c *cli.Context) error {
 	manifestPath := c.String("manifest")
 	switch {
 	case len(specs) > 0 && len(dirs) > 0:
-		return usageErr("dr check: give either DIR or --compare REGION=DIR ..., not both")
+		return usageError("dr check: give either DIR or --compare REGION=DIR ..., not both")
 	case len(specs) == 1:
-		return usageErr("dr check: --compare needs at least two REGION=DIR copies")
+		return usageError("dr check: --compare needs at least two REGION=DIR copies")
 	case len(specs) > 1:
 		for _, s := range specs {
 			region, dir, ok := strings.Cut(s, "=")
 			if !ok || region == "" || dir == "" {
-				return usageErr("dr check: --compare %q: want REGION=DIR", s)
+				return usageError("dr check: --compare %q: want REGION=DIR", s)
 			}
 			req.Sources = append(req.Sources, dr.Source{Region: region, Dir: dir})
 		}
 	case len(dirs) > 1:
-		return usageErr("dr check: one DIR at a time (use --compare REGION=DIR ... to compare copies)")
+		return usageError("dr check: one DIR at a time (use --compare REGION=DIR ... to compare copies)")
 	case len(dirs) == 1:
 		req.Sources = []dr.Source{{Dir: dirs[0]}}
 	case manifestPath != "":
 		req.Sources = []dr.Source{{Dir: filepath.Dir(manifestPath)}}
 	default:
-		return usageErr("dr check: give DIR, --manifest FILE or --compare REGION=DIR REGION=DIR")
+		return usageError("dr check: give DIR, --manifest FILE or --compare REGION=DIR REGION=DIR")
 	}
 	if manifestPath == "" && !c.Bool("no-manifest") && len(req.Sources) == 1 {
 		if p := filepath.Join(req.Sources[0].Dir, dr.DefaultManifestName); fileExists(p) {
@@ -181,7 +177,7 @@ func drManifestCommand() *cli.Command {
 
 func runDRManifestInit(c *cli.Context) error {
 	if c.NArg() != 1 {
-		return usageErr("dr manifest init: want exactly one DIR")
+		return usageError("dr manifest init: want exactly one DIR")
 	}
 	dir := c.Args().First()
 	cfg, err := drConfig(c, "auto")

@@ -58,7 +58,7 @@ func drDrillCommand() *cli.Command {
 func drDrillConfig(c *cli.Context) (dr.DrillConfig, error) {
 	cfg := dr.DefaultDrillConfig()
 	if c.NArg() > 0 {
-		return cfg, usageErr("dr drill: unexpected argument %q (everything is a flag)", c.Args().First())
+		return cfg, usageError("dr drill: unexpected argument %q (everything is a flag)", c.Args().First())
 	}
 	cfg.Admin = strings.TrimRight(c.String("admin"), "/")
 	cfg.Token = c.String("token")
@@ -69,17 +69,17 @@ func drDrillConfig(c *cli.Context) (dr.DrillConfig, error) {
 	for _, s := range c.StringSlice("controller") {
 		region, u, ok := strings.Cut(s, "=")
 		if !ok || region == "" || u == "" {
-			return cfg, usageErr("dr drill: --controller %q: want REGION=URL", s)
+			return cfg, usageError("dr drill: --controller %q: want REGION=URL", s)
 		}
 		if _, dup := cfg.Controllers[region]; dup {
-			return cfg, usageErr("dr drill: --controller: %s given twice", region)
+			return cfg, usageError("dr drill: --controller: %s given twice", region)
 		}
 		cfg.Controllers[region] = strings.TrimRight(u, "/")
 	}
 	for _, s := range c.StringSlice("probe") {
 		p, err := dr.ParseProbe(s)
 		if err != nil {
-			return cfg, usageErr("dr drill: --probe: %v", err)
+			return cfg, usageError("dr drill: --probe: %v", err)
 		}
 		cfg.Probes = append(cfg.Probes, p)
 	}
@@ -103,7 +103,7 @@ func drDrillConfig(c *cli.Context) (dr.DrillConfig, error) {
 	}
 	cfg.Logger = log
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageErr("dr drill: %v (see meridian dr drill --help)", flagNames(err))
+		return cfg, usageError("dr drill: %v (see meridian dr drill --help)", flagNames(err))
 	}
 	return cfg, nil
 }

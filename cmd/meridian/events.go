@@ -36,7 +36,7 @@ func eventsDecodeCommand() *cli.Command {
 		},
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 1 {
-				return &exitError{code: 2, err: fmt.Errorf("events decode: want at most one FILE, got %d arguments", c.NArg())}
+				return usageError("events decode: want at most one FILE, got %d arguments", c.NArg())
 			}
 			var in io.Reader = os.Stdin
 			if c.App.Reader != nil {
@@ -53,7 +53,7 @@ func eventsDecodeCommand() *cli.Command {
 			dcfg := kvevents.DefaultDecoderConfig()
 			dcfg.MaxMessageBytes = c.Int("max-bytes")
 			if err := dcfg.Validate(); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("events decode: --max-bytes: %w", err)}
+				return usageError("events decode: --max-bytes: %w", err)
 			}
 			res, err := kvevents.Dump(in, c.App.Writer, c.App.ErrWriter, kvevents.DumpConfig{Hex: c.Bool("hex"), Decoder: dcfg})
 			if err != nil {

@@ -69,23 +69,19 @@ func globalAdminFlags() []cli.Flag {
 	}
 }
 
-func globalUsage(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
-}
-
 // globalClient builds the admin API client from the flags, with a context
 // bounded by --timeout.
 func globalClient(c *cli.Context) (*global.Client, context.Context, context.CancelFunc, error) {
 	admin := strings.TrimRight(c.String("admin"), "/")
 	if admin == "" {
-		return nil, nil, nil, globalUsage("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
+		return nil, nil, nil, usageError("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
 	}
 	if u, err := url.Parse(admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, nil, globalUsage("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
+		return nil, nil, nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
 	}
 	token := c.String("token")
 	if token == "" {
-		return nil, nil, nil, globalUsage("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
+		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	return global.NewClient(admin, token, nil), ctx, cancel, nil
@@ -141,11 +137,11 @@ func runFailoverRecover(c *cli.Context) error {
 
 func runFailoverChange(c *cli.Context, trigger bool) error {
 	if c.NArg() > 0 {
-		return globalUsage("%s: unexpected arguments %q (the region goes in --region)", cmdPath(c), c.Args().Slice())
+		return usageError("%s: unexpected arguments %q (the region goes in --region)", cmdPath(c), c.Args().Slice())
 	}
 	region := c.String("region")
 	if region == "" {
-		return globalUsage("%s: --region is required", cmdPath(c))
+		return usageError("%s: --region is required", cmdPath(c))
 	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {
@@ -182,7 +178,7 @@ func runFailoverChange(c *cli.Context, trigger bool) error {
 
 func runFailoverStatus(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return globalUsage("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
+		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
 	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {

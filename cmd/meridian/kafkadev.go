@@ -24,11 +24,11 @@ func kafkaDevCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			host, port, err := splitHostPort(c.String("addr"))
 			if err != nil {
-				return usageError(fmt.Errorf("--addr: %w", err))
+				return usageError("--addr: %w", err)
 			}
 			n := c.Int("brokers")
 			if n < 1 || n > 16 {
-				return usageError(fmt.Errorf("--brokers %d: want 1..16", n))
+				return usageError("--brokers %d: want 1..16", n)
 			}
 			ports := make([]int, n)
 			for i := range ports {

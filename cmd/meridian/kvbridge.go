@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -61,7 +60,7 @@ func kvBridgeConfig(c *cli.Context) (kvbridge.Config, error) {
 	if path := c.String("config"); path != "" {
 		var err error
 		if cfg, err = kvbridge.LoadConfig(path); err != nil {
-			return cfg, usageError(fmt.Errorf("kv-bridge: %w", err))
+			return cfg, usageError("kv-bridge: %w", err)
 		}
 	}
 	if pods, ok := c.Generic("pod").(*podFlags); ok {
@@ -83,7 +82,7 @@ func kvBridgeConfig(c *cli.Context) (kvbridge.Config, error) {
 		cfg.Topic = kvbridge.TopicFor(cfg.Region)
 	}
 	if err := cfg.Validate(); err != nil {
-		return cfg, usageError(fmt.Errorf("kv-bridge: %w", err))
+		return cfg, usageError("kv-bridge: %w", err)
 	}
 	return cfg, nil
 }

@@ -21,7 +21,7 @@ func logFlags() []cli.Flag {
 func newLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	var lvl slog.Level
 	if err := lvl.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return nil, usageError(fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level")))
+		return nil, usageError("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
 	opts := &slog.HandlerOptions{Level: lvl}
 	switch strings.ToLower(c.String("log-format")) {
@@ -30,8 +30,11 @@ func newLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 	case "json":
 		return slog.New(slog.NewJSONHandler(w, opts)), nil
 	}
-	return nil, usageError(fmt.Errorf("--log-format %q: want text or json", c.String("log-format")))
+	return nil, usageError("--log-format %q: want text or json", c.String("log-format"))
 }
 
-// usageError exits with status 2.
-func usageError(err error) error { return &exitError{code: 2, err: err} }
+// usageError is a usage error (exit status 2): the message is formatted as
+// by fmt.Errorf, so %w wraps.
+func usageError(format string, args ...any) error {
+	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+}

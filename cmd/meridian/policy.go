@@ -25,10 +25,6 @@ func policyCommand(extra ...*cli.Command) *cli.Command {
 	}
 }
 
-func policyUsage(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
-}
-
 func policyValidateCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "validate",
@@ -87,11 +83,11 @@ func loadPolicy(c *cli.Context, name string) (*residency.Policy, []residency.Pro
 func runPolicyValidate(c *cli.Context) error {
 	files := c.Args().Slice()
 	if len(files) == 0 {
-		return policyUsage("policy validate: name at least one policy file")
+		return usageError("policy validate: name at least one policy file")
 	}
 	for _, f := range files {
 		if strings.HasPrefix(f, "-") && f != "-" {
-			return policyUsage("policy validate: flag %s after the files: put flags first", f)
+			return usageError("policy validate: flag %s after the files: put flags first", f)
 		}
 	}
 	w := c.App.Writer
@@ -215,7 +211,7 @@ func readPolicyAttrs(name string) ([]residency.Attributes, []int, error) {
 func runPolicyDiff(c *cli.Context) error {
 	args := c.Args().Slice()
 	if len(args) != 2 {
-		return policyUsage("policy diff: want OLD NEW, got %d argument%s (flags go first)", len(args), policyPlural(len(args)))
+		return usageError("policy diff: want OLD NEW, got %d argument%s (flags go first)", len(args), policyPlural(len(args)))
 	}
 	w := c.App.Writer
 	old, p1 := loadPolicy(c, args[0])

@@ -52,7 +52,7 @@ func policyClusterCommands() []*cli.Command {
 
 func readClusterPolicyFile(c *cli.Context) (string, []byte, error) {
 	if c.NArg() != 1 {
-		return "", nil, globalUsage("%s: want exactly one FILE, got %d arguments (flags go before the file)", cmdPath(c), c.NArg())
+		return "", nil, usageError("%s: want exactly one FILE, got %d arguments (flags go before the file)", cmdPath(c), c.NArg())
 	}
 	name := c.Args().First()
 	if name == "-" {
@@ -101,10 +101,10 @@ func runPolicyApply(c *cli.Context) error {
 
 func runPolicyShow(c *cli.Context) error {
 	if c.NArg() > 0 {
-		return globalUsage("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
+		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
 	}
 	if c.Bool("history") && c.IsSet("version") {
-		return globalUsage("%s: --history and --version are exclusive", cmdPath(c))
+		return usageError("%s: --history and --version are exclusive", cmdPath(c))
 	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {

@@ -48,12 +48,12 @@ func routeCommand() *cli.Command {
 					b, err = os.ReadFile(f)
 				}
 				if err != nil {
-					return usageError(fmt.Errorf("route: --file: %w", err))
+					return usageError("route: --file: %w", err)
 				}
 				prompt = string(b)
 			}
 			if prompt == "" {
-				return usageError(fmt.Errorf("route: a prompt is required (argument or --file)"))
+				return usageError("route: a prompt is required (argument or --file)")
 			}
 			var msgs []map[string]string
 			if s := c.String("system"); s != "" {
@@ -63,7 +63,7 @@ func routeCommand() *cli.Command {
 			body, _ := json.Marshal(map[string]any{"model": c.String("model"), "messages": msgs})
 			req, err := http.NewRequestWithContext(c.Context, http.MethodPost, strings.TrimRight(c.String("controller"), "/")+"/v1/route", bytes.NewReader(body))
 			if err != nil {
-				return usageError(fmt.Errorf("route: --controller: %w", err))
+				return usageError("route: --controller: %w", err)
 			}
 			req.Header.Set("Content-Type", "application/json")
 			for flag, h := range map[string]string{"tenant": regional.HeaderTenant, "data-class": regional.HeaderDataClass, "session": regional.HeaderSession} {

@@ -57,10 +57,10 @@ func simCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			cfg, err := simConfig(c)
 			if err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("sim: %w", err)}
+				return usageError("sim: %w", err)
 			}
 			if err := cfg.Validate(); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("sim: %w", err)}
+				return usageError("sim: %w", err)
 			}
 			out := sim.Output{Stdout: c.App.Writer, JSON: c.Bool("json"), Charts: c.String("charts")}
 			if !c.Bool("quiet") {
