@@ -31,13 +31,35 @@ var rankTables = map[string]func() map[string]uint32{
 	O200kBase:  sync.OnceValue(func() map[string]uint32 { return readRanks(O200kBase) }),
 }
 
+// codecs holds each encoding's library codec, built at most once per
+// process and shared by every Tokenizer and by readRanks: tokenizer.Get
+// compiles the encoding's split regexp anew for every codec it returns, and
+// a codec's first Decode builds a reverse vocabulary of the whole encoding.
+// Sharing is safe: a codec is safe for concurrent use as this package uses
+// it (Encode only reads the vocabulary and runs the split regexp, which
+// pools its matchers; Decode builds the reverse vocabulary under a
+// sync.Once), and nothing here changes it (no SetErrorMode).
+var codecs = map[string]func() tokenizer.Codec{
+	Cl100kBase: onceCodec(Cl100kBase),
+	O200kBase:  onceCodec(O200kBase),
+	P50kBase:   onceCodec(P50kBase),
+	R50kBase:   onceCodec(R50kBase),
+}
+
+func onceCodec(encoding string) func() tokenizer.Codec {
+	return sync.OnceValue(func() tokenizer.Codec {
+		codec, err := tokenizer.Get(tokenizer.Encoding(encoding))
+		if err != nil {
+			panic("tokenize: " + encoding + ": " + err.Error()) // a name the library ships
+		}
+		return codec
+	})
+}
+
 // readRanks reads every ordinary token of an encoding out of the library by
 // decoding each id on its own.
 func readRanks(encoding string) map[string]uint32 {
-	codec, err := tokenizer.Get(tokenizer.Encoding(encoding))
-	if err != nil {
-		panic("tokenize: " + encoding + ": " + err.Error())
-	}
+	codec := codecs[encoding]()
 	ranks := make(map[string]uint32, 200000)
 	for id, misses := uint(0), 0; misses < 1024; id++ {
 		s, err := codec.Decode([]uint{id})

@@ -91,10 +91,11 @@ func NewTokenizer(encoding string, extra map[string]uint32) (*Tokenizer, error) 
 	if !ok {
 		return nil, fmt.Errorf("new tokenizer %q: %w (have %s)", encoding, ErrUnknownEncoding, strings.Join(Encodings(), ", "))
 	}
-	codec, err := tokenizer.Get(tokenizer.Encoding(encoding))
-	if err != nil {
-		return nil, fmt.Errorf("new tokenizer %q: %w", encoding, err)
+	newCodec, ok := codecs[encoding]
+	if !ok {
+		return nil, fmt.Errorf("new tokenizer %q: %w (no library codec)", encoding, ErrUnknownEncoding)
 	}
+	codec := newCodec()
 	t := &Tokenizer{
 		encoding: encoding,
 		codec:    codec,

@@ -183,3 +183,34 @@ func TestEncodeConcurrent(t *testing.T) {
 		t.Fatal(e)
 	}
 }
+
+// Every Tokenizer of an encoding shares the encoding's one library codec,
+// and tokenizers sharing it encode (through the library: text that is not
+// valid UTF-8) and decode concurrently.
+func TestTokenizersShareCodec(t *testing.T) {
+	for _, enc := range Encodings() {
+		a := mustTokenizer(t, enc, nil)
+		b := mustTokenizer(t, enc, map[string]uint32{"<|extra|>": 300000})
+		if a.codec != b.codec {
+			t.Fatalf("%s: two tokenizers, two codecs", enc)
+		}
+		text := "caf\xe9 au lait, " + strings.Repeat("word ", 50)
+		want := a.Encode(text)
+		var wg sync.WaitGroup
+		for i := range 8 {
+			tk := a
+			if i%2 == 1 {
+				tk = b
+			}
+			wg.Go(func() {
+				if got := tk.Encode(text); !slices.Equal(got, want) {
+					t.Errorf("%s: concurrent encode %v, want %v", enc, got, want)
+				}
+				if _, err := tk.Decode(want); err != nil {
+					t.Errorf("%s: concurrent decode: %v", enc, err)
+				}
+			})
+		}
+		wg.Wait()
+	}
+}
