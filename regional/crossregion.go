@@ -69,7 +69,6 @@ func (s *Server) SetTopology(t Topology) {
 		t.Shares = gorgo.NewShareTracker(s.dec.model.Config().ShareWindow)
 	}
 	s.topo = t
-	s.region = t.Region
 }
 
 // denial is a residency refusal with its explanation.
@@ -196,7 +195,7 @@ func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, 
 		if !c.Remote {
 			if i > 0 {
 				e := entry
-				e.Kind, e.Region, e.Cost = audit.KindFallback, s.region, costJSON(pl, ci)
+				e.Kind, e.Region, e.Cost = audit.KindFallback, s.topo.Region, costJSON(pl, ci)
 				s.record(r.Context(), e)
 				s.m.fallbacks.Inc()
 			}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,12 +123,14 @@ func DefaultDecisionConfig() DecisionConfig {
 
 var knownScorers = []string{"prefix", "queue", "running", "kv_util", "affinity"}
 
+// Policies are the picker policies a decision config (or, where allowed,
+// the X-Meridian-Policy header) may name.
+var Policies = []string{PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash}
+
 // Validate names the first field that is wrong.
 func (c DecisionConfig) Validate() error {
-	switch c.Policy {
-	case PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash:
-	default:
-		return fmt.Errorf("decision config: policy %q: want one of ttft, round_robin, least_loaded, session_hash", c.Policy)
+	if !slices.Contains(Policies, c.Policy) {
+		return fmt.Errorf("decision config: policy %q: want one of %s", c.Policy, strings.Join(Policies, ", "))
 	}
 	for _, f := range c.Filters {
 		switch f {

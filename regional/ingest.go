@@ -273,9 +273,7 @@ func (g *Ingester) stream(name string, hs []kafka.Header) *podStream {
 		g.reject("no_model", fmt.Errorf("pod %s: events carry no model header, no PodUp was seen and no default model is configured", name))
 		return nil
 	}
-	rcfg := kvevents.DefaultRekeyConfig()
-	rcfg.Model, rcfg.BlockSize, rcfg.MaxEntries = model, g.cfg.BlockSize, g.cfg.MaxEntriesPerPod
-	rk, err := kvevents.NewRekeyer(rcfg)
+	rk, err := g.newRekeyer(model)
 	if err != nil {
 		g.reject("bad_config", err)
 		return nil
@@ -361,9 +359,7 @@ func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
 		if e.Model != "" && e.Model != ps.model {
 			// The namespace of its chains changed: start the pod afresh.
 			ps.model = e.Model
-			rcfg := kvevents.DefaultRekeyConfig()
-			rcfg.Model, rcfg.BlockSize, rcfg.MaxEntries = e.Model, g.cfg.BlockSize, g.cfg.MaxEntriesPerPod
-			if rk, err := kvevents.NewRekeyer(rcfg); err == nil {
+			if rk, err := g.newRekeyer(e.Model); err == nil {
 				ps.rekey = rk
 			}
 			restarted = true
@@ -686,4 +682,11 @@ func (c *podAgeCollector) Collect(ch chan<- prometheus.Metric) {
 	for pod, age := range c.g.PodEventAge() {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, math.Max(age.Seconds(), 0), pod)
 	}
+}
+
+// newRekeyer is a pod's re-keyer for model at the router's block size.
+func (g *Ingester) newRekeyer(model string) (*kvevents.Rekeyer, error) {
+	rcfg := kvevents.DefaultRekeyConfig()
+	rcfg.Model, rcfg.BlockSize, rcfg.MaxEntries = model, g.cfg.BlockSize, g.cfg.MaxEntriesPerPod
+	return kvevents.NewRekeyer(rcfg)
 }

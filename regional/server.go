@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -81,7 +82,6 @@ type Server struct {
 	now     func() time.Time
 	mux     *http.ServeMux
 	topo    Topology
-	region  string
 }
 
 // NewServer builds the API. transport is the HTTP transport to the pods
@@ -223,8 +223,8 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id")}
 	if s.cfg.AllowPolicyOverride {
 		if pol := r.Header.Get("X-Meridian-Policy"); pol != "" {
-			if !slices.Contains([]string{PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash}, pol) {
-				s.fail(w, route, http.StatusBadRequest, "invalid_policy", "X-Meridian-Policy %q: want ttft, round_robin, least_loaded or session_hash", pol)
+			if !slices.Contains(Policies, pol) {
+				s.fail(w, route, http.StatusBadRequest, "invalid_policy", "X-Meridian-Policy %q: want one of %s", pol, strings.Join(Policies, ", "))
 				return nil
 			}
 			p.route.Policy = pol
@@ -293,7 +293,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	resp := RouteResponse{DecisionID: pr.decisionID, Region: s.region, PromptTokens: p.route.PromptTokens,
+	resp := RouteResponse{DecisionID: pr.decisionID, Region: s.topo.Region, PromptTokens: p.route.PromptTokens,
 		Blocks: len(p.route.Chain), BlockSize: p.route.BlockSize}
 	switch {
 	case pr.pl == nil:
