@@ -129,12 +129,8 @@ func (v *chainVerifier) run() error {
 		v.segment(s, next)
 	}
 	v.reportSwaps(own)
-	if v.lastSeg != nil {
-		if _, seal := readIndex(filepath.Join(v.dir, indexName(v.lastSeg.name))); seal != nil && seal.Seq > v.lastSeq && seal.Seq-v.lastSeq < 1<<32 {
-			v.add(Problem{Kind: ProblemTruncated, Segment: v.lastSeg.name, Line: endLine(v.lastSeg), Seq: v.lastSeq + 1, SeqEnd: seal.Seq,
-				Detail: fmt.Sprintf("the segment was sealed at seq %d (count %d) but ends at seq %d: its last records were cut", seal.Seq, seal.Count, v.lastSeq)})
-			v.explained = append(v.explained, [2]uint64{v.lastSeq + 1, seal.Seq})
-		}
+	if end := v.sealedCut(1<<32 - 1); end != 0 {
+		v.explained = append(v.explained, [2]uint64{v.lastSeq + 1, end})
 	}
 	v.checkRemainingCheckpoints()
 	mine := v.rep.Problems[v.firstProblem:]
@@ -215,9 +211,22 @@ func (v *chainVerifier) load(f segFile) *vseg {
 	return s
 }
 
+// seqRange returns the smallest and largest seq of the parsed lines of s
+// (0, 0 when none).
 func seqRange(s *vseg) (lo, hi uint64) {
-	for _, l := range s.lines {
-		if !l.parsed {
+	return seqSpan(s, func(l *vline) bool { return l.parsed })
+}
+
+// chainRange returns the smallest and largest seq of the lines of s placed
+// in the chain (0, 0 when none).
+func chainRange(s *vseg) (lo, hi uint64) {
+	return seqSpan(s, func(l *vline) bool { return l.role == roleChain || l.role == roleReordered })
+}
+
+func seqSpan(s *vseg, keep func(*vline) bool) (lo, hi uint64) {
+	for i := range s.lines {
+		l := &s.lines[i]
+		if !keep(l) {
 			continue
 		}
 		if lo == 0 || l.seq < lo {
@@ -457,15 +466,11 @@ func (v *chainVerifier) gap(s *vseg, want, upTo uint64, l *vline, firstInSegment
 		return
 	}
 	// At a segment boundary: the end of the previous segment, whole
-	// segments, or the start of this one.
-	if v.lastSeg != nil {
-		if _, seal := readIndex(filepath.Join(v.dir, indexName(v.lastSeg.name))); seal != nil && seal.Seq >= want && seal.Seq <= upTo {
-			v.add(Problem{Kind: ProblemTruncated, Segment: v.lastSeg.name, Line: endLine(v.lastSeg), Seq: want, SeqEnd: seal.Seq,
-				Detail: fmt.Sprintf("the segment was sealed at seq %d (count %d) but ends at seq %d: its last records were cut", seal.Seq, seal.Count, want-1)})
-			want = seal.Seq + 1
-			if want > upTo {
-				return
-			}
+	// segments, or the start of this one. want is v.lastSeq+1.
+	if end := v.sealedCut(upTo - v.lastSeq); end != 0 {
+		want = end + 1
+		if want > upTo {
+			return
 		}
 	}
 	if s.nameSeq == l.seq && !v.segNames[SegmentName(want)] {
@@ -475,6 +480,22 @@ func (v *chainVerifier) gap(s *vseg, want, upTo uint64, l *vline, firstInSegment
 	}
 	v.add(Problem{Kind: ProblemDeleted, Segment: s.name, Line: l.line, Seq: want, SeqEnd: upTo,
 		Detail: fmt.Sprintf("records seq %d..%d are missing before line %d (seq %d)", want, upTo, l.line, l.seq)})
+}
+
+// sealedCut reports the last records of the chain's last segment as cut
+// when its index was sealed at a seq past the chain's end, by at most within
+// records. It returns that seq, or 0 when it reported nothing.
+func (v *chainVerifier) sealedCut(within uint64) uint64 {
+	if v.lastSeg == nil {
+		return 0
+	}
+	_, seal := readIndex(filepath.Join(v.dir, indexName(v.lastSeg.name)))
+	if seal == nil || seal.Seq <= v.lastSeq || seal.Seq-v.lastSeq > within {
+		return 0
+	}
+	v.add(Problem{Kind: ProblemTruncated, Segment: v.lastSeg.name, Line: endLine(v.lastSeg), Seq: v.lastSeq + 1, SeqEnd: seal.Seq,
+		Detail: fmt.Sprintf("the segment was sealed at seq %d (count %d) but ends at seq %d: its last records were cut", seal.Seq, seal.Count, v.lastSeq)})
+	return seal.Seq
 }
 
 func (v *chainVerifier) isExplained(lo, hi uint64) bool {
@@ -530,12 +551,7 @@ func (v *chainVerifier) checkpointsAt(s *vseg, l *vline) {
 // misnamedNow reports whether s's name disagrees with the seqs it holds
 // (decided before its first chain record is checked).
 func (v *chainVerifier) misnamedNow(s *vseg) bool {
-	lo := uint64(1<<64 - 1)
-	for _, o := range s.lines {
-		if o.role == roleChain || o.role == roleReordered {
-			lo = min(lo, o.seq)
-		}
-	}
+	lo, _ := chainRange(s) // s holds the chain record being checked: lo > 0
 	return lo != s.nameSeq
 }
 
@@ -601,27 +617,14 @@ func (v *chainVerifier) checkRemainingCheckpoints() {
 func (v *chainVerifier) reportSwaps(own []*vseg) {
 	byStart := map[uint64]string{}
 	for _, s := range own {
-		lo := uint64(0)
-		for _, l := range s.lines {
-			if (l.role == roleChain || l.role == roleReordered) && (lo == 0 || l.seq < lo) {
-				lo = l.seq
-			}
-		}
+		lo, _ := chainRange(s)
 		byStart[lo] = s.name
 	}
 	for _, s := range own {
 		if !v.misnamed[s.name] {
 			continue
 		}
-		lo, hi := uint64(0), uint64(0)
-		for _, l := range s.lines {
-			if l.role == roleChain || l.role == roleReordered {
-				if lo == 0 || l.seq < lo {
-					lo = l.seq
-				}
-				hi = max(hi, l.seq)
-			}
-		}
+		lo, hi := chainRange(s)
 		detail := fmt.Sprintf("segment holds seq %d..%d but its name says it starts at seq %d", lo, hi, s.nameSeq)
 		if partner, ok := byStart[s.nameSeq]; ok && partner != s.name && v.misnamed[partner] {
 			detail += fmt.Sprintf(" (swapped with %s)", partner)
