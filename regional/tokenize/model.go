@@ -71,8 +71,6 @@ func (c Config) Validate() error {
 type Model struct {
 	tok    *Tokenizer
 	tmpl   *Template
-	bos    string
-	eos    string
 	addBOS bool
 	bosID  uint32
 }
@@ -141,7 +139,7 @@ func NewModel(cfg Config) (*Model, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Model{tok: tok, bos: bos, eos: eos, addBOS: addBOS}
+	m := &Model{tok: tok, addBOS: addBOS}
 	if addBOS {
 		id, ok := tok.SpecialID(bos)
 		if !ok {
