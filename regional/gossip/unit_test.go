@@ -361,6 +361,16 @@ func TestRegionCandidate(t *testing.T) {
 	if !ok || c.RTTMs != 65 || c.SummaryAge != 5*time.Second || !c.Remote || c.Region != "us-west-2" {
 		t.Fatalf("candidate %+v ok %v", c, ok)
 	}
+	// Received after it was built: the age runs from the build; and it is
+	// never negative (now before both, under clock skew).
+	late := r
+	late.ReceivedAt = s.BuiltAt.Add(3 * time.Second)
+	if c, _ := late.Candidate(s.BuiltAt.Add(7*time.Second), nil, 10); c.SummaryAge != 7*time.Second {
+		t.Fatalf("age from the build: %v", c.SummaryAge)
+	}
+	if c, _ := r.Candidate(recv.Add(-time.Second), nil, 10); c.SummaryAge != 0 {
+		t.Fatalf("age under skew: %v", c.SummaryAge)
+	}
 	v := &RegionsView{Regions: []RegionView{r}, byName: map[string]int{"us-west-2": 0}}
 	if got := v.Candidates(now, nil, 10, func(string) bool { return false }, nil); len(got) != 0 {
 		t.Fatal("a disallowed region became a candidate")

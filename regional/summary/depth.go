@@ -117,16 +117,16 @@ func (s *Summary) scan(chain []uint64, d Depth) Depth {
 //
 //   - CachedTokens: Depth(chain).Lower blocks of BlockSize tokens, capped at
 //     the prompt;
-//   - SummaryAge: the summary's age at now (gorgo weighs stale estimates
-//     down and then ignores them);
 //   - Profile: the profile with the most pods; PendingPrefillTokens and
 //     Running: the region's totals per pod, rounded up (the remote
 //     controller picks a pod of its own; its queue is estimated as the
 //     region's mean).
 //
-// RTTMs and EgressBytes are left for the caller (the gossip view knows the
-// RTT).
-func (s *Summary) Candidate(now time.Time, chain []uint64, promptTokens int) gorgo.Candidate {
+// SummaryAge, RTTMs and EgressBytes are left for the caller: the gossip view
+// knows the RTT, and when the summary arrived, which bounds its age when
+// the remote clock runs ahead. The time argument is not used; it goes when
+// its last caller (regional's benchmark) stops passing it.
+func (s *Summary) Candidate(_ time.Time, chain []uint64, promptTokens int) gorgo.Candidate {
 	t := s.Totals()
 	c := gorgo.Candidate{
 		Region:       s.Region,
@@ -134,7 +134,6 @@ func (s *Summary) Candidate(now time.Time, chain []uint64, promptTokens int) gor
 		Profile:      t.Profile,
 		PromptTokens: promptTokens,
 		CachedTokens: min(s.Depth(chain).Lower*s.BlockSize, max(promptTokens, 0)),
-		SummaryAge:   s.Age(now),
 	}
 	if t.Pods > 0 {
 		c.PendingPrefillTokens = int(ceilDiv(t.PendingPrefillTokens, int64(t.Pods)))

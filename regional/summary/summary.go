@@ -322,10 +322,6 @@ func (s *Summary) Sampler() Sampler { return s.sampler }
 // FilterBytes is the size of the fingerprint array.
 func (s *Summary) FilterBytes() int { return len(s.filter.fp) }
 
-// Age is how old the summary is at now by its build time (0 if now is
-// earlier, e.g. under clock skew).
-func (s *Summary) Age(now time.Time) time.Duration { return max(now.Sub(s.BuiltAt), 0) }
-
 // Serves reports whether the region serves model (a summary listing no
 // models makes no claim and serves every model).
 func (s *Summary) Serves(model string) bool {
