@@ -75,9 +75,6 @@ func runDemo(c *cli.Context) error {
 		return usageError("demo: %w", err)
 	}
 	out, errw := c.App.Writer, c.App.ErrWriter
-	if errw == nil {
-		errw = os.Stderr
-	}
 	cfg.Info = errw
 	table := out
 	if cfg.JSON {

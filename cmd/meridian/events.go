@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/urfave/cli/v2"
@@ -38,10 +37,7 @@ func eventsDecodeCommand() *cli.Command {
 			if c.NArg() > 1 {
 				return usageError("events decode: want at most one FILE, got %d arguments", c.NArg())
 			}
-			var in io.Reader = os.Stdin
-			if c.App.Reader != nil {
-				in = c.App.Reader
-			}
+			in := c.App.Reader
 			if name := c.Args().First(); name != "" && name != "-" {
 				f, err := os.Open(name)
 				if err != nil {

@@ -186,6 +186,13 @@ func TestPolicyClusterCLI(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "p2.yaml is identical to the active policy v2@") {
 		t.Fatalf("diff-active same: %d %q", code, out)
 	}
+	// "-" reads the file from standard input.
+	stdin := clusterApp()
+	stdin.Reader = strings.NewReader("version: 1\nzones:\n  eu: [eu-west-1, eu-central-1]\n")
+	out, code, _ = runCLI(t, stdin, append([]string{"gpolicy", "diff-active", "--exit-code"}, append(admin, "-")...)...)
+	if code != 0 || !strings.Contains(out, "stdin is identical to the active policy v2@") {
+		t.Fatalf("diff-active from standard input: %d %q", code, out)
+	}
 }
 
 // lcsNaive is the reference: the length of the longest common subsequence by

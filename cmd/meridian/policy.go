@@ -51,13 +51,10 @@ type validateResult struct {
 	Problems []residency.Problem `json:"problems"`
 }
 
-func readPolicyFile(c *cli.Context, name string) ([]byte, error) {
+// readInput reads the file name, or standard input (the app's Reader) for "-".
+func readInput(c *cli.Context, name string) ([]byte, error) {
 	if name == "-" {
-		r := c.App.Reader
-		if r == nil {
-			r = os.Stdin
-		}
-		return io.ReadAll(r)
+		return io.ReadAll(c.App.Reader)
 	}
 	return os.ReadFile(name)
 }
@@ -65,7 +62,7 @@ func readPolicyFile(c *cli.Context, name string) ([]byte, error) {
 // loadPolicy reads and parses one file; a file that cannot be read becomes a
 // problem at 1:1 so that every failure prints as FILE:LINE:COL: message.
 func loadPolicy(c *cli.Context, name string) (*residency.Policy, []residency.Problem) {
-	data, err := readPolicyFile(c, name)
+	data, err := readInput(c, name)
 	if err != nil {
 		return nil, []residency.Problem{{File: name, Line: 1, Column: 1, Message: "cannot read: " + err.Error()}}
 	}
@@ -116,9 +113,7 @@ func runPolicyValidate(c *cli.Context) error {
 		}
 	}
 	if c.Bool("json") {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(map[string]any{"files": results, "problems": total}); err != nil {
+		if err := writeJSONTo(w, map[string]any{"files": results, "problems": total}); err != nil {
 			return fmt.Errorf("policy validate: write json: %w", err)
 		}
 	}
@@ -246,9 +241,7 @@ func runPolicyDiff(c *cli.Context) error {
 		for _, d := range diffs {
 			out.Differences = append(out.Differences, differenceJSON{Line: lines[d.Index], Attrs: d.Attrs, Active: toDecisionJSON(d.Active), Candidate: toDecisionJSON(d.Candidate)})
 		}
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(out); err != nil {
+		if err := writeJSONTo(w, out); err != nil {
 			return fmt.Errorf("policy diff: write json: %w", err)
 		}
 	} else {

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"io"
-	"os"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -55,20 +53,14 @@ func readClusterPolicyFile(c *cli.Context) (string, []byte, error) {
 		return "", nil, usageError("%s: want exactly one FILE, got %d arguments (flags go before the file)", cmdPath(c), c.NArg())
 	}
 	name := c.Args().First()
-	if name == "-" {
-		r := c.App.Reader
-		if r == nil {
-			r = os.Stdin
-		}
-		b, err := io.ReadAll(r)
-		if err != nil {
-			return "", nil, fmt.Errorf("%s: read standard input: %w", cmdPath(c), err)
-		}
-		return "stdin", b, nil
-	}
-	b, err := os.ReadFile(name)
-	if err != nil {
+	b, err := readInput(c, name)
+	switch {
+	case err != nil && name == "-":
+		return "", nil, fmt.Errorf("%s: read standard input: %w", cmdPath(c), err)
+	case err != nil:
 		return "", nil, fmt.Errorf("%s: %w", cmdPath(c), err)
+	case name == "-":
+		return "stdin", b, nil
 	}
 	return filepath.Base(name), b, nil
 }

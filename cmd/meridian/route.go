@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -40,13 +39,7 @@ func routeCommand() *cli.Command {
 		Action: func(c *cli.Context) error {
 			prompt := strings.Join(c.Args().Slice(), " ")
 			if f := c.String("file"); f != "" {
-				var b []byte
-				var err error
-				if f == "-" {
-					b, err = io.ReadAll(c.App.Reader)
-				} else {
-					b, err = os.ReadFile(f)
-				}
+				b, err := readInput(c, f)
 				if err != nil {
 					return usageError("route: --file: %w", err)
 				}
