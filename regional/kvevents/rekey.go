@@ -575,6 +575,9 @@ func classifyExtra(raw Raw, lora string, first bool) (salt string, opaque bool) 
 	}
 	sawSalt := false
 	for k := 0; k < n; k++ {
+		// Not redundant with bytes' own type check: a multimodal (id,
+		// offset) pair is rejected here without bytes building a
+		// DecodeError for it (TestClassifyExtraOpaqueAllocs).
 		c, err := rd.peek()
 		if err != nil || typeName(c) != "string" {
 			return "", true

@@ -474,3 +474,18 @@ func TestRekeyAllocs(t *testing.T) {
 		}
 	}
 }
+
+// A block whose extra keys hold a multimodal item is opaque, and telling so
+// allocates nothing (blocks of image prompts take this path every time).
+func TestClassifyExtraOpaqueAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts differ under the race detector")
+	}
+	mm := Raw{0x92, 0xa4, 'l', 'o', 'r', 'a', 0x92, 0xa2, 'i', 'd', 0x05} // ["lora", ["id", 5]]
+	if _, opaque := classifyExtra(mm, "lora", true); !opaque {
+		t.Fatal("a multimodal item did not make the block opaque")
+	}
+	if n := testing.AllocsPerRun(100, func() { _, _ = classifyExtra(mm, "lora", true) }); n != 0 {
+		t.Fatalf("classifyExtra allocates %v times on a multimodal item", n)
+	}
+}
