@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -148,4 +149,14 @@ func latencyWrap(self string, regionOf map[string]string, rtt func(a, b string) 
 			return rtt(self, r) / 2
 		})
 	}
+}
+
+// names returns the sorted names of the remote regions in the view.
+func (v *RegionsView) names() []string {
+	out := make([]string, 0, len(v.Regions))
+	for _, r := range v.Regions {
+		out = append(out, r.Region)
+	}
+	slices.Sort(out)
+	return out
 }

@@ -611,16 +611,6 @@ func (n *Node) peerLocked(name string) *peer {
 	return p
 }
 
-// names returns the sorted names of the remote regions in the view.
-func (v *RegionsView) names() []string {
-	out := make([]string, 0, len(v.Regions))
-	for _, r := range v.Regions {
-		out = append(out, r.Region)
-	}
-	slices.Sort(out)
-	return out
-}
-
 // bodyHash identifies an encoded summary (advertised in the digest, and the
 // tie-break between two bodies of one generation).
 func bodyHash(body []byte) uint64 { return xxhash.Sum64(body) }
