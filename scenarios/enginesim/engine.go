@@ -255,9 +255,6 @@ func (e *Engine) podInfo() PodInfo {
 		Region: e.cfg.Region, Epoch: e.epoch, Reason: "shutdown"}
 }
 
-// Addr returns the listen address (host:port).
-func (e *Engine) Addr() string { return e.ln.Addr().String() }
-
 // URL returns the base URL of the OpenAI-compatible API.
 func (e *Engine) URL() string { return "http://" + e.ln.Addr().String() }
 
@@ -269,10 +266,6 @@ func (e *Engine) Epoch() uint64 { return e.epoch }
 
 // Config returns the engine's configuration with defaults applied.
 func (e *Engine) Config() Config { return e.cfg }
-
-// Model returns the tokenizer and template the engine uses: the router must
-// produce the same ids (give it the same tokenize.Config).
-func (e *Engine) Model() *tokenize.Model { return e.model }
 
 // Registry returns the registry /metrics serves.
 func (e *Engine) Registry() *prometheus.Registry { return e.reg }
