@@ -168,7 +168,7 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	pub := cfg.Publisher
 	if cfg.Kafka != nil {
-		kp, err := newKafkaPublisher(*e.cfg.Kafka, e.podInfo())
+		kp, err := NewKafkaPublisher(*e.cfg.Kafka, e.podInfo())
 		if err != nil {
 			ln.Close()
 			return nil, fmt.Errorf("open engine: %w", err)

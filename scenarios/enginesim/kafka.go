@@ -120,10 +120,6 @@ func NewKafkaPublisher(cfg KafkaConfig, pod PodInfo) (*KafkaPublisher, error) {
 	}, nil
 }
 
-func newKafkaPublisher(cfg KafkaConfig, pod PodInfo) (*KafkaPublisher, error) {
-	return NewKafkaPublisher(cfg, pod)
-}
-
 // Publish implements Publisher. It is not safe for concurrent use (the
 // engine's event pipe calls it from one goroutine).
 func (p *KafkaPublisher) Publish(ctx context.Context, b Batch) error {
