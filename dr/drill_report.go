@@ -179,34 +179,28 @@ const (
 
 // drillMeta is what the outer layer knows besides the results.
 type drillMeta struct {
-	admin                     string
-	controllers               map[string]string
-	drain                     bool
-	policy                    string
-	routable                  []string
-	interval                  time.Duration
-	targetMoved, targetBack   time.Duration
-	movedTimeout, backTimeout time.Duration
-	maxErrors                 int
-	started, finished         time.Time
-	triggerDetail             string
-	recoverDetail             string
-	movedGaveUp, backGaveUp   time.Time
-	triggerErr, recoverErr    string
-	aborted                   string
-	recovered                 bool
-	notes                     []string
+	cfg                     DrillConfig
+	policy                  string
+	routable                []string
+	started, finished       time.Time
+	triggerDetail           string
+	recoverDetail           string
+	movedGaveUp, backGaveUp time.Time
+	triggerErr, recoverErr  string
+	aborted                 string
+	recovered               bool
+	notes                   []string
 }
 
 // report builds the report from the judged results.
 func (j *judge) report(m drillMeta) *DrillReport {
 	mode := "fail"
-	if m.drain {
+	if m.cfg.Drain {
 		mode = "drain"
 	}
-	rep := &DrillReport{Region: j.region, Mode: mode, Admin: m.admin, Controllers: m.controllers, Policy: m.policy,
-		Routable: m.routable, Started: m.started, Finished: m.finished, Interval: Millis(m.interval),
-		Aborted: m.aborted, Recovered: m.recovered, TargetMoved: Millis(m.targetMoved), TargetBack: Millis(m.targetBack),
+	rep := &DrillReport{Region: j.region, Mode: mode, Admin: m.cfg.Admin, Controllers: m.cfg.Controllers, Policy: m.policy,
+		Routable: m.routable, Started: m.started, Finished: m.finished, Interval: Millis(m.cfg.Interval),
+		Aborted: m.aborted, Recovered: m.recovered, TargetMoved: Millis(m.cfg.TargetMoved), TargetBack: Millis(m.cfg.TargetBack),
 		Checks: []DrillCheck{}, Timeline: []DrillEvent{}, Probes: []ProbeReport{}, ErrorSamples: []ProbeSample{},
 		ViolationSamples: []ProbeSample{}, Notes: m.notes}
 	if rep.Controllers == nil {
@@ -224,12 +218,8 @@ func (j *judge) report(m drillMeta) *DrillReport {
 			Outcome: r.outcome, Detail: r.detail, DecisionID: r.decision}
 	}
 
-	ev(m.started, EventStart, "", fmt.Sprintf("%s from %s, every %v", plural(len(j.probes), "probe"), plural(len(originsOf(j.probes)), "origin"), m.interval))
+	ev(m.started, EventStart, "", fmt.Sprintf("%s from %s, every %v", plural(len(j.probes), "probe"), plural(len(originsOf(j.probes)), "origin"), m.cfg.Interval))
 	var baselineAt time.Time
-	var firstErr, lastErr, firstRef, lastRef struct {
-		t *probeTrack
-		r *judged
-	}
 	var movedAt, backAt, firstMovedAt, firstBackAt struct {
 		t *probeTrack
 		r *judged
@@ -255,24 +245,12 @@ func (j *judge) report(m drillMeta) *DrillReport {
 			case classError:
 				pr.Errors++
 				rep.Errors++
-				if firstErr.r == nil || r.done.Before(firstErr.r.done) {
-					firstErr.t, firstErr.r = t, r
-				}
-				if lastErr.r == nil || r.done.After(lastErr.r.done) {
-					lastErr.t, lastErr.r = t, r
-				}
 			case classViolation:
 				pr.Violations++
 				rep.Violations++
 			}
 			if r.outcome == outcomeNoHealthy {
 				rep.Refused++
-				if firstRef.r == nil || r.done.Before(firstRef.r.done) {
-					firstRef.t, firstRef.r = t, r
-				}
-				if lastRef.r == nil || r.done.After(lastRef.r.done) {
-					lastRef.t, lastRef.r = t, r
-				}
 			}
 			addOutcome(&pr.Outcomes, r)
 		}
@@ -316,11 +294,31 @@ func (j *judge) report(m drillMeta) *DrillReport {
 		}
 		rep.Probes = append(rep.Probes, pr)
 	}
+	// Samples, in time order.
+	var errs, viols, refused []ProbeSample
+	for _, t := range j.probes {
+		for i := range t.results {
+			r := &t.results[i]
+			switch r.class {
+			case classError:
+				errs = append(errs, sample(t, r))
+			case classViolation:
+				viols = append(viols, sample(t, r))
+			}
+			if r.outcome == outcomeNoHealthy {
+				refused = append(refused, sample(t, r))
+			}
+		}
+	}
+	bySampleTime := func(a, b ProbeSample) int { return a.At.Compare(b.At) }
+	slices.SortStableFunc(errs, bySampleTime)
+	slices.SortStableFunc(viols, bySampleTime)
+	slices.SortStableFunc(refused, bySampleTime)
 	if !baselineAt.IsZero() {
 		ev(baselineAt, EventBaseline, "", fmt.Sprintf("%d rounds; %d of %s must move", j.rounds, rep.Affected, plural(len(j.probes), "probe")))
 	}
 	action := "fail " + j.region
-	if m.drain {
+	if m.cfg.Drain {
 		action = "drain " + j.region
 	}
 	if !j.trigger.sent.IsZero() {
@@ -338,15 +336,17 @@ func (j *judge) report(m drillMeta) *DrillReport {
 		ev(movedAt.r.done, EventMoved, movedAt.t.probe.String(), fmt.Sprintf("every affected probe served as the policy allows without %s", j.region))
 	}
 	if !m.movedGaveUp.IsZero() {
-		ev(m.movedGaveUp, EventMovedTimeout, "", fmt.Sprintf("traffic had not moved %v after the trigger returned", m.movedTimeout))
+		ev(m.movedGaveUp, EventMovedTimeout, "", fmt.Sprintf("traffic had not moved %v after the trigger returned", m.cfg.MovedTimeout))
 	}
-	if firstErr.r != nil {
-		ev(firstErr.r.done, EventFirstError, firstErr.t.probe.String(), firstErr.r.outcome)
-		ev(lastErr.r.done, EventLastError, lastErr.t.probe.String(), lastErr.r.outcome)
-	}
-	if firstRef.r != nil {
-		ev(firstRef.r.done, EventFirstRefused, firstRef.t.probe.String(), firstRef.r.outcome)
-		ev(lastRef.r.done, EventLastRefused, lastRef.t.probe.String(), lastRef.r.outcome)
+	for _, fl := range []struct {
+		samples     []ProbeSample
+		first, last string
+	}{{errs, EventFirstError, EventLastError}, {refused, EventFirstRefused, EventLastRefused}} {
+		if len(fl.samples) > 0 {
+			first, last := firstLast(fl.samples)
+			ev(first.At, fl.first, first.Probe, first.Outcome)
+			ev(last.At, fl.last, last.Probe, last.Outcome)
+		}
 	}
 	if !j.recover.sent.IsZero() {
 		ev(j.recover.sent, EventRecoverSent, "", "recover "+j.region)
@@ -363,24 +363,8 @@ func (j *judge) report(m drillMeta) *DrillReport {
 		ev(backAt.r.done, EventBack, backAt.t.probe.String(), "every affected probe served as in the baseline")
 	}
 	if !m.backGaveUp.IsZero() {
-		ev(m.backGaveUp, EventBackTimeout, "", fmt.Sprintf("traffic was not back %v after the recovery returned", m.backTimeout))
+		ev(m.backGaveUp, EventBackTimeout, "", fmt.Sprintf("traffic was not back %v after the recovery returned", m.cfg.BackTimeout))
 	}
-	// Samples, in time order.
-	var errs, viols []ProbeSample
-	for _, t := range j.probes {
-		for i := range t.results {
-			r := &t.results[i]
-			switch r.class {
-			case classError:
-				errs = append(errs, sample(t, r))
-			case classViolation:
-				viols = append(viols, sample(t, r))
-			}
-		}
-	}
-	bySampleTime := func(a, b ProbeSample) int { return a.At.Compare(b.At) }
-	slices.SortStableFunc(errs, bySampleTime)
-	slices.SortStableFunc(viols, bySampleTime)
 	rep.ErrorSamples = append(rep.ErrorSamples, errs[:min(len(errs), maxErrorSamples)]...)
 	rep.ViolationSamples = append(rep.ViolationSamples, viols[:min(len(viols), maxViolationSamples)]...)
 	for _, v := range viols[:min(len(viols), maxErrorSamples)] {
@@ -420,8 +404,8 @@ func (j *judge) checks(rep *DrillReport, m drillMeta) []DrillCheck {
 		backNot = notTriggered
 	}
 	out := []DrillCheck{
-		figure("traffic moved", m.targetMoved, rep.Moved, triggered, m.movedTimeout, notTriggered),
-		figure("traffic back", m.targetBack, rep.Back, !j.recover.done.IsZero(), m.backTimeout, backNot),
+		figure("traffic moved", m.cfg.TargetMoved, rep.Moved, triggered, m.cfg.MovedTimeout, notTriggered),
+		figure("traffic back", m.cfg.TargetBack, rep.Back, !j.recover.done.IsZero(), m.cfg.BackTimeout, backNot),
 		{Name: "residency violations", Target: "0", Measured: strconv.Itoa(rep.Violations), Passed: rep.Violations == 0},
 		{Name: "probes affected", Target: "≥ 1", Measured: fmt.Sprintf("%d of %d", rep.Affected, len(j.probes)), Passed: rep.Affected > 0},
 	}
@@ -437,10 +421,20 @@ func (j *judge) checks(rep *DrillReport, m drillMeta) []DrillCheck {
 		rc.Measured = "not recovered"
 	}
 	out = append(out, rc)
-	if m.maxErrors >= 0 {
-		out = append(out, DrillCheck{Name: "probe errors", Target: "≤ " + strconv.Itoa(m.maxErrors), Measured: strconv.Itoa(rep.Errors), Passed: rep.Errors <= m.maxErrors})
+	if m.cfg.MaxErrors >= 0 {
+		out = append(out, DrillCheck{Name: "probe errors", Target: "≤ " + strconv.Itoa(m.cfg.MaxErrors), Measured: strconv.Itoa(rep.Errors), Passed: rep.Errors <= m.cfg.MaxErrors})
 	}
 	return out
+}
+
+// firstLast returns the earliest and the latest of samples sorted by time;
+// of several at the latest time, the first listed.
+func firstLast(samples []ProbeSample) (first, last ProbeSample) {
+	i := len(samples) - 1
+	for i > 0 && samples[i-1].At.Equal(samples[i].At) {
+		i--
+	}
+	return samples[0], samples[i]
 }
 
 func (r *DrillReport) probe(name string) ProbeReport {

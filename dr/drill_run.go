@@ -138,9 +138,7 @@ func (d *driller) run(ctx context.Context) (*DrillReport, error) {
 	}
 	cfg := d.cfg
 	d.j = newJudge(pol, cfg.Model, cfg.Region, routable, d.probes, cfg.BaselineRounds)
-	d.meta = drillMeta{admin: cfg.Admin, controllers: cfg.Controllers, drain: cfg.Drain, policy: d.meta.policy, routable: routable,
-		interval: cfg.Interval, targetMoved: cfg.TargetMoved, targetBack: cfg.TargetBack, movedTimeout: cfg.MovedTimeout,
-		backTimeout: cfg.BackTimeout, maxErrors: cfg.MaxErrors, started: time.Now()}
+	d.meta = drillMeta{cfg: cfg, policy: d.meta.policy, routable: routable, started: time.Now()}
 	d.log.Info("dr drill: baseline", "region", cfg.Region, "probes", len(d.probes), "routable", routable, "policy", d.meta.policy)
 
 	// The probes run from the baseline to the end; their results come here.

@@ -292,15 +292,16 @@ func (s *drillScript) run(t *testing.T, pol *residency.Policy) *DrillReport {
 		}
 		return 0
 	})
-	m := drillMeta{admin: "http://admin.test:8081", controllers: map[string]string{}, drain: s.drain, policy: pol.Revision() + " (v1@5)",
-		routable: routable, interval: s.interval, targetMoved: s.targetMoved, targetBack: s.targetBack,
-		movedTimeout: s.movedTimeout, backTimeout: s.backTO, maxErrors: s.maxErrors, started: scriptBase, finished: at(s.end),
+	m := drillMeta{cfg: DrillConfig{Admin: "http://admin.test:8081", Controllers: map[string]string{}, Drain: s.drain,
+		Interval: s.interval, TargetMoved: s.targetMoved, TargetBack: s.targetBack, MovedTimeout: s.movedTimeout,
+		BackTimeout: s.backTO, MaxErrors: s.maxErrors}, policy: pol.Revision() + " (v1@5)",
+		routable: routable, started: scriptBase, finished: at(s.end),
 		triggerDetail: s.region + " is failed (raft index 41)", recoverDetail: s.region + " is active (raft index 57)"}
 	if s.drain {
 		m.triggerDetail = s.region + " is draining (raft index 41)"
 	}
 	for _, p := range s.probes {
-		m.controllers[p.Origin] = "http://" + p.Origin + ".test:8080"
+		m.cfg.Controllers[p.Origin] = "http://" + p.Origin + ".test:8080"
 	}
 	for _, e := range evs {
 		if e.mark != nil {
@@ -391,5 +392,18 @@ func TestDrillScripts(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The timeline names, of several errors (or refusals) at the latest time,
+// the first one listed, as of several at the earliest time.
+func TestFirstLast(t *testing.T) {
+	t1 := scriptBase.Add(time.Second)
+	s := []ProbeSample{{At: scriptBase, Probe: "a"}, {At: scriptBase, Probe: "b"}, {At: t1, Probe: "c"}, {At: t1, Probe: "d"}}
+	if first, last := firstLast(s); first.Probe != "a" || last.Probe != "c" {
+		t.Fatalf("first %s, last %s; want a, c", first.Probe, last.Probe)
+	}
+	if first, last := firstLast(s[3:]); first.Probe != "d" || last.Probe != "d" {
+		t.Fatalf("one sample: first %s, last %s", first.Probe, last.Probe)
 	}
 }
