@@ -15,14 +15,42 @@ import (
 // snapshots and never wait on the network: when the Raft tier has lost its
 // quorum they keep answering with the last committed state.
 type ControlPlane interface {
-	// Policy returns the policy to evaluate and its version. An error means
-	// no usable policy: the request path fails closed.
-	Policy() (*residency.Policy, string, error)
-	// Routable reports whether a region may take traffic (active, or
-	// recovering once its hold-down has passed; not failed or draining).
-	Routable(region string) bool
-	// RegionState names a region's state for explanations.
-	RegionState(region string) string
+	// View is the state one request is decided on: read once per request,
+	// so its policy and its region states come from the same commit.
+	View() ControlView
+}
+
+// ControlView is one immutable reading of a ControlPlane. Taking and using
+// it does not allocate.
+type ControlView struct {
+	// Policy is the policy to evaluate and Version the version decisions
+	// record. Err set means no usable policy: the request path fails closed.
+	Policy  *residency.Policy
+	Version string
+	Err     error
+	state   *global.State     // committed region states (GlobalControl)
+	failed  map[string]string // regions marked unroutable (StaticControl)
+}
+
+// Routable reports whether a region may take traffic (active, or
+// recovering once its hold-down has passed; not failed or draining).
+func (v ControlView) Routable(region string) bool {
+	if v.state != nil {
+		return v.state.Routable(region)
+	}
+	_, bad := v.failed[region]
+	return !bad
+}
+
+// RegionState names a region's state for explanations.
+func (v ControlView) RegionState(region string) string {
+	if v.state != nil {
+		return v.state.RegionState(region).String()
+	}
+	if s, bad := v.failed[region]; bad {
+		return s
+	}
+	return "active"
 }
 
 // ErrNoPolicy means the control plane has no usable residency policy.
@@ -51,21 +79,9 @@ func NewStaticControl(policy *residency.Policy) (*StaticControl, error) {
 	return c, nil
 }
 
-// Policy implements ControlPlane.
-func (c *StaticControl) Policy() (*residency.Policy, string, error) { return c.policy, c.version, nil }
-
-// Routable implements ControlPlane.
-func (c *StaticControl) Routable(region string) bool {
-	_, bad := (*c.failed.Load())[region]
-	return !bad
-}
-
-// RegionState implements ControlPlane.
-func (c *StaticControl) RegionState(region string) string {
-	if s, bad := (*c.failed.Load())[region]; bad {
-		return s
-	}
-	return "active"
+// View implements ControlPlane.
+func (c *StaticControl) View() ControlView {
+	return ControlView{Policy: c.policy, Version: c.version, failed: *c.failed.Load()}
 }
 
 // SetState marks a region failed or draining ("" or "active" clears it);
@@ -87,8 +103,9 @@ func (c *StaticControl) SetState(region, state string) {
 // been applied through Raft it uses a fallback (the shipped default, or the
 // controller's bootstrap policy file).
 type GlobalControl struct {
-	node     *global.Node
-	fallback *residency.Policy
+	node            *global.Node
+	fallback        *residency.Policy
+	fallbackVersion string // "default/<id>"
 }
 
 // NewGlobalControl reads node's state; fallback nil means the shipped default.
@@ -99,34 +116,32 @@ func NewGlobalControl(node *global.Node, fallback *residency.Policy) (*GlobalCon
 			return nil, err
 		}
 	}
-	return &GlobalControl{node: node, fallback: fallback}, nil
+	return &GlobalControl{node: node, fallback: fallback, fallbackVersion: "default/" + fallback.ID()}, nil
 }
 
-// Policy implements ControlPlane: the compiled active policy, versioned as
-// "v<version>@<raft index>/<policy id>".
-func (c *GlobalControl) Policy() (*residency.Policy, string, error) {
+// View implements ControlPlane: the compiled active policy, versioned as
+// "v<version>@<raft index>/<policy id>" (global.State.PolicyVersionString),
+// and the region states of the same committed state.
+func (c *GlobalControl) View() ControlView {
 	st := c.node.State()
+	v := ControlView{state: st}
 	pv, ok := st.Policy()
 	if !ok {
-		return c.fallback, "default/" + c.fallback.ID(), nil
+		v.Policy, v.Version = c.fallback, c.fallbackVersion
+		return v
 	}
 	compiled, err := st.CompiledPolicy()
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: policy %s does not compile: %v", ErrNoPolicy, pv.Ref(), err)
+		v.Err = fmt.Errorf("%w: policy %s does not compile: %v", ErrNoPolicy, pv.Ref(), err)
+		return v
 	}
 	p, ok := compiled.(*residency.Policy)
 	if !ok || p == nil {
-		return nil, "", fmt.Errorf("%w: policy %s has no compiled form", ErrNoPolicy, pv.Ref())
+		v.Err = fmt.Errorf("%w: policy %s has no compiled form", ErrNoPolicy, pv.Ref())
+		return v
 	}
-	return p, pv.Ref() + "/" + p.ID(), nil
-}
-
-// Routable implements ControlPlane.
-func (c *GlobalControl) Routable(region string) bool { return c.node.State().Routable(region) }
-
-// RegionState implements ControlPlane.
-func (c *GlobalControl) RegionState(region string) string {
-	return c.node.State().RegionState(region).String()
+	v.Policy, v.Version = p, st.PolicyVersionString()
+	return v
 }
 
 // PolicyValidator and PolicyCompiler wire the residency package into the

@@ -131,7 +131,8 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	}
 	w.Header().Set(HeaderDecisionID, decisionID)
 
-	pol, version, err := t.Control.Policy()
+	ctl := t.Control.View()
+	pol, version, err := ctl.Policy, ctl.Version, ctl.Err
 	if err != nil {
 		s.fail(w, route, http.StatusServiceUnavailable, "residency_policy_unavailable", "no usable residency policy, so nothing is served: %v", err)
 		return placed{}, false
@@ -150,8 +151,8 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	}
 	if hop != "" {
 		// Forwarded in: served here or nowhere (a request crosses at most once).
-		if !t.Control.Routable(t.Region) {
-			s.fail(w, route, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, t.Control.RegionState(t.Region))
+		if !ctl.Routable(t.Region) {
+			s.fail(w, route, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, ctl.RegionState(t.Region))
 			return pr, false
 		}
 		in := entry
@@ -161,11 +162,11 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		return pr, true
 	}
 
-	localOK := rd.Allows(t.Region) && t.Control.Routable(t.Region)
+	localOK := rd.Allows(t.Region) && ctl.Routable(t.Region)
 	var remotes []gorgo.Candidate
 	if t.Remotes != nil && t.Audit != nil && t.HopToken != "" {
 		remotes = t.Remotes.Candidates(s.now(), p.route.Chain, p.route.PromptTokens, func(region string) bool {
-			return region != t.Region && rd.Allows(region) && t.Control.Routable(region)
+			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
 	}
 	pl, err := s.dec.Place(&p.route, t.Region, localOK, remotes, t.Shares)
