@@ -89,7 +89,7 @@ func (c IngestConfig) Validate() error {
 }
 
 // TopicFor is the default topic of a region.
-func TopicFor(region string) string { return "meridian.kv-events." + region }
+func TopicFor(region string) string { return kvevents.TopicFor(region) }
 
 // Message is what the ingester needs of one Kafka message; Apply takes it so
 // the event logic is tested without a broker.
