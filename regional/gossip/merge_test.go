@@ -1,9 +1,12 @@
 package gossip
 
 import (
+	"cmp"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"pgregory.net/rapid"
 
 	"github.com/meridian-llm/meridian/regional/summary"
@@ -30,22 +33,25 @@ func TestMergeOrderIndependent(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		order := rapid.SliceOfN(rapid.IntRange(0, len(bodies)-1), 1, 20).Draw(rt, "order")
 		n := bareNode(t, testConfig(t, "a", "us-east-1", "unused"), &now)
-		var wantGen, wantHash uint64
 		for _, i := range order {
 			if err := n.receive(bodies[i], "pull"); err != nil {
 				rt.Fatal(err)
 			}
 		}
-		// The naive answer: the maximum over the set received.
+		// The naive answer, computed without the node's own ordering: the
+		// largest (generation, body hash) pair over the set received.
+		type version struct{ gen, hash uint64 }
+		var received []version
 		for _, i := range order {
 			s, _ := summary.Decode(bodies[i])
-			if g, hh := s.Generation, bodyHash(bodies[i]); newer(g, hh, wantGen, wantHash) {
-				wantGen, wantHash = g, hh
-			}
+			received = append(received, version{s.Generation, xxhash.Sum64(bodies[i])})
 		}
+		want := slices.MaxFunc(received, func(a, b version) int {
+			return cmp.Or(cmp.Compare(a.gen, b.gen), cmp.Compare(a.hash, b.hash))
+		})
 		got := n.regions["us-west-2"]
-		if got.s.Generation != wantGen || got.hash != wantHash {
-			rt.Fatalf("held (%d, %x), want (%d, %x)", got.s.Generation, got.hash, wantGen, wantHash)
+		if got.s.Generation != want.gen || got.hash != want.hash {
+			rt.Fatalf("held (%d, %x), want (%d, %x)", got.s.Generation, got.hash, want.gen, want.hash)
 		}
 	})
 }
