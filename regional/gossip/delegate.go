@@ -37,7 +37,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 // a body is decoded here (tens of microseconds for 64 KiB).
 func (d *delegate) NotifyMsg(b []byte) {
 	n := (*Node)(d)
-	if len(b) < 2 || b[1] != wireVersion {
+	if len(b) < msgHeaderLen || b[1] != wireVersion {
 		n.m.rejected.WithLabelValues("malformed").Inc()
 		n.warnOnce("malformed", "malformed gossip message dropped", "bytes", len(b))
 		return
@@ -51,7 +51,7 @@ func (d *delegate) NotifyMsg(b []byte) {
 		}
 		n.answer(w)
 	case msgSummary:
-		_ = n.receive(b[2:], "pull")
+		_ = n.receive(b[msgHeaderLen:], "pull")
 	default:
 		n.m.rejected.WithLabelValues("malformed").Inc()
 		n.warnOnce("msgtype", "gossip message of unknown type dropped", "type", b[0])
@@ -65,8 +65,8 @@ func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
 // LocalState is the push/pull payload: this controller's own summary.
 func (d *delegate) LocalState(join bool) []byte {
 	b := *d.localState.Load()
-	if len(b) > 5 {
-		d.m.sentBytes.Add(float64(len(b) - 5))
+	if len(b) > stateHeaderLen {
+		d.m.sentBytes.Add(float64(len(b) - stateHeaderLen))
 	}
 	return b
 }

@@ -503,7 +503,7 @@ func (n *Node) sender() {
 				continue
 			}
 			if j.summary {
-				n.m.sentBytes.Add(float64(len(j.msg) - 2))
+				n.m.sentBytes.Add(float64(len(j.msg) - msgHeaderLen))
 			}
 		}
 	}

@@ -90,6 +90,23 @@ func TestDigestFitsNodeMeta(t *testing.T) {
 
 // TestWireRejects: malformed digests, pull requests, push/pull states and
 // coordinates are refused with errors.
+// The framing constants the byte counters subtract are the encoders' own.
+func TestFramingHeaderLengths(t *testing.T) {
+	body := []byte("summary body")
+	if got := len(encodeSummaryMsg(body)) - len(body); got != msgHeaderLen {
+		t.Errorf("summary message header %d bytes, msgHeaderLen %d", got, msgHeaderLen)
+	}
+	if got := len(encodeLocalState(body)) - len(body); got != stateHeaderLen {
+		t.Errorf("push/pull state header %d bytes, stateHeaderLen %d", got, stateHeaderLen)
+	}
+	if got, err := decodeLocalState(encodeLocalState(body)); err != nil || string(got) != string(body) {
+		t.Errorf("push/pull state round trip: %q %v", got, err)
+	}
+	if m := (want{From: "a", Region: "r", Generation: 3}).encode(); len(m) < msgHeaderLen || m[0] != msgWant || m[1] != wireVersion {
+		t.Errorf("pull request header % x", m)
+	}
+}
+
 func TestWireRejects(t *testing.T) {
 	good, _ := (&Digest{Region: "us-east-1", Generation: 3}).encode()
 	for name, b := range map[string][]byte{

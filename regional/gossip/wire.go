@@ -44,6 +44,13 @@ const (
 	wireVersion   = 1
 	pingVersion   = 1
 	maxDims       = 16
+
+	// msgHeaderLen frames a user message: its type (msgWant, msgSummary),
+	// then wireVersion.
+	msgHeaderLen = 2
+	// stateHeaderLen frames the push/pull state: stateVersion, then the
+	// body's length as a uint32.
+	stateHeaderLen = 1 + 4
 )
 
 var errWire = errors.New("malformed message")
@@ -170,7 +177,7 @@ func (m want) encode() []byte {
 }
 
 func decodeWant(b []byte) (want, error) {
-	w := &wire{b: b[2:]}
+	w := &wire{b: b[msgHeaderLen:]}
 	var m want
 	m.From = w.str8("requester", maxNodeNameLen, false)
 	m.Region = w.str8("region", summary.MaxRegionLen, false)
