@@ -285,7 +285,9 @@ func (fo *folder) summary() FolderSummary {
 		Hashed: fo.hashed, ChecksumsVerified: fo.verified}
 	for _, f := range fo.files {
 		s.Bytes += f.size
-		if f.hdr != nil && f.kind == KindWeights && path.Dir(f.rel) == fo.modelDir {
+	}
+	for _, f := range fo.modelShards() {
+		if f.hdr != nil {
 			s.Shards++
 			s.Tensors += len(f.hdr.Tensors)
 		}

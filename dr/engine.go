@@ -114,7 +114,7 @@ func (fo *folder) finishEngine(e *engineSource) {
 	case string:
 		items = []any{v}
 	case map[string]any:
-		for _, k := range sortedKeys(v) {
+		for _, k := range slices.Sorted(maps.Keys(v)) {
 			items = append(items, map[string]any{"name": k, "path": v[k]})
 		}
 	}
@@ -154,15 +154,6 @@ func parseLoRARef(v any) (loraRef, bool) {
 		return loraRef{name: name, path: p}, p != ""
 	}
 	return loraRef{}, false
-}
-
-func sortedKeys(m map[string]any) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // kubernetesEngines finds containers that run vLLM or SGLang in a
@@ -211,7 +202,7 @@ func (fo *folder) kubernetesEngines(p string, files []*engineSource) []*engineSo
 func walkContainers(v any, fn func(map[string]any)) {
 	switch x := v.(type) {
 	case map[string]any:
-		for _, key := range sortedKeys(x) {
+		for _, key := range slices.Sorted(maps.Keys(x)) {
 			if key == "containers" || key == "initContainers" {
 				if list, ok := x[key].([]any); ok {
 					for _, c := range list {

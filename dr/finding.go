@@ -220,10 +220,6 @@ func (fs *findings) addOnce(sev Severity, code Code, path, format string, args .
 	fs.add(sev, code, path, format, args...)
 }
 
-func (fs *findings) has(code Code) bool {
-	return slices.ContainsFunc(fs.list, func(f Finding) bool { return f.Code == code })
-}
-
 func (fs *findings) hasAt(path string, codes ...Code) bool {
 	return slices.ContainsFunc(fs.list, func(f Finding) bool { return f.Path == path && slices.Contains(codes, f.Code) })
 }

@@ -1,6 +1,7 @@
 package dr
 
 import (
+	"maps"
 	"path"
 	"slices"
 )
@@ -30,7 +31,7 @@ func (fo *folder) loraManifestRefs(p string) []loraRef {
 				}
 			}
 			if !found {
-				for _, k := range sortedKeys(x) {
+				for _, k := range slices.Sorted(maps.Keys(x)) {
 					items = append(items, map[string]any{"name": k, "path": x[k]})
 				}
 			}
