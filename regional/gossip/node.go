@@ -511,13 +511,19 @@ func (n *Node) sender() {
 
 // receive considers a summary body from another controller. It returns an
 // error for a body it rejects (counted by reason); a body that is not newer
-// than the one held is ignored.
+// than the one held is ignored. A body already held (push/pull resends the
+// same one every exchange) is recognised by its hash and ignored before it
+// is decoded.
 func (n *Node) receive(body []byte, via string) error {
 	n.m.receivedBytes.Add(float64(len(body)))
 	if len(body) > n.cfg.MaxSummaryBytes {
 		n.m.rejected.WithLabelValues("oversize").Inc()
 		n.warnOnce("oversize", "summary body over MaxSummaryBytes rejected", "via", via, "bytes", len(body), "limit", n.cfg.MaxSummaryBytes)
 		return fmt.Errorf("receive summary: %w: %d bytes, limit %d", ErrTooLarge, len(body), n.cfg.MaxSummaryBytes)
+	}
+	hash := bodyHash(body)
+	if n.holdsBody(hash) {
+		return nil
 	}
 	s, err := summary.Decode(body)
 	if err != nil {
@@ -533,7 +539,6 @@ func (n *Node) receive(body []byte, via string) error {
 	if s.Region == n.cfg.Region {
 		return nil // a controller of our own region: we have the exact index
 	}
-	hash := bodyHash(body)
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if h := n.regions[s.Region]; h != nil && !newer(s.Generation, hash, h.s.Generation, h.hash) {
@@ -547,6 +552,22 @@ func (n *Node) receive(body []byte, via string) error {
 	n.log.Debug("summary accepted", "of", s.Region, "generation", s.Generation, "bytes", len(body), "via", via)
 	n.rebuildLocked()
 	return nil
+}
+
+// holdsBody reports whether hash is the body hash of a summary held: a
+// remote region's, or this controller's own.
+func (n *Node) holdsBody(hash uint64) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.own != nil && n.own.hash == hash {
+		return true
+	}
+	for _, h := range n.regions {
+		if h.hash == hash {
+			return true
+		}
+	}
+	return false
 }
 
 // answer serves a pull request with this controller's summary.
