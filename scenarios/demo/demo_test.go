@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -16,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/regional"
 )
 
@@ -162,6 +164,20 @@ func TestRunJSON(t *testing.T) {
 		if !strings.Contains(info.String(), s) {
 			t.Errorf("the summary or the events lack %q", s)
 		}
+	}
+	// The key file the summary names is the controllers' key: a tenant
+	// search with it finds the EU health tenant's records.
+	key, err := os.ReadFile(filepath.Join(cfg.Dir, "audit-hmac.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := audit.NewHasher(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := audit.NaiveQuery(filepath.Join(cfg.Dir, "audit"), audit.Query{Tenant: "eu-health"}, h)
+	if err != nil || len(recs) == 0 {
+		t.Errorf("audit records of tenant eu-health with the key file: %d, %v", len(recs), err)
 	}
 }
 

@@ -2,8 +2,6 @@ package demo
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -16,8 +14,6 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/global"
-	"github.com/meridian-llm/meridian/regional"
-	"github.com/meridian-llm/meridian/residency"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
@@ -48,12 +44,6 @@ type Result struct {
 	Events      []Event           `json:"-"` // the story: failover, recovery, the first errors of each kind
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // runner is one run's state.
 type runner struct {
 	cfg       Config
@@ -63,7 +53,6 @@ type runner struct {
 	dir       string
 	keyFile   string // the audit HMAC key, for `audit query --tenant`
 	log       *slog.Logger
-	policy    *residency.Policy
 	f         *fleet.Fleet
 	infos     []regionInfo
 	urls      map[string]string
@@ -96,13 +85,13 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		return r.res, fmt.Errorf("demo: %w", err)
 	}
 	defer closeLog()
-	if err := r.start(ctx); err != nil {
-		return r.res, fmt.Errorf("demo: start: %w", err)
-	}
 	var closeOnce sync.Once
 	var closeErr error
 	closeFleet := func() error {
 		closeOnce.Do(func() {
+			if r.f == nil {
+				return
+			}
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 			defer cancel()
 			closeErr = r.f.Close(cctx)
@@ -110,9 +99,12 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 		return closeErr
 	}
 	defer closeFleet()
+	if err := r.start(ctx); err != nil {
+		return r.res, fmt.Errorf("demo: start: %w", err)
+	}
 
 	// The status page's recent decisions come from the audit logs.
-	r.st, r.dec = newStats(r.policy, time.Now), newDecisions()
+	r.st, r.dec = newStats(r.f.Policy, time.Now), newDecisions()
 	var tails sync.WaitGroup
 	tailCtx, stopTails := context.WithCancel(ctx)
 	defer func() { stopTails(); tails.Wait() }()
@@ -149,7 +141,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	return r.finish(ctx, foErr, closeFleet)
 }
 
-// prepare makes the directory, the log and the audit key.
+// prepare makes the directory and the log.
 func (r *runner) prepare() (closeLog func(), err error) {
 	closeLog = func() {}
 	r.dir = r.cfg.Dir
@@ -170,20 +162,12 @@ func (r *runner) prepare() (closeLog func(), err error) {
 		closeLog = func() { _ = lf.Close() }
 		r.log = slog.New(slog.NewTextHandler(lf, nil))
 	}
-	if r.policy, err = residency.Parse("policy.yaml", fleet.ExamplePolicy); err != nil {
-		return closeLog, fmt.Errorf("policy: %w", err)
-	}
-	r.keyFile = filepath.Join(r.dir, "audit-hmac.key")
 	return closeLog, nil
 }
 
-// start brings the fleet up: every controller shares an audit HMAC key kept
-// in Dir, so that `meridian audit query --tenant` works on the run's logs.
+// start brings the fleet up and keeps its audit HMAC key in Dir, so that
+// `meridian audit query --tenant` works on the run's logs.
 func (r *runner) start(ctx context.Context) error {
-	hmacKey := randomHex(32)
-	if err := os.WriteFile(r.keyFile, []byte(hmacKey), 0o600); err != nil {
-		return err
-	}
 	fmt.Fprintf(r.disp, "Starting Meridian: 3 regions (%s), %d simulated pods each, a Kafka-protocol broker, Raft and gossip on loopback (state in %s)...\n",
 		strings.Join(regionNames, ", "), r.cfg.PodsPerRegion, r.dir)
 	began := time.Now()
@@ -194,12 +178,15 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	f, err := fleet.Start(sctx, fleet.Config{Regions: specs, Dir: r.dir, TimeScale: r.cfg.TimeScale, Logger: r.log,
-		Controller: func(_ string, c *regional.Config) { c.Audit.HMACKey = hmacKey }})
+	f, err := fleet.Start(sctx, fleet.Config{Regions: specs, Dir: r.dir, TimeScale: r.cfg.TimeScale, Logger: r.log})
 	if err != nil {
 		return err
 	}
 	r.f, r.urls = f, map[string]string{}
+	r.keyFile = filepath.Join(r.dir, "audit-hmac.key")
+	if err := os.WriteFile(r.keyFile, []byte(f.AuditKey), 0o600); err != nil {
+		return err
+	}
 	for _, reg := range f.Regions {
 		ri := regionInfo{name: reg.Name, url: reg.Controller.URL(), admin: reg.Controller.AdminURL()}
 		for _, e := range reg.Engines {
@@ -358,7 +345,7 @@ func (r *runner) failover(cl *client, hc *http.Client) *failover {
 		other = regionNames[1]
 	}
 	return &failover{region: region, admin: global.NewClient(r.f.Region(other).Controller.AdminURL(), r.f.AdminToken, hc),
-		c: cl, st: r.st, policy: r.policy, regions: regionNames, now: time.Now, probeWait: 30 * time.Second,
+		c: cl, st: r.st, policy: r.f.Policy, regions: regionNames, now: time.Now, probeWait: 30 * time.Second,
 		states: func() map[string]global.RegionState {
 			m := map[string]global.RegionState{}
 			for _, reg := range r.f.Regions {

@@ -18,7 +18,7 @@ import (
 func (r *runner) finish(ctx context.Context, foErr error, closeFleet func() error) (Result, error) {
 	actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	auditDir := filepath.Join(r.dir, "audit")
+	auditDir := r.f.AuditDir()
 	ar, aerr := sealAndVerify(actx, r.f, auditDir, filepath.Join(r.dir, "checkpoints.jsonl"))
 	res := &r.res
 	res.AuditRecords, res.AuditVerified, res.AuditIssues = ar.records, ar.verified, ar.problems

@@ -161,10 +161,7 @@ func TestResidencyAndAuditOnRandomizedRun(t *testing.T) {
 		t.Skip("multi-region")
 	}
 	f := startFleet(t, Config{})
-	pol, err := residency.Parse("policy.yaml", ExamplePolicy)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := f.Policy
 	rng := rand.New(rand.NewPCG(7, 7))
 	contexts := make([]string, 6)
 	for i := range contexts {
@@ -226,7 +223,7 @@ func TestResidencyAndAuditOnRandomizedRun(t *testing.T) {
 	}
 
 	// Every cross-region decision exactly once.
-	dir := filepath.Join(f.Dir, "audit")
+	dir := f.AuditDir()
 	seen := map[string]int{}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -106,10 +106,19 @@ type Fleet struct {
 	Broker     *kfake.Cluster
 	Regions    []*Region
 	AdminToken string
-	Dir        string
-	cfg        Config
-	ownDir     bool
+	// AuditKey is the audit HMAC key every controller is given (a
+	// Config.Controller hook may change it), for tenant searches of the logs.
+	AuditKey string
+	// Policy is the residency policy the controllers start with.
+	Policy *residency.Policy
+	Dir    string
+	cfg    Config
+	ownDir bool
 }
+
+// AuditDir is the audit directory the controllers are given (one
+// subdirectory per controller; a Config.Controller hook may change it).
+func (f *Fleet) AuditDir() string { return filepath.Join(f.Dir, "audit") }
 
 // Region returns a region by name.
 func (f *Fleet) Region(name string) *Region {
@@ -140,7 +149,8 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 	if cfg.Policy == nil {
 		cfg.Policy = ExamplePolicy
 	}
-	if _, err := residency.Parse("policy.yaml", cfg.Policy); err != nil {
+	policy, err := residency.Parse("policy.yaml", cfg.Policy)
+	if err != nil {
 		return nil, fmt.Errorf("fleet policy: %w", err)
 	}
 	if cfg.RTT == nil {
@@ -158,7 +168,7 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	f = &Fleet{cfg: cfg, AdminToken: randomHex(16), Dir: cfg.Dir}
+	f = &Fleet{cfg: cfg, AdminToken: randomHex(16), AuditKey: randomHex(32), Policy: policy, Dir: cfg.Dir}
 	if f.Dir == "" {
 		if f.Dir, err = os.MkdirTemp("", "meridian-fleet-"); err != nil {
 			return nil, err
@@ -181,7 +191,6 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		return f, err
 	}
 	gossipKey := base64.StdEncoding.EncodeToString([]byte(randomHex(16)))
-	auditKey := randomHex(16)
 
 	var seedAdmin, seedGossip string
 	for i, spec := range cfg.Regions {
@@ -233,7 +242,7 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			}
 			rc.Gossip.StaticRTT[a][b] = d
 		}
-		rc.Audit = regional.AuditConfig{Dir: filepath.Join(f.Dir, "audit"), HMACKey: auditKey, CheckpointInterval: 10 * time.Second}
+		rc.Audit = regional.AuditConfig{Dir: f.AuditDir(), HMACKey: f.AuditKey, CheckpointInterval: 10 * time.Second}
 		if cfg.Controller != nil {
 			cfg.Controller(spec.Name, &rc)
 		}
