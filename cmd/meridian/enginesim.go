@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"os"
 	"strings"
 
@@ -24,7 +23,7 @@ func engineSimCommand() *cli.Command {
 			"key = pod name) to meridian.kv-events.<region>, with PodUp at start and PodDown at exit.\n" +
 			"Give the router the same --tokenizer, --model-dir and --chat-template so both compute the\n" +
 			"same token ids. Timing defaults come from --hardware; see the enginesim package docs.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8000", Usage: "listen address (port 0 picks one)"},
 			&cli.StringFlag{Name: "name", Usage: "pod name, the Kafka key of its events (default enginesim-<port>)"},
 			&cli.StringFlag{Name: "endpoint", Usage: "base URL announced in PodUp (default http://<listen address>)"},
@@ -60,8 +59,7 @@ func engineSimCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of fault draws and output text"},
 			&cli.StringFlag{Name: "admin-token", EnvVars: []string{"MERIDIAN_ENGINESIM_ADMIN_TOKEN"},
 				Usage: "bearer token required on /admin/* and /reset_prefix_cache"},
-			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error"},
-		},
+		}, logFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.String("zmq-endpoint") != "" && c.String("kafka-brokers") != "" {
 				return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")}
@@ -87,12 +85,12 @@ func engineSimCommand() *cli.Command {
 }
 
 func engineSimConfig(c *cli.Context) (enginesim.Config, error) {
-	var level slog.Level
-	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
-		return enginesim.Config{}, fmt.Errorf("--log-level: %w", err)
+	log, err := newLogger(c, c.App.ErrWriter)
+	if err != nil {
+		return enginesim.Config{}, err
 	}
 	cfg := enginesim.DefaultConfig()
-	cfg.Logger = slog.New(slog.NewTextHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = log
 	cfg.Addr = c.String("addr")
 	cfg.Name = c.String("name")
 	cfg.Endpoint = c.String("endpoint")
