@@ -34,6 +34,10 @@ func TestTiming() global.Timing {
 type Options struct {
 	// Voters is Config.Voters (default: 3, or 1 for a single node).
 	Voters int
+	// WantVoters is the number of voters NewCluster waits for (default:
+	// min(Voters, n)). The leader keeps an odd number of voters: a cluster
+	// where that is fewer states it here.
+	WantVoters int
 	// Region names node i's region (default: "region-<i mod 3>").
 	Region func(i int) string
 	// Configure, if set, adjusts each node's Config before it opens.
@@ -115,8 +119,12 @@ func NewCluster(t testing.TB, n int, opts Options) *Cluster {
 			}
 		}
 	}
-	c.WaitFor(20*time.Second, "every node in the raft configuration with the voter target met", func() bool {
-		return c.configured(n, opts.Voters)
+	want := opts.WantVoters
+	if want == 0 {
+		want = min(opts.Voters, n)
+	}
+	c.WaitFor(20*time.Second, fmt.Sprintf("every node in the raft configuration with %d voters", want), func() bool {
+		return c.configured(n, want)
 	})
 	c.WaitFor(10*time.Second, "every node to know every member", func() bool {
 		for _, nd := range c.Nodes {
@@ -129,7 +137,7 @@ func NewCluster(t testing.TB, n int, opts Options) *Cluster {
 	return c
 }
 
-func (c *Cluster) configured(n, voters int) bool {
+func (c *Cluster) configured(n, want int) bool {
 	l, err := c.Leader()
 	if err != nil {
 		return false
@@ -143,10 +151,6 @@ func (c *Cluster) configured(n, voters int) bool {
 		if s.Suffrage == "voter" {
 			v++
 		}
-	}
-	want := min(voters, n)
-	if want%2 == 0 {
-		want-- // the leader keeps an odd number of voters
 	}
 	return v == want
 }
