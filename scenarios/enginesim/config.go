@@ -203,19 +203,18 @@ type Config struct {
 	Clock Clock
 }
 
-// DefaultConfig returns a loopback h100 pod with an ephemeral port.
+// DefaultConfig returns a loopback h100 pod with an ephemeral port. Timing,
+// CacheBlocks and MaxConcurrency are left zero, to be taken from the
+// Hardware profile when the engine opens: setting Hardware alone changes
+// them.
 func DefaultConfig() Config {
-	p := Profiles()["h100"]
 	return Config{
 		Addr:               "127.0.0.1:0",
 		Model:              "meridian/sim-70b",
 		Tokenizer:          tokenize.DefaultConfig(),
-		Hardware:           p.Name,
-		Timing:             p.Timing,
+		Hardware:           "h100",
 		TimeScale:          1,
-		CacheBlocks:        p.CacheBlocks,
 		BlockSize:          16,
-		MaxConcurrency:     p.MaxConcurrency,
 		MaxModelLen:        131072,
 		DefaultMaxTokens:   16,
 		MaxBodyBytes:       64 << 20,

@@ -491,6 +491,31 @@ func TestCloseIsIdempotentAndCancelsRequests(t *testing.T) {
 	}
 }
 
+// Setting Hardware on DefaultConfig is enough to get that profile's timing,
+// cache and concurrency; explicit values still win.
+func TestDefaultConfigTakesTheProfile(t *testing.T) {
+	for name, p := range Profiles() {
+		cfg := DefaultConfig()
+		cfg.Hardware = name
+		got := cfg.withDefaults()
+		want := p.Timing
+		want.PrefillSlots = 1
+		if got.Timing != want || got.CacheBlocks != p.CacheBlocks || got.MaxConcurrency != p.MaxConcurrency {
+			t.Errorf("%s: timing %+v, %d blocks, %d running; want the profile's %+v, %d, %d",
+				name, got.Timing, got.CacheBlocks, got.MaxConcurrency, want, p.CacheBlocks, p.MaxConcurrency)
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.Hardware, cfg.CacheBlocks, cfg.Timing.DecodeInterval = "b200", 7, time.Second
+	if got := cfg.withDefaults(); got.CacheBlocks != 7 || got.Timing.DecodeInterval != time.Second ||
+		got.Timing.PrefillPerToken != Profiles()["b200"].Timing.PrefillPerToken {
+		t.Errorf("overrides: %+v", got)
+	}
+	if got := DefaultConfig().withDefaults(); got.Hardware != "h100" || got.CacheBlocks != Profiles()["h100"].CacheBlocks {
+		t.Errorf("default: %s, %d blocks", got.Hardware, got.CacheBlocks)
+	}
+}
+
 func TestConfigValidate(t *testing.T) {
 	cases := []struct {
 		mod  func(*Config)
