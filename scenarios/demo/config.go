@@ -8,10 +8,12 @@ import (
 	"os"
 	"slices"
 	"time"
+
+	"github.com/meridian-llm/meridian/scenarios/sim"
 )
 
 // Regions are the demo's regions, in display order.
-var regionNames = []string{"us-east-1", "us-west-2", "eu-west-1"}
+var regionNames = sim.DefaultRegions()
 
 // Regions returns the names of the demo's regions, in display order.
 func Regions() []string { return slices.Clone(regionNames) }

@@ -168,8 +168,8 @@ func (r *runner) prepare() (closeLog func(), err error) {
 // start brings the fleet up and keeps its audit HMAC key in Dir, so that
 // `meridian audit query --tenant` works on the run's logs.
 func (r *runner) start(ctx context.Context) error {
-	fmt.Fprintf(r.disp, "Starting Meridian: 3 regions (%s), %d simulated pods each, a Kafka-protocol broker, Raft and gossip on loopback (state in %s)...\n",
-		strings.Join(regionNames, ", "), r.cfg.PodsPerRegion, r.dir)
+	fmt.Fprintf(r.disp, "Starting Meridian: %d regions (%s), %d simulated pods each, a Kafka-protocol broker, Raft and gossip on loopback (state in %s)...\n",
+		len(regionNames), strings.Join(regionNames, ", "), r.cfg.PodsPerRegion, r.dir)
 	began := time.Now()
 	hw := map[string]string{"us-east-1": "h100", "us-west-2": "h100", "eu-west-1": "h200"}
 	var specs []fleet.RegionSpec

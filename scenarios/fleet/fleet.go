@@ -32,6 +32,7 @@ import (
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/residency"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
+	"github.com/meridian-llm/meridian/scenarios/sim"
 )
 
 // ExamplePolicy is deploy/policies/example.yaml (a test keeps the two
@@ -51,7 +52,8 @@ type RegionSpec struct {
 
 // Config describes the fleet.
 type Config struct {
-	// Regions; default us-east-1, us-west-2, eu-west-1 with 2 pods each.
+	// Regions; default sim.DefaultRegions (us-east-1, us-west-2, eu-west-1)
+	// with 2 pods each.
 	Regions []RegionSpec
 	// Dir holds Raft data and audit logs; default a new temporary directory
 	// removed by Close.
@@ -59,7 +61,8 @@ type Config struct {
 	// Policy is the residency policy document; default ExamplePolicy.
 	Policy []byte
 	// RTT between regions (symmetric, by "a|b" with a < b); used as the
-	// gossip static RTT override so decisions see these values.
+	// gossip static RTT override so decisions see these values. Nil:
+	// DefaultRTT of the regions.
 	RTT map[string]time.Duration
 	// TimeScale of the engine simulators (1: real time); default 0.2.
 	TimeScale float64
@@ -73,18 +76,19 @@ type Config struct {
 	Controller func(region string, c *regional.Config)
 }
 
-// DefaultRTT is the brief's matrix: us-east-1<->us-west-2 65 ms,
-// <->eu-west-1 75 ms, us-west-2<->eu-west-1 140 ms, and ap-southeast-1 220 ms
-// from us-east-1.
-func DefaultRTT() map[string]time.Duration {
-	return map[string]time.Duration{
-		key("us-east-1", "us-west-2"):      65 * time.Millisecond,
-		key("us-east-1", "eu-west-1"):      75 * time.Millisecond,
-		key("us-west-2", "eu-west-1"):      140 * time.Millisecond,
-		key("us-east-1", "ap-southeast-1"): 220 * time.Millisecond,
-		key("us-west-2", "ap-southeast-1"): 160 * time.Millisecond,
-		key("eu-west-1", "ap-southeast-1"): 240 * time.Millisecond,
+// DefaultRTT returns the multi-region simulator's round trips between the
+// regions (sim.DefaultRTT: us-east-1<->us-west-2 65 ms, <->eu-west-1 75 ms,
+// us-west-2<->eu-west-1 130 ms, ap-southeast-1 220 ms from anywhere, any
+// other pair 150 ms), keyed as Config.RTT, so that the fleet and the
+// simulator decide on the same distances.
+func DefaultRTT(regions []string) map[string]time.Duration {
+	m := map[string]time.Duration{}
+	for i, row := range sim.DefaultRTT(regions) {
+		for j, d := range row[i+1:] {
+			m[key(regions[i], regions[i+1+j])] = d
+		}
 	}
+	return m
 }
 
 func key(a, b string) string {
@@ -139,7 +143,9 @@ func randomHex(n int) string {
 // Start brings the fleet up and waits until it is ready (or ctx ends).
 func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 	if len(cfg.Regions) == 0 {
-		cfg.Regions = []RegionSpec{{Name: "us-east-1"}, {Name: "us-west-2"}, {Name: "eu-west-1"}}
+		for _, name := range sim.DefaultRegions() {
+			cfg.Regions = append(cfg.Regions, RegionSpec{Name: name})
+		}
 	}
 	for i := range cfg.Regions {
 		if cfg.Regions[i].Pods == 0 {
@@ -154,7 +160,11 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		return nil, fmt.Errorf("fleet policy: %w", err)
 	}
 	if cfg.RTT == nil {
-		cfg.RTT = DefaultRTT()
+		var names []string
+		for _, r := range cfg.Regions {
+			names = append(names, r.Name)
+		}
+		cfg.RTT = DefaultRTT(names)
 	}
 	if cfg.TimeScale == 0 {
 		cfg.TimeScale = 0.2

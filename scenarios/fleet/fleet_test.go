@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/meridian-llm/meridian/scenarios/sim"
 )
 
 func TestMain(m *testing.M) {
@@ -24,6 +26,28 @@ func TestExamplePolicyMatchesDeploy(t *testing.T) {
 	}
 	if !bytes.Equal(b, ExamplePolicy) {
 		t.Fatal("scenarios/fleet/policy.yaml differs from deploy/policies/example.yaml: copy it again")
+	}
+}
+
+// The fleet's default round trips are the simulator's, for every pair.
+func TestDefaultRTTIsTheSimulators(t *testing.T) {
+	regions := sim.RegionNames(5)
+	m, want := DefaultRTT(regions), sim.DefaultRTT(regions)
+	if len(m) != len(regions)*(len(regions)-1)/2 {
+		t.Fatalf("%d pairs for %d regions: %v", len(m), len(regions), m)
+	}
+	for i, a := range regions {
+		for j, b := range regions {
+			if i == j {
+				continue
+			}
+			if got := m[key(a, b)]; got != want[i][j] || got == 0 {
+				t.Errorf("%s<->%s: %v, the simulator's %v", a, b, got, want[i][j])
+			}
+		}
+	}
+	if got := m[key("us-east-1", "eu-west-1")]; got != 75*time.Millisecond {
+		t.Errorf("us-east-1<->eu-west-1: %v", got)
 	}
 }
 

@@ -148,7 +148,8 @@ func RegionNames(n int) []string {
 // DefaultRTT returns the round trips between regions: us-east-1 to
 // us-west-2 65 ms and to eu-west-1 75 ms (DESIGN.md), us-west-2 to
 // eu-west-1 130 ms (an assumption: about the sum of the two), any region to
-// ap-southeast-1 220 ms, any other pair 150 ms.
+// ap-southeast-1 220 ms, any other pair 150 ms. The live fleet
+// (scenarios/fleet) uses the same table.
 func DefaultRTT(regions []string) [][]time.Duration {
 	known := map[[2]string]time.Duration{
 		{"us-east-1", "us-west-2"}: 65 * time.Millisecond,
