@@ -60,9 +60,10 @@ func median(v []float64) float64 {
 	return (c[len(c)/2-1] + c[len(c)/2]) / 2
 }
 
-// find returns the samples of the first benchmark whose name starts with prefix
-// (names carry a -N GOMAXPROCS suffix when run with -cpu N>1).
-func (s samples) find(prefix string) (string, map[string][]float64) {
+// find returns the samples of the benchmark named prefix, or else of the
+// first one named prefix-N (names carry a -N GOMAXPROCS suffix when run with
+// -cpu N>1).
+func (s samples) find(prefix string) map[string][]float64 {
 	var names []string
 	for n := range s {
 		if n == prefix || strings.HasPrefix(n, prefix+"-") {
@@ -71,14 +72,14 @@ func (s samples) find(prefix string) (string, map[string][]float64) {
 	}
 	sort.Strings(names)
 	if len(names) == 0 {
-		return "", nil
+		return nil
 	}
-	return names[0], s[names[0]]
+	return s[names[0]]
 }
 
 type row struct {
 	what, bench, unit string
-	target            func(v float64, s samples) (string, bool)
+	target            func(v float64) (string, bool)
 }
 
 func main() {
@@ -92,20 +93,19 @@ func main() {
 		os.Exit(1)
 	}
 	naive := func() float64 {
-		_, m := s.find("BenchmarkNaiveLookup/pods=256/blocks=64/depths=4")
-		return median(m["ns/op"])
+		return median(s.find("BenchmarkNaiveLookup/pods=256/blocks=64/depths=4")["ns/op"])
 	}
-	atMost := func(limit float64, unit string) func(float64, samples) (string, bool) {
-		return func(v float64, _ samples) (string, bool) { return fmt.Sprintf("<= %g %s", limit, unit), v <= limit }
+	atMost := func(limit float64, unit string) func(float64) (string, bool) {
+		return func(v float64) (string, bool) { return fmt.Sprintf("<= %g %s", limit, unit), v <= limit }
 	}
-	atLeast := func(limit float64, unit string) func(float64, samples) (string, bool) {
-		return func(v float64, _ samples) (string, bool) { return fmt.Sprintf(">= %g %s", limit, unit), v >= limit }
+	atLeast := func(limit float64, unit string) func(float64) (string, bool) {
+		return func(v float64) (string, bool) { return fmt.Sprintf(">= %g %s", limit, unit), v >= limit }
 	}
 	rows := []row{
 		{"== index (issue 2)", "", "", nil},
 		{"lookup 64 blocks, 256 pods, 4 depths", "BenchmarkLookup/pods=256/blocks=64/depths=4", "ns/op", atMost(1000, "ns")},
 		{"  allocations", "BenchmarkLookup/pods=256/blocks=64/depths=4", "allocs/op", atMost(0, "allocs")},
-		{"  speed-up over naive scan", "BenchmarkLookup/pods=256/blocks=64/depths=4", "ns/op", func(v float64, _ samples) (string, bool) {
+		{"  speed-up over naive scan", "BenchmarkLookup/pods=256/blocks=64/depths=4", "ns/op", func(v float64) (string, bool) {
 			n := naive()
 			if v == 0 || n == 0 {
 				return ">= 20x", false
@@ -157,12 +157,7 @@ func main() {
 			fmt.Println(r.what)
 			continue
 		}
-		var m map[string][]float64
-		if strings.HasSuffix(r.bench, "-2") {
-			m = s[r.bench]
-		} else {
-			_, m = s.find(r.bench)
-		}
+		m := s.find(r.bench)
 		v := median(m[r.unit])
 		val := "missing"
 		if len(m[r.unit]) > 0 {
@@ -171,7 +166,7 @@ func main() {
 		tgt, met := "", ""
 		if r.target != nil {
 			var ok bool
-			tgt, ok = r.target(v, s)
+			tgt, ok = r.target(v)
 			met = "yes"
 			if !ok || len(m[r.unit]) == 0 {
 				met = "NO"

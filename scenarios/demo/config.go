@@ -12,11 +12,8 @@ import (
 	"github.com/meridian-llm/meridian/scenarios/sim"
 )
 
-// Regions are the demo's regions, in display order.
+// regionNames are the demo's regions, in display order.
 var regionNames = sim.DefaultRegions()
-
-// Regions returns the names of the demo's regions, in display order.
-func Regions() []string { return slices.Clone(regionNames) }
 
 // Config configures a demo run. Zero values are not defaults: start from
 // DefaultConfig.

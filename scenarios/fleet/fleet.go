@@ -116,7 +116,6 @@ type Fleet struct {
 	// Policy is the residency policy the controllers start with.
 	Policy *residency.Policy
 	Dir    string
-	cfg    Config
 	ownDir bool
 }
 
@@ -178,7 +177,7 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	f = &Fleet{cfg: cfg, AdminToken: randomHex(16), AuditKey: randomHex(32), Policy: policy, Dir: cfg.Dir}
+	f = &Fleet{AdminToken: randomHex(16), AuditKey: randomHex(32), Policy: policy, Dir: cfg.Dir}
 	if f.Dir == "" {
 		if f.Dir, err = os.MkdirTemp("", "meridian-fleet-"); err != nil {
 			return nil, err
