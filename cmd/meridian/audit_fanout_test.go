@@ -14,8 +14,10 @@ import (
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
 
-// audit query --controllers fans out over the controllers' admin APIs.
-func TestAuditQueryFansOut(t *testing.T) {
+// TestAgainstFleet runs the commands that talk to controllers against one
+// 3-region fleet on loopback: route, then audit query fanned out over the
+// admin APIs, then audit verify --admin, which seals the audit logs (last).
+func TestAgainstFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-region")
 	}
@@ -25,7 +27,33 @@ func TestAuditQueryFansOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close(context.Background())
+	t.Cleanup(func() {
+		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := f.Close(cctx); err != nil {
+			t.Errorf("fleet close: %v", err)
+		}
+	})
+	var urls []string
+	for _, r := range f.Regions {
+		urls = append(urls, r.Controller.AdminURL())
+	}
+	t.Run("route", func(t *testing.T) { testRouteCommand(t, f) })
+	t.Run("audit query", func(t *testing.T) { testAuditQueryFansOut(t, f, urls) })
+	t.Run("audit verify --admin", func(t *testing.T) {
+		for _, r := range f.Regions {
+			_ = r.Controller.Audit().Close() // seal, and checkpoint into Raft
+		}
+		out, errOut, err := runApp(t, "audit", "verify", "--dir", f.AuditDir(), "--admin", urls[0], "--token", f.AdminToken)
+		t.Logf("verify:\n%s%s", out, errOut)
+		if err != nil || !strings.Contains(out, "ctl-us-east-1") || strings.Contains(errOut, "no --checkpoints") {
+			t.Fatalf("audit verify --admin: %v\n%s", err, out)
+		}
+	})
+}
+
+// audit query --controllers fans out over the controllers' admin APIs.
+func testAuditQueryFansOut(t *testing.T, f *fleet.Fleet, urls []string) {
 	body, _ := json.Marshal(map[string]any{"model": "meridian/sim-70b", "max_tokens": 1,
 		"messages": []map[string]string{{"role": "user", "content": "records of a patient"}}})
 	req, _ := http.NewRequest(http.MethodPost, f.Region("us-east-1").Controller.URL()+"/v1/chat/completions", bytes.NewReader(body))
@@ -40,10 +68,6 @@ func TestAuditQueryFansOut(t *testing.T) {
 	if resp.StatusCode != 200 || id == "" || resp.Header.Get("X-Meridian-Forwarded-To") != "eu-west-1" {
 		t.Fatalf("EU PHI from us-east-1: %d, decision %q, to %q", resp.StatusCode, id, resp.Header.Get("X-Meridian-Forwarded-To"))
 	}
-	var urls []string
-	for _, r := range f.Regions {
-		urls = append(urls, r.Controller.AdminURL())
-	}
 	out, _, err := runApp(t, "audit", "query", "--controllers", strings.Join(urls, ","), "--token", f.AdminToken, "--kind", "cross_region", "--json")
 	if err != nil {
 		t.Fatal(err)
@@ -54,28 +78,9 @@ func TestAuditQueryFansOut(t *testing.T) {
 	if _, _, err := runApp(t, "audit", "query", "--controllers", urls[0], "--token", "wrong", "--kind", "cross_region"); err == nil {
 		t.Fatal("a wrong token was accepted")
 	}
-	// verify against the checkpoints the Raft tier holds.
-	for _, r := range f.Regions {
-		_ = r.Controller.Audit().Close() // seal, and checkpoint into Raft
-	}
-	out, errOut, err := runApp(t, "audit", "verify", "--dir", f.Dir+"/audit", "--admin", urls[0], "--token", f.AdminToken)
-	t.Logf("verify:\n%s%s", out, errOut)
-	if err != nil || !strings.Contains(out, "ctl-us-east-1") || strings.Contains(errOut, "no --checkpoints") {
-		t.Fatalf("audit verify --admin: %v\n%s", err, out)
-	}
 }
 
-func TestRouteCommand(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-region")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	f, err := fleet.Start(ctx, fleet.Config{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close(context.Background())
+func testRouteCommand(t *testing.T, f *fleet.Fleet) {
 	us := f.Region("us-east-1").Controller.URL()
 	out, _, err := runApp(t, "route", "--controller", us, "--tenant", "acme", "--data-class", "public", "hello there")
 	if err != nil || !strings.Contains(out, "region: us-east-1 (here)") || !strings.Contains(out, "pod: us-east-1-pod-") {

@@ -35,7 +35,7 @@ func TestDRDrillUsage(t *testing.T) {
 		{append(base, "extra"), `unexpected argument "extra"`},
 		{[]string{"dr", "drill", "--admin", "http://127.0.0.1:1", "--token", "t", "--controller", "r=http://127.0.0.1:2"}, "--region: required"},
 	} {
-		_, code, err := runCLI(t, clusterApp(), c.args...)
+		_, code, err := runCLI(t, newApp(), c.args...)
 		if code != 2 || err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: exit %d, want 2 and %q in %v", c.args, code, c.want, err)
 		}
@@ -68,7 +68,7 @@ func TestDRDrillCLI(t *testing.T) {
 	dir := t.TempDir()
 	md, js := filepath.Join(dir, "drill.md"), filepath.Join(dir, "drill.json")
 
-	out, code, err := runCLI(t, clusterApp(), append(args, "--region", "us-west-2", "--report-md", md, "--report-json", js)...)
+	out, code, err := runCLI(t, newApp(), append(args, "--region", "us-west-2", "--report-md", md, "--report-json", js)...)
 	if code != 0 || !strings.Contains(out, "# Failover drill of us-west-2: PASS") || !strings.Contains(out, "dr drill: moved in ") {
 		t.Fatalf("drill of us-west-2: exit %d (%v)\n%s", code, err, out)
 	}
@@ -85,7 +85,7 @@ func TestDRDrillCLI(t *testing.T) {
 
 	// A drill that affects no probe proves nothing: exit 1, with the JSON
 	// report on stdout.
-	out, code, err = runCLI(t, clusterApp(), append(args, "--region", "eu-west-1", "--json", "--no-default-probes",
+	out, code, err = runCLI(t, newApp(), append(args, "--region", "eu-west-1", "--json", "--no-default-probes",
 		"--probe", "us-east-1:acme:public", "--probe", "us-west-2:acme:pii")...)
 	if code != 1 || err == nil || !strings.Contains(err.Error(), "probes affected 0 of 2 (target ≥ 1)") {
 		t.Fatalf("drill affecting nothing: exit %d (%v)\n%s", code, err, out)

@@ -26,47 +26,38 @@ func runCLI(t *testing.T, app *cli.App, args ...string) (string, int, error) {
 	return out.String(), exitCode(err), err
 }
 
-// clusterApp is the real app plus the policy cluster commands under "policy"
-// (the integrator attaches them to the policy command).
-func clusterApp() *cli.App {
-	app := newApp()
-	app.Commands = append(app.Commands, &cli.Command{Name: "gpolicy", Subcommands: policyClusterCommands()})
-	app.ExitErrHandler = func(*cli.Context, error) {}
-	return app
-}
-
 func TestFailoverCLI(t *testing.T) {
 	c := globaltest.NewCluster(t, 1, globaltest.Options{})
 	admin := []string{"--admin", c.Nodes[0].URL(), "--token", c.Token}
 	node := c.Nodes[0].Node
 
-	out, code, err := runCLI(t, clusterApp(), append(append([]string{"failover", "trigger"}, admin...), "--region", "region-0", "--reason", "drill", "--actor", "operator:alice")...)
+	out, code, err := runCLI(t, newApp(), append(append([]string{"failover", "trigger"}, admin...), "--region", "region-0", "--reason", "drill", "--actor", "operator:alice")...)
 	if code != 0 || !strings.Contains(out, "region region-0 is now failed (by operator:alice: drill; raft index") {
 		t.Fatalf("trigger: %d %v %q", code, err, out)
 	}
 	if node.State().Routable("region-0") {
 		t.Fatal("trigger did not fail the region")
 	}
-	out, code, _ = runCLI(t, clusterApp(), append(append([]string{"failover", "trigger"}, admin...), "--region", "region-0")...)
+	out, code, _ = runCLI(t, newApp(), append(append([]string{"failover", "trigger"}, admin...), "--region", "region-0")...)
 	if code != 0 || !strings.Contains(out, "was already failed") || !strings.Contains(out, "nothing changed") {
 		t.Fatalf("trigger twice: %d %q", code, out)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"failover", "status"}, admin...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"failover", "status"}, admin...)...)
 	if code != 0 || !strings.Contains(out, "REGION") || !regexpLine(out, "region-0", "failed", "no", "operator:alice", "node-0", "drill") ||
 		!strings.Contains(out, "answered by node-0 (region-0, leader); leader node-0") {
 		t.Fatalf("status: %d %q", code, out)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"failover", "status", "--json", "--consistent"}, admin...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"failover", "status", "--json", "--consistent"}, admin...)...)
 	var st global.FailoverStatus
 	if code != 0 || json.Unmarshal([]byte(out), &st) != nil || len(st.Regions) != 1 || st.Regions[0].State != global.RegionFailed {
 		t.Fatalf("status --json: %d %q", code, out)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append(append([]string{"failover", "recover"}, admin...), "--region", "region-0", "--json")...)
+	out, code, _ = runCLI(t, newApp(), append(append([]string{"failover", "recover"}, admin...), "--region", "region-0", "--json")...)
 	var res global.Result
 	if code != 0 || json.Unmarshal([]byte(out), &res) != nil || !res.Changed || res.Region.State != global.RegionActive || !node.State().Routable("region-0") {
 		t.Fatalf("recover --json: %d %q", code, out)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append(append([]string{"failover", "trigger"}, admin...), "--region", "region-0", "--drain")...)
+	out, code, _ = runCLI(t, newApp(), append(append([]string{"failover", "trigger"}, admin...), "--region", "region-0", "--drain")...)
 	if code != 0 || !strings.Contains(out, "is now draining") {
 		t.Fatalf("drain: %d %q", code, out)
 	}
@@ -88,7 +79,7 @@ func TestFailoverCLI(t *testing.T) {
 		{append(append([]string{"failover", "trigger"}, admin...), "region-0"), 2, "unexpected arguments"},
 	}
 	for _, tc := range cases {
-		_, code, err := runCLI(t, clusterApp(), tc.args...)
+		_, code, err := runCLI(t, newApp(), tc.args...)
 		if code != tc.code || err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%v: exit %d, %v; want exit %d and %q", tc.args, code, err, tc.code, tc.want)
 		}
@@ -96,7 +87,7 @@ func TestFailoverCLI(t *testing.T) {
 	// The environment variables work.
 	t.Setenv("MERIDIAN_ADMIN", c.Nodes[0].URL())
 	t.Setenv("MERIDIAN_TOKEN", c.Token)
-	if _, code, err := runCLI(t, clusterApp(), "failover", "status"); code != 0 {
+	if _, code, err := runCLI(t, newApp(), "failover", "status"); code != 0 {
 		t.Fatalf("status from the environment: %v", err)
 	}
 }
@@ -135,61 +126,61 @@ func TestPolicyClusterCLI(t *testing.T) {
 	os.WriteFile(p2, []byte("version: 1\nzones:\n  eu: [eu-west-1, eu-central-1]\n"), 0o644)
 	os.WriteFile(bad, []byte("version: 1\n  bad\n"), 0o644)
 
-	out, code, err := runCLI(t, clusterApp(), append(append([]string{"gpolicy", "apply"}, admin...), "--reason", "first", p1)...)
+	out, code, err := runCLI(t, newApp(), append(append([]string{"policy", "apply"}, admin...), "--reason", "first", p1)...)
 	if code != 0 || !strings.Contains(out, "applied p1.yaml as policy v1@") || !strings.Contains(out, "declared version 2026-12") {
 		t.Fatalf("apply: %d %v %q", code, err, out)
 	}
-	if _, code, _ = runCLI(t, clusterApp(), append(append([]string{"gpolicy", "apply"}, admin...), p2)...); code != 0 {
+	if _, code, _ = runCLI(t, newApp(), append(append([]string{"policy", "apply"}, admin...), p2)...); code != 0 {
 		t.Fatal("apply p2")
 	}
-	_, code, err = runCLI(t, clusterApp(), append(append([]string{"gpolicy", "apply"}, admin...), bad)...)
+	_, code, err = runCLI(t, newApp(), append(append([]string{"policy", "apply"}, admin...), bad)...)
 	if code != 1 || !strings.Contains(err.Error(), `bad.yaml:2:3: zone "bad" is not defined`) || !strings.Contains(err.Error(), "invalid_policy") {
 		t.Fatalf("apply invalid: %d %v", code, err)
 	}
-	_, code, err = runCLI(t, clusterApp(), append(append([]string{"gpolicy", "apply"}, admin...), filepath.Join(dir, "missing.yaml"))...)
+	_, code, err = runCLI(t, newApp(), append(append([]string{"policy", "apply"}, admin...), filepath.Join(dir, "missing.yaml"))...)
 	if code != 1 || !strings.Contains(err.Error(), "missing.yaml") {
 		t.Fatalf("apply missing file: %d %v", code, err)
 	}
-	if _, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "apply"}, admin...)...); code != 2 {
+	if _, code, _ = runCLI(t, newApp(), append([]string{"policy", "apply"}, admin...)...); code != 2 {
 		t.Fatal("apply without a file must be a usage error")
 	}
 
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "show"}, admin...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"policy", "show"}, admin...)...)
 	if code != 0 || !strings.HasPrefix(out, "# policy v2@") || !strings.HasSuffix(out, "eu: [eu-west-1, eu-central-1]\n") {
 		t.Fatalf("show: %d %q", code, out)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "show", "--version", "1"}, admin...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"policy", "show", "--version", "1"}, admin...)...)
 	if code != 0 || !strings.HasSuffix(out, "eu: [eu-west-1]\n") {
 		t.Fatalf("show --version 1: %d %q", code, out)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "show", "--history"}, admin...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"policy", "show", "--history"}, admin...)...)
 	if code != 0 || !regexpLine(out, "v2@", "(active)", "p2.yaml", "2026-12") || !regexpLine(out, "v1@", "p1.yaml", "first") {
 		t.Fatalf("show --history: %d %q", code, out)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "show", "--history", "--json"}, admin...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"policy", "show", "--history", "--json"}, admin...)...)
 	var h global.PolicyHistory
 	if code != 0 || json.Unmarshal([]byte(out), &h) != nil || len(h.Versions) != 2 {
 		t.Fatalf("show --history --json: %d %q", code, out)
 	}
-	if _, code, err = runCLI(t, clusterApp(), append([]string{"gpolicy", "show", "--version", "7"}, admin...)...); code != 1 || !strings.Contains(err.Error(), "policy version 7 is not kept") {
+	if _, code, err = runCLI(t, newApp(), append([]string{"policy", "show", "--version", "7"}, admin...)...); code != 1 || !strings.Contains(err.Error(), "policy version 7 is not kept") {
 		t.Fatalf("show unknown version: %d %v", code, err)
 	}
 
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "diff-active"}, append(admin, p1)...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"policy", "diff-active"}, append(admin, p1)...)...)
 	if code != 0 || !strings.Contains(out, "--- active policy v2@") || !strings.Contains(out, "\n-   eu: [eu-west-1, eu-central-1]\n+   eu: [eu-west-1]\n") {
 		t.Fatalf("diff-active: %d %q", code, out)
 	}
-	if _, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "diff-active", "--exit-code"}, append(admin, p1)...)...); code != 1 {
+	if _, code, _ = runCLI(t, newApp(), append([]string{"policy", "diff-active", "--exit-code"}, append(admin, p1)...)...); code != 1 {
 		t.Fatalf("diff-active --exit-code on a difference: exit %d", code)
 	}
-	out, code, _ = runCLI(t, clusterApp(), append([]string{"gpolicy", "diff-active", "--exit-code"}, append(admin, p2)...)...)
+	out, code, _ = runCLI(t, newApp(), append([]string{"policy", "diff-active", "--exit-code"}, append(admin, p2)...)...)
 	if code != 0 || !strings.Contains(out, "p2.yaml is identical to the active policy v2@") {
 		t.Fatalf("diff-active same: %d %q", code, out)
 	}
 	// "-" reads the file from standard input.
-	stdin := clusterApp()
+	stdin := newApp()
 	stdin.Reader = strings.NewReader("version: 1\nzones:\n  eu: [eu-west-1, eu-central-1]\n")
-	out, code, _ = runCLI(t, stdin, append([]string{"gpolicy", "diff-active", "--exit-code"}, append(admin, "-")...)...)
+	out, code, _ = runCLI(t, stdin, append([]string{"policy", "diff-active", "--exit-code"}, append(admin, "-")...)...)
 	if code != 0 || !strings.Contains(out, "stdin is identical to the active policy v2@") {
 		t.Fatalf("diff-active from standard input: %d %q", code, out)
 	}
