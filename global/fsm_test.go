@@ -11,6 +11,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"pgregory.net/rapid"
+
+	"github.com/meridian-llm/meridian/global/audit"
 )
 
 var t0 = time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
@@ -686,4 +688,18 @@ func sameResult(a, b Result) bool {
 	ja, _ := json.Marshal(a)
 	jb, _ := json.Marshal(b)
 	return bytes.Equal(ja, jb)
+}
+
+func TestAuditCheckpointConversion(t *testing.T) {
+	a := audit.Checkpoint{Controller: "ctl-a", Segment: "00000000000000000011.jsonl", LastSeq: 17,
+		Head: strings.Repeat("ab", 32), Count: 7, Time: t0}
+	g := CheckpointFromAudit(a)
+	if g.ControllerID != a.Controller || g.Segment != a.Segment || g.Sequence != a.LastSeq || g.HeadHash != a.Head ||
+		g.Count != a.Count || !g.Time.Equal(a.Time) || g.Index != 0 {
+		t.Fatalf("from audit: %+v", g)
+	}
+	g.Index = 42 // Raft's, not the audit log's
+	if back := g.AuditCheckpoint(); back != a {
+		t.Fatalf("round trip: %+v, want %+v", back, a)
+	}
 }

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/meridian-llm/meridian/global/audit"
 )
 
 // RegionState is the replicated state of one region. The zero value is
@@ -121,6 +123,20 @@ type Checkpoint struct {
 	Time         time.Time `json:"time"`
 	// Index is the Raft index that committed the checkpoint.
 	Index uint64 `json:"index"`
+}
+
+// AuditCheckpoint returns c in the audit package's form, what audit.Verify
+// checks a chain against.
+func (c Checkpoint) AuditCheckpoint() audit.Checkpoint {
+	return audit.Checkpoint{Controller: c.ControllerID, Segment: c.Segment, LastSeq: c.Sequence,
+		Head: c.HeadHash, Count: c.Count, Time: c.Time}
+}
+
+// CheckpointFromAudit returns an audit log's checkpoint in the form
+// AppendCheckpoint anchors (Index is set when it commits).
+func CheckpointFromAudit(cp audit.Checkpoint) Checkpoint {
+	return Checkpoint{ControllerID: cp.Controller, Segment: cp.Segment, Sequence: cp.LastSeq,
+		HeadHash: cp.Head, Count: cp.Count, Time: cp.Time}
 }
 
 // Member is a controller known to the global tier.

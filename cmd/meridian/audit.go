@@ -267,8 +267,7 @@ func raftCheckpoints(l global.CheckpointList) []audit.Checkpoint {
 	var out []audit.Checkpoint
 	for _, list := range l.Checkpoints {
 		for _, c := range list {
-			out = append(out, audit.Checkpoint{Controller: c.ControllerID, Segment: c.Segment, LastSeq: c.Sequence,
-				Head: c.HeadHash, Count: c.Count, Time: c.Time})
+			out = append(out, c.AuditCheckpoint())
 		}
 	}
 	return out

@@ -73,8 +73,7 @@ func sealAndVerify(ctx context.Context, f *fleet.Fleet, dir, cpFile string) (aud
 	s := st()
 	for _, ctl := range s.CheckpointControllers() {
 		for _, c := range s.Checkpoints(ctl) {
-			cps = append(cps, audit.Checkpoint{Controller: c.ControllerID, Segment: c.Segment, LastSeq: c.Sequence,
-				Head: c.HeadHash, Count: c.Count, Time: c.Time})
+			cps = append(cps, c.AuditCheckpoint())
 		}
 	}
 	if err := writeCheckpoints(cpFile, cps); err != nil {

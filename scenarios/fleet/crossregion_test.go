@@ -260,7 +260,7 @@ func TestResidencyAndAuditOnRandomizedRun(t *testing.T) {
 	st := f.Region("us-east-1").Controller.Global().State()
 	for _, ctl := range st.CheckpointControllers() {
 		for _, c := range st.Checkpoints(ctl) {
-			cps = append(cps, audit.Checkpoint{Controller: c.ControllerID, Segment: c.Segment, LastSeq: c.Sequence, Head: c.HeadHash, Count: c.Count, Time: c.Time})
+			cps = append(cps, c.AuditCheckpoint())
 		}
 	}
 	rep, err := audit.Verify(dir, cps)
