@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -25,8 +24,9 @@ type auditReport struct {
 // sealAndVerify closes every controller's audit log (which commits its last
 // checkpoint to Raft), waits until the Raft state holds every log's final
 // checkpoint, exports the checkpoints to cpFile (JSON lines, the input of
-// `meridian audit verify --checkpoints`), counts the records under dir and
-// verifies the chains against the checkpoints. Traffic must have stopped.
+// `meridian audit verify --checkpoints`) and verifies the chains under dir
+// against the checkpoints, counting their records. Traffic must have
+// stopped.
 func sealAndVerify(ctx context.Context, f *fleet.Fleet, dir, cpFile string) (auditReport, error) {
 	rep := auditReport{checkpoints: cpFile}
 	final := map[string]uint64{}
@@ -80,15 +80,13 @@ func sealAndVerify(ctx context.Context, f *fleet.Fleet, dir, cpFile string) (aud
 		errs = append(errs, err)
 	}
 
-	n, err := countRecords(ctx, dir)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	rep.records = n
 	vr, err := audit.Verify(dir, cps)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("audit verify: %w", err))
 	} else {
+		for _, c := range vr.Chains {
+			rep.records += int64(c.Records)
+		}
 		rep.verified = vr.OK() && allCheckpointed
 		for _, p := range vr.Problems {
 			rep.problems = append(rep.problems, p.String())
@@ -114,24 +112,4 @@ func writeCheckpoints(path string, cps []audit.Checkpoint) error {
 		return fmt.Errorf("export checkpoints: %w", err)
 	}
 	return f.Close()
-}
-
-// countRecords counts every record of every controller's chain under dir.
-func countRecords(ctx context.Context, dir string) (int64, error) {
-	cur, err := (&audit.DirSource{Dir: dir}).Query(ctx, audit.Query{})
-	if err != nil {
-		return 0, fmt.Errorf("count audit records: %w", err)
-	}
-	defer cur.Close()
-	var n int64
-	for {
-		_, err := cur.Next()
-		if errors.Is(err, io.EOF) {
-			return n, nil
-		}
-		if err != nil {
-			return n, fmt.Errorf("count audit records: %w", err)
-		}
-		n++
-	}
 }
