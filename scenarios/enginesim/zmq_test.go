@@ -198,6 +198,9 @@ func TestZMQPublishing(t *testing.T) {
 			t.Fatalf("replayed seq %d (want %d) differs from the published batch", u64(f[1]), s)
 		}
 	}
+	// The publisher counts the request once its answer is flushed, which
+	// can be after the end marker arrived here.
+	waitZMQ(t, pub, func(st ZMQStats) bool { return st.ReplayRequests > 0 })
 	if st := pub.Stats(); st.ReplayRequests != 1 || st.ReplayBatches != last {
 		t.Fatalf("stats %+v", st)
 	}
