@@ -26,12 +26,12 @@ type Network struct {
 	mu    sync.Mutex
 	owner map[string]string // listen address -> node
 	cut   map[[2]string]bool
-	conns map[*netConn]struct{}
+	conns connSet // dialed connections, for Partition
 }
 
 // NewNetwork returns a network with every link up.
 func NewNetwork() *Network {
-	return &Network{owner: map[string]string{}, cut: map[[2]string]bool{}, conns: map[*netConn]struct{}{}}
+	return &Network{owner: map[string]string{}, cut: map[[2]string]bool{}}
 }
 
 func pair(a, b string) [2]string {
@@ -51,11 +51,19 @@ func (nw *Network) Listen(node, addr string) (net.Listener, error) {
 	nw.mu.Lock()
 	nw.owner[ln.Addr().String()] = node
 	nw.mu.Unlock()
-	return &listener{Listener: ln, nw: nw, node: node, conns: map[*netConn]struct{}{}}, nil
+	return &listener{Listener: ln, node: node}, nil
 }
 
 // Dial connects from node to addr, unless the link is cut.
 func (nw *Network) Dial(ctx context.Context, from, addr string) (net.Conn, error) {
+	c, err := nw.dial(ctx, from, addr)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (nw *Network) dial(ctx context.Context, from, addr string) (*netConn, error) {
 	nw.mu.Lock()
 	to := nw.owner[addr]
 	blocked := nw.cut[pair(from, to)]
@@ -68,14 +76,13 @@ func (nw *Network) Dial(ctx context.Context, from, addr string) (net.Conn, error
 	if err != nil {
 		return nil, err
 	}
-	nc := &netConn{Conn: c, from: from, to: to, nw: nw}
+	nc := &netConn{Conn: c, from: from, to: to}
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
-	if nw.cut[pair(from, to)] {
+	if nw.cut[pair(from, to)] || !nw.conns.add(nc) { // the set never closes
 		c.Close()
 		return nil, fmt.Errorf("dial %s (%s) from %s: %w", addr, to, from, ErrPartitioned)
 	}
-	nw.conns[nc] = struct{}{}
 	return nc, nil
 }
 
@@ -93,7 +100,7 @@ func (nw *Network) Partition(groups ...[]string) {
 		}
 	}
 	var drop []*netConn
-	for c := range nw.conns {
+	for _, c := range nw.conns.list() {
 		if nw.cut[pair(c.from, c.to)] {
 			drop = append(drop, c)
 		}
@@ -156,32 +163,95 @@ func (nw *Network) HTTPClient(node string) *http.Client {
 // dials over the network. Closing it closes ln and every connection it made
 // or accepted.
 func (nw *Network) StreamLayer(node string, ln net.Listener) raft.StreamLayer {
-	return &streamLayer{ln: ln, nw: nw, node: node, dialed: map[net.Conn]struct{}{}}
+	return &streamLayer{ln: ln, nw: nw, node: node}
 }
 
+// netConn is a connection of the network; closing it removes it from every
+// connSet that tracks it.
 type netConn struct {
 	net.Conn
-	from, to string
-	nw       *Network
-	once     sync.Once
+	from, to string // from is "" for an accepted connection
+
+	mu     sync.Mutex
+	closed bool
+	sets   []*connSet
 }
 
 func (c *netConn) Close() error {
-	c.once.Do(func() {
-		c.nw.mu.Lock()
-		delete(c.nw.conns, c)
-		c.nw.mu.Unlock()
-	})
+	c.mu.Lock()
+	sets := c.sets
+	c.sets, c.closed = nil, true
+	c.mu.Unlock()
+	for _, s := range sets {
+		s.remove(c)
+	}
 	return c.Conn.Close()
+}
+
+// connSet tracks the open connections of an owner (the network, a listener,
+// a stream layer) so that it can close them all.
+type connSet struct {
+	mu     sync.Mutex
+	conns  map[*netConn]struct{}
+	closed bool
+}
+
+// add tracks c until it closes. It fails, and the caller must close c, when
+// the set is closed (or c already is).
+func (s *connSet) add(c *netConn) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || c.closed {
+		return false
+	}
+	if s.conns == nil {
+		s.conns = map[*netConn]struct{}{}
+	}
+	s.conns[c] = struct{}{}
+	c.sets = append(c.sets, s)
+	return true
+}
+
+func (s *connSet) remove(c *netConn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+func (s *connSet) list() []*netConn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*netConn, 0, len(s.conns))
+	for c := range s.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// close closes every tracked connection and makes add fail from now on. It
+// reports false when the set was closed already.
+func (s *connSet) close() bool {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return false
+	}
+	s.closed = true
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+	return true
 }
 
 type listener struct {
 	net.Listener
-	nw     *Network
-	node   string
-	mu     sync.Mutex
-	conns  map[*netConn]struct{}
-	closed bool
+	node  string
+	conns connSet // accepted
 }
 
 func (l *listener) Accept() (net.Conn, error) {
@@ -189,41 +259,26 @@ func (l *listener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	nc := &netConn{Conn: c, to: l.node, nw: l.nw}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
+	nc := &netConn{Conn: c, to: l.node}
+	if !l.conns.add(nc) {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	l.conns[nc] = struct{}{}
 	return nc, nil
 }
 
 func (l *listener) Close() error {
-	l.mu.Lock()
-	if l.closed {
-		l.mu.Unlock()
+	if !l.conns.close() {
 		return nil
 	}
-	l.closed = true
-	conns := l.conns
-	l.conns = nil
-	l.mu.Unlock()
-	err := l.Listener.Close()
-	for c := range conns {
-		c.Close()
-	}
-	return err
+	return l.Listener.Close()
 }
 
 type streamLayer struct {
 	ln     net.Listener
 	nw     *Network
 	node   string
-	mu     sync.Mutex
-	dialed map[net.Conn]struct{}
-	closed bool
+	dialed connSet
 }
 
 func (s *streamLayer) Accept() (net.Conn, error) { return s.ln.Accept() }
@@ -232,33 +287,20 @@ func (s *streamLayer) Addr() net.Addr            { return s.ln.Addr() }
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	c, err := s.nw.Dial(ctx, s.node, string(address))
+	c, err := s.nw.dial(ctx, s.node, string(address))
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+	if !s.dialed.add(c) {
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	s.dialed[c] = struct{}{}
 	return c, nil
 }
 
 func (s *streamLayer) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.dialed.close() {
 		return nil
 	}
-	s.closed = true
-	dialed := s.dialed
-	s.dialed = nil
-	s.mu.Unlock()
-	err := s.ln.Close()
-	for c := range dialed {
-		c.Close()
-	}
-	return err
+	return s.ln.Close()
 }
