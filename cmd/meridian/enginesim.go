@@ -62,19 +62,19 @@ func engineSimCommand() *cli.Command {
 		}, logFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.String("zmq-endpoint") != "" && c.String("kafka-brokers") != "" {
-				return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")}
+				return usageError("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")
 			}
 			cfg, err := engineSimConfig(c)
 			if err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("engine-sim: %w", err)}
+				return usageError("engine-sim: %w", err)
 			}
 			if err := cfg.Validate(); err != nil {
-				return &exitError{code: 2, err: fmt.Errorf("engine-sim: %w", err)}
+				return usageError("engine-sim: %w", err)
 			}
 			if ep := c.String("zmq-endpoint"); ep != "" {
 				pub, err := enginesim.NewZMQPublisher(enginesim.ZMQConfig{Endpoint: ep, ReplayEndpoint: c.String("zmq-replay"), Model: cfg.Model})
 				if err != nil {
-					return &exitError{code: 2, err: fmt.Errorf("engine-sim: --zmq-endpoint: %w", err)}
+					return usageError("engine-sim: --zmq-endpoint: %w", err)
 				}
 				defer pub.Close() // after the engine, which publishes its last events on Close
 				cfg.Publisher = pub
