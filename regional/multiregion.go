@@ -184,8 +184,7 @@ func (s *checkpointSink) PublishCheckpoint(ctx context.Context, cp audit.Checkpo
 	if n == nil {
 		return errors.New("raft tier not running")
 	}
-	_, err := n.AppendCheckpoint(ctx, global.Checkpoint{ControllerID: cp.Controller, Segment: cp.Segment,
-		Sequence: cp.LastSeq, HeadHash: cp.Head, Count: cp.Count, Time: cp.Time},
+	_, err := n.AppendCheckpoint(ctx, global.CheckpointFromAudit(cp),
 		global.WriteOptions{RequestID: "ckpt/" + cp.Controller + "/" + strconv.FormatUint(cp.LastSeq, 10) + "/" + cp.Head[:min(16, len(cp.Head))], Actor: "audit:" + cp.Controller})
 	return err
 }
