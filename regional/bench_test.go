@@ -252,9 +252,11 @@ func BenchmarkPlace(b *testing.B) {
 					c.RTTMs = float64(65 + 10*j)
 					cands = append(cands, c)
 				}
-				if _, err := dec.Place(r, "home", true, cands, shares); err != nil {
+				pl, err := dec.Place(r, "home", true, cands, shares)
+				if err != nil {
 					b.Fatal(err)
 				}
+				pl.Record(shares, now)
 				lat = append(lat, time.Since(t0))
 			}
 			reportPercentiles(b, lat, "")

@@ -92,7 +92,10 @@ type placed struct {
 // routeAndServe applies residency and region state, places the request
 // (this region or another) and serves it.
 func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed, route string) {
-	pr, ok := s.placeRequest(w, r, p, route)
+	pr, ok := s.placeRequest(w, r, p, route, false)
+	if ok && pr.pl != nil {
+		pr.pl.Record(s.topo.Shares, s.now())
+	}
 	switch {
 	case !ok:
 	case pr.pl == nil:
@@ -107,7 +110,8 @@ func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed
 // placeRequest evaluates residency (with the hop's origin for a request
 // forwarded in, which is then served here or nowhere), checks region states
 // and places the request. When it returns false it has answered the client.
-func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed, route string) (placed, bool) {
+// A dry run (POST /v1/route) explains and records nothing.
+func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed, route string, dry bool) (placed, bool) {
 	t := s.topo
 	if t.Control == nil {
 		if r.Header.Get(HeaderHop) != "" {
@@ -145,7 +149,7 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	pr := placed{entry: entry, decisionID: decisionID}
 
 	if rd.Allowed.Empty() || (hop != "" && !rd.Allows(t.Region)) {
-		s.deny(w, r, route, entry, denial{status: http.StatusUnavailableForLegalReasons, code: "residency_denied",
+		s.deny(w, r, route, dry, entry, denial{status: http.StatusUnavailableForLegalReasons, code: "residency_denied",
 			message: "residency policy forbids serving this request here: " + rd.Reason(), rule: entry.Rule, version: version})
 		return pr, false
 	}
@@ -155,10 +159,12 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 			s.fail(w, route, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, ctl.RegionState(t.Region))
 			return pr, false
 		}
-		in := entry
-		in.Kind, in.Region = audit.KindForwardedIn, t.Region
-		s.record(r.Context(), in)
-		s.m.forwardedIn.WithLabelValues(origin).Inc()
+		if !dry {
+			in := entry
+			in.Kind, in.Region = audit.KindForwardedIn, t.Region
+			s.record(r.Context(), in)
+			s.m.forwardedIn.WithLabelValues(origin).Inc()
+		}
 		return pr, true
 	}
 
@@ -274,16 +280,18 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	return res
 }
 
-// deny answers a residency refusal and records it (a denial needs no
-// durable record to be safe — nothing is served — so an audit failure is
-// counted and logged, not turned into an error for the client).
-func (s *Server) deny(w http.ResponseWriter, r *http.Request, route string, e audit.Entry, d denial) {
+// deny answers a residency refusal and records it, unless dry (a denial
+// needs no durable record to be safe — nothing is served — so an audit
+// failure is counted and logged, not turned into an error for the client).
+func (s *Server) deny(w http.ResponseWriter, r *http.Request, route string, dry bool, e audit.Entry, d denial) {
 	e.Kind = audit.KindResidencyDenied
 	if e.Rule == "" {
 		e.Rule = "(none)"
 	}
-	s.record(r.Context(), e)
-	s.m.residencyDenials.WithLabelValues(e.Rule).Inc()
+	if !dry {
+		s.record(r.Context(), e)
+		s.m.residencyDenials.WithLabelValues(e.Rule).Inc()
+	}
 	s.m.requests.WithLabelValues(route, fmt.Sprint(d.status)).Inc()
 	var body apiError
 	body.Error.Message, body.Error.Code, body.Error.Type = d.message, d.code, "residency_error"

@@ -3,6 +3,7 @@ package regional
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/meridian-llm/meridian/gorgo"
 )
@@ -31,8 +32,10 @@ var ErrNoRegion = errors.New("no allowed region can serve the request")
 // (candidates already filtered to the regions residency allows, routable,
 // with fresh enough summaries — see gossip.RegionsView.Candidates). local
 // says whether this region may serve at all (residency and region state).
-// shares is the remote-share guardrail's state; the choice is recorded in it.
-// On a remote choice the local decision's session bookkeeping is undone.
+// shares is the remote-share guardrail's state: Place reads it and changes
+// nothing, so a dry run (POST /v1/route) leaves the guardrail as it found
+// it; a caller that serves the placement counts it with Record. Place
+// changes no session or load accounting either.
 func (d *Decider) Place(req *RouteRequest, region string, local bool, remotes []gorgo.Candidate, shares *gorgo.ShareTracker) (*Placement, error) {
 	now := d.now()
 	pl := &Placement{}
@@ -66,12 +69,18 @@ func (d *Decider) Place(req *RouteRequest, region string, local bool, remotes []
 	} else {
 		pl.Region = region
 	}
-	if shares != nil {
-		if pl.Remote {
-			shares.Record(pl.Region, now)
-		} else {
-			shares.Record("", now)
-		}
-	}
 	return pl, nil
+}
+
+// Record counts a placement that is being served in the remote-share
+// guardrail's window (nil shares: no guardrail).
+func (pl *Placement) Record(shares *gorgo.ShareTracker, now time.Time) {
+	if shares == nil {
+		return
+	}
+	if pl.Remote {
+		shares.Record(pl.Region, now)
+	} else {
+		shares.Record("", now)
+	}
 }

@@ -28,8 +28,12 @@ func TestPlace(t *testing.T) {
 	if _, n, _ := f.dec.Sessions().Pinned("s", f.clock); n != 0 {
 		t.Fatalf("session still counted in flight locally after forwarding: %d", n)
 	}
+	if got := shares.Share("us-west-2", f.clock); got != 0 {
+		t.Fatalf("share %v after Place alone: a placement counts only once recorded", got)
+	}
+	pl.Record(shares, f.clock)
 	if got := shares.Share("us-west-2", f.clock); got != 1 {
-		t.Fatalf("share %v", got)
+		t.Fatalf("share %v after Record", got)
 	}
 	// Warm at home too: stay.
 	_ = f.idx.Register(f.pod(t, "pod-0").ID, index.TierGPU, c)

@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
@@ -278,8 +277,11 @@ type RouteResponse struct {
 
 // serveRoute answers POST /v1/route: the same decision the proxy makes
 // (residency, region state, cross-region placement, pod), without serving.
-// A cross-region answer is recorded in the audit log like a forwarded
-// request (and is not given if it cannot be recorded).
+// It is a dry run: it explains, and writes neither the audit log nor the
+// remote-share guardrail's window (a request that is then sent is decided,
+// and recorded, by the controller that serves it). It only notes the
+// session on the chosen pod, so that a gateway that sends the request there
+// itself finds the session's next turn on the same pod.
 func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	kind := tokenize.Chat
 	if r.URL.Query().Get("kind") == "completion" {
@@ -289,7 +291,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
-	pr, ok := s.placeRequest(w, r, p, "route")
+	pr, ok := s.placeRequest(w, r, p, "route", true)
 	if !ok {
 		return
 	}
@@ -308,20 +310,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 		resp.Cost = costJSON(pr.pl, pr.pl.Cost.Winner)
 	default:
 		pl := pr.pl
-		e := pr.entry
-		e.Kind, e.Region, e.Cost = audit.KindCrossRegion, pl.Region, costJSON(pl, pl.Cost.Winner)
-		if err := s.topo.Audit.Append(r.Context(), e); err != nil {
-			s.m.auditFailures.Inc()
-			if pl.Local == nil {
-				s.fail(w, "route", http.StatusServiceUnavailable, "audit_unavailable",
-					"the cross-region decision could not be recorded, so it is not given: %v", err)
-				return
-			}
-			resp.Decision = pl.Local // stay home rather than cross unrecorded
-			break
-		}
-		s.m.crossRegion.WithLabelValues(pl.Region).Inc()
-		resp.Region, resp.Remote, resp.Cost = pl.Region, true, e.Cost
+		resp.Region, resp.Remote, resp.Cost = pl.Region, true, costJSON(pl, pl.Cost.Winner)
 		if addrs := s.topo.Remotes.ForwardAddrs(pl.Region); len(addrs) > 0 {
 			resp.ForwardTo = addrs[0]
 		}

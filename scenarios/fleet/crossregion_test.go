@@ -133,12 +133,40 @@ func TestCrossRegionForwardsOnlyWhenItPays(t *testing.T) {
 	}
 	// us-east-1 learns of it through us-west-2's summary; then the long
 	// prompt goes there (saving ~7k tokens of prefill, 2.5 s, against 65 ms).
-	eventually(t, "us-east-1 routes the warm long prefix to us-west-2", func() bool {
-		return routeOf(t, east, pub, long, "second question").Region == "us-west-2"
+	// Wait for the summary itself, not for a /v1/route answer, so that no
+	// decision at all is made at us-east-1 before the ones below.
+	eventually(t, "us-west-2 indexes the long prefix", func() bool {
+		rr := routeOf(t, west, pub, long, "second question")
+		return rr.Decision != nil && rr.MatchedBlocks*rr.BlockSize >= 6000
 	})
+	indexed := time.Now()
+	eventually(t, "us-east-1 holds a us-west-2 summary built since", func() bool {
+		rv, ok := f.Region("us-east-1").Controller.Gossip().View().Region("us-west-2")
+		return ok && rv.Summary != nil && rv.Summary.BuiltAt.After(indexed)
+	})
+	// /v1/route is a dry run: however often it answers "us-west-2", it
+	// writes no audit record and does not count toward the remote-share
+	// guardrail (it used to, and the request that followed a few such
+	// answers was then held at home by the share cap), nor does a denial.
+	eastAudit := f.Region("us-east-1").Controller.Audit()
+	before := eastAudit.Checkpoint().LastSeq
+	for i := range 4 {
+		if rr := routeOf(t, east, pub, long, fmt.Sprintf("question %d", i)); rr.Region != "us-west-2" || !rr.Remote {
+			t.Fatalf("route %d: %s (remote %v), cost %s", i, rr.Region, rr.Remote, rr.Cost)
+		}
+	}
+	if a := ask(t, east, "/v1/route", map[string]string{regional.HeaderTenant: "embargoed-1"}, "hello"); a.status != http.StatusUnavailableForLegalReasons {
+		t.Fatalf("embargoed route: %d %s", a.status, a.body)
+	}
+	if after := eastAudit.Checkpoint().LastSeq; after != before {
+		t.Fatalf("/v1/route wrote %d audit records", after-before)
+	}
 	a := ask(t, east, "/v1/chat/completions", pub, long, "third question")
 	if a.status != 200 || a.forwarded != "us-west-2" || a.region != "us-west-2" || a.cached < 6000 {
 		t.Fatalf("long warm prefix not forwarded to us-west-2 or not a hit there: %+v", a)
+	}
+	if after := eastAudit.Checkpoint().LastSeq; after != before+1 {
+		t.Fatalf("the forwarded request wrote %d audit records, want 1", after-before)
 	}
 	// The short one stays home: ~200 tokens of prefill (72 ms) does not beat
 	// 65 ms of RTT plus the forwarding margin.

@@ -349,6 +349,7 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 		return
 	}
 	w.stats.reason(pl.Reason)
+	pl.Record(origin.shares, w.wall())
 	if !pl.Remote {
 		w.dispatch(r, origin, pl.Local, 0)
 		return
