@@ -19,7 +19,7 @@ help: ## list the targets
 demo: ## run 3 regions on loopback with live traffic, a failover and a status page (meridian demo; DEMO_FLAGS=--help)
 	@$(GO) run -ldflags "$(LDFLAGS)" ./cmd/meridian demo $(DEMO_FLAGS)
 
-test: ## vet, then every test (race detector on; one package at a time, so the end-to-end latency checks do not compete with other packages for the CPU)
+test: ## vet, then every test (race detector on; one package at a time: the end-to-end tests start whole fleets)
 	$(GO) vet ./...
 	$(GO) test -race -p 1 -timeout 30m $(RACE_PKGS)
 
@@ -31,6 +31,7 @@ bench: ## run the benchmarks behind every published target and print a table (ab
 	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place|TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkProxyOverhead$$' -benchtime 3000x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkIngestKafka$$' -benchtime 3x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'BenchmarkE2ESharedPrefixTTFT$$' -benchtime 1x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkReadPath$$' -benchmem -count $(BENCH_COUNT) ./global/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(PolicyApply|FailoverPropagation)$$' -benchtime 200x -count $(BENCH_COUNT) ./global/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkAppend$$/appenders=256$$' -count $(BENCH_COUNT) ./global/audit/ | tee -a bin/bench.txt

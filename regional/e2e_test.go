@@ -41,7 +41,7 @@ type manualClock struct{ off atomic.Int64 }
 func (c *manualClock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
 func (c *manualClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
 
-func startFleet(t *testing.T, pods, cacheBlocks int, mut func(*regional.Config)) *fleet {
+func startFleet(t testing.TB, pods, cacheBlocks int, mut func(*regional.Config)) *fleet {
 	t.Helper()
 	broker, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
 	if err != nil {
@@ -241,7 +241,7 @@ func sharedPrefixWorkload(seed uint64, systems, conversations, multiTurn int) []
 
 // run plays the conversations with `clients` concurrent clients (turns of a
 // conversation in order) and returns every result.
-func run(t *testing.T, url string, convs []conversation, clients int, policy string) []result {
+func run(t testing.TB, url string, convs []conversation, clients int, policy string) []result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
@@ -304,7 +304,7 @@ func summarize(rs []result) summary {
 	return s
 }
 
-func metricValue(t *testing.T, url, name string) float64 {
+func metricValue(t testing.TB, url, name string) float64 {
 	t.Helper()
 	resp, err := http.Get(url + "/metrics")
 	if err != nil {

@@ -135,6 +135,8 @@ func main() {
 		{"proxy: added p99 at 1,000 req/s", "BenchmarkProxyOverhead", "added-p99-ns", atMost(1e6, "ns")},
 		{"  direct p99", "BenchmarkProxyOverhead", "direct-p99-ns", nil},
 		{"  proxied p99", "BenchmarkProxyOverhead", "proxy-p99-ns", nil},
+		{"shared prefix: TTFT p50, rr / Meridian", "BenchmarkE2ESharedPrefixTTFT", "p50-ratio", atLeast(3, "x")},
+		{"  hit rate, Meridian / rr", "BenchmarkE2ESharedPrefixTTFT", "hit-ratio", atLeast(3, "x")},
 		{"== global tier (issue 5)", "", "", nil},
 		{"read state + routable + region state", "BenchmarkReadPath/StateRoutableRegionState", "ns/op", atMost(1000, "ns")},
 		{"  allocations", "BenchmarkReadPath/StateRoutableRegionState", "allocs/op", atMost(0, "allocs")},
