@@ -28,7 +28,8 @@ bench: ## run the benchmarks behind every published target and print a table (ab
 	@: > bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkDecodeApply(Parallel)?$$' -benchmem -count $(BENCH_COUNT) ./regional/kvevents/ | tee -a bin/bench.txt
-	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place|TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place)$$' -benchmem -count $(BENCH_COUNT) ./regional/route/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkProxyOverhead$$' -benchtime 3000x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkIngestKafka$$' -benchtime 3x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkE2ESharedPrefixTTFT$$' -benchtime 1x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt

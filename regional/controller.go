@@ -21,6 +21,7 @@ import (
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/gossip"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 	"github.com/meridian-llm/meridian/residency"
 )
@@ -47,11 +48,11 @@ type Config struct {
 	Models []ModelConfig `yaml:"models"`
 	// Pods configured statically (name, endpoint, model, profile); pods also
 	// join by their lifecycle events.
-	Pods []PodInfo `yaml:"pods"`
+	Pods []route.PodInfo `yaml:"pods"`
 	// Decision is the pipeline; Server the HTTP API; Gorgo the cost model.
-	Decision DecisionConfig `yaml:"decision"`
-	Server   ServerConfig   `yaml:"server"`
-	Gorgo    gorgo.Config   `yaml:"gorgo"`
+	Decision route.Config `yaml:"decision"`
+	Server   ServerConfig `yaml:"server"`
+	Gorgo    gorgo.Config `yaml:"gorgo"`
 	// ScrapeInterval between scrapes of the pods' /metrics; default 1s.
 	ScrapeInterval time.Duration `yaml:"scrape_interval"`
 	// SweepInterval between index sweep passes; default 1s.
@@ -105,7 +106,7 @@ func DefaultConfig() Config {
 		BlockSize:         64,
 		PodCapacity:       256,
 		Kafka:             DefaultIngestConfig(),
-		Decision:          DefaultDecisionConfig(),
+		Decision:          route.DefaultConfig(),
 		Server:            DefaultServerConfig(),
 		Gorgo:             gorgo.DefaultConfig(),
 		ScrapeInterval:    time.Second,
@@ -218,9 +219,9 @@ type Controller struct {
 	cfg      Config
 	log      *slog.Logger
 	Index    *index.Index
-	Registry *Registry
+	Registry *route.Registry
 	Ingester *Ingester
-	Decider  *Decider
+	Decider  *route.Decider
 	Server   *Server
 	Model    *gorgo.Model
 	Calib    *gorgo.Calibrator
@@ -252,7 +253,7 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: NewRegistry(idx),
+	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: route.NewRegistry(idx),
 		Metrics: prometheus.NewRegistry(), stopping: make(chan struct{})}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range cfg.Pods {
@@ -268,7 +269,7 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 		return nil, err
 	}
 	c.Calib = gorgo.NewCalibrator(c.Model, gorgo.DefaultCalibratorConfig())
-	if c.Decider, err = NewDecider(cfg.Decision, idx, c.Registry, c.Model, now); err != nil {
+	if c.Decider, err = route.NewDecider(cfg.Decision, idx, c.Registry, c.Model, now); err != nil {
 		return nil, err
 	}
 	prompts, err := NewPrompts(cfg.Models, cfg.BlockSize, cfg.SessionTokenCache)

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // TestLoadConfig: a controller config loads with ${VAR} expansion and its
@@ -30,7 +32,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	if cfg.Kafka.Brokers[0] != "127.0.0.1:9092" || cfg.Kafka.Region != "us-east-1" || cfg.Kafka.BlockSize != 32 ||
-		cfg.Decision.AffinityCacheWeight != 0.5 || cfg.Decision.BoundedLoadFactor != DefaultDecisionConfig().BoundedLoadFactor {
+		cfg.Decision.AffinityCacheWeight != 0.5 || cfg.Decision.BoundedLoadFactor != route.DefaultConfig().BoundedLoadFactor {
 		t.Fatalf("loaded %+v", cfg)
 	}
 	for _, key := range []string{"region", "controller_id", "block_size", "brokres"} {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/residency"
 )
 
@@ -66,7 +67,7 @@ type Topology struct {
 // serving.
 func (s *Server) SetTopology(t Topology) {
 	if t.Shares == nil {
-		t.Shares = gorgo.NewShareTracker(s.dec.model.Config().ShareWindow)
+		t.Shares = gorgo.NewShareTracker(s.dec.Model().Config().ShareWindow)
 	}
 	s.topo = t
 }
@@ -84,26 +85,26 @@ type denial struct {
 type placed struct {
 	// pl is nil when the request is served here without a choice: a
 	// single-region controller, or a request forwarded in.
-	pl         *Placement
+	pl         *route.Placement
 	entry      audit.Entry // filled for the audit records of this request
 	decisionID string
 }
 
 // routeAndServe applies residency and region state, places the request
 // (this region or another) and serves it.
-func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed, route string) {
-	pr, ok := s.placeRequest(w, r, p, route, false)
+func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed, api string) {
+	pr, ok := s.placeRequest(w, r, p, api, false)
 	if ok && pr.pl != nil {
 		pr.pl.Record(s.topo.Shares, s.now())
 	}
 	switch {
 	case !ok:
 	case pr.pl == nil:
-		s.serveLocal(w, r, p, route, nil)
+		s.serveLocal(w, r, p, api, nil)
 	case !pr.pl.Remote:
-		s.serveLocal(w, r, p, route, pr.pl.Local)
+		s.serveLocal(w, r, p, api, pr.pl.Local)
 	default:
-		s.serveRemote(w, r, p, route, pr.pl, pr.entry)
+		s.serveRemote(w, r, p, api, pr.pl, pr.entry)
 	}
 }
 
@@ -111,11 +112,11 @@ func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed
 // forwarded in, which is then served here or nowhere), checks region states
 // and places the request. When it returns false it has answered the client.
 // A dry run (POST /v1/route) explains and records nothing.
-func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed, route string, dry bool) (placed, bool) {
+func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed, api string, dry bool) (placed, bool) {
 	t := s.topo
 	if t.Control == nil {
 		if r.Header.Get(HeaderHop) != "" {
-			s.fail(w, route, http.StatusUnauthorized, "invalid_hop", "this controller does not accept forwarded requests")
+			s.fail(w, api, http.StatusUnauthorized, "invalid_hop", "this controller does not accept forwarded requests")
 			return placed{}, false
 		}
 		return placed{decisionID: newDecisionID()}, true
@@ -124,7 +125,7 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	hop := r.Header.Get(HeaderHop)
 	if hop != "" {
 		if t.HopToken == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderHopAuth)), []byte(t.HopToken)) != 1 {
-			s.fail(w, route, http.StatusUnauthorized, "invalid_hop", "forwarded request without a valid %s", HeaderHopAuth)
+			s.fail(w, api, http.StatusUnauthorized, "invalid_hop", "forwarded request without a valid %s", HeaderHopAuth)
 			return placed{}, false
 		}
 		origin = hop
@@ -138,25 +139,25 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	ctl := t.Control.View()
 	pol, version, err := ctl.Policy, ctl.Version, ctl.Err
 	if err != nil {
-		s.fail(w, route, http.StatusServiceUnavailable, "residency_policy_unavailable", "no usable residency policy, so nothing is served: %v", err)
+		s.fail(w, api, http.StatusServiceUnavailable, "residency_policy_unavailable", "no usable residency policy, so nothing is served: %v", err)
 		return placed{}, false
 	}
 	attrs := residency.Attributes{Tenant: r.Header.Get(HeaderTenant), DataClass: r.Header.Get(HeaderDataClass),
-		OriginRegion: origin, Session: p.route.SessionID, Model: p.body.Model}
+		OriginRegion: origin, Session: p.req.SessionID, Model: p.body.Model}
 	rd := pol.Evaluate(attrs)
-	entry := audit.Entry{DecisionID: decisionID, RequestID: p.route.RequestID, Tenant: attrs.Tenant, Session: attrs.Session,
+	entry := audit.Entry{DecisionID: decisionID, RequestID: p.req.RequestID, Tenant: attrs.Tenant, Session: attrs.Session,
 		Origin: origin, DataClass: attrs.DataClass, Rule: ruleName(rd), PolicyVersion: version}
 	pr := placed{entry: entry, decisionID: decisionID}
 
 	if rd.Allowed.Empty() || (hop != "" && !rd.Allows(t.Region)) {
-		s.deny(w, r, route, dry, entry, denial{status: http.StatusUnavailableForLegalReasons, code: "residency_denied",
+		s.deny(w, r, api, dry, entry, denial{status: http.StatusUnavailableForLegalReasons, code: "residency_denied",
 			message: "residency policy forbids serving this request here: " + rd.Reason(), rule: entry.Rule, version: version})
 		return pr, false
 	}
 	if hop != "" {
 		// Forwarded in: served here or nowhere (a request crosses at most once).
 		if !ctl.Routable(t.Region) {
-			s.fail(w, route, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, ctl.RegionState(t.Region))
+			s.fail(w, api, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, ctl.RegionState(t.Region))
 			return pr, false
 		}
 		if !dry {
@@ -171,19 +172,19 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	localOK := rd.Allows(t.Region) && ctl.Routable(t.Region)
 	var remotes []gorgo.Candidate
 	if t.Remotes != nil && t.Audit != nil && t.HopToken != "" {
-		remotes = t.Remotes.Candidates(s.now(), p.route.Chain, p.route.PromptTokens, func(region string) bool {
+		remotes = t.Remotes.Candidates(s.now(), p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
 	}
-	pl, err := s.dec.Place(&p.route, t.Region, localOK, remotes, t.Shares)
+	pl, err := s.dec.Place(&p.req, t.Region, localOK, remotes, t.Shares)
 	if err != nil {
-		if !localOK || errors.Is(err, ErrNoRegion) {
+		if !localOK || errors.Is(err, route.ErrNoRegion) {
 			s.m.residencyNoRegion.Inc()
-			s.fail(w, route, http.StatusServiceUnavailable, "residency_no_healthy_region",
+			s.fail(w, api, http.StatusServiceUnavailable, "residency_no_healthy_region",
 				"no region the residency policy allows (%s) can serve the request: %v", strings.Join(rd.Regions(), ", "), err)
 			return pr, false
 		}
-		s.decisionError(w, route, err)
+		s.decisionError(w, api, err)
 		return pr, false
 	}
 	pr.pl = pl
@@ -194,7 +195,7 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 // recorded first (if that fails, the request does not cross); if the remote
 // region fails before its first byte the request falls back to this region
 // (when allowed) or the next best allowed region.
-func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, route string, pl *Placement, entry audit.Entry) {
+func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, api string, pl *route.Placement, entry audit.Entry) {
 	order := fallbackOrder(pl)
 	kind := audit.KindCrossRegion
 	for i, ci := range order {
@@ -206,7 +207,7 @@ func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, 
 				s.record(r.Context(), e)
 				s.m.fallbacks.Inc()
 			}
-			s.serveLocal(w, r, p, route, pl.Local)
+			s.serveLocal(w, r, p, api, pl.Local)
 			return
 		}
 		e := entry
@@ -215,10 +216,10 @@ func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, 
 			s.m.auditFailures.Inc()
 			s.log.Error("audit record could not be written: not crossing the region boundary", "to", c.Region, "err", err)
 			if pl.Local != nil {
-				s.serveLocal(w, r, p, route, pl.Local)
+				s.serveLocal(w, r, p, api, pl.Local)
 				return
 			}
-			s.fail(w, route, http.StatusServiceUnavailable, "audit_unavailable",
+			s.fail(w, api, http.StatusServiceUnavailable, "audit_unavailable",
 				"the cross-region decision could not be recorded, so the request was not forwarded: %v", err)
 			return
 		}
@@ -226,20 +227,20 @@ func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, 
 		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID)
 		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil {
 			if res.err != nil && !res.wrote && !errors.Is(res.err, context.Canceled) {
-				s.fail(w, route, http.StatusBadGateway, "upstream_failed", "region %s: %v", c.Region, res.err)
+				s.fail(w, api, http.StatusBadGateway, "upstream_failed", "region %s: %v", c.Region, res.err)
 				return
 			}
-			s.m.requests.WithLabelValues(route, fmt.Sprint(res.status)).Inc()
+			s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
 			return
 		}
 		s.log.Warn("remote region failed before answering; falling back", "region", c.Region, "err", res.err)
 		kind = audit.KindFallback
 	}
-	s.fail(w, route, http.StatusBadGateway, "upstream_failed", "every allowed region tried failed before answering")
+	s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every allowed region tried failed before answering")
 }
 
 // fallbackOrder is the winner first, then the others by estimated TTFT.
-func fallbackOrder(pl *Placement) []int {
+func fallbackOrder(pl *route.Placement) []int {
 	order := []int{pl.Cost.Winner}
 	rest := make([]int, 0, len(pl.Candidates))
 	for i := range pl.Candidates {
@@ -283,7 +284,7 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 // deny answers a residency refusal and records it, unless dry (a denial
 // needs no durable record to be safe — nothing is served — so an audit
 // failure is counted and logged, not turned into an error for the client).
-func (s *Server) deny(w http.ResponseWriter, r *http.Request, route string, dry bool, e audit.Entry, d denial) {
+func (s *Server) deny(w http.ResponseWriter, r *http.Request, api string, dry bool, e audit.Entry, d denial) {
 	e.Kind = audit.KindResidencyDenied
 	if e.Rule == "" {
 		e.Rule = "(none)"
@@ -292,7 +293,7 @@ func (s *Server) deny(w http.ResponseWriter, r *http.Request, route string, dry 
 		s.record(r.Context(), e)
 		s.m.residencyDenials.WithLabelValues(e.Rule).Inc()
 	}
-	s.m.requests.WithLabelValues(route, fmt.Sprint(d.status)).Inc()
+	s.m.requests.WithLabelValues(api, fmt.Sprint(d.status)).Inc()
 	var body apiError
 	body.Error.Message, body.Error.Code, body.Error.Type = d.message, d.code, "residency_error"
 	body.Error.Rule, body.Error.PolicyVersion = d.rule, d.version
@@ -346,7 +347,7 @@ type CandidateCost struct {
 	Estimate     gorgo.Estimate `json:"estimate"`
 }
 
-func costJSON(pl *Placement, chosen int) json.RawMessage {
+func costJSON(pl *route.Placement, chosen int) json.RawMessage {
 	ex := CostExplanation{Chosen: pl.Candidates[chosen].Region, Reason: pl.Reason, MarginMs: pl.Cost.MarginMs, RequiredMs: pl.Cost.RequiredMs}
 	for i, c := range pl.Candidates {
 		ex.Candidates = append(ex.Candidates, CandidateCost{Region: c.Region, Pod: c.Pod, Remote: c.Remote,

@@ -7,7 +7,7 @@
 // # Decision pipeline
 //
 // Filters, then scorers, then a picker, each small and named in the
-// configuration (DecisionConfig):
+// configuration (route.Config):
 //
 //   - filters: alive (live in the index), model (serves the requested model),
 //     healthy (not ejected by outlier detection), bounded_load (no pod may take

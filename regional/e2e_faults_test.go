@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
@@ -43,7 +44,7 @@ func startTraffic(url string, clients int, seed uint64) *traffic {
 				}
 				msgs := []chatMsg{{"system", sys[r.IntN(len(sys))]}, {"user", words(r, 20)}}
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				res := chat(ctx, url, msgs, "", regional.PolicyRoundRobin)
+				res := chat(ctx, url, msgs, "", route.PolicyRoundRobin)
 				cancel()
 				tr.sent.Add(1)
 				tr.mu.Lock()
@@ -90,7 +91,7 @@ func TestE2EFaults(t *testing.T) {
 		c.Server.MaxRetries = 3
 	})
 	url := f.ctl.URL()
-	pod := func(name string) *regional.Pod {
+	pod := func(name string) *route.Pod {
 		p, ok := f.ctl.Registry.Get(name)
 		if !ok {
 			t.Fatalf("no pod %s", name)

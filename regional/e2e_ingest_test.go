@@ -15,13 +15,14 @@ import (
 
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
 // indexMatches compares the index with what each engine simulator's cache
 // holds: every full router block (4 engine blocks of 16 tokens) of every
 // cached chain, and nothing else.
-func indexMatches(idx *index.Index, reg *regional.Registry, engines []*enginesim.Engine) error {
+func indexMatches(idx *index.Index, reg *route.Registry, engines []*enginesim.Engine) error {
 	st := idx.Stats()
 	for _, e := range engines {
 		p, ok := reg.Get(e.Name())
@@ -88,7 +89,7 @@ func TestE2EIngestMatchesEngines(t *testing.T) {
 	}()
 
 	idx, _ := index.New(index.DefaultConfig())
-	reg := regional.NewRegistry(idx)
+	reg := route.NewRegistry(idx)
 	icfg := regional.DefaultIngestConfig()
 	icfg.Brokers, icfg.Region, icfg.BlockSize = broker.ListenAddrs(), "test", 64
 	ing, err := regional.NewIngester(icfg, idx, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Now)

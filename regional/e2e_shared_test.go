@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // sharedPrefixRun is one comparison of Meridian's routing with round-robin
@@ -22,7 +22,7 @@ func runSharedPrefix(t testing.TB) sharedPrefixRun {
 	f := startFleet(t, 8, 1000, nil)
 	url := f.ctl.URL()
 	var out sharedPrefixRun
-	out.rr = summarize(run(t, url, sharedPrefixWorkload(1, 48, 480, 16), 10, regional.PolicyRoundRobin))
+	out.rr = summarize(run(t, url, sharedPrefixWorkload(1, 48, 480, 16), 10, route.PolicyRoundRobin))
 	predBefore := metricValue(t, url, "meridian_router_predicted_cached_tokens_total")
 	repBefore := metricValue(t, url, "meridian_router_reported_cached_tokens_total")
 	merRes := run(t, url, sharedPrefixWorkload(2, 48, 480, 16), 10, "")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/kvevents"
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // IngestConfig configures the Kafka ingestion of one region's KV events.
@@ -108,7 +109,7 @@ type Message struct {
 type Ingester struct {
 	cfg  IngestConfig
 	idx  *index.Index
-	reg  *Registry
+	reg  *route.Registry
 	log  *slog.Logger
 	now  func() time.Time
 	dec  *kvevents.Decoder
@@ -140,7 +141,7 @@ type podStream struct {
 }
 
 // NewIngester builds the ingester. reg must wrap idx.
-func NewIngester(cfg IngestConfig, idx *index.Index, reg *Registry, log *slog.Logger, reg2 prometheus.Registerer, now func() time.Time) (*Ingester, error) {
+func NewIngester(cfg IngestConfig, idx *index.Index, reg *route.Registry, log *slog.Logger, reg2 prometheus.Registerer, now func() time.Time) (*Ingester, error) {
 	if cfg.Topic == "" {
 		cfg.Topic = TopicFor(cfg.Region)
 	}
@@ -282,7 +283,7 @@ func (g *Ingester) stream(name string, hs []kafka.Header) *podStream {
 		// Events without a PodUp (a vLLM fleet through the ZMQ bridge): the
 		// pod is known from its events; its endpoint comes from static
 		// configuration or a later PodUp.
-		if _, _, err := g.reg.Upsert(PodInfo{Name: name, Model: model, Profile: header(hs, kvevents.HeaderHardware)}); err != nil {
+		if _, _, err := g.reg.Upsert(route.PodInfo{Name: name, Model: model, Profile: header(hs, kvevents.HeaderHardware)}); err != nil {
 			g.reject("registry_full", fmt.Errorf("pod %s: %w", name, err))
 			return nil
 		}
@@ -343,7 +344,7 @@ func (g *Ingester) clearPod(name string, ps *podStream, why string) {
 }
 
 func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
-	info := PodInfo{Name: e.Pod, Endpoint: e.Endpoint, Model: e.Model, Profile: e.Hardware, Epoch: e.Epoch}
+	info := route.PodInfo{Name: e.Pod, Endpoint: e.Endpoint, Model: e.Model, Profile: e.Hardware, Epoch: e.Epoch}
 	if old, ok := g.reg.Get(e.Pod); ok && old.Info().Static {
 		info.Static = true
 		if info.Endpoint == "" {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/kvevents"
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // startKafka runs an in-process Kafka-protocol broker cluster (franz-go's
@@ -161,7 +162,7 @@ func BenchmarkIngestKafka(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		idx, _ := index.New(index.DefaultConfig())
-		reg := NewRegistry(idx)
+		reg := route.NewRegistry(idx)
 		cfg := DefaultIngestConfig()
 		cfg.Brokers, cfg.Region, cfg.BlockSize = cluster.ListenAddrs(), "bench", routerBlockSize
 		g, err := NewIngester(cfg, idx, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Now)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/kvevents"
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 const (
@@ -149,7 +150,7 @@ func (e *testEngine) expected() [][]uint64 {
 }
 
 // checkIndex compares the index with the engines' caches.
-func checkIndex(t *testing.T, idx *index.Index, reg *Registry, engines []*testEngine) {
+func checkIndex(t *testing.T, idx *index.Index, reg *route.Registry, engines []*testEngine) {
 	t.Helper()
 	st := idx.Stats()
 	for _, e := range engines {
@@ -175,13 +176,13 @@ func checkIndex(t *testing.T, idx *index.Index, reg *Registry, engines []*testEn
 	}
 }
 
-func newTestIngester(t *testing.T) (*Ingester, *index.Index, *Registry, *prometheus.Registry, *bytes.Buffer) {
+func newTestIngester(t *testing.T) (*Ingester, *index.Index, *route.Registry, *prometheus.Registry, *bytes.Buffer) {
 	t.Helper()
 	idx, err := index.New(index.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := NewRegistry(idx)
+	reg := route.NewRegistry(idx)
 	pr := prometheus.NewRegistry()
 	var logs bytes.Buffer
 	cfg := DefaultIngestConfig()

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // routerMetrics are the request path's metrics, built from an injected
@@ -33,7 +35,7 @@ type routerMetrics struct {
 	fallbacks         prometheus.Counter
 }
 
-func newRouterMetrics(r prometheus.Registerer, reg *Registry, now func() time.Time) (*routerMetrics, error) {
+func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() time.Time) (*routerMetrics, error) {
 	buckets := prometheus.ExponentialBuckets(0.005, 1.6, 20) // 5 ms .. ~30 s
 	m := &routerMetrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_requests_total",
@@ -82,7 +84,7 @@ func newRouterMetrics(r prometheus.Registerer, reg *Registry, now func() time.Ti
 		Help: "Requests in flight through this controller."}, func() float64 {
 		var n int64
 		for _, p := range reg.Pods() {
-			n += p.inflight.Load()
+			n += p.Load().InFlight
 		}
 		return float64(n)
 	})
@@ -105,7 +107,7 @@ func newRouterMetrics(r prometheus.Registerer, reg *Registry, now func() time.Ti
 }
 
 type podCollector struct {
-	reg                                    *Registry
+	reg                                    *route.Registry
 	now                                    func() time.Time
 	inflight, pending, kv, ejected, routed *prometheus.Desc
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/regional/gossip"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/summary"
 	"github.com/meridian-llm/meridian/residency"
 )
@@ -443,7 +444,7 @@ func (c *Controller) publishSummary() error {
 		rate, _ := c.Model.Rate(info.Profile)
 		l.Pods++
 		l.Running += int(ld.InFlight)
-		l.PendingPrefillTokens += int64(backlogTokens(p, now, rate))
+		l.PendingPrefillTokens += int64(route.BacklogTokens(p, now, rate))
 		if info.Model != "" {
 			models[info.Model] = true
 		}

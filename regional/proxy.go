@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -45,41 +46,41 @@ type usage struct {
 }
 
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokenize.Kind) {
-	route := "chat"
+	api := "chat"
 	if k == tokenize.Completion {
-		route = "completions"
+		api = "completions"
 	}
-	p := s.parse(w, r, k, route)
+	p := s.parse(w, r, k, api)
 	if p == nil {
 		return
 	}
-	s.routeAndServe(w, r, p, route)
+	s.routeAndServe(w, r, p, api)
 }
 
 // serveLocal serves the request on this region's pods: first on the pod
 // already decided (if any), then, while a pod fails before its first byte,
 // on others (at most MaxRetries more).
-func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, p *parsed, route string, first *Decision) {
-	var tried []*Pod
+func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, p *parsed, api string, first *route.Decision) {
+	var tried []*route.Pod
 	for n := 0; ; n++ {
 		d := first
 		first = nil
 		if d == nil {
-			p.route.Exclude = tried
+			p.req.Exclude = tried
 			var err error
 			d, err = s.decide(p)
 			if err != nil {
 				if n > 0 {
-					s.fail(w, route, http.StatusBadGateway, "upstream_failed", "every pod tried failed before answering (%d attempts)", n)
+					s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every pod tried failed before answering (%d attempts)", n)
 					return
 				}
-				s.decisionError(w, route, err)
+				s.decisionError(w, api, err)
 				return
 			}
 		}
 		res := s.forward(r.Context(), w, r, p, d)
 		if res.err == nil || res.wrote || !res.retryable || n >= s.cfg.MaxRetries || r.Context().Err() != nil {
-			s.finish(w, route, p, d, res)
+			s.finish(w, api, p, d, res)
 			return
 		}
 		s.m.retries.Inc()
@@ -100,26 +101,26 @@ func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, p *parsed, r
 
 // finish records the outcome of the final attempt and answers the client if
 // nothing was written yet.
-func (s *Server) finish(w http.ResponseWriter, route string, p *parsed, d *Decision, res attempt) {
+func (s *Server) finish(w http.ResponseWriter, api string, p *parsed, d *route.Decision, res attempt) {
 	switch {
 	case res.err == nil:
-		s.m.requests.WithLabelValues(route, fmt.Sprint(res.status)).Inc()
+		s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
 	case res.wrote:
 		// Mid-stream failure: the client got a truncated answer.
-		s.m.requests.WithLabelValues(route, "truncated").Inc()
+		s.m.requests.WithLabelValues(api, "truncated").Inc()
 	case errors.Is(res.err, context.Canceled):
-		s.m.requests.WithLabelValues(route, "499").Inc()
+		s.m.requests.WithLabelValues(api, "499").Inc()
 	default:
-		s.fail(w, route, http.StatusBadGateway, "upstream_failed", "pod %s: %v", d.PodName, res.err)
+		s.fail(w, api, http.StatusBadGateway, "upstream_failed", "pod %s: %v", d.PodName, res.err)
 	}
 	if res.usage != nil {
 		s.observeUsage(p, d, res.usage)
 	}
 	s.log.Debug("routed", "pod", d.PodName, "policy", d.Policy, "reason", d.Reason, "matched_blocks", d.MatchedBlocks,
-		"predicted_cached", d.CachedTokens, "prompt_tokens", p.route.PromptTokens, "ttft", res.ttft, "status", res.status)
+		"predicted_cached", d.CachedTokens, "prompt_tokens", p.req.PromptTokens, "ttft", res.ttft, "status", res.status)
 }
 
-func (s *Server) observeUsage(p *parsed, d *Decision, u *usage) {
+func (s *Server) observeUsage(p *parsed, d *route.Decision, u *usage) {
 	if u.PromptTokensDetails == nil {
 		return
 	}
@@ -137,11 +138,11 @@ func (s *Server) observeUsage(p *parsed, d *Decision, u *usage) {
 // forward sends the request to the decided pod and streams its answer back
 // (see relay), with the pod's accounting: in-flight ticket, outlier
 // detection, speculation, TTFT and calibration.
-func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, d *Decision) (res attempt) {
+func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, d *route.Decision) (res attempt) {
 	pod := d.Pod
 	info := pod.Info()
-	rate, _ := s.dec.model.Rate(info.Profile)
-	pendingAhead := backlogTokens(pod, s.now(), rate)
+	rate, _ := s.dec.Model().Rate(info.Profile)
+	pendingAhead := route.BacklogTokens(pod, s.now(), rate)
 	ticket := s.dec.Admit(d)
 	defer func() {
 		ticket.Done(s.now())
@@ -167,7 +168,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		ttft := s.now().Sub(p.started)
 		ticket.FirstByte(s.now())
 		if status == http.StatusOK {
-			s.dec.Speculation().Observe(pod.ID, p.route.Chain, s.now())
+			s.dec.Speculation().Observe(pod.ID, p.req.Chain, s.now())
 		}
 		s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
 		if s.calib != nil && status == http.StatusOK {

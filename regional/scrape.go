@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // Scraper reads each pod's vLLM metrics every Interval and records its KV
@@ -18,14 +20,14 @@ import (
 // name). It is a secondary signal: the router's own in-flight accounting is
 // fresher, and engine metrics can be seconds old.
 type Scraper struct {
-	reg      *Registry
+	reg      *route.Registry
 	client   *http.Client
 	interval time.Duration
 	log      *slog.Logger
 }
 
 // NewScraper builds a scraper over the registry's pods.
-func NewScraper(reg *Registry, client *http.Client, interval time.Duration, log *slog.Logger) *Scraper {
+func NewScraper(reg *route.Registry, client *http.Client, interval time.Duration, log *slog.Logger) *Scraper {
 	return &Scraper{reg: reg, client: client, interval: interval, log: log}
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -38,13 +39,13 @@ type ServerConfig struct {
 	// treated as failed (and the request retried elsewhere). Default 120s.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
 	// Outlier is the passive health check.
-	Outlier OutlierConfig `yaml:"outlier"`
+	Outlier route.OutlierConfig `yaml:"outlier"`
 }
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{MaxBodyBytes: 16 << 20, MaxRetries: 2, RetryBackoff: 10 * time.Millisecond,
-		FirstByteTimeout: 120 * time.Second, Outlier: DefaultOutlierConfig()}
+		FirstByteTimeout: 120 * time.Second, Outlier: route.DefaultOutlierConfig()}
 }
 
 // Validate names the first field that is wrong.
@@ -70,8 +71,8 @@ type ReadinessFunc func() (ready bool, detail map[string]any)
 // decision API, health and metrics.
 type Server struct {
 	cfg     ServerConfig
-	dec     *Decider
-	reg     *Registry
+	dec     *route.Decider
+	reg     *route.Registry
 	prompts *Prompts
 	calib   *gorgo.Calibrator
 	client  *http.Client
@@ -85,7 +86,7 @@ type Server struct {
 
 // NewServer builds the API. transport is the HTTP transport to the pods
 // (nil: a dedicated one with sane pooling). calib may be nil.
-func NewServer(cfg ServerConfig, dec *Decider, reg *Registry, prompts *Prompts, calib *gorgo.Calibrator,
+func NewServer(cfg ServerConfig, dec *route.Decider, reg *route.Registry, prompts *Prompts, calib *gorgo.Calibrator,
 	transport http.RoundTripper, log *slog.Logger, r prometheus.Registerer, g prometheus.Gatherer,
 	ready ReadinessFunc, now func() time.Time) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
@@ -176,31 +177,31 @@ type parsed struct {
 	raw     []byte
 	body    requestBody
 	prompt  *Prompt
-	route   RouteRequest
+	req     route.Request
 	started time.Time
 }
 
 // parse reads, validates and tokenizes a request; on failure it has written
 // the error response and returns nil.
-func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, route string) *parsed {
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, api string) *parsed {
 	p := &parsed{started: s.now()}
 	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			s.fail(w, route, http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
+			s.fail(w, api, http.StatusRequestEntityTooLarge, "request_too_large", "request body exceeds %d bytes", s.cfg.MaxBodyBytes)
 		} else {
-			s.fail(w, route, http.StatusBadRequest, "invalid_request", "reading the request body: %v", err)
+			s.fail(w, api, http.StatusBadRequest, "invalid_request", "reading the request body: %v", err)
 		}
 		return nil
 	}
 	p.raw = raw
 	if err := json.Unmarshal(raw, &p.body); err != nil {
-		s.fail(w, route, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
+		s.fail(w, api, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
 		return nil
 	}
 	if p.body.Model == "" {
-		s.fail(w, route, http.StatusBadRequest, "invalid_request", "model: required")
+		s.fail(w, api, http.StatusBadRequest, "invalid_request", "model: required")
 		return nil
 	}
 	sessionID := r.Header.Get("X-Session-Id")
@@ -209,38 +210,38 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 	s.m.tokenizeTime.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		if tokenize.IsInvalidPrompt(err) {
-			s.fail(w, route, http.StatusBadRequest, "invalid_prompt", "%v", err)
+			s.fail(w, api, http.StatusBadRequest, "invalid_prompt", "%v", err)
 		} else {
-			s.fail(w, route, http.StatusInternalServerError, "tokenize_failed", "%v", err)
+			s.fail(w, api, http.StatusInternalServerError, "tokenize_failed", "%v", err)
 		}
 		return nil
 	}
 	p.prompt = prompt
 	s.m.tokensReused.Add(float64(prompt.Reused))
 	s.m.tokensEncoded.Add(float64(len(prompt.IDs)))
-	p.route = RouteRequest{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
+	p.req = route.Request{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
 		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id")}
 	if s.cfg.AllowPolicyOverride {
 		if pol := r.Header.Get("X-Meridian-Policy"); pol != "" {
-			if !slices.Contains(Policies, pol) {
-				s.fail(w, route, http.StatusBadRequest, "invalid_policy", "X-Meridian-Policy %q: want one of %s", pol, strings.Join(Policies, ", "))
+			if !slices.Contains(route.Policies, pol) {
+				s.fail(w, api, http.StatusBadRequest, "invalid_policy", "X-Meridian-Policy %q: want one of %s", pol, strings.Join(route.Policies, ", "))
 				return nil
 			}
-			p.route.Policy = pol
+			p.req.Policy = pol
 		}
 	}
 	return p
 }
 
-func (s *Server) fail(w http.ResponseWriter, route string, status int, code, format string, args ...any) {
-	s.m.requests.WithLabelValues(route, fmt.Sprint(status)).Inc()
+func (s *Server) fail(w http.ResponseWriter, api string, status int, code, format string, args ...any) {
+	s.m.requests.WithLabelValues(api, fmt.Sprint(status)).Inc()
 	writeError(w, status, code, format, args...)
 }
 
 // decide runs the decision and accounts for it.
-func (s *Server) decide(p *parsed) (*Decision, error) {
+func (s *Server) decide(p *parsed) (*route.Decision, error) {
 	t0 := time.Now()
-	d, err := s.dec.Decide(&p.route)
+	d, err := s.dec.Decide(&p.req)
 	s.m.decisionTime.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		return nil, err
@@ -249,12 +250,12 @@ func (s *Server) decide(p *parsed) (*Decision, error) {
 	return d, nil
 }
 
-func (s *Server) decisionError(w http.ResponseWriter, route string, err error) {
+func (s *Server) decisionError(w http.ResponseWriter, api string, err error) {
 	switch {
-	case errors.Is(err, ErrNoPod), errors.Is(err, ErrNoHealthyPod):
-		s.fail(w, route, http.StatusServiceUnavailable, "no_healthy_pod", "%v", err)
+	case errors.Is(err, route.ErrNoPod), errors.Is(err, route.ErrNoHealthyPod):
+		s.fail(w, api, http.StatusServiceUnavailable, "no_healthy_pod", "%v", err)
 	default:
-		s.fail(w, route, http.StatusInternalServerError, "decision_failed", "%v", err)
+		s.fail(w, api, http.StatusInternalServerError, "decision_failed", "%v", err)
 	}
 }
 
@@ -268,7 +269,7 @@ type RouteResponse struct {
 	Region     string `json:"region,omitempty"`
 	Remote     bool   `json:"remote,omitempty"`
 	ForwardTo  string `json:"forward_to,omitempty"`
-	*Decision
+	*route.Decision
 	Cost         json.RawMessage `json:"cost,omitempty"`
 	PromptTokens int             `json:"prompt_tokens"`
 	Blocks       int             `json:"blocks"`
@@ -295,8 +296,8 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	resp := RouteResponse{DecisionID: pr.decisionID, Region: s.topo.Region, PromptTokens: p.route.PromptTokens,
-		Blocks: len(p.route.Chain), BlockSize: p.route.BlockSize}
+	resp := RouteResponse{DecisionID: pr.decisionID, Region: s.topo.Region, PromptTokens: p.req.PromptTokens,
+		Blocks: len(p.req.Chain), BlockSize: p.req.BlockSize}
 	switch {
 	case pr.pl == nil:
 		d, err := s.decide(p)
@@ -318,7 +319,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	if resp.Decision != nil && !resp.Remote {
 		// The caller sends the request to this pod; the next decision of
 		// its session should find it there.
-		s.dec.Sessions().Note(p.route.SessionID, resp.Decision.PodName, s.now())
+		s.dec.Sessions().Note(p.req.SessionID, resp.Decision.PodName, s.now())
 	}
 	s.m.requests.WithLabelValues("route", "200").Inc()
 	writeJSON(w, http.StatusOK, resp)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -49,7 +50,10 @@ func okJSON(w http.ResponseWriter, r *http.Request) {
 }
 
 type serverFixture struct {
-	*fixture
+	idx   *index.Index
+	reg   *route.Registry
+	dec   *route.Decider
+	clock time.Time
 	srv   *Server
 	url   string
 	prom  *prometheus.Registry
@@ -57,32 +61,39 @@ type serverFixture struct {
 	ready atomic.Bool
 }
 
-func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*ServerConfig)) *serverFixture {
+// fixtureConfig is what a server test may change before the fixture starts.
+type fixtureConfig struct {
+	server   ServerConfig
+	decision route.Config
+}
+
+func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtureConfig)) *serverFixture {
 	t.Helper()
 	idx, _ := index.New(index.DefaultConfig())
-	f := &serverFixture{fixture: &fixture{idx: idx, reg: NewRegistry(idx), clock: time.Unix(1000, 0)}}
+	f := &serverFixture{idx: idx, reg: route.NewRegistry(idx), clock: time.Unix(1000, 0)}
+	fc := fixtureConfig{server: DefaultServerConfig(), decision: route.DefaultConfig()}
+	fc.server.RetryBackoff = 0
+	fc.server.Outlier.BaseEjection = time.Second
+	if mut != nil {
+		mut(&fc)
+	}
 	for i, h := range handlers {
 		fp := newFakePod(t, h)
 		f.pods = append(f.pods, fp)
-		if _, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: fp.srv.URL, Model: "m", Profile: "h100"}); err != nil {
+		if _, _, err := f.reg.Upsert(route.PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: fp.srv.URL, Model: "m", Profile: "h100"}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	model, _ := gorgo.New(gorgo.DefaultConfig())
 	var err error
-	if f.dec, err = NewDecider(DefaultDecisionConfig(), idx, f.reg, model, func() time.Time { return f.clock }); err != nil {
+	if f.dec, err = route.NewDecider(fc.decision, idx, f.reg, model, func() time.Time { return f.clock }); err != nil {
 		t.Fatal(err)
 	}
 	prompts, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 16, 100)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := DefaultServerConfig()
-	cfg.RetryBackoff = 0
-	cfg.Outlier.BaseEjection = time.Second
-	if mut != nil {
-		mut(&cfg)
-	}
+	cfg := fc.server
 	f.prom = prometheus.NewRegistry()
 	f.ready.Store(true)
 	f.srv, err = NewServer(cfg, f.dec, f.reg, prompts, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), f.prom, f.prom,
@@ -114,7 +125,7 @@ func post(t *testing.T, url, body string, hdr ...string) (*http.Response, []byte
 const chatBody = `{"model":"m","messages":[{"role":"user","content":"hello there, how are you today?"}]}`
 
 func TestServerBadRequests(t *testing.T) {
-	f := newServerFixture(t, []http.HandlerFunc{okJSON}, func(c *ServerConfig) { c.MaxBodyBytes = 1024 })
+	f := newServerFixture(t, []http.HandlerFunc{okJSON}, func(c *fixtureConfig) { c.server.MaxBodyBytes = 1024 })
 	cases := []struct {
 		name, path, body string
 		status           int
@@ -188,8 +199,9 @@ func TestServerRouteAPIAndModels(t *testing.T) {
 // failures it is ejected; the client never sees the failures.
 func TestServerRetriesAndEjects(t *testing.T) {
 	broken := func(w http.ResponseWriter, r *http.Request) { http.Error(w, "boom", 500) }
-	f := newServerFixture(t, []http.HandlerFunc{broken, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON}, nil)
-	f.dec.cfg.Policy = PolicyRoundRobin // every pod in turn: pod-0 fails once per round
+	// Round-robin: every pod in turn, so pod-0 fails once per round.
+	f := newServerFixture(t, []http.HandlerFunc{broken, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON, okJSON},
+		func(c *fixtureConfig) { c.decision.Policy = route.PolicyRoundRobin })
 	for i := 0; i < 80; i++ {
 		resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
 		if resp.StatusCode != 200 {
@@ -229,9 +241,11 @@ func TestServerStalledPod(t *testing.T) {
 		case <-r.Context().Done():
 		}
 	}
-	f := newServerFixture(t, []http.HandlerFunc{stall, okJSON}, func(c *ServerConfig) { c.FirstByteTimeout = 200 * time.Millisecond })
+	f := newServerFixture(t, []http.HandlerFunc{stall, okJSON}, func(c *fixtureConfig) {
+		c.server.FirstByteTimeout = 200 * time.Millisecond
+		c.decision.Policy = route.PolicyRoundRobin
+	})
 	defer close(release)
-	f.dec.cfg.Policy = PolicyRoundRobin
 	for i := 0; i < 4; i++ {
 		resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
 		if resp.StatusCode != 200 || resp.Header.Get("X-Meridian-Pod") != "pod-1" {
@@ -339,8 +353,8 @@ func TestScrapeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := NewRegistry(idx)
-	p, _, err := reg.Upsert(PodInfo{Name: "p", Endpoint: srv.URL + "/", Model: "m", Profile: "h100"})
+	reg := route.NewRegistry(idx)
+	p, _, err := reg.Upsert(route.PodInfo{Name: "p", Endpoint: srv.URL + "/", Model: "m", Profile: "h100"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/regional/kvbridge"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
@@ -22,7 +23,7 @@ const routerBlockSize = 8 // two engine blocks of 4 tokens
 
 // indexMismatch says how the index differs from what the engines' caches
 // hold, router block by router block; "" when it holds exactly that.
-func indexMismatch(idx *index.Index, reg *regional.Registry, engines []*engine) string {
+func indexMismatch(idx *index.Index, reg *route.Registry, engines []*engine) string {
 	st := idx.Stats()
 	for _, en := range engines {
 		name := en.e.Name()
@@ -101,7 +102,7 @@ func TestEndToEndIndexMatchesEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := regional.NewRegistry(idx)
+	reg := route.NewRegistry(idx)
 	icfg := regional.DefaultIngestConfig()
 	icfg.Brokers, icfg.Region, icfg.BlockSize = cluster.ListenAddrs(), testRegion, routerBlockSize
 	g, err := regional.NewIngester(icfg, idx, reg, testLogger(), prometheus.NewRegistry(), time.Now)
@@ -185,7 +186,7 @@ func TestEndToEndRestartMarkerClearsOldBlocks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := regional.NewRegistry(idx)
+	reg := route.NewRegistry(idx)
 	icfg := regional.DefaultIngestConfig()
 	icfg.Brokers, icfg.Region, icfg.BlockSize = cluster.ListenAddrs(), testRegion, routerBlockSize
 	g, err := regional.NewIngester(icfg, idx, reg, testLogger(), prometheus.NewRegistry(), time.Now)

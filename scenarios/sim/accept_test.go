@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // Acceptance checks of issue 7 ("Acceptance for the simulator"). The full
@@ -119,7 +119,7 @@ func TestAcceptanceConversationTrace(t *testing.T) {
 // deployment): Meridian's TTFT p50 at least 3x lower than round-robin's,
 // and its load dispersion below 0.5.
 func TestAcceptanceCoding(t *testing.T) {
-	run := func(mod func(*regional.DecisionConfig)) (m, rr Result) {
+	run := func(mod func(*route.Config)) (m, rr Result) {
 		cfg := DefaultConfig()
 		cfg.Workload.Kind = WorkloadCoding
 		cfg.Fleet.Profiles = []string{"b200"}
@@ -149,7 +149,7 @@ func TestAcceptanceCoding(t *testing.T) {
 	// of chat and shared-prefix traffic; a coding fleet is configured with
 	// bounded_load_factor 1.5 and affinity_cache_weight 0, which meets the
 	// target (0.43-0.48 over seeds 1-3).
-	m, rr := run(func(*regional.DecisionConfig) {})
+	m, rr := run(func(*route.Config) {})
 	t.Logf("default decision configuration: dispersion %.2f, TTFT p50 %.0f ms vs round-robin %.0f", m.LoadDispersion, m.TTFTP50Ms, rr.TTFTP50Ms)
 	if m.TTFTP50Ms*3 > rr.TTFTP50Ms {
 		t.Errorf("meridian TTFT p50 %.0f ms is not 3x below round-robin's %.0f", m.TTFTP50Ms, rr.TTFTP50Ms)
@@ -157,7 +157,7 @@ func TestAcceptanceCoding(t *testing.T) {
 	if m.LoadDispersion > 0.7 {
 		t.Errorf("default decision configuration: dispersion %.2f, above the 0.7 it stayed under when this test was written", m.LoadDispersion)
 	}
-	m, rr = run(func(c *regional.DecisionConfig) { c.BoundedLoadFactor, c.AffinityCacheWeight = 1.5, 0 })
+	m, rr = run(func(c *route.Config) { c.BoundedLoadFactor, c.AffinityCacheWeight = 1.5, 0 })
 	t.Logf("coding configuration (bounded_load_factor 1.5, affinity_cache_weight 0): dispersion %.2f, TTFT p50 %.0f ms vs round-robin %.0f", m.LoadDispersion, m.TTFTP50Ms, rr.TTFTP50Ms)
 	if m.TTFTP50Ms*3 > rr.TTFTP50Ms {
 		t.Errorf("meridian TTFT p50 %.0f ms is not 3x below round-robin's %.0f", m.TTFTP50Ms, rr.TTFTP50Ms)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/gorgo"
-	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
@@ -70,8 +70,8 @@ type Config struct {
 	// enforce. Nil: ResidencyPolicy(Fleet.Regions).
 	Residency []byte
 	// Decision configures Meridian's decision layer (cache_local and
-	// meridian). Default regional.DefaultDecisionConfig().
-	Decision regional.DecisionConfig
+	// meridian). Default route.DefaultConfig().
+	Decision route.Config
 	// Gorgo configures the cost model. Default gorgo.DefaultConfig().
 	Gorgo gorgo.Config
 	// NoCalibration turns off feeding observed TTFTs to gorgo's Calibrator
@@ -206,7 +206,7 @@ func DefaultConfig() Config {
 		EgressUSDPerGB:      0.02,
 		PromptBytesPerToken: 4,
 		OutputBytesPerToken: 100,
-		Decision:            regional.DefaultDecisionConfig(),
+		Decision:            route.DefaultConfig(),
 		Gorgo:               gorgo.DefaultConfig(),
 	}
 }

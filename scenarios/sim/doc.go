@@ -8,10 +8,10 @@
 //
 // The decisions are Meridian's own code, not a re-implementation: every
 // region of every world has a real index.Index fed with the pods' cache
-// events, a regional.Registry whose Pods carry the router's own in-flight
+// events, a route.Registry whose Pods carry the router's own in-flight
 // and prefill-backlog accounting (Pod.Admit, Ticket.FirstByte, Ticket.Done),
 // a gorgo.Model with its Calibrator fed the observed TTFTs, and a
-// regional.Decider (Decide within a region, Place across regions, with its
+// route.Decider (Decide within a region, Place across regions, with its
 // Speculation and Sessions) whose clock is the world's virtual clock.
 // Regions publish real summary.Summary values built from their index every
 // SummaryInterval; the other regions receive them half an RTT later and read

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
@@ -68,7 +68,7 @@ func newFleetSpec(cfg *Config) *fleetSpec {
 type pod struct {
 	spec   *podSpec
 	region *region
-	rp     *regional.Pod // the router's view: load accounting
+	rp     *route.Pod // the router's view: load accounting
 	cache  *kvCache
 
 	running     int
@@ -85,8 +85,8 @@ type job struct {
 	req      *request
 	region   *region // the region that decided and serves
 	pod      *pod
-	dec      *regional.Decision
-	ticket   *regional.Ticket
+	dec      *route.Decision
+	ticket   *route.Ticket
 	ahead    int           // pending prefill tokens ahead of it when routed
 	atPod    time.Duration // when the serving controller dispatched it
 	netBack  time.Duration // one-way network time back to the client

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // TestDeterministic: the same configuration gives the same report, whether
@@ -216,7 +216,7 @@ func TestAblationDecisionConfig(t *testing.T) {
 	}{
 		{"default", func(*Config) {}},
 		{"no bounded_load filter", func(c *Config) {
-			c.Decision.Filters = []string{regional.FilterAlive, regional.FilterModel, regional.FilterHealthy}
+			c.Decision.Filters = []string{route.FilterAlive, route.FilterModel, route.FilterHealthy}
 		}},
 		{"bounded_load_factor 2", func(c *Config) { c.Decision.BoundedLoadFactor = 2 }},
 		{"bounded_load_factor 3", func(c *Config) { c.Decision.BoundedLoadFactor = 3 }},
@@ -231,7 +231,7 @@ func TestAblationDecisionConfig(t *testing.T) {
 		{"homogeneous b200 fleet", func(c *Config) { c.Fleet.Profiles = []string{"b200"} }},
 		{"homogeneous h100, no bounded_load", func(c *Config) {
 			c.Fleet.Profiles = []string{"h100"}
-			c.Decision.Filters = []string{regional.FilterAlive, regional.FilterModel, regional.FilterHealthy}
+			c.Decision.Filters = []string{route.FilterAlive, route.FilterModel, route.FilterHealthy}
 		}},
 	}
 	for _, v := range variants {
@@ -242,7 +242,7 @@ func TestAblationDecisionConfig(t *testing.T) {
 			cfg.Workload.Duration = 5 * time.Minute
 		}
 		cfg.Policies = []string{PolicyMeridian, PolicyUpperBound}
-		cfg.Decision = regional.DefaultDecisionConfig()
+		cfg.Decision = route.DefaultConfig()
 		v.mod(&cfg)
 		rep, err := Run(context.Background(), cfg, Options{})
 		if err != nil {

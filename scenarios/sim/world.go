@@ -10,8 +10,8 @@ import (
 
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
-	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/regional/gossip"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/summary"
 	"github.com/meridian-llm/meridian/residency"
 )
@@ -26,10 +26,10 @@ type region struct {
 	idx    int
 	name   string
 	index  *index.Index
-	reg    *regional.Registry
+	reg    *route.Registry
 	model  *gorgo.Model
 	calib  *gorgo.Calibrator
-	dec    *regional.Decider
+	dec    *route.Decider
 	shares *gorgo.ShareTracker
 	pods   []*pod
 	view   *gossip.RegionsView // remote regions' summaries as received here
@@ -94,12 +94,12 @@ func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Polic
 	switch policy {
 	case PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity, PolicyUpperBound:
 		// The baselines as operators run them today: no filter but liveness.
-		dcfg = regional.DefaultDecisionConfig()
-		dcfg.Filters = []string{regional.FilterAlive}
+		dcfg = route.DefaultConfig()
+		dcfg.Filters = []string{route.FilterAlive}
 		dcfg.SpeculationTTL = 0
 		dcfg.Policy = map[string]string{
-			PolicyRoundRobin: regional.PolicyRoundRobin, PolicyLeastLoaded: regional.PolicyLeastLoaded,
-			PolicySessionAffinity: regional.PolicySessionHash, PolicyUpperBound: regional.PolicyLeastLoaded,
+			PolicyRoundRobin: route.PolicyRoundRobin, PolicyLeastLoaded: route.PolicyLeastLoaded,
+			PolicySessionAffinity: route.PolicySessionHash, PolicyUpperBound: route.PolicyLeastLoaded,
 		}[policy]
 	}
 	for ri, name := range fleet.regions {
@@ -115,17 +115,17 @@ func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Polic
 		if err != nil {
 			return nil, fmt.Errorf("region %s: %w", name, err)
 		}
-		r := &region{idx: ri, name: name, index: idx, reg: regional.NewRegistry(idx),
+		r := &region{idx: ri, name: name, index: idx, reg: route.NewRegistry(idx),
 			shares: gorgo.NewShareTracker(cfg.Gorgo.ShareWindow)}
 		if r.model, err = gorgo.New(cfg.Gorgo); err != nil {
 			return nil, fmt.Errorf("region %s: %w", name, err)
 		}
 		r.calib = gorgo.NewCalibrator(r.model, gorgo.DefaultCalibratorConfig())
-		if r.dec, err = regional.NewDecider(dcfg, idx, r.reg, r.model, now); err != nil {
+		if r.dec, err = route.NewDecider(dcfg, idx, r.reg, r.model, now); err != nil {
 			return nil, fmt.Errorf("region %s: %w", name, err)
 		}
 		for _, s := range specs {
-			rp, _, err := r.reg.Upsert(regional.PodInfo{Name: s.name, Profile: s.profile, Endpoint: "sim://" + s.name, Static: true})
+			rp, _, err := r.reg.Upsert(route.PodInfo{Name: s.name, Profile: s.profile, Endpoint: "sim://" + s.name, Static: true})
 			if err != nil {
 				return nil, fmt.Errorf("pod %s: %w", s.name, err)
 			}
@@ -281,8 +281,8 @@ func (w *world) publishSummaries(now bool) {
 }
 
 // routeRequest is the decision input for r.
-func (w *world) routeRequest(r *request) *regional.RouteRequest {
-	return &regional.RouteRequest{Chain: r.chain, BlockSize: w.fleet.blockSize, PromptTokens: r.input,
+func (w *world) routeRequest(r *request) *route.Request {
+	return &route.Request{Chain: r.chain, BlockSize: w.fleet.blockSize, PromptTokens: r.input,
 		SessionID: r.session, RequestID: strconv.FormatInt(r.id, 10)}
 }
 
@@ -389,7 +389,7 @@ func (w *world) decideAt(r *request, reg *region, allowed residency.Decision, ne
 
 // dispatch accounts the request on the chosen pod (the router's in-flight
 // and prefill backlog accounting) and hands it to the pod.
-func (w *world) dispatch(r *request, reg *region, dec *regional.Decision, netBack time.Duration) {
+func (w *world) dispatch(r *request, reg *region, dec *route.Decision, netBack time.Duration) {
 	var p *pod
 	for _, c := range reg.pods {
 		if c.rp == dec.Pod {

@@ -1,4 +1,4 @@
-package regional
+package route
 
 import (
 	"errors"
@@ -36,7 +36,7 @@ var ErrNoRegion = errors.New("no allowed region can serve the request")
 // nothing, so a dry run (POST /v1/route) leaves the guardrail as it found
 // it; a caller that serves the placement counts it with Record. Place
 // changes no session or load accounting either.
-func (d *Decider) Place(req *RouteRequest, region string, local bool, remotes []gorgo.Candidate, shares *gorgo.ShareTracker) (*Placement, error) {
+func (d *Decider) Place(req *Request, region string, local bool, remotes []gorgo.Candidate, shares *gorgo.ShareTracker) (*Placement, error) {
 	now := d.now()
 	pl := &Placement{}
 	var localErr error

@@ -1,4 +1,4 @@
-package regional
+package route
 
 import (
 	"errors"

@@ -1,4 +1,4 @@
-package regional
+package route
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ type fixture struct {
 	clock time.Time
 }
 
-func newFixture(t *testing.T, pods int, mut func(*DecisionConfig)) *fixture {
+func newFixture(t *testing.T, pods int, mut func(*Config)) *fixture {
 	t.Helper()
 	idx, err := index.New(index.DefaultConfig())
 	if err != nil {
@@ -30,7 +30,7 @@ func newFixture(t *testing.T, pods int, mut func(*DecisionConfig)) *fixture {
 			t.Fatal(err)
 		}
 	}
-	cfg := DefaultDecisionConfig()
+	cfg := DefaultConfig()
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -61,8 +61,8 @@ func chain(prefix uint64, n int) []uint64 {
 	return c
 }
 
-func req(c []uint64) *RouteRequest {
-	return &RouteRequest{Model: "m", Chain: c, BlockSize: 64, PromptTokens: len(c)*64 + 10}
+func req(c []uint64) *Request {
+	return &Request{Model: "m", Chain: c, BlockSize: 64, PromptTokens: len(c)*64 + 10}
 }
 
 func TestDecidePrefersCachedPrefix(t *testing.T) {
@@ -151,7 +151,7 @@ func TestDecideHotPrefixBoundedLoad(t *testing.T) {
 }
 
 func TestDecideSessionAffinityAndThickSplit(t *testing.T) {
-	f := newFixture(t, 4, func(c *DecisionConfig) { c.ThickSession = 2 })
+	f := newFixture(t, 4, func(c *Config) { c.ThickSession = 2 })
 	r := req(chain(9, 4))
 	r.SessionID = "s1"
 	first, err := f.dec.Decide(r)
@@ -241,7 +241,7 @@ func TestDecideTierWeighting(t *testing.T) {
 }
 
 func TestDecideBaselinePolicies(t *testing.T) {
-	f := newFixture(t, 3, func(c *DecisionConfig) { c.Policy = PolicyRoundRobin })
+	f := newFixture(t, 3, func(c *Config) { c.Policy = PolicyRoundRobin })
 	var order []string
 	for i := 0; i < 6; i++ {
 		d, _ := f.dec.Decide(req(chain(1, 2)))
@@ -268,16 +268,16 @@ func TestDecideBaselinePolicies(t *testing.T) {
 }
 
 func TestDecisionConfigValidate(t *testing.T) {
-	for name, mut := range map[string]func(*DecisionConfig){
-		"policy":                func(c *DecisionConfig) { c.Policy = "random" },
-		"filters":               func(c *DecisionConfig) { c.Filters = []string{"alive", "nope"} },
-		"weights":               func(c *DecisionConfig) { c.Weights = map[string]float64{"magic": 1} },
-		"bounded_load_factor":   func(c *DecisionConfig) { c.BoundedLoadFactor = 0.5 },
-		"thick_session":         func(c *DecisionConfig) { c.ThickSession = 0 },
-		"affinity_cache_weight": func(c *DecisionConfig) { c.AffinityCacheWeight = -1 },
-		"tier_weights":          func(c *DecisionConfig) { c.TierWeights[2] = 2 },
+	for name, mut := range map[string]func(*Config){
+		"policy":                func(c *Config) { c.Policy = "random" },
+		"filters":               func(c *Config) { c.Filters = []string{"alive", "nope"} },
+		"weights":               func(c *Config) { c.Weights = map[string]float64{"magic": 1} },
+		"bounded_load_factor":   func(c *Config) { c.BoundedLoadFactor = 0.5 },
+		"thick_session":         func(c *Config) { c.ThickSession = 0 },
+		"affinity_cache_weight": func(c *Config) { c.AffinityCacheWeight = -1 },
+		"tier_weights":          func(c *Config) { c.TierWeights[2] = 2 },
 	} {
-		c := DefaultDecisionConfig()
+		c := DefaultConfig()
 		mut(&c)
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)
@@ -288,7 +288,7 @@ func TestDecisionConfigValidate(t *testing.T) {
 // On a mixed fleet the bound follows prefill speed: a B200 (2.3x an H100's
 // prefill rate) may carry proportionally more of a hot prefix.
 func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
-	f := newFixture(t, 0, func(c *DecisionConfig) { c.BoundedLoadFactor = 2 })
+	f := newFixture(t, 0, func(c *Config) { c.BoundedLoadFactor = 2 })
 	c := chain(11, 32)
 	for i, prof := range []string{"b200", "h100", "h100", "h100"} {
 		p, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: "http://x", Model: "m", Profile: prof})
@@ -334,13 +334,13 @@ func TestDecideAffinityCacheWeight(t *testing.T) {
 	rate, _ := model.Rate("h100")
 	const history = 40 * 64
 	qw := gorgo.DefaultConfig().QueueWeight
-	bonus, penalty := DefaultDecisionConfig().AffinityBonusMs, DefaultDecisionConfig().RunningPenaltyMs
+	bonus, penalty := DefaultConfig().AffinityBonusMs, DefaultConfig().RunningPenaltyMs
 	// The warm pod's queue term at which the cold pod starts to win without
 	// the cache weight, and with it.
 	moveAt := history*rate + bonus - penalty
 	moveAtWeighted := moveAt + history*rate
 	decide := func(weight, queueMs float64) string {
-		f := newFixture(t, 2, func(c *DecisionConfig) { c.AffinityCacheWeight = weight })
+		f := newFixture(t, 2, func(c *Config) { c.AffinityCacheWeight = weight })
 		c := chain(7, 40)
 		warm := f.pod(t, "pod-0")
 		_ = f.idx.Register(warm.ID, index.TierGPU, c)

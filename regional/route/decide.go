@@ -1,4 +1,4 @@
-package regional
+package route
 
 import (
 	"errors"
@@ -39,9 +39,9 @@ const (
 	FilterNewSession = "new_session"
 )
 
-// DecisionConfig configures the decision pipeline: filters, then scorers
+// Config configures the decision pipeline: filters, then scorers
 // (each a term in milliseconds, multiplied by its weight), then the picker.
-type DecisionConfig struct {
+type Config struct {
 	// Policy picks among the pods the filters leave; default "ttft".
 	Policy string `yaml:"policy"`
 	// Filters in order; default alive, model, healthy, bounded_load,
@@ -101,9 +101,9 @@ type DecisionConfig struct {
 	SpeculationTTL time.Duration `yaml:"speculation_ttl"`
 }
 
-// DefaultDecisionConfig returns the defaults documented on DecisionConfig.
-func DefaultDecisionConfig() DecisionConfig {
-	return DecisionConfig{
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
 		Policy:              PolicyTTFT,
 		Filters:             []string{FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad, FilterNewSession},
 		Weights:             map[string]float64{"prefix": 1, "queue": 1, "running": 1, "kv_util": 1, "affinity": 1},
@@ -128,7 +128,7 @@ var knownScorers = []string{"prefix", "queue", "running", "kv_util", "affinity"}
 var Policies = []string{PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash}
 
 // Validate names the first field that is wrong.
-func (c DecisionConfig) Validate() error {
+func (c Config) Validate() error {
 	if !slices.Contains(Policies, c.Policy) {
 		return fmt.Errorf("decision config: policy %q: want one of %s", c.Policy, strings.Join(Policies, ", "))
 	}
@@ -178,8 +178,8 @@ var (
 	ErrNoHealthyPod = errors.New("no healthy pod can take the request")
 )
 
-// RouteRequest is what the decision needs to know about a request.
-type RouteRequest struct {
+// Request is what the decision needs to know about a request.
+type Request struct {
 	Model        string
 	Chain        []uint64 // chain hashes of the prompt's full blocks
 	BlockSize    int      // tokens per block of Chain
@@ -224,7 +224,7 @@ type Decision struct {
 // Decider runs the pipeline. Safe for concurrent use; it reads only
 // snapshots (index, registry) and its own small synchronized state.
 type Decider struct {
-	cfg      DecisionConfig
+	cfg      Config
 	w        struct{ prefix, queue, running, kvUtil, affinity float64 } // cfg.Weights, resolved once
 	idx      *index.Index
 	reg      *Registry
@@ -252,7 +252,7 @@ type scratch struct {
 }
 
 // NewDecider builds the pipeline. now is the clock (time.Now in production).
-func NewDecider(cfg DecisionConfig, idx *index.Index, reg *Registry, model *gorgo.Model, now func() time.Time) (*Decider, error) {
+func NewDecider(cfg Config, idx *index.Index, reg *Registry, model *gorgo.Model, now func() time.Time) (*Decider, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -278,12 +278,15 @@ func (d *Decider) Sessions() *Sessions { return d.sessions }
 func (d *Decider) Speculation() *Speculation { return d.spec }
 
 // Config returns the pipeline's configuration.
-func (d *Decider) Config() DecisionConfig { return d.cfg }
+func (d *Decider) Config() Config { return d.cfg }
+
+// Model returns the cost model the decisions are priced with.
+func (d *Decider) Model() *gorgo.Model { return d.model }
 
 // Decide picks a pod of this region for the request. It changes no
 // accounting: a decision that is served is passed to Admit, whose ticket
 // counts the request (and its session) on the pod until Done.
-func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
+func (d *Decider) Decide(req *Request) (*Decision, error) {
 	pods := d.reg.Pods()
 	if len(pods) == 0 {
 		return nil, ErrNoPod
@@ -430,7 +433,7 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 		dec.CachedTokens = min(dec.MatchedBlocks*req.BlockSize, req.PromptTokens)
 		rate, _ := d.model.Rate(info.Profile)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
-			CachedTokens: dec.CachedTokens, PendingPrefillTokens: backlogTokens(p, now, rate), Running: int(p.inflight.Load())}
+			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, now, rate), Running: int(p.inflight.Load())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
 	}
 	dec.Uncached = req.PromptTokens - dec.CachedTokens
@@ -442,7 +445,7 @@ func (d *Decider) Decide(req *RouteRequest) (*Decision, error) {
 // time to first token. Candidates are offered to gorgo starting at a rotating
 // offset, so exact ties (an idle, cold region) spread instead of always
 // going to the first pod.
-func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decision) int {
+func (d *Decider) ttft(s *scratch, req *Request, now time.Time, dec *Decision) int {
 	n := len(s.pods)
 	off := int(d.rr.Add(1) % uint64(n))
 	pinned, sessInflight, hasPin := s.pin.pod, s.pin.inflight, s.pin.ok
@@ -465,7 +468,7 @@ func (d *Decider) ttft(s *scratch, req *RouteRequest, now time.Time, dec *Decisi
 			Profile:              info.Profile,
 			PromptTokens:         req.PromptTokens,
 			CachedTokens:         min(int(float64(cached)*wPrefix), req.PromptTokens),
-			PendingPrefillTokens: int(float64(backlogTokens(p, now, rate)) * wQueue),
+			PendingPrefillTokens: int(float64(BacklogTokens(p, now, rate)) * wQueue),
 			Running:              int(p.inflight.Load()),
 			ExtraMs:              extra,
 		})
@@ -532,9 +535,9 @@ func (d *Decider) speed(p *Pod) float64 {
 	return 1 / rate
 }
 
-// backlogTokens expresses the pod's remaining prefill backlog in tokens at
+// BacklogTokens expresses the pod's remaining prefill backlog in tokens at
 // the profile's current rate (gorgo multiplies it back).
-func backlogTokens(p *Pod, now time.Time, rateMs float64) int {
+func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
 	if rateMs <= 0 {
 		return int(p.pendingPrefill.Load())
 	}
@@ -594,7 +597,7 @@ func (d *Decider) leastLoaded(pods []*Pod) int {
 // rendezvous picks the pod with the highest hash of (session, pod): the same
 // session lands on the same pod while the pod set is stable, and only the
 // sessions of a removed pod move. Without a session id, the request id.
-func (d *Decider) rendezvous(pods []*Pod, req *RouteRequest) int {
+func (d *Decider) rendezvous(pods []*Pod, req *Request) int {
 	key := req.SessionID
 	if key == "" {
 		key = req.RequestID

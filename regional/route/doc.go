@@ -1,0 +1,55 @@
+// Package route is the decision core of a region's controller: given a
+// request's chain of block hashes, the region's block index, its pods with
+// their load and health, and (for placement) cost-model candidates of the
+// remote regions, it decides which pod of this region serves the request,
+// or whether another region should, and explains why. It owns the pod
+// registry and load accounting, session affinity, the short-lived
+// speculation of just-computed prefixes and passive outlier detection:
+// everything a decision reads, and nothing that moves bytes.
+//
+// # Pipeline
+//
+// Filters, then scorers, then a picker, each small and named in the
+// configuration (Config):
+//
+//   - filters: alive (live in the index), model (serves the requested model),
+//     healthy (not ejected by outlier detection), bounded_load (no pod may take
+//     more than BoundedLoadFactor x its fair share of in-flight requests, so a
+//     hot shared prefix never piles everything onto one pod), new_session
+//     (a session's first request goes to the least loaded pods);
+//   - scorers, all in milliseconds: prefix (the exact cached prefix from the
+//     index, weighted by tier for the best candidates, shortens prefill),
+//     queue (prefill tokens already routed to the pod and not yet past their
+//     first byte: the router's own in-flight accounting, fresher than engine
+//     metrics), running (a small cost per request in flight), kv_util (a
+//     cost as the pod's scraped KV cache fills past 80%), affinity (a bonus
+//     for the pod a session is pinned to, withdrawn for a "thick" session's
+//     concurrent excess so it splits across pods);
+//   - picker: the lowest expected time to first token (gorgo's model:
+//     queue + prefill of the uncached tokens + overhead); ties rotate, so with
+//     no prefix anywhere requests spread by load, never pile on the first pod.
+//
+// Baseline pickers (round_robin, least_loaded, session_hash) run behind the
+// same filters, so operators can compare like with like. The explanation of
+// a decision (POST /v1/route) is produced by the same pipeline as the
+// decision itself.
+//
+// # Invariants
+//
+//   - A pod removed from the registry or dead in the index is never chosen.
+//   - An ejected pod is never chosen while any healthy pod can take the
+//     request; at most MaxEjectionPercent of the pods (at least one) are
+//     ejected at once.
+//   - Deciding and placing change no accounting: only Admit counts a request
+//     (and its session) on a pod, until its ticket is done; only
+//     Placement.Record counts a placement in the remote-share guardrail.
+//   - Decisions read snapshots (index, registry) and a given clock; they
+//     never wait on I/O and never call time.Now themselves.
+//
+// # Imports
+//
+// route imports index (the block index), gorgo (the cost model) and nothing
+// else of ours; it must not import net/http, Kafka or Prometheus packages
+// (a root test checks its dependency list): the controller (package
+// regional) owns sockets, metrics and time.
+package route

@@ -1,0 +1,73 @@
+// Package routetest holds the fixtures the decision core's benchmarks share
+// with the controller's: a 256-pod region whose pods hold prefixes of one
+// query chain at several depths, and a percentile reporter. Test code only;
+// it imports route, index and gorgo.
+package routetest
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/route"
+)
+
+// Chain is n distinct block hashes that start with prefix (so two chains
+// with the same prefix share nothing but that number).
+func Chain(prefix uint64, n int) []uint64 {
+	c := make([]uint64, n)
+	for i := range c {
+		c[i] = prefix<<32 | uint64(i+1)
+	}
+	return c
+}
+
+// Decider256 is a region of 256 pods; the returned request's chain is 128
+// blocks (8k tokens at 64 tokens per block); pods hold prefixes of it at
+// `depths` distinct depths, plus 1k blocks each of their own; loads vary.
+func Decider256(tb testing.TB, depths int) (*route.Decider, *route.Request) {
+	tb.Helper()
+	idx, err := index.New(index.DefaultConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg := route.NewRegistry(idx)
+	c := Chain(1, 128)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 256; i++ {
+		p, _, err := reg.Upsert(route.PodInfo{Name: fmt.Sprintf("pod-%03d", i), Model: "m", Profile: "h100"})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		_ = idx.Register(p.ID, index.TierGPU, c[:128*(1+i%depths)/depths])
+		_ = idx.Register(p.ID, index.TierGPU, Chain(uint64(1000+i), 1024))
+		for k := rng.IntN(8); k > 0; k-- {
+			n := rng.IntN(4000)
+			p.Admit(n, time.Duration(n)*360*time.Microsecond, time.Now())
+		}
+	}
+	model, err := gorgo.New(gorgo.DefaultConfig())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	dec, err := route.NewDecider(route.DefaultConfig(), idx, reg, model, time.Now)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return dec, &route.Request{Model: "m", Chain: c, BlockSize: 64, PromptTokens: 128*64 + 10}
+}
+
+// ReportPercentiles reports the median and the 99th percentile of lat as
+// prefix+"p50-ns" and prefix+"p99-ns".
+func ReportPercentiles(b *testing.B, lat []time.Duration, prefix string) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), prefix+"p50-ns")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), prefix+"p99-ns")
+}
