@@ -1,0 +1,458 @@
+package route
+
+import (
+	"fmt"
+	"math"
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+	"pgregory.net/rapid"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+)
+
+// This file keeps the decision as it was first written — one function with
+// its filters, scorers and picker inline, scoring every pod — as the naive
+// reference the pipeline (Decider.Decide) is compared with by
+// TestDecideMatchesNaive. It shares the Decider's index, registry, sessions,
+// speculation, model and rotation counter, so that the two, called in
+// lockstep on twin deciders, must agree decision for decision.
+
+type naiveScratch struct {
+	matches []index.Match
+	touched []int
+	bySlot  []int32
+	speed   []float64
+	pods    []*Pod
+	pin     struct {
+		pod      string
+		inflight int
+		ok       bool
+	}
+	cands []gorgo.Candidate
+	dec   gorgo.Decision
+}
+
+func newNaiveScratch(capacity int) *naiveScratch {
+	return &naiveScratch{bySlot: make([]int32, capacity), speed: make([]float64, capacity)}
+}
+
+func naiveSpeed(d *Decider, p *Pod) float64 {
+	rate := d.model.Nominal(p.Info().Profile).PrefillMsPerToken
+	if rate <= 0 {
+		return 1
+	}
+	return 1 / rate
+}
+
+// Decide picks a pod of this region for the request. It changes no
+// accounting: a decision that is served is passed to Admit, whose ticket
+// counts the request (and its session) on the pod until Done.
+func naiveDecide(d *Decider, req *Request) (*Decision, error) {
+	pods := d.reg.Pods()
+	if len(pods) == 0 {
+		return nil, ErrNoPod
+	}
+	now := d.now()
+	s := newNaiveScratch(d.idx.PodCapacity())
+
+	// Data layer: the longest cached prefix of every pod.
+	s.matches = d.idx.Lookup(req.Chain, s.matches)
+	for _, m := range s.matches {
+		s.bySlot[m.Pod.Slot()] = int32(m.Blocks)
+	}
+	s.touched = s.touched[:0]
+	var confirmed []index.PodID
+	d.spec.Match(req.Chain, now, func(id index.PodID, blocks int) {
+		slot := id.Slot()
+		switch {
+		case !d.idx.Alive(id):
+		case int32(blocks) > s.bySlot[slot]:
+			s.bySlot[slot] = int32(blocks)
+			s.touched = append(s.touched, slot)
+		default:
+			confirmed = append(confirmed, id) // the index caught up
+		}
+	})
+	for _, id := range confirmed {
+		d.spec.Confirmed(id, req.Chain[:s.bySlot[id.Slot()]])
+	}
+	defer func() {
+		for _, m := range s.matches {
+			s.bySlot[m.Pod.Slot()] = 0
+		}
+		for _, slot := range s.touched {
+			s.bySlot[slot] = 0
+		}
+	}()
+
+	s.pin.pod, s.pin.inflight, s.pin.ok = d.sessions.Pinned(req.SessionID, now)
+
+	// Filters.
+	s.pods = append(s.pods[:0], pods...)
+	speeds := false // s.speed holds the candidates' speeds
+	speed := func(p *Pod) float64 { return s.speed[p.ID.Slot()] }
+	needSpeeds := func() {
+		if !speeds {
+			for _, p := range s.pods {
+				s.speed[p.ID.Slot()] = naiveSpeed(d, p)
+			}
+			speeds = true
+		}
+	}
+	var filtered map[string]int
+	drop := func(name string, keep func(*Pod) bool) {
+		n := 0
+		for _, p := range s.pods {
+			if keep(p) {
+				s.pods[n] = p
+				n++
+			}
+		}
+		if n < len(s.pods) {
+			if filtered == nil {
+				filtered = map[string]int{}
+			}
+			filtered[name] += len(s.pods) - n
+		}
+		s.pods = s.pods[:n]
+	}
+	if len(req.Exclude) > 0 {
+		drop("retried", func(p *Pod) bool { return !slices.Contains(req.Exclude, p) })
+	}
+	for _, f := range d.cfg.Filters {
+		switch f {
+		case FilterAlive:
+			drop(f, func(p *Pod) bool { return d.idx.Alive(p.ID) })
+		case FilterModel:
+			drop(f, func(p *Pod) bool { m := p.Info().Model; return req.Model == "" || m == "" || m == req.Model })
+		case FilterHealthy:
+			drop(f, func(p *Pod) bool { return !p.Ejected(now) })
+		case FilterBoundedLoad:
+			// Each pod's bound is its share of the fleet's prefill speed:
+			// a pod twice as fast may carry twice the requests.
+			needSpeeds()
+			var total int64
+			var sum float64
+			for _, p := range s.pods {
+				total += p.inflight.Load()
+				sum += speed(p)
+			}
+			if len(s.pods) > 0 && sum > 0 {
+				drop(f, func(p *Pod) bool {
+					limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)*speed(p)/sum + 0.999999)
+					return p.inflight.Load()+1 <= limit
+				})
+			}
+		case FilterNewSession:
+			if req.SessionID == "" || len(s.pods) == 0 {
+				break
+			}
+			if s.pin.ok {
+				break
+			}
+			needSpeeds()
+			least := math.Inf(1)
+			for _, p := range s.pods {
+				least = min(least, float64(p.inflight.Load())/speed(p))
+			}
+			drop(f, func(p *Pod) bool {
+				return float64(p.inflight.Load())/speed(p) <= least+1/speed(p)
+			})
+		}
+	}
+	if len(s.pods) == 0 {
+		return nil, fmt.Errorf("%w (filtered: %v)", ErrNoHealthyPod, filtered)
+	}
+
+	policy := d.cfg.Policy
+	if req.Policy != "" {
+		policy = req.Policy
+	}
+	dec := &Decision{Policy: policy, Candidates: len(s.pods), Filtered: filtered}
+	var chosen int
+	switch policy {
+	case PolicyRoundRobin:
+		chosen = int(d.rr.Add(1) % uint64(len(s.pods)))
+		dec.Reason = "round_robin"
+	case PolicyLeastLoaded:
+		chosen = naiveLeastLoaded(d, s.pods)
+		dec.Reason = "least_loaded"
+	case PolicySessionHash:
+		chosen = naiveRendezvous(s.pods, req)
+		dec.Reason = "session_hash"
+	case PolicyTTFT:
+		chosen = naiveTTFT(d, s, req, now, dec)
+	default:
+		return nil, fmt.Errorf("unknown policy %q", policy)
+	}
+	p := s.pods[chosen]
+	info := p.Info()
+	dec.Pod, dec.PodName, dec.Endpoint = p, p.Name, info.Endpoint
+	dec.MatchedBlocks = int(s.bySlot[p.ID.Slot()])
+	if policy != PolicyTTFT {
+		dec.CachedTokens = min(dec.MatchedBlocks*req.BlockSize, req.PromptTokens)
+		rate, _ := d.model.Rate(info.Profile)
+		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
+			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, now, rate), Running: int(p.inflight.Load())}
+		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
+	}
+	dec.Uncached = req.PromptTokens - dec.CachedTokens
+	dec.session = req.SessionID
+	return dec, nil
+}
+
+// ttft scores every candidate in milliseconds and picks the lowest expected
+// time to first token. Candidates are offered to gorgo starting at a rotating
+// offset, so exact ties (an idle, cold region) spread instead of always
+// going to the first pod.
+func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *Decision) int {
+	n := len(s.pods)
+	off := int(d.rr.Add(1) % uint64(n))
+	pinned, sessInflight, hasPin := s.pin.pod, s.pin.inflight, s.pin.ok
+	wPrefix, wQueue, wRun, wKV, wAff := d.cfg.Weights["prefix"], d.cfg.Weights["queue"], d.cfg.Weights["running"], d.cfg.Weights["kv_util"], d.cfg.Weights["affinity"]
+	s.cands = s.cands[:0]
+	for i := 0; i < n; i++ {
+		p := s.pods[(i+off)%n]
+		info := p.Info()
+		cached := min(int(s.bySlot[p.ID.Slot()])*req.BlockSize, req.PromptTokens)
+		extra := wRun * d.cfg.RunningPenaltyMs * float64(p.inflight.Load())
+		if u := math.Float64frombits(p.kvUtil.Load()); u > 0.8 {
+			extra += wKV * d.cfg.KVUtilPenaltyMs * (u - 0.8) / 0.2
+		}
+		rate, _ := d.model.Rate(info.Profile)
+		if hasPin && p.Name == pinned && sessInflight < d.cfg.ThickSession {
+			extra -= wAff * (d.cfg.AffinityBonusMs + d.cfg.AffinityCacheWeight*float64(cached)*rate)
+		}
+		s.cands = append(s.cands, gorgo.Candidate{
+			Pod:                  p.Name,
+			Profile:              info.Profile,
+			PromptTokens:         req.PromptTokens,
+			CachedTokens:         min(int(float64(cached)*wPrefix), req.PromptTokens),
+			PendingPrefillTokens: int(float64(BacklogTokens(p, now, rate)) * wQueue),
+			Running:              int(p.inflight.Load()),
+			ExtraMs:              extra,
+		})
+	}
+	d.model.Choose(s.cands, nil, now, &s.dec)
+	best := s.dec.Winner
+
+	// Tier detail for the best few: a block held only on CPU or disk saves
+	// less prefill than one in GPU memory.
+	order := naiveTopK(d, s, min(max(d.cfg.TopK, 2), n))
+	if best >= 0 {
+		for _, ci := range order {
+			c := &s.cands[ci]
+			p := s.pods[(ci+off)%n]
+			matched := int(s.bySlot[p.ID.Slot()])
+			if matched == 0 || c.CachedTokens == 0 {
+				continue
+			}
+			tc := d.idx.TierProfile(p.ID, req.Chain[:matched])
+			if tc[index.TierGPU] == matched {
+				continue
+			}
+			w := 0.0
+			for t, k := range tc {
+				w += float64(k) * d.cfg.TierWeights[t]
+			}
+			c.CachedTokens = int(float64(c.CachedTokens) * w / float64(matched))
+			s.dec.Estimates[ci] = d.model.Estimate(c)
+		}
+		for _, ci := range order {
+			if s.dec.Estimates[ci].TotalMs < s.dec.Estimates[best].TotalMs {
+				best = ci
+			}
+		}
+	}
+	dec.Reason = "lowest_ttft"
+	if s.cands[best].CachedTokens == 0 {
+		dec.Reason = "lowest_ttft_no_prefix"
+	}
+	dec.CachedTokens = s.cands[best].CachedTokens
+	dec.EstimateMs = s.dec.Estimates[best].TotalMs
+	dec.Candidate = s.cands[best]
+	if k := min(d.cfg.TopK, n); k < len(order) {
+		order = naiveTopK(d, s, k)
+	}
+	for _, ci := range order {
+		p := s.pods[(ci+off)%n]
+		dec.Top = append(dec.Top, CandidateScore{
+			Pod: p.Name, Endpoint: p.Info().Endpoint, MatchedBlocks: int(s.bySlot[p.ID.Slot()]),
+			CachedTokens: s.cands[ci].CachedTokens, Load: p.Load(), Estimate: s.dec.Estimates[ci],
+		})
+	}
+	return (best + off) % n
+}
+
+// topK returns the indexes of the k candidates with the lowest totals
+// (ties: earlier first), by selection: k is small.
+func naiveTopK(d *Decider, s *naiveScratch, k int) []int {
+	out := make([]int, 0, k)
+	for len(out) < k {
+		best := -1
+		for i := range s.cands {
+			if slices.Contains(out, i) {
+				continue
+			}
+			if best < 0 || s.dec.Estimates[i].TotalMs < s.dec.Estimates[best].TotalMs {
+				best = i
+			}
+		}
+		if best < 0 {
+			break
+		}
+		out = append(out, best)
+	}
+	return out
+}
+
+func naiveLeastLoaded(d *Decider, pods []*Pod) int {
+	off := int(d.rr.Add(1) % uint64(len(pods)))
+	best, bestLoad := -1, int64(0)
+	for i := range pods {
+		j := (i + off) % len(pods)
+		if l := pods[j].inflight.Load(); best < 0 || l < bestLoad {
+			best, bestLoad = j, l
+		}
+	}
+	return best
+}
+
+// rendezvous picks the pod with the highest hash of (session, pod): the same
+// session lands on the same pod while the pod set is stable, and only the
+// sessions of a removed pod move. Without a session id, the request id.
+func naiveRendezvous(pods []*Pod, req *Request) int {
+	key := req.SessionID
+	if key == "" {
+		key = req.RequestID
+	}
+	best, bestH := 0, uint64(0)
+	for i, p := range pods {
+		h := xxhash.New()
+		_, _ = h.WriteString(key)
+		_, _ = h.Write([]byte{0})
+		_, _ = h.WriteString(p.Name)
+		if v := h.Sum64(); i == 0 || v > bestH {
+			best, bestH = i, v
+		}
+	}
+	return best
+}
+
+// TestDecideMatchesNaive drives a region through random histories — pods
+// joining, leaving, failing and filling their KV caches; prefixes stored,
+// evicted and speculated; requests decided under every policy, with
+// sessions, retries and admitted load; the clock moving — and checks at
+// every decision that the pipeline and the naive reference agree exactly:
+// the pod, the reason, the predicted cached tokens, what each filter
+// dropped and the explanation of the top candidates.
+func TestDecideMatchesNaive(t *testing.T) {
+	profiles := []string{"h100", "h200", "b200"}
+	rapid.Check(t, func(rt *rapid.T) {
+		idx, err := index.New(index.Config{PodCapacity: 64})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		reg := NewRegistry(idx)
+		clock := time.Unix(1000, 0)
+		now := func() time.Time { return clock }
+		model, err := gorgo.New(gorgo.DefaultConfig())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.ThickSession = rapid.IntRange(1, 3).Draw(rt, "thick")
+		cfg.BoundedLoadFactor = rapid.SampledFrom([]float64{1, 1.5, 2.5}).Draw(rt, "bound")
+		cfg.TopK = rapid.IntRange(1, 4).Draw(rt, "topk")
+		for _, name := range knownScorers {
+			cfg.Weights[name] = rapid.SampledFrom([]float64{0, 0.5, 1}).Draw(rt, "w_"+name)
+		}
+		if rapid.Bool().Draw(rt, "shuffle_filters") {
+			cfg.Filters = rapid.Permutation(cfg.Filters).Draw(rt, "filters")
+		}
+		pipeline, err := NewDecider(cfg, idx, reg, model, now)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		naive, err := NewDecider(cfg, idx, reg, model, now)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		naive.sessions, naive.spec = pipeline.sessions, pipeline.spec // one state, two deciders
+
+		chains := make([][]uint64, 4)
+		for i := range chains {
+			chains[i] = chain(uint64(i+1), 24)
+		}
+		var tickets []*Ticket
+		podName := func(rt *rapid.T) string { return fmt.Sprintf("pod-%d", rapid.IntRange(0, 7).Draw(rt, "pod")) }
+		for step := rapid.IntRange(1, 60).Draw(rt, "steps"); step > 0; step-- {
+			switch rapid.IntRange(0, 9).Draw(rt, "action") {
+			case 0: // a pod joins (or is re-announced)
+				name := podName(rt)
+				_, _, _ = reg.Upsert(PodInfo{Name: name, Endpoint: "http://" + name, Model: rapid.SampledFrom([]string{"m", "m", "other", ""}).Draw(rt, "model"),
+					Profile: rapid.SampledFrom(profiles).Draw(rt, "profile")})
+			case 1: // a pod leaves
+				reg.Remove(podName(rt))
+			case 2, 3: // a pod stores a prefix
+				if p, ok := reg.Get(podName(rt)); ok {
+					c := rapid.SampledFrom(chains).Draw(rt, "chain")
+					_ = idx.Register(p.ID, index.Tier(rapid.IntRange(0, int(index.NumTiers)-1).Draw(rt, "tier")), c[:rapid.IntRange(1, len(c)).Draw(rt, "depth")])
+				}
+			case 4: // a pod evicts
+				if p, ok := reg.Get(podName(rt)); ok {
+					c := rapid.SampledFrom(chains).Draw(rt, "chain")
+					from := rapid.IntRange(0, len(c)-1).Draw(rt, "from")
+					_ = idx.Evict(p.ID, index.TierGPU, c[from:])
+				}
+			case 5: // a pod answers (speculation), fails, or reports its KV cache
+				if p, ok := reg.Get(podName(rt)); ok {
+					switch rapid.IntRange(0, 2).Draw(rt, "what") {
+					case 0:
+						pipeline.spec.Observe(p.ID, rapid.SampledFrom(chains).Draw(rt, "chain"), clock)
+					case 1:
+						reg.Report(p, false, clock, DefaultOutlierConfig())
+					case 2:
+						p.SetKVUtil(rapid.Float64Range(0, 1).Draw(rt, "kv"))
+					}
+				}
+			case 6: // time passes; some requests finish
+				clock = clock.Add(time.Duration(rapid.IntRange(0, 40_000).Draw(rt, "ms")) * time.Millisecond)
+				for len(tickets) > 0 && rapid.Bool().Draw(rt, "finish") {
+					tickets[0].Done(clock)
+					tickets = tickets[1:]
+				}
+			default: // a request
+				c := rapid.SampledFrom(chains).Draw(rt, "chain")
+				r := &Request{Model: rapid.SampledFrom([]string{"m", "", "other"}).Draw(rt, "req_model"),
+					Chain: c[:rapid.IntRange(0, len(c)).Draw(rt, "len")], BlockSize: 64,
+					SessionID: rapid.SampledFrom([]string{"", "s1", "s2", "s3"}).Draw(rt, "session"),
+					RequestID: fmt.Sprint(step),
+					Policy:    rapid.SampledFrom(append([]string{""}, Policies...)).Draw(rt, "policy")}
+				r.PromptTokens = len(r.Chain)*64 + rapid.IntRange(0, 63).Draw(rt, "tail")
+				if p, ok := reg.Get(podName(rt)); ok && rapid.Bool().Draw(rt, "retry") {
+					r.Exclude = []*Pod{p}
+				}
+				got, gerr := pipeline.Decide(r)
+				want, werr := naiveDecide(naive, r)
+				if (gerr == nil) != (werr == nil) || (gerr != nil && gerr.Error() != werr.Error()) {
+					rt.Fatalf("errors differ: pipeline %v, naive %v", gerr, werr)
+				}
+				if gerr != nil {
+					continue
+				}
+				if !reflect.DeepEqual(got, want) {
+					rt.Fatalf("decisions differ:\npipeline %+v\nnaive    %+v", got, want)
+				}
+				if rapid.Bool().Draw(rt, "admit") {
+					tickets = append(tickets, pipeline.Admit(got))
+				}
+			}
+		}
+	})
+}
