@@ -21,6 +21,7 @@ import (
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/gossip"
+	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 	"github.com/meridian-llm/meridian/residency"
@@ -80,9 +81,6 @@ type Config struct {
 	// bootstrapping controller). Empty: the shipped default (stay in the
 	// origin zone) once any cross-region component is on.
 	PolicyFile string `yaml:"policy_file"`
-	// policy is PolicyFile as Validate read and parsed it; the controller
-	// starts from this copy, so the file is read once.
-	policy *residency.Policy
 	// Raft, Gossip and Audit turn on the cross-region components; see each.
 	Raft         RaftConfig         `yaml:"raft"`
 	Gossip       GossipConfig       `yaml:"gossip"`
@@ -91,9 +89,17 @@ type Config struct {
 	// SummaryInterval between summaries published to the other regions;
 	// default 5s.
 	SummaryInterval time.Duration `yaml:"summary_interval"`
+}
 
-	// Clock is the decision layer's clock (tests inject one); nil = time.Now.
-	Clock func() time.Time `yaml:"-"`
+// Deps is what a controller is given rather than configured with.
+type Deps struct {
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Metrics is the registry every component of the controller registers
+	// in and /metrics serves; nil: a new one (Controller.Metrics).
+	Metrics *prometheus.Registry
+	// Clock is the decision layer's clock (tests inject one); nil: time.Now.
+	Clock func() time.Time
 }
 
 // DefaultConfig returns the defaults documented on Config (Region and the
@@ -136,17 +142,12 @@ func LoadConfig(path string) (Config, error) {
 	return cfg, nil
 }
 
-// Validate fills derived defaults and names the first field that is wrong.
-func (c *Config) Validate() error {
-	if c.Region == "" {
-		return errors.New("config: region is required")
-	}
-	if c.Listen == "" {
-		return errors.New("config: listen: an address is required")
-	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return fmt.Errorf("config: listen %q: %w", c.Listen, err)
-	}
+// ApplyDefaults fills the defaults that derive from other fields: the
+// ingest section's region, controller id, block size, topic and default
+// model; one model when none is configured; the hop token (the admin
+// token); the admin listen address; the Raft bind address. Call it before
+// Validate; Open calls both.
+func (c *Config) ApplyDefaults() {
 	c.Kafka.Region = c.Region
 	c.Kafka.ControllerID = c.ControllerID
 	c.Kafka.BlockSize = c.BlockSize
@@ -160,8 +161,35 @@ func (c *Config) Validate() error {
 	if c.Kafka.DefaultModel == "" {
 		c.Kafka.DefaultModel = c.Models[0].Name
 	}
-	if c.Kafka.Topic == "" {
-		c.Kafka.Topic = TopicFor(c.Region)
+	if c.Kafka.Topic == "" && c.Region != "" {
+		c.Kafka.Topic = kvevents.TopicFor(c.Region)
+	}
+	if c.HopToken == "" {
+		c.HopToken = c.AdminToken
+	}
+	if c.AdminListen == "" {
+		c.AdminListen = ":8081"
+	}
+	if c.Raft.DataDir != "" && c.Raft.Bind == "" {
+		c.Raft.Bind = "0.0.0.0:7400"
+	}
+}
+
+// Validate names the first field that is wrong. It changes nothing and
+// reads no file: defaults are applied before it (ApplyDefaults), files are
+// read after it (LoadPolicy).
+func (c Config) Validate() error {
+	if c.Region == "" {
+		return errors.New("config: region is required")
+	}
+	if c.Listen == "" {
+		return errors.New("config: listen: an address is required")
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("config: listen %q: %w", c.Listen, err)
+	}
+	if len(c.Models) == 0 {
+		return errors.New("config: models: at least one model is required")
 	}
 	if err := (index.Config{PodCapacity: c.PodCapacity, ExpectedBlocks: c.ExpectedBlocks}).Validate(); err != nil {
 		return fmt.Errorf("config: %w", err)
@@ -179,19 +207,30 @@ func (c *Config) Validate() error {
 	if c.ScrapeInterval <= 0 || c.SweepInterval <= 0 || c.SessionTokenCache < 1 {
 		return errors.New("config: scrape_interval and sweep_interval must be > 0, session_token_cache >= 1")
 	}
-	if c.HopToken == "" {
-		c.HopToken = c.AdminToken
-	}
 	if c.SummaryInterval <= 0 {
 		return fmt.Errorf("config: summary_interval = %v: want > 0", c.SummaryInterval)
 	}
 	if c.AdminListen == "" {
-		c.AdminListen = ":8081"
-	}
-	if c.Raft.DataDir != "" && c.Raft.Bind == "" {
-		c.Raft.Bind = "0.0.0.0:7400"
+		return errors.New("config: admin_listen: an address is required")
 	}
 	return c.validateMulti()
+}
+
+// LoadPolicy reads and parses PolicyFile (nil without one), with errors
+// that name the file, line and offending value.
+func (c Config) LoadPolicy() (*residency.Policy, error) {
+	if c.PolicyFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(c.PolicyFile)
+	if err != nil {
+		return nil, fmt.Errorf("config: policy_file: %w", err)
+	}
+	p, err := residency.Parse(c.PolicyFile, b)
+	if err != nil {
+		return nil, fmt.Errorf("config: policy_file: %w", err)
+	}
+	return p, nil
 }
 
 // Redacted is the configuration with its secrets replaced, for printing.
@@ -240,21 +279,37 @@ type Controller struct {
 }
 
 // Open builds the controller and starts its goroutines: Kafka ingestion, the
-// index sweeper, the metrics scraper and the HTTP server.
-func Open(cfg Config, log *slog.Logger) (*Controller, error) {
+// index sweeper, the metrics scraper, the HTTP server and, as configured,
+// the cross-region components. It applies the config's defaults, validates
+// it and reads the policy file. ctx bounds the start-up only (joining the
+// Raft cluster and gossip pool); Close stops the controller.
+func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
+	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	now := cfg.Clock
+	policy, err := cfg.LoadPolicy()
+	if err != nil {
+		return nil, err
+	}
+	now := deps.Clock
 	if now == nil {
 		now = time.Now
+	}
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	metrics := deps.Metrics
+	if metrics == nil {
+		metrics = prometheus.NewRegistry()
 	}
 	idx, err := index.New(index.Config{PodCapacity: cfg.PodCapacity, ExpectedBlocks: cfg.ExpectedBlocks})
 	if err != nil {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: route.NewRegistry(idx),
-		Metrics: prometheus.NewRegistry(), stopping: make(chan struct{})}
+		Metrics: metrics, stopping: make(chan struct{})}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	for _, p := range cfg.Pods {
 		p.Static = true
@@ -262,7 +317,7 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 			return nil, fmt.Errorf("static pod %s: %w", p.Name, err)
 		}
 	}
-	if c.Ingester, err = NewIngester(cfg.Kafka, idx, c.Registry, c.log, c.Metrics, now); err != nil {
+	if c.Ingester, err = NewIngester(cfg.Kafka, IngestDeps{Index: idx, Pods: c.Registry, Logger: c.log, Metrics: c.Metrics, Clock: now}); err != nil {
 		return nil, err
 	}
 	if c.Model, err = gorgo.New(cfg.Gorgo); err != nil {
@@ -277,8 +332,8 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 		return nil, err
 	}
 	transport := NewPodTransport()
-	if c.Server, err = NewServer(cfg.Server, c.Decider, c.Registry, prompts, c.Calib, transport, c.log,
-		c.Metrics, c.Metrics, c.readiness, now); err != nil {
+	if c.Server, err = NewServer(cfg.Server, ServerDeps{Decider: c.Decider, Prompts: prompts, Calibrator: c.Calib,
+		Transport: transport, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
 		return nil, err
 	}
 	c.Server.Handle("GET /debug/calibration", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -287,10 +342,10 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 	if c.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	if cfg.multiRegion() {
-		if err := c.openMulti(ctx, &cfg); err != nil {
+		if err := c.openMulti(ctx, runCtx, &cfg, policy); err != nil {
 			cancel()
 			cctx, ccancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer ccancel()
@@ -303,9 +358,9 @@ func Open(cfg Config, log *slog.Logger) (*Controller, error) {
 	}
 	c.http = &http.Server{Handler: c.Server, ReadHeaderTimeout: 10 * time.Second}
 	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
-	c.goRun("ingest", func() error { return c.Ingester.Run(ctx) })
-	c.goRun("sweep", func() error { return idx.RunSweeper(ctx, cfg.SweepInterval, 4096) })
-	c.goRun("scrape", func() error { return scraper.Run(ctx) })
+	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
+	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
+	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
 	c.goRun("http", func() error {
 		if err := c.http.Serve(c.ln); !errors.Is(err, http.ErrServerClosed) {
 			return err
@@ -424,8 +479,8 @@ func (c *Controller) Close(ctx context.Context) error {
 }
 
 // Run runs a controller until ctx is done.
-func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
-	c, err := Open(cfg, log)
+func Run(ctx context.Context, cfg Config, deps Deps) error {
+	c, err := Open(ctx, cfg, deps)
 	if err != nil {
 		return err
 	}

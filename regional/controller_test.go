@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -28,6 +29,7 @@ func TestLoadConfig(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
@@ -40,5 +42,31 @@ func TestLoadConfig(t *testing.T) {
 		if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), key) {
 			t.Errorf("kafka.%s: error %v, want it refused by name", key, err)
 		}
+	}
+}
+
+// TestValidateIsPure: Validate changes nothing and reads no file; defaults
+// come from ApplyDefaults before it, the policy file from LoadPolicy after.
+func TestValidateIsPure(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Region, cfg.Listen = "us-east-1", "127.0.0.1:0"
+	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
+	cfg.PolicyFile = filepath.Join(t.TempDir(), "missing.yaml")
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "models") {
+		t.Fatalf("before ApplyDefaults: %v, want the missing models named", err)
+	}
+	cfg.ApplyDefaults()
+	before := fmt.Sprintf("%+v", cfg)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("validate: %v", err)
+	}
+	if after := fmt.Sprintf("%+v", cfg); after != before {
+		t.Fatalf("Validate changed the config:\n%s\n%s", before, after)
+	}
+	if cfg.Kafka.Topic != "meridian.kv-events.us-east-1" || cfg.Kafka.Region != "us-east-1" || cfg.Models[0].Name != "default" {
+		t.Fatalf("defaults: %+v", cfg.Kafka)
+	}
+	if _, err := cfg.LoadPolicy(); err == nil || !strings.Contains(err.Error(), "policy_file") {
+		t.Fatalf("LoadPolicy of a missing file: %v", err)
 	}
 }

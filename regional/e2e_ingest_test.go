@@ -3,8 +3,6 @@ package regional_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -92,7 +90,7 @@ func TestE2EIngestMatchesEngines(t *testing.T) {
 	reg := route.NewRegistry(idx)
 	icfg := regional.DefaultIngestConfig()
 	icfg.Brokers, icfg.Region, icfg.BlockSize = broker.ListenAddrs(), "test", 64
-	ing, err := regional.NewIngester(icfg, idx, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Now)
+	ing, err := regional.NewIngester(icfg, regional.IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

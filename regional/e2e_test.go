@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -75,11 +74,10 @@ func startFleet(t testing.TB, pods, cacheBlocks int, mut func(*regional.Config))
 	cfg.Models = []regional.ModelConfig{{Name: simModel, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
 	cfg.Server.AllowPolicyOverride = true
 	cfg.ScrapeInterval = 100 * time.Millisecond
-	cfg.Clock = f.clock.Now
 	if mut != nil {
 		mut(&cfg)
 	}
-	ctl, err := regional.Open(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctl, err := regional.Open(context.Background(), cfg, regional.Deps{Clock: f.clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -89,9 +89,6 @@ func (c IngestConfig) Validate() error {
 	return nil
 }
 
-// TopicFor is the default topic of a region.
-func TopicFor(region string) string { return kvevents.TopicFor(region) }
-
 // Message is what the ingester needs of one Kafka message; Apply takes it so
 // the event logic is tested without a broker.
 type Message struct {
@@ -140,10 +137,32 @@ type podStream struct {
 	lastAt time.Time
 }
 
-// NewIngester builds the ingester. reg must wrap idx.
-func NewIngester(cfg IngestConfig, idx *index.Index, reg *route.Registry, log *slog.Logger, reg2 prometheus.Registerer, now func() time.Time) (*Ingester, error) {
+// IngestDeps is what an Ingester is given.
+type IngestDeps struct {
+	Index *index.Index    // required
+	Pods  *route.Registry // required; it must wrap Index
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Metrics registers the ingestion metrics; required.
+	Metrics prometheus.Registerer
+	// Clock; nil: time.Now.
+	Clock func() time.Time
+}
+
+// NewIngester builds the ingester.
+func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	if cfg.Topic == "" {
-		cfg.Topic = TopicFor(cfg.Region)
+		cfg.Topic = kvevents.TopicFor(cfg.Region)
+	}
+	if deps.Index == nil || deps.Pods == nil || deps.Metrics == nil {
+		return nil, errors.New("ingest: an index, a pod registry and a metrics registerer are required")
+	}
+	idx, reg, log, now := deps.Index, deps.Pods, deps.Logger, deps.Clock
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if now == nil {
+		now = time.Now
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -158,7 +177,7 @@ func NewIngester(cfg IngestConfig, idx *index.Index, reg *route.Registry, log *s
 	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec,
 		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{})}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
-	g.m, err = newIngestMetrics(reg2, g)
+	g.m, err = newIngestMetrics(deps.Metrics, g)
 	if err != nil {
 		return nil, err
 	}

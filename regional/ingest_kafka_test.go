@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"log/slog"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -72,7 +70,7 @@ func applied(g *Ingester) int64 {
 func TestIngestOverKafka(t *testing.T) {
 	msgs, engines := workload(11, 4)
 	g, idx, reg, _, _ := newTestIngester(t)
-	cluster, w := startKafka(t, 3, TopicFor("test"))
+	cluster, w := startKafka(t, 3, kvevents.TopicFor("test"))
 	g.cfg.Brokers = cluster.ListenAddrs()
 
 	half := len(msgs) / 2
@@ -147,7 +145,7 @@ func BenchmarkIngestKafka(b *testing.B) {
 		}
 		msgs = append(msgs, Message{Key: []byte(e.name), Headers: e.headers(), Value: e.batch(evs...)})
 	}
-	cluster, w := startKafka(b, 1, TopicFor("bench"))
+	cluster, w := startKafka(b, 1, kvevents.TopicFor("bench"))
 	kms := make([]kafka.Message, len(msgs))
 	for i, m := range msgs {
 		kms[i] = kafka.Message{Key: m.Key, Value: m.Value, Headers: m.Headers}
@@ -165,7 +163,7 @@ func BenchmarkIngestKafka(b *testing.B) {
 		reg := route.NewRegistry(idx)
 		cfg := DefaultIngestConfig()
 		cfg.Brokers, cfg.Region, cfg.BlockSize = cluster.ListenAddrs(), "bench", routerBlockSize
-		g, err := NewIngester(cfg, idx, reg, slog.New(slog.NewTextHandler(io.Discard, nil)), prometheus.NewRegistry(), time.Now)
+		g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
 		if err != nil {
 			b.Fatal(err)
 		}

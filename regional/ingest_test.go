@@ -188,7 +188,7 @@ func newTestIngester(t *testing.T) (*Ingester, *index.Index, *route.Registry, *p
 	cfg := DefaultIngestConfig()
 	cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "test", routerBlockSize
 	clock := time.Unix(1000, 0)
-	g, err := NewIngester(cfg, idx, reg, slog.New(slog.NewTextHandler(&logs, nil)), pr, func() time.Time { return clock })
+	g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: pr, Clock: func() time.Time { return clock }})
 	if err != nil {
 		t.Fatal(err)
 	}

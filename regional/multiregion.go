@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -108,12 +107,12 @@ type multiRegion struct {
 }
 
 // enabled reports whether any cross-region component is configured.
-func (c *Config) multiRegion() bool {
+func (c Config) multiRegion() bool {
 	return c.Raft.DataDir != "" || len(c.Gossip.Keys) > 0 || c.Audit.Dir != "" || c.PolicyFile != ""
 }
 
 // validateMulti checks the cross-region sections.
-func (c *Config) validateMulti() error {
+func (c Config) validateMulti() error {
 	if c.Raft.DataDir != "" {
 		if c.AdminToken == "" {
 			return errors.New("config: admin_token (or MERIDIAN_ADMIN_TOKEN) is required with raft")
@@ -135,19 +134,10 @@ func (c *Config) validateMulti() error {
 			return fmt.Errorf("config: audit.hmac_key: at least %d bytes are required (or MERIDIAN_AUDIT_KEY)", audit.MinKeyBytes)
 		}
 	}
-	if c.PolicyFile != "" && (c.policy == nil || c.policy.File() != c.PolicyFile) {
-		b, err := os.ReadFile(c.PolicyFile)
-		if err != nil {
-			return fmt.Errorf("config: policy_file: %w", err)
-		}
-		if c.policy, err = residency.Parse(c.PolicyFile, b); err != nil {
-			return fmt.Errorf("config: policy_file: %w", err)
-		}
-	}
 	return nil
 }
 
-func (c *Config) auditKey() []byte {
+func (c Config) auditKey() []byte {
 	k := c.Audit.HMACKey
 	if b, ok := strings.CutPrefix(k, "base64:"); ok {
 		if d, err := base64.StdEncoding.DecodeString(b); err == nil {
@@ -213,11 +203,12 @@ func (g gossipRemotes) ForwardAddrs(region string) []string {
 
 // openMulti starts the audit log, the Raft tier and the gossip pool as
 // configured, and the admin listener serving the Raft admin API and audit
-// queries. It leaves c.mr set, to be closed by closeMulti.
-func (c *Controller) openMulti(ctx context.Context, cfg *Config) error {
+// queries; ctx bounds the start-up (joins), run is the lifetime of what it
+// starts. fallback is the configured policy file, parsed (nil: none). It
+// leaves c.mr set, to be closed by closeMulti.
+func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *residency.Policy) error {
 	mr := &multiRegion{}
 	c.mr = mr
-	fallback := cfg.policy // read and parsed once, by Validate
 
 	// Admin listener first: Raft joins and leader forwarding need it.
 	if cfg.Raft.DataDir != "" || cfg.Audit.Dir != "" {
@@ -342,7 +333,7 @@ func (c *Controller) openMulti(ctx context.Context, cfg *Config) error {
 			return fmt.Errorf("gossip: %w", err)
 		}
 		mr.gossip = node
-		c.goRun("summary", func() error { return c.runSummaries(ctx, cfg.SummaryInterval) })
+		c.goRun("summary", func() error { return c.runSummaries(run, cfg.SummaryInterval) })
 	}
 
 	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken}
@@ -365,7 +356,7 @@ func (c *Controller) openMulti(ctx context.Context, cfg *Config) error {
 		if cfg.AutoFailover.HoldDown > 0 {
 			acfg.HoldDown = cfg.AutoFailover.HoldDown
 		}
-		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(ctx, acfg, c.observeRegions) })
+		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(run, acfg, c.observeRegions) })
 	}
 	return nil
 }

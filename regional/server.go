@@ -84,23 +84,53 @@ type Server struct {
 	topo    Topology
 }
 
-// NewServer builds the API. transport is the HTTP transport to the pods
-// (nil: a dedicated one with sane pooling). calib may be nil.
-func NewServer(cfg ServerConfig, dec *route.Decider, reg *route.Registry, prompts *Prompts, calib *gorgo.Calibrator,
-	transport http.RoundTripper, log *slog.Logger, r prometheus.Registerer, g prometheus.Gatherer,
-	ready ReadinessFunc, now func() time.Time) (*Server, error) {
+// ServerDeps is what a Server is given: the decision core, the prompt
+// encoders and the rest of the controller it serves for.
+type ServerDeps struct {
+	Decider *route.Decider // required
+	Prompts *Prompts       // required
+	// Calibrator learns prefill rates from observed TTFT; nil: none.
+	Calibrator *gorgo.Calibrator
+	// Transport to the pods and remote controllers; nil: NewPodTransport.
+	Transport http.RoundTripper
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Metrics registers the router's metrics and is what /metrics serves.
+	// Required.
+	Metrics *prometheus.Registry
+	// Ready answers /readyz; nil: always ready.
+	Ready ReadinessFunc
+	// Clock; nil: time.Now.
+	Clock func() time.Time
+}
+
+// NewServer builds the API.
+func NewServer(cfg ServerConfig, deps ServerDeps) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if deps.Decider == nil || deps.Prompts == nil || deps.Metrics == nil {
+		return nil, errors.New("server: a decider, prompts and a metrics registry are required")
+	}
+	transport := deps.Transport
 	if transport == nil {
 		transport = NewPodTransport()
 	}
-	m, err := newRouterMetrics(r, reg, now)
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	now := deps.Clock
+	if now == nil {
+		now = time.Now
+	}
+	reg := deps.Decider.Registry()
+	m, err := newRouterMetrics(deps.Metrics, reg, now)
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, dec: dec, reg: reg, prompts: prompts, calib: calib, log: log, m: m,
-		ready: ready, now: now, client: &http.Client{Transport: transport}, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, dec: deps.Decider, reg: reg, prompts: deps.Prompts, calib: deps.Calibrator, log: log, m: m,
+		ready: deps.Ready, now: now, client: &http.Client{Transport: transport}, mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })
 	s.mux.HandleFunc("POST /v1/route", s.serveRoute)
@@ -109,7 +139,7 @@ func NewServer(cfg ServerConfig, dec *route.Decider, reg *route.Registry, prompt
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	s.mux.HandleFunc("GET /readyz", s.serveReady)
-	s.mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(deps.Metrics, promhttp.HandlerOpts{}))
 	return s, nil
 }
 

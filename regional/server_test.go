@@ -96,8 +96,8 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	cfg := fc.server
 	f.prom = prometheus.NewRegistry()
 	f.ready.Store(true)
-	f.srv, err = NewServer(cfg, f.dec, f.reg, prompts, nil, nil, slog.New(slog.NewTextHandler(io.Discard, nil)), f.prom, f.prom,
-		func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, func() time.Time { return f.clock })
+	f.srv, err = NewServer(cfg, ServerDeps{Decider: f.dec, Prompts: prompts, Metrics: f.prom,
+		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: func() time.Time { return f.clock }})
 	if err != nil {
 		t.Fatal(err)
 	}

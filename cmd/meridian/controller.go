@@ -51,7 +51,7 @@ func controllerCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return regional.Run(c.Context, cfg, log)
+			return regional.Run(c.Context, cfg, regional.Deps{Logger: log})
 		},
 	}
 }
@@ -84,7 +84,11 @@ func controllerConfig(c *cli.Context) (regional.Config, error) {
 		}
 	}
 	cfg.ApplyEnv(os.Getenv)
+	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
+		return cfg, usageError("controller: %w", err)
+	}
+	if _, err := cfg.LoadPolicy(); err != nil {
 		return cfg, usageError("controller: %w", err)
 	}
 	return cfg, nil

@@ -136,7 +136,7 @@ func openComponentMetrics(t *testing.T) *registeredMetrics {
 	cfg := regional.DefaultConfig()
 	cfg.Region, cfg.ControllerID, cfg.Listen = "deploy-test", "deploy-test-0", "127.0.0.1:0"
 	cfg.Kafka.Brokers = broker.ListenAddrs()
-	ctl, err := regional.Open(cfg, discard)
+	ctl, err := regional.Open(context.Background(), cfg, regional.Deps{Logger: discard})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -105,7 +105,7 @@ func TestEndToEndIndexMatchesEngines(t *testing.T) {
 	reg := route.NewRegistry(idx)
 	icfg := regional.DefaultIngestConfig()
 	icfg.Brokers, icfg.Region, icfg.BlockSize = cluster.ListenAddrs(), testRegion, routerBlockSize
-	g, err := regional.NewIngester(icfg, idx, reg, testLogger(), prometheus.NewRegistry(), time.Now)
+	g, err := regional.NewIngester(icfg, regional.IngestDeps{Index: idx, Pods: reg, Logger: testLogger(), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestEndToEndRestartMarkerClearsOldBlocks(t *testing.T) {
 	reg := route.NewRegistry(idx)
 	icfg := regional.DefaultIngestConfig()
 	icfg.Brokers, icfg.Region, icfg.BlockSize = cluster.ListenAddrs(), testRegion, routerBlockSize
-	g, err := regional.NewIngester(icfg, idx, reg, testLogger(), prometheus.NewRegistry(), time.Now)
+	g, err := regional.NewIngester(icfg, regional.IngestDeps{Index: idx, Pods: reg, Logger: testLogger(), Metrics: prometheus.NewRegistry()})
 	if err != nil {
 		t.Fatal(err)
 	}

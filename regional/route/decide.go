@@ -109,6 +109,9 @@ func (d *Decider) Speculation() *Speculation { return d.spec }
 // Config returns the pipeline's configuration.
 func (d *Decider) Config() Config { return d.cfg }
 
+// Registry returns the pods the decisions choose among.
+func (d *Decider) Registry() *Registry { return d.reg }
+
 // Model returns the cost model the decisions are priced with.
 func (d *Decider) Model() *gorgo.Model { return d.model }
 

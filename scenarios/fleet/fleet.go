@@ -255,7 +255,7 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		if cfg.Controller != nil {
 			cfg.Controller(spec.Name, &rc)
 		}
-		ctl, err := regional.Open(rc, cfg.Logger.With("controller", rc.ControllerID))
+		ctl, err := regional.Open(ctx, rc, regional.Deps{Logger: cfg.Logger.With("controller", rc.ControllerID)})
 		if err != nil {
 			return f, fmt.Errorf("controller %s: %w", spec.Name, err)
 		}
