@@ -162,37 +162,42 @@ func TestGuardrails(t *testing.T) {
 
 // naiveChoose restates the decision rule plainly, from the cost formula.
 func naiveChoose(cfg Config, profiles map[string]Profile, cands []Candidate, share func(string) float64) int {
-	cost := func(c Candidate) (float64, bool) {
+	// cost is the candidate's total; confirmed is false for a remote one
+	// with a stale summary (counted as holding nothing) or a suspect region.
+	cost := func(c Candidate) (total float64, confirmed bool) {
 		p, ok := profiles[c.Profile]
 		if !ok {
 			p = profiles[cfg.DefaultProfile]
 		}
 		w := 1.0
+		confirmed = !(c.Remote && c.Suspect)
 		if c.Remote && c.SummaryAge > cfg.FreshFor {
 			if c.SummaryAge >= cfg.IgnoreAfter {
-				return 0, false
+				w, confirmed = 0, false
+			} else {
+				w = 1 - float64(c.SummaryAge-cfg.FreshFor)/float64(cfg.IgnoreAfter-cfg.FreshFor)
 			}
-			w = 1 - float64(c.SummaryAge-cfg.FreshFor)/float64(cfg.IgnoreAfter-cfg.FreshFor)
 		}
 		cached := math.Floor(float64(min(max(c.CachedTokens, 0), c.PromptTokens)) * w)
 		q := float64(max(c.PendingPrefillTokens, 0)) * p.PrefillMsPerToken
 		if c.Running >= p.MaxConcurrency {
 			q += float64(c.Running-p.MaxConcurrency+1) * (p.OverheadMs + float64(p.MeanOutputTokens)*p.DecodeMsPerToken) / float64(p.MaxConcurrency)
 		}
-		total := cfg.QueueWeight*q + math.Max(float64(c.PromptTokens)-cached, 0)*p.PrefillMsPerToken + p.OverheadMs + cfg.RTTWeight*math.Max(c.RTTMs, 0) + c.ExtraMs
+		total = cfg.QueueWeight*q + math.Max(float64(c.PromptTokens)-cached, 0)*p.PrefillMsPerToken + p.OverheadMs + cfg.RTTWeight*math.Max(c.RTTMs, 0) + c.ExtraMs
 		if c.Remote && c.EgressBytes > 0 {
 			total += float64(c.EgressBytes) / 1e9 * cfg.EgressUSDPerGB * cfg.MsPerUSD
 		}
-		return total, true
+		return total, confirmed
 	}
 	type scored struct {
 		i     int
 		total float64
 	}
-	var locals, remotes []scored
+	var locals, remotes, unconfirmed []scored
 	for i, c := range cands {
 		t, ok := cost(c)
 		if !ok {
+			unconfirmed = append(unconfirmed, scored{i, t})
 			continue
 		}
 		if !c.Remote {
@@ -221,6 +226,9 @@ func naiveChoose(cfg Config, profiles map[string]Profile, cands []Candidate, sha
 	r, okR := best(remotes)
 	switch {
 	case !okL && !okR:
+		if u, ok := best(unconfirmed); ok {
+			return u.i
+		}
 		return -1
 	case !okL:
 		return r.i
@@ -246,6 +254,7 @@ func genCandidate(t *rapid.T, remote bool) Candidate {
 		c.RTTMs = float64(rapid.IntRange(0, 300).Draw(t, "rtt"))
 		c.SummaryAge = time.Duration(rapid.IntRange(0, 90).Draw(t, "age")) * time.Second
 		c.EgressBytes = int64(prompt) * 4
+		c.Suspect = rapid.IntRange(0, 4).Draw(t, "suspect") == 0
 	} else {
 		c.Pod = "pod"
 	}
@@ -281,8 +290,15 @@ func TestChooseMatchesNaive(t *testing.T) {
 				t.Fatalf("forwarded with saving %.1f <= required %.1f", saving, d.RequiredMs)
 			}
 		}
-		if d.Winner >= 0 && cands[d.Winner].SummaryAge >= cfg.IgnoreAfter && cands[d.Winner].Remote {
-			t.Fatal("stale remote won")
+		if w := d.Winner; w >= 0 && cands[w].Remote && (cands[w].SummaryAge >= cfg.IgnoreAfter || cands[w].Suspect) {
+			if d.BestLocal >= 0 || d.Reason != ReasonRemoteUnconfirmed {
+				t.Fatalf("a stale or suspect remote won over a confirmed place: %+v", d)
+			}
+			for i, c := range cands {
+				if c.Remote && c.SummaryAge < cfg.IgnoreAfter && !c.Suspect {
+					t.Fatalf("a stale or suspect remote won over confirmed remote %d", i)
+				}
+			}
 		}
 	})
 }
@@ -391,5 +407,32 @@ func BenchmarkChoose(b *testing.B) {
 				m.Choose(cands, st, now, &d)
 			}
 		})
+	}
+}
+
+// TestChooseUnconfirmedRemote: a remote region whose controllers miss pings
+// (suspect) or whose summary is too old is no latency-driven choice, but
+// traffic no other place may take still goes to the best of them.
+func TestChooseUnconfirmedRemote(t *testing.T) {
+	cfg := DefaultConfig()
+	m := mustModel(t, cfg)
+	local := Candidate{Region: "home", Pod: "p", Profile: "h100", PromptTokens: 8000}
+	suspect := Candidate{Region: "eu-west-1", Remote: true, Profile: "h100", PromptTokens: 8000, CachedTokens: 7900, RTTMs: 75, Suspect: true}
+	stale := Candidate{Region: "eu-central-1", Remote: true, Profile: "h100", PromptTokens: 8000, RTTMs: 20, SummaryAge: cfg.IgnoreAfter}
+	var d Decision
+	m.Choose([]Candidate{local, suspect, stale}, nil, time.Time{}, &d)
+	if d.Winner != 0 || d.Estimates[1].Excluded != ExcludedSuspect || d.Estimates[2].Excluded != ExcludedStale {
+		t.Fatalf("with a local candidate: %+v", d)
+	}
+	m.Choose([]Candidate{suspect, stale}, nil, time.Time{}, &d)
+	// The suspect region's cache counts; the stale summary's does not.
+	if d.Winner != 0 || d.Reason != ReasonRemoteUnconfirmed || d.BestRemote != 0 {
+		t.Fatalf("remote only, unconfirmed: %+v", d)
+	}
+	fresh := suspect
+	fresh.Suspect, fresh.Region = false, "eu-west-2"
+	m.Choose([]Candidate{suspect, fresh}, nil, time.Time{}, &d)
+	if d.Winner != 1 || d.Reason != ReasonRemoteOnly {
+		t.Fatalf("a confirmed remote loses to a suspect one: %+v", d)
 	}
 }

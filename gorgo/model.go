@@ -132,6 +132,10 @@ type Candidate struct {
 	RTTMs       float64       `json:"rtt_ms"`
 	EgressBytes int64         `json:"egress_bytes,omitempty"`
 	SummaryAge  time.Duration `json:"summary_age_ns,omitempty"` // remote only
+	// Suspect (remote only): the region's controllers are not answering
+	// pings right now (not known dead). A latency-driven choice skips it;
+	// traffic that no other place may take still goes there.
+	Suspect bool `json:"suspect,omitempty"`
 
 	// ExtraMs is added by the caller's other scorers (affinity, KV
 	// utilisation), already weighted, in milliseconds.
@@ -268,11 +272,15 @@ func (m *Model) Estimate(c *Candidate) Estimate {
 // Reasons a candidate was excluded, and reasons for a decision.
 const (
 	ExcludedStale     = "summary_stale"
+	ExcludedSuspect   = "region_suspect"
 	ExcludedShareCap  = "remote_share_cap"
 	ExcludedNoSaving  = "saving_below_margin"
 	ReasonLocalBest   = "local_best"
 	ReasonRemoteSaves = "remote_saves"
 	ReasonRemoteOnly  = "remote_only" // no local candidate (region failed, drained or empty)
+	// ReasonRemoteUnconfirmed: no local candidate and no remote one with a
+	// fresh summary and answering controllers; the best of the others.
+	ReasonRemoteUnconfirmed = "remote_only_unconfirmed"
 	ReasonNone        = "no_candidate"
 )
 
@@ -296,12 +304,20 @@ type ShareView interface {
 // Choose estimates every candidate and picks the winner: the cheapest local
 // candidate, unless a fresh remote candidate is cheaper by the forwarding
 // margin and its region is under its share cap; with no local candidate, the
-// cheapest fresh remote one (the share cap does not apply then). Ties go to the earlier candidate, so the
-// choice is deterministic for a given input. dst's Estimates slice is reused.
+// cheapest fresh remote one (the share cap does not apply then); with no
+// fresh remote one either, the cheapest remote whose summary is stale (its
+// cache counted as empty) or whose controllers are suspect: traffic that
+// only remote regions may take is not refused for a missed ping or a late
+// summary. Ties go to the earlier candidate, so the choice is deterministic
+// for a given input. dst's Estimates slice is reused.
 func (m *Model) Choose(cands []Candidate, shares ShareView, now time.Time, dst *Decision) {
 	*dst = Decision{Winner: -1, BestLocal: -1, BestRemote: -1, Reason: ReasonNone, Estimates: dst.Estimates[:0]}
 	for i := range cands {
-		dst.Estimates = append(dst.Estimates, m.Estimate(&cands[i]))
+		e := m.Estimate(&cands[i])
+		if e.Excluded == "" && cands[i].Remote && cands[i].Suspect {
+			e.Excluded = ExcludedSuspect
+		}
+		dst.Estimates = append(dst.Estimates, e)
 	}
 	for i := range cands {
 		e := &dst.Estimates[i]
@@ -329,6 +345,16 @@ func (m *Model) Choose(cands []Candidate, shares ShareView, now time.Time, dst *
 	}
 	switch {
 	case dst.BestLocal < 0 && dst.BestRemote < 0:
+		for i := range cands {
+			e := &dst.Estimates[i]
+			if cands[i].Remote && (e.Excluded == ExcludedStale || e.Excluded == ExcludedSuspect) &&
+				(dst.Winner < 0 || e.TotalMs < dst.Estimates[dst.Winner].TotalMs) {
+				dst.Winner = i
+			}
+		}
+		if dst.Winner >= 0 {
+			dst.BestRemote, dst.Reason = dst.Winner, ReasonRemoteUnconfirmed
+		}
 		return
 	case dst.BestLocal < 0:
 		dst.Winner, dst.Reason = dst.BestRemote, ReasonRemoteOnly

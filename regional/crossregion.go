@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"cmp"
 	"context"
 	"crypto/subtle"
 	"encoding/json"
@@ -239,23 +240,28 @@ func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, 
 	s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every allowed region tried failed before answering")
 }
 
-// fallbackOrder is the winner first, then the others by estimated TTFT.
+// fallbackOrder is the winner first, then the others by estimated TTFT,
+// those with a stale summary or suspect controllers after the rest.
 func fallbackOrder(pl *route.Placement) []int {
 	order := []int{pl.Cost.Winner}
 	rest := make([]int, 0, len(pl.Candidates))
 	for i := range pl.Candidates {
-		if i != pl.Cost.Winner && pl.Cost.Estimates[i].Excluded != gorgo.ExcludedStale {
+		if i != pl.Cost.Winner {
 			rest = append(rest, i)
 		}
 	}
+	unconfirmed := func(i int) bool {
+		ex := pl.Cost.Estimates[i].Excluded
+		return ex == gorgo.ExcludedStale || ex == gorgo.ExcludedSuspect
+	}
 	slices.SortStableFunc(rest, func(a, b int) int {
-		switch ea, eb := pl.Cost.Estimates[a].TotalMs, pl.Cost.Estimates[b].TotalMs; {
-		case ea < eb:
+		if ua, ub := unconfirmed(a), unconfirmed(b); ua != ub {
+			if ua {
+				return 1
+			}
 			return -1
-		case ea > eb:
-			return 1
 		}
-		return 0
+		return cmp.Compare(pl.Cost.Estimates[a].TotalMs, pl.Cost.Estimates[b].TotalMs)
 	})
 	return append(order, rest...)
 }

@@ -192,10 +192,14 @@ func (g gossipRemotes) ForwardAddrs(region string) []string {
 	if !ok {
 		return nil
 	}
+	// Controllers answering pings first; then the suspect ones, which may
+	// only have missed a few pings (under load, or a short partition).
 	var out []string
-	for _, c := range rv.Controllers {
-		if c.ForwardAddr != "" && c.State == gossip.StateAlive {
-			out = append(out, c.ForwardAddr)
+	for _, st := range []gossip.ControllerState{gossip.StateAlive, gossip.StateSuspect} {
+		for _, c := range rv.Controllers {
+			if c.ForwardAddr != "" && c.State == st {
+				out = append(out, c.ForwardAddr)
+			}
 		}
 	}
 	return out

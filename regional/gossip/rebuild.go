@@ -79,8 +79,11 @@ func (n *Node) rebuildLocked() {
 		}
 		r := region(p.digest.Region)
 		r.Controllers = append(r.Controllers, c)
-		if c.State == StateAlive {
+		switch c.State {
+		case StateAlive:
 			r.Alive++
+		case StateSuspect:
+			r.Suspect++
 		}
 	}
 	v := &RegionsView{Local: n.cfg.Region, At: now, byName: map[string]int{}}
@@ -131,8 +134,14 @@ func (n *Node) rebuildLocked() {
 func (n *Node) rttLocked(r *RegionView) {
 	var direct, vivaldi, used []time.Duration
 	allDirect := true
+	// From the live controllers; a region whose controllers are all
+	// suspect keeps their last measurements.
+	from := StateAlive
+	if r.Alive == 0 {
+		from = StateSuspect
+	}
 	for _, c := range r.Controllers {
-		if c.State != StateAlive {
+		if c.State != from {
 			continue
 		}
 		if c.DirectRTT > 0 {

@@ -399,8 +399,21 @@ func TestRegionCandidate(t *testing.T) {
 	if got := v.Candidates(now, nil, 10, func(string) bool { return false }, nil); len(got) != 0 {
 		t.Fatal("a disallowed region became a candidate")
 	}
-	if got := v.Candidates(now, nil, 10, nil, nil); len(got) != 1 {
-		t.Fatal("the allowed region is missing")
+	if got := v.Candidates(now, nil, 10, nil, nil); len(got) != 1 || got[0].Suspect {
+		t.Fatalf("the allowed region is missing or suspect: %+v", got)
+	}
+	// Its controllers stop answering pings (suspect, not dead): still a
+	// candidate, marked Suspect, for traffic with nowhere else to go.
+	sus := r
+	sus.Live, sus.Alive, sus.Suspect = false, 0, 1
+	if c, ok := sus.Candidate(now, nil, 10); !ok || !c.Suspect {
+		t.Fatalf("suspect region: %+v ok %v", c, ok)
+	}
+	// Every controller dead: no candidate.
+	dead := sus
+	dead.Suspect = 0
+	if _, ok := dead.Candidate(now, nil, 10); ok {
+		t.Fatal("a region with every controller dead became a candidate")
 	}
 }
 

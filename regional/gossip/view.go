@@ -50,6 +50,7 @@ type RegionView struct {
 
 	Controllers []Controller
 	Alive       int  // controllers alive and answering pings
+	Suspect     int  // controllers alive for memberlist but not answering pings
 	Live        bool // Alive > 0; a region whose controllers are all dead or suspect is not Live
 
 	// RTT is the round trip used for decisions: with StaticRTTOverride and a
@@ -100,15 +101,19 @@ func (r *RegionView) Age(now time.Time) time.Duration {
 
 // Candidate turns the region into a gorgo candidate for a request whose
 // chain of block hashes is chain (see summary.Summary.Candidate), with the
-// region's RTT and the summary's age. ok is false when the region cannot be
-// a candidate: no summary yet, not Live, or RTT unknown.
+// region's RTT and the summary's age. A region that is not Live but has
+// suspect controllers is a Suspect candidate: a missed ping is not a
+// failure, and traffic that only that region may serve still goes there.
+// ok is false when the region cannot be a candidate: no summary yet, every
+// controller dead, or RTT unknown.
 func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int) (c gorgo.Candidate, ok bool) {
-	if r.Summary == nil || !r.Live || r.RTTSource == RTTNone {
+	if r.Summary == nil || (!r.Live && r.Suspect == 0) || r.RTTSource == RTTNone {
 		return gorgo.Candidate{}, false
 	}
 	c = r.Summary.Candidate(now, chain, promptTokens)
 	c.SummaryAge = r.Age(now)
 	c.RTTMs = float64(r.RTT) / float64(time.Millisecond)
+	c.Suspect = !r.Live
 	return c, true
 }
 
