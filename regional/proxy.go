@@ -218,7 +218,16 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	if n == 0 && rerr != nil && rerr != io.EOF {
 		return s.upstreamErr(ctx, timer, rerr)
 	}
-	timer.Stop()
+	if !timer.Stop() {
+		// The first-byte timer fired while the first bytes were being
+		// read: the upstream's context is cancelled, so the rest of the
+		// answer would fail mid-stream. Nothing has reached the client
+		// yet: a first-byte timeout, retryable.
+		if ctx.Err() != nil {
+			return attempt{err: ctx.Err()}
+		}
+		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("no answer within %v", s.cfg.FirstByteTimeout)}
+	}
 	res.ttft, res.status = s.now().Sub(p.started), resp.StatusCode
 	firstByte(resp.StatusCode)
 
