@@ -110,7 +110,9 @@ func (s *chanSink) drain() []Checkpoint {
 	}
 }
 
-// tick advances the clock by d once the checkpoint loop is parked on it.
+// tick advances the clock by d once the checkpoint loop is parked on it,
+// and returns once the loop has handled the tick and parked again: the
+// test's next step never races the loop's reading of the chain head.
 func tick(t testing.TB, c *audittest.Clock, d time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -119,6 +121,9 @@ func tick(t testing.TB, c *audittest.Clock, d time.Duration) {
 		t.Fatalf("checkpoint loop never waited on the clock: %v", err)
 	}
 	c.Advance(d)
+	if err := c.WaitForWaiters(ctx, 1); err != nil {
+		t.Fatalf("checkpoint loop did not park again after the tick: %v", err)
+	}
 }
 
 func recv[T any](t testing.TB, ch <-chan T) T {

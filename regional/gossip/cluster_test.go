@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -294,15 +296,15 @@ func TestBadBodyOverTheWire(t *testing.T) {
 	if _, err := raw.Join([]string{a.Addr()}); err != nil {
 		t.Fatal(err)
 	}
-	var target *memberlist.Node
-	for _, m := range raw.Members() {
-		if m.Name == "a" {
-			target = &memberlist.Node{Name: m.Name, Addr: m.Addr, Port: m.Port}
-		}
+	// The target from a's own address: the *Node values raw.Members()
+	// returns are memberlist's live records, written by its packet handler
+	// while we would read them (a data race under -race).
+	host, port, err := net.SplitHostPort(a.Addr())
+	if err != nil {
+		t.Fatal(err)
 	}
-	if target == nil {
-		t.Fatal("raw member does not see a")
-	}
+	portN, _ := strconv.Atoi(port)
+	target := &memberlist.Node{Name: "a", Addr: net.ParseIP(host), Port: uint16(portN)}
 	good, _ := buildSummary(t, "us-west-2", 1, 2000).MarshalBinary()
 	corrupt := append([]byte(nil), good...)
 	corrupt[100] ^= 1
