@@ -49,7 +49,7 @@ func (s *Severity) UnmarshalText(b []byte) error {
 }
 
 // Code is the stable identifier of a kind of finding. Codes never change
-// meaning; scripts and alerts may match on them. doc.go lists them all.
+// meaning; scripts and alerts may match on them. docs/dr.md lists them all.
 type Code string
 
 // Presence, parsing and the manifest.

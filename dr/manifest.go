@@ -21,8 +21,8 @@ const ManifestVersion = 1
 // looks for in the folder when no manifest is named.
 const DefaultManifestName = "dr-manifest.yaml"
 
-// Manifest lists what a region needs to serve one model. See doc.go for the
-// format.
+// Manifest lists what a region needs to serve one model. docs/dr.md gives
+// the format.
 type Manifest struct {
 	Version int `yaml:"version"`
 	// Model names the model, for people (for example its Hugging Face id).
