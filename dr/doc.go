@@ -1,30 +1,15 @@
-// Package dr is Meridian's disaster-recovery tooling. It has two jobs.
+// Package dr holds Meridian's disaster-recovery tooling in two packages
+// with one job each, and no code of its own:
 //
-// The DR manifest check (Check, Init): given a region's copy of a model
-// deployment (a Hugging Face style model folder plus engine and deployment
-// files) and optionally a DR manifest, say whether that region could serve
-// the model, and name every missing, broken or inconsistent file by its
-// path as a Finding with a stable Code. The check reads folders only (never
-// writes them) and reads no tensor data except to hash; safetensors shards
-// cost their header (see dr/safetensors). Every problem with a folder is a
-// finding; Check returns an error only when it cannot run.
+//	dr/check   the DR manifest check: can a region's copy of a model
+//	           deployment (weights, tokenizer, model, quantisation, engine
+//	           and deployment files) serve the model? Reads folders only.
+//	dr/drill   failover drills: fail a region over on a running cluster,
+//	           time the move and the return, count residency violations.
 //
-// The failover drill (Drill): fail a region over on a running cluster, time
-// how long its traffic takes to move and to come back, and prove no request
-// was served outside its residency zone. It talks to the cluster over HTTP
-// only: the admin API through global's client, the controllers' public API
-// as a client would. Once the trigger was sent the region is recovered
-// whatever happens. The judge is a single-threaded state machine fed with
-// probe results and call times (no clock of its own), tested with scripts
-// in testdata/drill; the probe goroutines and the coordinator loop are the
-// outer layer.
-//
-// The operator's manual (folder layout, manifest format, every check and
-// finding code, the drill and the CLI) is docs/dr.md at the repository
-// root; a test keeps its table of codes complete.
-//
-// The package imports only its own sub-packages (dr/safetensors; dr/drtest
-// in tests), global (the admin API client and its types) and residency (to
-// evaluate the policy in force). It must not import regional, scenarios or
-// cmd (a root test enforces it; tests may import anything).
+// The two share no code: check reads files and needs nothing of the running
+// system; drill talks HTTP to a cluster and needs the admin API client
+// (global) and the policy evaluator (residency). Neither imports the other.
+// The operator's manual for both, with the meridian dr check, manifest init
+// and drill commands, is docs/dr.md at the repository root.
 package dr
