@@ -112,7 +112,7 @@ func runDRCheck(c *cli.Context) error {
 	} else {
 		req.Exclude = []string{check.DefaultManifestName}
 	}
-	rep, err := check.Check(c.Context, cfg, req)
+	rep, err := check.Run(c.Context, cfg, req)
 	if err != nil {
 		return err
 	}
@@ -192,7 +192,7 @@ func runDRManifestInit(c *cli.Context) error {
 	if out != "-" {
 		exclude = manifestExclusions(out, []check.Source{{Dir: dir}})
 	}
-	m, rep, err := check.Init(c.Context, cfg, check.Source{Dir: dir}, check.InitOptions{
+	m, rep, err := check.InitManifest(c.Context, cfg, check.Source{Dir: dir}, check.InitOptions{
 		Model: c.String("model"), Checksums: !c.Bool("no-checksums"), Exclude: exclude,
 	})
 	if err != nil {

@@ -22,7 +22,7 @@ func BenchmarkCheckHealthy(b *testing.B) {
 	req := Request{Sources: []Source{{Dir: dir}}}
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Check(context.Background(), DefaultConfig(), req); err != nil {
+		if _, err := Run(context.Background(), DefaultConfig(), req); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -45,7 +45,7 @@ func BenchmarkCheckSparse128GiB(b *testing.B) {
 	req := Request{Sources: []Source{{Dir: dir}}}
 	b.ReportAllocs()
 	for b.Loop() {
-		rep, err := Check(context.Background(), DefaultConfig(), req)
+		rep, err := Run(context.Background(), DefaultConfig(), req)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func BenchmarkCheck1000Shards(b *testing.B) {
 	req := Request{Sources: []Source{{Dir: dir}}}
 	b.ReportAllocs()
 	for b.Loop() {
-		rep, err := Check(context.Background(), DefaultConfig(), req)
+		rep, err := Run(context.Background(), DefaultConfig(), req)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -38,11 +38,11 @@ type Request struct {
 	Exclude []string
 }
 
-// Check runs every check on each source and, with two or more sources,
+// Run runs every check on each source and, with two or more sources,
 // compares them. It returns an error only when the request itself cannot be
 // run (bad config, unreadable folder, cancelled context); every problem with
 // the folders is a Finding in the report.
-func Check(ctx context.Context, cfg Config, req Request) (*Report, error) {
+func Run(ctx context.Context, cfg Config, req Request) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

@@ -96,7 +96,7 @@ func TestManifestRoundTrip(t *testing.T) {
 	if err := checktest.WriteHealthy(dir, checktest.AWQ); err != nil {
 		t.Fatal(err)
 	}
-	m, rep, err := Init(context.Background(), DefaultConfig(), Source{Dir: dir}, InitOptions{Checksums: true})
+	m, rep, err := InitManifest(context.Background(), DefaultConfig(), Source{Dir: dir}, InitOptions{Checksums: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestCheckReadsOnlyHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfs := &countingFS{FS: os.DirFS(dir), read: map[string]int64{}}
-	rep, err := Check(context.Background(), DefaultConfig(), Request{Sources: []Source{{Dir: dir, FS: cfs}}})
+	rep, err := Run(context.Background(), DefaultConfig(), Request{Sources: []Source{{Dir: dir, FS: cfs}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestCheckChecksumsAlwaysReadsEverything(t *testing.T) {
 	cfs := &countingFS{FS: os.DirFS(dir), read: map[string]int64{}}
 	cfg := DefaultConfig()
 	cfg.Checksums = ChecksumAlways
-	rep, err := Check(context.Background(), cfg, Request{Sources: []Source{{Dir: dir, FS: cfs}}})
+	rep, err := Run(context.Background(), cfg, Request{Sources: []Source{{Dir: dir, FS: cfs}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,16 +369,16 @@ func TestCheckRequestErrors(t *testing.T) {
 		"unnamed region":   {Sources: []Source{{Region: "a", Dir: dir}, {Dir: dir}}},
 		"duplicate region": {Sources: []Source{{Region: "a", Dir: dir}, {Region: "a", Dir: dir}}},
 	} {
-		if _, err := Check(ctx, DefaultConfig(), req); err == nil {
+		if _, err := Run(ctx, DefaultConfig(), req); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 	}
-	if _, err := Check(ctx, Config{}, Request{Sources: []Source{{Dir: dir}}}); err == nil {
+	if _, err := Run(ctx, Config{}, Request{Sources: []Source{{Dir: dir}}}); err == nil {
 		t.Error("zero config accepted")
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	if _, err := Check(cctx, DefaultConfig(), Request{Sources: []Source{{Dir: dir}}}); !errors.Is(err, context.Canceled) {
+	if _, err := Run(cctx, DefaultConfig(), Request{Sources: []Source{{Dir: dir}}}); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled context: %v", err)
 	}
 }

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// InitOptions tunes Init.
+// InitOptions tunes InitManifest.
 type InitOptions struct {
 	// Model is recorded as the manifest's model; default config.json's
 	// _name_or_path, if any.
@@ -16,12 +16,12 @@ type InitOptions struct {
 	Exclude []string
 }
 
-// Init checks a folder and builds the manifest that describes it: every file
-// with its kind and size, and with Checksums its SHA-256. Files of no known
-// role are listed as optional. The report of the check is returned too: a
-// manifest should be written only from a folder without blocking findings,
-// and the caller decides.
-func Init(ctx context.Context, cfg Config, src Source, opt InitOptions) (*Manifest, *Report, error) {
+// InitManifest checks a folder and builds the manifest that describes it:
+// every file with its kind and size, and with Checksums its SHA-256. Files
+// of no known role are listed as optional. The report of the check is
+// returned too: a manifest should be written only from a folder without
+// blocking findings, and the caller decides.
+func InitManifest(ctx context.Context, cfg Config, src Source, opt InitOptions) (*Manifest, *Report, error) {
 	cfg.Checksums = ChecksumNever
 	if opt.Checksums {
 		cfg.Checksums = ChecksumAlways

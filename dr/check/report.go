@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Report is the result of Check.
+// Report is the result of Run (and of the check InitManifest runs).
 type Report struct {
 	// Manifest is the manifest file the folders were checked against.
 	Manifest string `json:"manifest,omitempty"`

@@ -189,7 +189,7 @@ func (s *scriptState) run(args []string) error {
 		}
 		return os.WriteFile(s.path(args[0]), b, 0o644)
 	case "manifest":
-		m, rep, err := check.Init(context.Background(), check.DefaultConfig(), check.Source{Dir: s.work},
+		m, rep, err := check.InitManifest(context.Background(), check.DefaultConfig(), check.Source{Dir: s.work},
 			check.InitOptions{Checksums: !slices.Contains(args, "--no-checksums"), Exclude: []string{check.DefaultManifestName}})
 		if err != nil {
 			return err
@@ -207,7 +207,7 @@ func (s *scriptState) run(args []string) error {
 	case "check":
 		return s.check(args)
 	case "init":
-		m, _, err := check.Init(context.Background(), check.DefaultConfig(), check.Source{Dir: s.work},
+		m, _, err := check.InitManifest(context.Background(), check.DefaultConfig(), check.Source{Dir: s.work},
 			check.InitOptions{Checksums: true, Exclude: []string{check.DefaultManifestName}})
 		if err != nil {
 			return err
@@ -255,7 +255,7 @@ func (s *scriptState) check(args []string) error {
 			return fmt.Errorf("unknown check flag %q", a)
 		}
 	}
-	rep, err := check.Check(context.Background(), cfg, req)
+	rep, err := check.Run(context.Background(), cfg, req)
 	if err != nil {
 		return err
 	}

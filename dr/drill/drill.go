@@ -14,8 +14,8 @@ import (
 
 // Errors of the failover drill. Callers branch on them with errors.Is.
 var (
-	// ErrDrillConfig wraps every DrillConfig.Validate error.
-	ErrDrillConfig = errors.New("invalid drill config")
+	// ErrConfig wraps every Config.Validate error.
+	ErrConfig = errors.New("invalid drill config")
 	// ErrRegionNotActive: the region to fail is unknown to the cluster or
 	// not active, so the drill does not start.
 	ErrRegionNotActive = errors.New("region not active")
@@ -27,8 +27,8 @@ var (
 	ErrNotRecovered = errors.New("region not recovered")
 )
 
-// DrillTenant is the tenant of the default public and pii probes.
-const DrillTenant = "dr-drill"
+// ProbeTenant is the tenant of the default public and pii probes.
+const ProbeTenant = "dr-drill"
 
 // Probe is one kind of probe request: a chat completion sent to the
 // controller of Origin with X-Tenant-Id Tenant and X-Data-Class DataClass
@@ -57,22 +57,22 @@ func ParseProbe(s string) (Probe, error) {
 }
 
 // DefaultProbes returns, for every region (sorted), a public and a pii
-// probe of DrillTenant and a phi probe of the EU health tenant (eu-health),
+// probe of ProbeTenant and a phi probe of the EU health tenant (eu-health),
 // whose data the example policy keeps in the EU.
 func DefaultProbes(regions []string) []Probe {
 	regions = slices.Sorted(slices.Values(regions))
 	out := make([]Probe, 0, 3*len(regions))
 	for _, r := range regions {
 		out = append(out,
-			Probe{Origin: r, Tenant: DrillTenant, DataClass: "public"},
-			Probe{Origin: r, Tenant: DrillTenant, DataClass: "pii"},
+			Probe{Origin: r, Tenant: ProbeTenant, DataClass: "public"},
+			Probe{Origin: r, Tenant: ProbeTenant, DataClass: "pii"},
 			Probe{Origin: r, Tenant: "eu-health", DataClass: "phi"})
 	}
 	return out
 }
 
-// DrillConfig describes one failover drill. Start from DefaultDrillConfig.
-type DrillConfig struct {
+// Config describes one failover drill. Start from DefaultConfig.
+type Config struct {
 	// Admin is the admin API base URL of any controller (required).
 	Admin string
 	// Token is the admin bearer token (required).
@@ -135,9 +135,9 @@ type DrillConfig struct {
 	Logger *slog.Logger
 }
 
-// DefaultDrillConfig returns the defaults documented on DrillConfig.
-func DefaultDrillConfig() DrillConfig {
-	return DrillConfig{
+// DefaultConfig returns the defaults documented on Config.
+func DefaultConfig() Config {
+	return Config{
 		DefaultProbes:   true,
 		Model:           "meridian/sim-70b",
 		Interval:        100 * time.Millisecond,
@@ -156,57 +156,57 @@ func DefaultDrillConfig() DrillConfig {
 	}
 }
 
-func drillConfigErr(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", ErrDrillConfig, fmt.Sprintf(format, args...))
+func configErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, args...))
 }
 
 func checkBaseURL(field, s string) error {
 	u, err := url.Parse(s)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return drillConfigErr("%s: %q is not an http:// or https:// URL", field, s)
+		return configErr("%s: %q is not an http:// or https:// URL", field, s)
 	}
 	return nil
 }
 
-// Validate returns an error (wrapping ErrDrillConfig) naming the first
+// Validate returns an error (wrapping ErrConfig) naming the first
 // invalid field.
-func (c DrillConfig) Validate() error {
+func (c Config) Validate() error {
 	if c.Admin == "" {
-		return drillConfigErr("Admin: required (the admin API URL of any controller)")
+		return configErr("Admin: required (the admin API URL of any controller)")
 	}
 	if err := checkBaseURL("Admin", c.Admin); err != nil {
 		return err
 	}
 	if c.Token == "" {
-		return drillConfigErr("Token: required")
+		return configErr("Token: required")
 	}
 	if len(c.Controllers) == 0 {
-		return drillConfigErr("Controllers: at least one region=URL is required")
+		return configErr("Controllers: at least one region=URL is required")
 	}
 	for _, r := range slices.Sorted(maps.Keys(c.Controllers)) {
 		if r == "" {
-			return drillConfigErr("Controllers: empty region name")
+			return configErr("Controllers: empty region name")
 		}
 		if err := checkBaseURL("Controllers["+r+"]", c.Controllers[r]); err != nil {
 			return err
 		}
 	}
 	if c.Region == "" {
-		return drillConfigErr("Region: required (the region to fail over)")
+		return configErr("Region: required (the region to fail over)")
 	}
 	for _, p := range c.Probes {
 		if p.Origin == "" {
-			return drillConfigErr("Probes: %q has no origin region", p.String())
+			return configErr("Probes: %q has no origin region", p.String())
 		}
 		if _, ok := c.Controllers[p.Origin]; !ok {
-			return drillConfigErr("Probes: %q: no controller URL for origin %s (known: %s)", p.String(), p.Origin, strings.Join(slices.Sorted(maps.Keys(c.Controllers)), ", "))
+			return configErr("Probes: %q: no controller URL for origin %s (known: %s)", p.String(), p.Origin, strings.Join(slices.Sorted(maps.Keys(c.Controllers)), ", "))
 		}
 	}
 	if !c.DefaultProbes && len(c.Probes) == 0 {
-		return drillConfigErr("Probes: none (DefaultProbes is off and no probe is listed)")
+		return configErr("Probes: none (DefaultProbes is off and no probe is listed)")
 	}
 	if c.Model == "" {
-		return drillConfigErr("Model: required")
+		return configErr("Model: required")
 	}
 	for _, d := range []struct {
 		name string
@@ -215,27 +215,27 @@ func (c DrillConfig) Validate() error {
 		{"TargetMoved", c.TargetMoved}, {"TargetBack", c.TargetBack}, {"MovedTimeout", c.MovedTimeout},
 		{"BackTimeout", c.BackTimeout}, {"AdminTimeout", c.AdminTimeout}} {
 		if d.v <= 0 {
-			return drillConfigErr("%s: %v, want more than 0", d.name, d.v)
+			return configErr("%s: %v, want more than 0", d.name, d.v)
 		}
 	}
 	if c.Hold < 0 {
-		return drillConfigErr("Hold: %v, want at least 0", c.Hold)
+		return configErr("Hold: %v, want at least 0", c.Hold)
 	}
 	if c.BaselineRounds < 1 {
-		return drillConfigErr("BaselineRounds: %d, want at least 1", c.BaselineRounds)
+		return configErr("BaselineRounds: %d, want at least 1", c.BaselineRounds)
 	}
 	if c.MovedTimeout < c.TargetMoved {
-		return drillConfigErr("MovedTimeout: %v is shorter than TargetMoved %v", c.MovedTimeout, c.TargetMoved)
+		return configErr("MovedTimeout: %v is shorter than TargetMoved %v", c.MovedTimeout, c.TargetMoved)
 	}
 	if c.BackTimeout < c.TargetBack {
-		return drillConfigErr("BackTimeout: %v is shorter than TargetBack %v", c.BackTimeout, c.TargetBack)
+		return configErr("BackTimeout: %v is shorter than TargetBack %v", c.BackTimeout, c.TargetBack)
 	}
 	return nil
 }
 
 // probes returns the default probes (if enabled) and the listed ones,
 // without duplicates, in that order.
-func (c DrillConfig) probes() []Probe {
+func (c Config) probes() []Probe {
 	var out []Probe
 	seen := map[Probe]bool{}
 	add := func(p Probe) {

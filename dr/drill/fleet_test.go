@@ -63,8 +63,8 @@ func waitGoroutinesGone(t *testing.T, fn string, limit time.Duration) {
 	}
 }
 
-func fleetDrillConfig(f *fleet.Fleet, region, admin string) DrillConfig {
-	cfg := DefaultDrillConfig()
+func fleetDrillConfig(f *fleet.Fleet, region, admin string) Config {
+	cfg := DefaultConfig()
 	cfg.Admin = f.Region(admin).Controller.AdminURL()
 	cfg.Token = f.AdminToken
 	cfg.Controllers = map[string]string{}
@@ -77,11 +77,11 @@ func fleetDrillConfig(f *fleet.Fleet, region, admin string) DrillConfig {
 	return cfg
 }
 
-func runFleetDrill(t *testing.T, f *fleet.Fleet, cfg DrillConfig) *DrillReport {
+func runFleetDrill(t *testing.T, f *fleet.Fleet, cfg Config) *Report {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := Drill(ctx, cfg)
+	rep, err := Run(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +192,7 @@ func TestDrillOnFleet(t *testing.T) {
 		if err := rep.WriteJSON(&js); err != nil {
 			t.Fatal(err)
 		}
-		var back DrillReport
+		var back Report
 		if err := json.Unmarshal(js.Bytes(), &back); err != nil || back.Moved == nil || back.Moved.D().Round(time.Microsecond) != rep.Moved.D().Round(time.Microsecond) {
 			t.Fatalf("JSON round trip: %v %v", err, back.Moved)
 		}

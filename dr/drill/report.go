@@ -57,8 +57,8 @@ const (
 	EventEnd             = "end"              // probes stopped
 )
 
-// DrillEvent is one line of the timeline.
-type DrillEvent struct {
+// Event is one line of the timeline.
+type Event struct {
 	At time.Time `json:"at"`
 	// Offset is from the trigger returning (from the start when the drill
 	// triggered nothing).
@@ -68,8 +68,8 @@ type DrillEvent struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// DrillCheck is one criterion of the verdict.
-type DrillCheck struct {
+// Check is one criterion of the verdict.
+type Check struct {
 	Name     string `json:"name"`
 	Target   string `json:"target"`
 	Measured string `json:"measured"`
@@ -123,8 +123,8 @@ type ProbeSample struct {
 	DecisionID string    `json:"decision_id,omitempty"`
 }
 
-// DrillReport is the result of a drill.
-type DrillReport struct {
+// Report is the result of a drill.
+type Report struct {
 	Region      string            `json:"region"`
 	Mode        string            `json:"mode"` // fail or drain
 	Admin       string            `json:"admin"`
@@ -163,8 +163,8 @@ type DrillReport struct {
 	// Affected counts the probes that had to move.
 	Affected int `json:"affected"`
 
-	Checks       []DrillCheck  `json:"checks"`
-	Timeline     []DrillEvent  `json:"timeline"`
+	Checks       []Check       `json:"checks"`
+	Timeline     []Event       `json:"timeline"`
 	Probes       []ProbeReport `json:"probes"`
 	ErrorSamples []ProbeSample `json:"error_samples"`
 	// ViolationSamples lists every violation (up to maxViolationSamples).
@@ -179,7 +179,7 @@ const (
 
 // drillMeta is what the outer layer knows besides the results.
 type drillMeta struct {
-	cfg                     DrillConfig
+	cfg                     Config
 	policy                  string
 	routable                []string
 	started, finished       time.Time
@@ -193,15 +193,15 @@ type drillMeta struct {
 }
 
 // report builds the report from the judged results.
-func (j *judge) report(m drillMeta) *DrillReport {
+func (j *judge) report(m drillMeta) *Report {
 	mode := "fail"
 	if m.cfg.Drain {
 		mode = "drain"
 	}
-	rep := &DrillReport{Region: j.region, Mode: mode, Admin: m.cfg.Admin, Controllers: m.cfg.Controllers, Policy: m.policy,
+	rep := &Report{Region: j.region, Mode: mode, Admin: m.cfg.Admin, Controllers: m.cfg.Controllers, Policy: m.policy,
 		Routable: m.routable, Started: m.started, Finished: m.finished, Interval: Millis(m.cfg.Interval),
 		Aborted: m.aborted, Recovered: m.recovered, TargetMoved: Millis(m.cfg.TargetMoved), TargetBack: Millis(m.cfg.TargetBack),
-		Checks: []DrillCheck{}, Timeline: []DrillEvent{}, Probes: []ProbeReport{}, ErrorSamples: []ProbeSample{},
+		Checks: []Check{}, Timeline: []Event{}, Probes: []ProbeReport{}, ErrorSamples: []ProbeSample{},
 		ViolationSamples: []ProbeSample{}, Notes: m.notes}
 	if rep.Controllers == nil {
 		rep.Controllers = map[string]string{}
@@ -211,7 +211,7 @@ func (j *judge) report(m drillMeta) *DrillReport {
 		origin = j.trigger.done
 	}
 	ev := func(at time.Time, kind, probe, detail string) {
-		rep.Timeline = append(rep.Timeline, DrillEvent{At: at, Offset: Millis(at.Sub(origin)), Kind: kind, Probe: probe, Detail: detail})
+		rep.Timeline = append(rep.Timeline, Event{At: at, Offset: Millis(at.Sub(origin)), Kind: kind, Probe: probe, Detail: detail})
 	}
 	sample := func(t *probeTrack, r *judged) ProbeSample {
 		return ProbeSample{At: r.done, Offset: Millis(r.done.Sub(origin)), Probe: t.probe.String(), Phase: r.phase.String(),
@@ -371,7 +371,7 @@ func (j *judge) report(m drillMeta) *DrillReport {
 		ev(v.At, EventViolation, v.Probe, v.Outcome+" (allowed: "+strings.Join(rep.probe(v.Probe).Allowed, ", ")+")")
 	}
 	ev(m.finished, EventEnd, "", fmt.Sprintf("%s, %s, %s", plural(rep.Requests, "request"), plural(rep.Errors, "error"), plural(rep.Violations, "violation")))
-	slices.SortStableFunc(rep.Timeline, func(a, b DrillEvent) int { return a.At.Compare(b.At) })
+	slices.SortStableFunc(rep.Timeline, func(a, b Event) int { return a.At.Compare(b.At) })
 
 	rep.Checks = j.checks(rep, m)
 	rep.Passed = rep.Aborted == ""
@@ -381,9 +381,9 @@ func (j *judge) report(m drillMeta) *DrillReport {
 	return rep
 }
 
-func (j *judge) checks(rep *DrillReport, m drillMeta) []DrillCheck {
-	figure := func(name string, target time.Duration, got *Millis, started bool, gaveUp time.Duration, notStarted string) DrillCheck {
-		c := DrillCheck{Name: name, Target: "≤ " + fmtDur(target)}
+func (j *judge) checks(rep *Report, m drillMeta) []Check {
+	figure := func(name string, target time.Duration, got *Millis, started bool, gaveUp time.Duration, notStarted string) Check {
+		c := Check{Name: name, Target: "≤ " + fmtDur(target)}
 		switch {
 		case got != nil:
 			c.Measured, c.Passed = fmtDur(got.D()), got.D() <= target
@@ -403,13 +403,13 @@ func (j *judge) checks(rep *DrillReport, m drillMeta) []DrillCheck {
 	if !triggered {
 		backNot = notTriggered
 	}
-	out := []DrillCheck{
+	out := []Check{
 		figure("traffic moved", m.cfg.TargetMoved, rep.Moved, triggered, m.cfg.MovedTimeout, notTriggered),
 		figure("traffic back", m.cfg.TargetBack, rep.Back, !j.recover.done.IsZero(), m.cfg.BackTimeout, backNot),
 		{Name: "residency violations", Target: "0", Measured: strconv.Itoa(rep.Violations), Passed: rep.Violations == 0},
 		{Name: "probes affected", Target: "≥ 1", Measured: fmt.Sprintf("%d of %d", rep.Affected, len(j.probes)), Passed: rep.Affected > 0},
 	}
-	rc := DrillCheck{Name: "region recovered", Target: "active", Passed: m.recovered}
+	rc := Check{Name: "region recovered", Target: "active", Passed: m.recovered}
 	switch {
 	case j.trigger.sent.IsZero():
 		rc.Measured, rc.Passed = "never failed over", true
@@ -422,7 +422,7 @@ func (j *judge) checks(rep *DrillReport, m drillMeta) []DrillCheck {
 	}
 	out = append(out, rc)
 	if m.cfg.MaxErrors >= 0 {
-		out = append(out, DrillCheck{Name: "probe errors", Target: "≤ " + strconv.Itoa(m.cfg.MaxErrors), Measured: strconv.Itoa(rep.Errors), Passed: rep.Errors <= m.cfg.MaxErrors})
+		out = append(out, Check{Name: "probe errors", Target: "≤ " + strconv.Itoa(m.cfg.MaxErrors), Measured: strconv.Itoa(rep.Errors), Passed: rep.Errors <= m.cfg.MaxErrors})
 	}
 	return out
 }
@@ -437,7 +437,7 @@ func firstLast(samples []ProbeSample) (first, last ProbeSample) {
 	return samples[0], samples[i]
 }
 
-func (r *DrillReport) probe(name string) ProbeReport {
+func (r *Report) probe(name string) ProbeReport {
 	for _, p := range r.Probes {
 		if p.Probe == name {
 			return p
@@ -505,7 +505,7 @@ func fmtOffset(m Millis) string {
 }
 
 // WriteJSON writes the report as indented JSON.
-func (r *DrillReport) WriteJSON(w io.Writer) error {
+func (r *Report) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	if err := enc.Encode(r); err != nil {
@@ -516,7 +516,7 @@ func (r *DrillReport) WriteJSON(w io.Writer) error {
 
 // WriteMarkdown writes the report as a Markdown document: verdict, figures
 // against the targets, timeline, per-probe outcomes, errors and violations.
-func (r *DrillReport) WriteMarkdown(w io.Writer) error {
+func (r *Report) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	verdict := "PASS"
 	if !r.Passed {

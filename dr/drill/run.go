@@ -20,7 +20,7 @@ import (
 	"github.com/meridian-llm/meridian/residency"
 )
 
-// Drill runs a failover drill against a running cluster: it records the
+// Run runs a failover drill against a running cluster: it records the
 // baseline, fails (or drains) cfg.Region through the admin API, probes from
 // every origin until the traffic has moved and held, recovers the region,
 // probes until the traffic is back and held, and returns the report.
@@ -28,13 +28,13 @@ import (
 // The region is recovered whatever happens after the trigger was sent (a
 // cancelled ctx included: recovery then runs on its own AdminTimeout). The
 // error is non-nil when the drill could not run to the end: invalid config
-// (ErrDrillConfig), an admin API that cannot be read, a region that is not
+// (ErrConfig), an admin API that cannot be read, a region that is not
 // active (ErrRegionNotActive) — in these cases nothing was done and there
 // is no report — or an unhealthy baseline (ErrBaseline), a failed trigger,
 // a cancelled ctx, a region left out of service (ErrNotRecovered), which
 // come with the report so far. A drill that ran to the end and missed a
 // target returns the report with Passed false and a nil error.
-func Drill(ctx context.Context, cfg DrillConfig) (*DrillReport, error) {
+func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -53,7 +53,7 @@ func Drill(ctx context.Context, cfg DrillConfig) (*DrillReport, error) {
 }
 
 type driller struct {
-	cfg    DrillConfig
+	cfg    Config
 	hc     *http.Client
 	admin  *global.Client
 	log    *slog.Logger
@@ -131,7 +131,7 @@ func (d *driller) prepare(ctx context.Context) (*residency.Policy, []string, err
 	return pol, routable, nil
 }
 
-func (d *driller) run(ctx context.Context) (*DrillReport, error) {
+func (d *driller) run(ctx context.Context) (*Report, error) {
 	pol, routable, err := d.prepare(ctx)
 	if err != nil {
 		return nil, err

@@ -22,9 +22,10 @@ import (
 )
 
 // simCluster is an in-memory cluster behind an http.RoundTripper, for
-// testing Drill's outer layer inside a synctest bubble (fake time): an admin
-// API (policy, failover status, trigger, recover) and one controller per
-// region answering as simOutcome says for the region states it has seen.
+// testing Run, the drill's outer layer, inside a synctest bubble (fake
+// time): an admin API (policy, failover status, trigger, recover) and one
+// controller per region answering as simOutcome says for the region states
+// it has seen.
 // A state change reaches the controllers after propagate.
 type simCluster struct {
 	mu        sync.Mutex
@@ -67,8 +68,8 @@ func newSimCluster(t *testing.T) *simCluster {
 		propagate: 300 * time.Millisecond, latency: 5 * time.Millisecond, state: map[string]global.RegionState{}, index: 10}
 }
 
-func (c *simCluster) config(region string) DrillConfig {
-	cfg := DefaultDrillConfig()
+func (c *simCluster) config(region string) Config {
+	cfg := DefaultConfig()
 	cfg.Admin, cfg.Token, cfg.Region = "http://admin.sim", simToken, region
 	cfg.Controllers = map[string]string{}
 	for _, r := range c.regions {
@@ -192,14 +193,14 @@ func (c *simCluster) counts() (triggers, recovers int, st global.RegionState) {
 	return c.triggers, c.recovers, c.state["us-west-2"]
 }
 
-func hasEvent(rep *DrillReport, kind string) bool {
-	return slices.ContainsFunc(rep.Timeline, func(e DrillEvent) bool { return e.Kind == kind })
+func hasEvent(rep *Report, kind string) bool {
+	return slices.ContainsFunc(rep.Timeline, func(e Event) bool { return e.Kind == kind })
 }
 
 func TestDrillSimulated(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newSimCluster(t)
-		rep, err := Drill(t.Context(), c.config("us-west-2"))
+		rep, err := Run(t.Context(), c.config("us-west-2"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -233,7 +234,7 @@ func TestDrillSimulated(t *testing.T) {
 				recoverSent = e.At
 			}
 		}
-		if d := recoverSent.Sub(moved); d < DefaultDrillConfig().Hold {
+		if d := recoverSent.Sub(moved); d < DefaultConfig().Hold {
 			t.Fatalf("recovered %v after the traffic moved, want at least Hold", d)
 		}
 	})
@@ -247,7 +248,7 @@ func TestDrillSimulatedDrain(t *testing.T) {
 		var st global.RegionState
 		c.onTrigger = func() { st = c.state["us-west-2"] }
 		// A context that is never done (as the CLI's can be).
-		rep, err := Drill(context.Background(), cfg)
+		rep, err := Run(context.Background(), cfg)
 		if err != nil || !rep.Passed || rep.Mode != "drain" || st != global.RegionDraining {
 			t.Fatalf("drain drill: %v, passed %v, mode %s, state while out %s", err, rep != nil && rep.Passed, rep.Mode, st)
 		}
@@ -260,7 +261,7 @@ func TestDrillSimulatedPolicyChanged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newSimCluster(t)
 		c.onTrigger = func() { c.doc = append(slices.Clip(c.doc), "\n# changed\n"...) }
-		rep, err := Drill(t.Context(), c.config("us-west-2"))
+		rep, err := Run(t.Context(), c.config("us-west-2"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -278,7 +279,7 @@ func TestDrillSimulatedNeverMoves(t *testing.T) {
 		c.stuck = "us-west-2"
 		cfg := c.config("us-west-2")
 		cfg.MovedTimeout = 10 * time.Second
-		rep, err := Drill(t.Context(), cfg)
+		rep, err := Run(t.Context(), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -307,7 +308,7 @@ func TestDrillSimulatedRecoverFails(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newSimCluster(t)
 		c.recoverFails = true
-		rep, err := Drill(t.Context(), c.config("us-west-2"))
+		rep, err := Run(t.Context(), c.config("us-west-2"))
 		if !errors.Is(err, ErrNotRecovered) || rep == nil || rep.Recovered || rep.Passed {
 			t.Fatalf("err %v, report %v", err, rep)
 		}
@@ -328,7 +329,7 @@ func TestDrillSimulatedCancelledRecovers(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
 		c.onTrigger = cancel
-		rep, err := Drill(ctx, c.config("us-west-2"))
+		rep, err := Run(ctx, c.config("us-west-2"))
 		if !errors.Is(err, context.Canceled) || rep == nil || rep.Aborted != "cancelled" || !rep.Recovered || rep.Passed {
 			t.Fatalf("err %v, report %+v", err, rep)
 		}
@@ -342,20 +343,20 @@ func TestDrillSimulatedRefusesToStart(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		c := newSimCluster(t)
 		c.state["us-west-2"] = global.RegionFailed
-		if _, err := Drill(t.Context(), c.config("us-west-2")); !errors.Is(err, ErrRegionNotActive) {
+		if _, err := Run(t.Context(), c.config("us-west-2")); !errors.Is(err, ErrRegionNotActive) {
 			t.Fatalf("failed region: %v", err)
 		}
-		if _, err := Drill(t.Context(), c.config("ap-south-1")); !errors.Is(err, ErrRegionNotActive) || !strings.Contains(err.Error(), "does not know ap-south-1") {
+		if _, err := Run(t.Context(), c.config("ap-south-1")); !errors.Is(err, ErrRegionNotActive) || !strings.Contains(err.Error(), "does not know ap-south-1") {
 			t.Fatalf("unknown region: %v", err)
 		}
 		cfg := c.config("eu-west-1")
 		cfg.Token = "wrong"
-		if _, err := Drill(t.Context(), cfg); !errors.Is(err, global.ErrUnauthorized) {
+		if _, err := Run(t.Context(), cfg); !errors.Is(err, global.ErrUnauthorized) {
 			t.Fatalf("bad token: %v", err)
 		}
 		// An unhealthy baseline: us-east-1's controller answers 502.
 		c.broken = "us-east-1"
-		rep, err := Drill(t.Context(), c.config("eu-west-1"))
+		rep, err := Run(t.Context(), c.config("eu-west-1"))
 		if !errors.Is(err, ErrBaseline) || rep == nil || !strings.HasPrefix(rep.Aborted, "baseline unhealthy: probe us-east-1:") {
 			t.Fatalf("unhealthy baseline: %v %+v", err, rep)
 		}
@@ -366,8 +367,8 @@ func TestDrillSimulatedRefusesToStart(t *testing.T) {
 }
 
 func TestDrillConfigValidate(t *testing.T) {
-	good := func() DrillConfig {
-		c := DefaultDrillConfig()
+	good := func() Config {
+		c := DefaultConfig()
 		c.Admin, c.Token, c.Region = "http://127.0.0.1:8081", "t", "us-west-2"
 		c.Controllers = map[string]string{"us-west-2": "http://127.0.0.1:8080"}
 		return c
@@ -375,28 +376,28 @@ func TestDrillConfigValidate(t *testing.T) {
 	if err := good().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	for field, mut := range map[string]func(*DrillConfig){
-		"Admin":                  func(c *DrillConfig) { c.Admin = "" },
-		"Admin: \"ftp":           func(c *DrillConfig) { c.Admin = "ftp://x" },
-		"Token":                  func(c *DrillConfig) { c.Token = "" },
-		"Controllers:":           func(c *DrillConfig) { c.Controllers = nil },
-		"Controllers[us-west-2]": func(c *DrillConfig) { c.Controllers["us-west-2"] = "127.0.0.1:8080" },
-		"Region":                 func(c *DrillConfig) { c.Region = "" },
-		"Probes: \"eu-west-1":    func(c *DrillConfig) { c.Probes = []Probe{{Origin: "eu-west-1", DataClass: "phi"}} },
-		"Probes: none":           func(c *DrillConfig) { c.DefaultProbes = false },
-		"Model":                  func(c *DrillConfig) { c.Model = "" },
-		"Interval":               func(c *DrillConfig) { c.Interval = 0 },
-		"ProbeTimeout":           func(c *DrillConfig) { c.ProbeTimeout = -time.Second },
-		"Hold":                   func(c *DrillConfig) { c.Hold = -1 },
-		"BaselineRounds":         func(c *DrillConfig) { c.BaselineRounds = 0 },
-		"MovedTimeout":           func(c *DrillConfig) { c.MovedTimeout = time.Second },
-		"BackTimeout":            func(c *DrillConfig) { c.BackTimeout = time.Second },
-		"AdminTimeout":           func(c *DrillConfig) { c.AdminTimeout = 0 },
+	for field, mut := range map[string]func(*Config){
+		"Admin":                  func(c *Config) { c.Admin = "" },
+		"Admin: \"ftp":           func(c *Config) { c.Admin = "ftp://x" },
+		"Token":                  func(c *Config) { c.Token = "" },
+		"Controllers:":           func(c *Config) { c.Controllers = nil },
+		"Controllers[us-west-2]": func(c *Config) { c.Controllers["us-west-2"] = "127.0.0.1:8080" },
+		"Region":                 func(c *Config) { c.Region = "" },
+		"Probes: \"eu-west-1":    func(c *Config) { c.Probes = []Probe{{Origin: "eu-west-1", DataClass: "phi"}} },
+		"Probes: none":           func(c *Config) { c.DefaultProbes = false },
+		"Model":                  func(c *Config) { c.Model = "" },
+		"Interval":               func(c *Config) { c.Interval = 0 },
+		"ProbeTimeout":           func(c *Config) { c.ProbeTimeout = -time.Second },
+		"Hold":                   func(c *Config) { c.Hold = -1 },
+		"BaselineRounds":         func(c *Config) { c.BaselineRounds = 0 },
+		"MovedTimeout":           func(c *Config) { c.MovedTimeout = time.Second },
+		"BackTimeout":            func(c *Config) { c.BackTimeout = time.Second },
+		"AdminTimeout":           func(c *Config) { c.AdminTimeout = 0 },
 	} {
 		c := good()
 		mut(&c)
 		err := c.Validate()
-		if !errors.Is(err, ErrDrillConfig) || !strings.Contains(err.Error(), field) {
+		if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), field) {
 			t.Errorf("%s: got %v", field, err)
 		}
 	}
@@ -421,11 +422,11 @@ func TestParseProbe(t *testing.T) {
 			t.Errorf("ParseProbe(%q) accepted", bad)
 		}
 	}
-	c := DefaultDrillConfig()
+	c := DefaultConfig()
 	c.Controllers = map[string]string{"b": "", "a": ""}
-	c.Probes = []Probe{{"a", DrillTenant, "public"}, {"a", "x", "y"}}
+	c.Probes = []Probe{{"a", ProbeTenant, "public"}, {"a", "x", "y"}}
 	got := c.probes()
-	if len(got) != 7 || got[0] != (Probe{"a", DrillTenant, "public"}) || got[6] != (Probe{"a", "x", "y"}) {
+	if len(got) != 7 || got[0] != (Probe{"a", ProbeTenant, "public"}) || got[6] != (Probe{"a", "x", "y"}) {
 		t.Fatalf("probes %v", got)
 	}
 }

@@ -227,7 +227,7 @@ func resultOf(outcome string) probeResult {
 }
 
 // run plays the script through a judge and returns the report.
-func (s *drillScript) run(t *testing.T, pol *residency.Policy) *DrillReport {
+func (s *drillScript) run(t *testing.T, pol *residency.Policy) *Report {
 	t.Helper()
 	routable := s.routable
 	if routable == nil {
@@ -291,7 +291,7 @@ func (s *drillScript) run(t *testing.T, pol *residency.Policy) *DrillReport {
 		}
 		return 0
 	})
-	m := drillMeta{cfg: DrillConfig{Admin: "http://admin.test:8081", Controllers: map[string]string{}, Drain: s.drain,
+	m := drillMeta{cfg: Config{Admin: "http://admin.test:8081", Controllers: map[string]string{}, Drain: s.drain,
 		Interval: s.interval, TargetMoved: s.targetMoved, TargetBack: s.targetBack, MovedTimeout: s.movedTimeout,
 		BackTimeout: s.backTO, MaxErrors: s.maxErrors}, policy: pol.Revision() + " (v1@5)",
 		routable: routable, started: scriptBase, finished: at(s.end),
@@ -333,7 +333,7 @@ func (s *drillScript) run(t *testing.T, pol *residency.Policy) *DrillReport {
 	return j.report(m)
 }
 
-func failedChecks(rep *DrillReport) []string {
+func failedChecks(rep *Report) []string {
 	var out []string
 	for _, c := range rep.Checks {
 		if !c.Passed {
