@@ -10,7 +10,7 @@
 //	global     the Raft-replicated tier: policy, region state, failover, audit
 //	residency  residency policy files, validation and evaluation (pure)
 //	gorgo      the cost model: queue + prefill(uncached) + RTT
-//	dr         disaster recovery: manifest check, failover drills
+//	dr         disaster recovery: dr/check (manifest check), dr/drill (failover drills)
 //	scenarios  workloads, engine simulator, multi-region simulator
 //	cmd/meridian  the one binary
 package meridian

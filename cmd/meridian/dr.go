@@ -8,7 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/meridian-llm/meridian/dr"
+	"github.com/meridian-llm/meridian/dr/check"
 )
 
 // drCommand builds "meridian dr"; extra subcommands (the failover drill)
@@ -27,22 +27,22 @@ func drCheckCommand() *cli.Command {
 		Usage: "check a model deployment folder (weights, tokenizer, configs, engine, deployment) or compare region copies",
 		ArgsUsage: "[DIR] | --compare REGION=DIR [REGION=DIR ...]\n\n" +
 			"   Exit status: 0 without blocking findings, 1 with any, 2 for usage errors.\n" +
-			"   Flags go before DIR and REGION=DIR arguments. Without --manifest, DIR/" + dr.DefaultManifestName + " is used if present.",
+			"   Flags go before DIR and REGION=DIR arguments. Without --manifest, DIR/" + check.DefaultManifestName + " is used if present.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "manifest", Aliases: []string{"m"}, Usage: "DR manifest (YAML) listing what a region needs; DIR defaults to its directory"},
 			&cli.StringSliceFlag{Name: "compare", Usage: "REGION=DIR copy to compare (repeat, or list more REGION=DIR after the flags)"},
 			&cli.StringFlag{Name: "checksums", Value: "auto", Usage: "auto: verify the manifest's sha256 (and hash small files when comparing); always: hash every file; never: hash nothing"},
 			&cli.IntFlag{Name: "workers", Usage: "files read in parallel", DefaultText: "GOMAXPROCS"},
-			&cli.BoolFlag{Name: "no-manifest", Usage: "ignore DIR/" + dr.DefaultManifestName},
+			&cli.BoolFlag{Name: "no-manifest", Usage: "ignore DIR/" + check.DefaultManifestName},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
 		},
 		Action: runDRCheck,
 	}
 }
 
-func drConfig(c *cli.Context, checksums string) (dr.Config, error) {
-	cfg := dr.DefaultConfig()
-	mode, err := dr.ParseChecksumMode(checksums)
+func drConfig(c *cli.Context, checksums string) (check.Config, error) {
+	cfg := check.DefaultConfig()
+	mode, err := check.ParseChecksumMode(checksums)
 	if err != nil {
 		return cfg, usageError("--checksums: %v", err)
 	}
@@ -73,7 +73,7 @@ func runDRCheck(c *cli.Context) error {
 			dirs = append(dirs, a)
 		}
 	}
-	req := dr.Request{}
+	req := check.Request{}
 	manifestPath := c.String("manifest")
 	switch {
 	case len(specs) > 0 && len(dirs) > 0:
@@ -86,33 +86,33 @@ func runDRCheck(c *cli.Context) error {
 			if !ok || region == "" || dir == "" {
 				return usageError("dr check: --compare %q: want REGION=DIR", s)
 			}
-			req.Sources = append(req.Sources, dr.Source{Region: region, Dir: dir})
+			req.Sources = append(req.Sources, check.Source{Region: region, Dir: dir})
 		}
 	case len(dirs) > 1:
 		return usageError("dr check: one DIR at a time (use --compare REGION=DIR ... to compare copies)")
 	case len(dirs) == 1:
-		req.Sources = []dr.Source{{Dir: dirs[0]}}
+		req.Sources = []check.Source{{Dir: dirs[0]}}
 	case manifestPath != "":
-		req.Sources = []dr.Source{{Dir: filepath.Dir(manifestPath)}}
+		req.Sources = []check.Source{{Dir: filepath.Dir(manifestPath)}}
 	default:
 		return usageError("dr check: give DIR, --manifest FILE or --compare REGION=DIR REGION=DIR")
 	}
 	if manifestPath == "" && !c.Bool("no-manifest") && len(req.Sources) == 1 {
-		if p := filepath.Join(req.Sources[0].Dir, dr.DefaultManifestName); fileExists(p) {
+		if p := filepath.Join(req.Sources[0].Dir, check.DefaultManifestName); fileExists(p) {
 			manifestPath = p
 		}
 	}
 	if manifestPath != "" {
-		m, err := dr.LoadManifest(manifestPath)
+		m, err := check.LoadManifest(manifestPath)
 		if err != nil {
 			return err
 		}
 		req.Manifest, req.ManifestPath = m, manifestPath
 		req.Exclude = manifestExclusions(manifestPath, req.Sources)
 	} else {
-		req.Exclude = []string{dr.DefaultManifestName}
+		req.Exclude = []string{check.DefaultManifestName}
 	}
-	rep, err := dr.Check(c.Context, cfg, req)
+	rep, err := check.Run(c.Context, cfg, req)
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ func runDRCheck(c *cli.Context) error {
 
 // manifestExclusions returns the manifest's folder-relative path when it
 // lies inside the checked folders, so it is not reported as unlisted.
-func manifestExclusions(manifest string, srcs []dr.Source) []string {
+func manifestExclusions(manifest string, srcs []check.Source) []string {
 	abs, err := filepath.Abs(manifest)
 	if err != nil {
 		return nil
@@ -147,7 +147,7 @@ func manifestExclusions(manifest string, srcs []dr.Source) []string {
 			out = append(out, filepath.ToSlash(rel))
 		}
 	}
-	return append(out, dr.DefaultManifestName)
+	return append(out, check.DefaultManifestName)
 }
 
 func fileExists(p string) bool {
@@ -164,7 +164,7 @@ func drManifestCommand() *cli.Command {
 			Usage:     "check a healthy folder and write the manifest listing its files, kinds, sizes and sha256 (keep it in git)",
 			ArgsUsage: "DIR",
 			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "where to write the manifest; - for stdout (default DIR/" + dr.DefaultManifestName + ")"},
+				&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "where to write the manifest; - for stdout (default DIR/" + check.DefaultManifestName + ")"},
 				&cli.StringFlag{Name: "model", Usage: "model name to record (default config.json _name_or_path)"},
 				&cli.BoolFlag{Name: "no-checksums", Usage: "record sizes only (skips reading every byte of the weights)"},
 				&cli.BoolFlag{Name: "force", Usage: "write the manifest even if the folder has blocking findings"},
@@ -186,13 +186,13 @@ func runDRManifestInit(c *cli.Context) error {
 	}
 	out := c.String("output")
 	if out == "" {
-		out = filepath.Join(dir, dr.DefaultManifestName)
+		out = filepath.Join(dir, check.DefaultManifestName)
 	}
-	exclude := []string{dr.DefaultManifestName}
+	exclude := []string{check.DefaultManifestName}
 	if out != "-" {
-		exclude = manifestExclusions(out, []dr.Source{{Dir: dir}})
+		exclude = manifestExclusions(out, []check.Source{{Dir: dir}})
 	}
-	m, rep, err := dr.Init(c.Context, cfg, dr.Source{Dir: dir}, dr.InitOptions{
+	m, rep, err := check.InitManifest(c.Context, cfg, check.Source{Dir: dir}, check.InitOptions{
 		Model: c.String("model"), Checksums: !c.Bool("no-checksums"), Exclude: exclude,
 	})
 	if err != nil {

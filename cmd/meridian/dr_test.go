@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meridian-llm/meridian/dr"
-	"github.com/meridian-llm/meridian/dr/drtest"
+	"github.com/meridian-llm/meridian/dr/check"
+	"github.com/meridian-llm/meridian/dr/check/checktest"
 )
 
 // runDR runs the meridian CLI with args and returns stdout, stderr and the
@@ -23,17 +23,17 @@ func runDR(t *testing.T, args ...string) (string, string, int) {
 	return out.String(), errOut.String(), exitCode(err)
 }
 
-func healthyDir(t *testing.T, v drtest.Variant) string {
+func healthyDir(t *testing.T, v checktest.Variant) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "model")
-	if err := drtest.WriteHealthy(dir, v); err != nil {
+	if err := checktest.WriteHealthy(dir, v); err != nil {
 		t.Fatal(err)
 	}
 	return dir
 }
 
 func TestDRCheckHealthyAndBroken(t *testing.T) {
-	dir := healthyDir(t, drtest.BF16)
+	dir := healthyDir(t, checktest.BF16)
 	out, _, code := runDR(t, "dr", "check", dir)
 	if code != 0 || !strings.Contains(out, "OK: 0 blocking") {
 		t.Fatalf("healthy: exit %d\n%s", code, out)
@@ -49,23 +49,23 @@ func TestDRCheckHealthyAndBroken(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("broken --json: exit %d", code)
 	}
-	var rep dr.Report
+	var rep check.Report
 	if err := json.Unmarshal([]byte(out), &rep); err != nil {
 		t.Fatalf("--json output is not a report: %v\n%s", err, out)
 	}
-	if rep.Counts.Blocking != 1 || rep.Findings[0].Code != dr.CodeTokenizerMissing || rep.Findings[0].Path != "tokenizer.json" {
+	if rep.Counts.Blocking != 1 || rep.Findings[0].Code != check.CodeTokenizerMissing || rep.Findings[0].Path != "tokenizer.json" {
 		t.Fatalf("json report %+v", rep)
 	}
 }
 
 func TestDRManifestInitAndCheck(t *testing.T) {
-	dir := healthyDir(t, drtest.AWQ)
+	dir := healthyDir(t, checktest.AWQ)
 	out, _, code := runDR(t, "dr", "manifest", "init", dir)
-	manifest := filepath.Join(dir, dr.DefaultManifestName)
+	manifest := filepath.Join(dir, check.DefaultManifestName)
 	if code != 0 || !strings.Contains(out, "wrote "+manifest+": 12 files") {
 		t.Fatalf("init: exit %d\n%s", code, out)
 	}
-	m, err := dr.LoadManifest(manifest)
+	m, err := check.LoadManifest(manifest)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,15 +106,15 @@ func TestDRManifestInitAndCheck(t *testing.T) {
 }
 
 func TestDRManifestInitRefusesUnhealthyFolder(t *testing.T) {
-	dir := healthyDir(t, drtest.BF16)
-	if err := os.Remove(filepath.Join(dir, drtest.Shard2)); err != nil {
+	dir := healthyDir(t, checktest.BF16)
+	if err := os.Remove(filepath.Join(dir, checktest.Shard2)); err != nil {
 		t.Fatal(err)
 	}
 	_, errOut, code := runDR(t, "dr", "manifest", "init", dir)
 	if code != 1 || !strings.Contains(errOut, "[shard_missing]") {
 		t.Fatalf("init of a broken folder: exit %d\n%s", code, errOut)
 	}
-	if _, err := os.Stat(filepath.Join(dir, dr.DefaultManifestName)); !os.IsNotExist(err) {
+	if _, err := os.Stat(filepath.Join(dir, check.DefaultManifestName)); !os.IsNotExist(err) {
 		t.Fatalf("manifest written for a broken folder: %v", err)
 	}
 	out, _, code := runDR(t, "dr", "manifest", "init", "--force", "--no-checksums", "-o", "-", dir)
@@ -124,8 +124,8 @@ func TestDRManifestInitRefusesUnhealthyFolder(t *testing.T) {
 }
 
 func TestDRCompareRegions(t *testing.T) {
-	us := healthyDir(t, drtest.BF16)
-	eu := healthyDir(t, drtest.BF16)
+	us := healthyDir(t, checktest.BF16)
+	eu := healthyDir(t, checktest.BF16)
 	out, _, code := runDR(t, "dr", "check", "--compare", "us-east-1="+us, "eu-west-1="+eu)
 	if code != 0 || !strings.Contains(out, "compared 14 files across us-east-1, eu-west-1: 14 by sha256") {
 		t.Fatalf("identical regions: exit %d\n%s", code, out)
@@ -140,7 +140,7 @@ func TestDRCompareRegions(t *testing.T) {
 }
 
 func TestDRCheckUsage(t *testing.T) {
-	dir := healthyDir(t, drtest.BF16)
+	dir := healthyDir(t, checktest.BF16)
 	for name, args := range map[string][]string{
 		"nothing":          {"dr", "check"},
 		"two dirs":         {"dr", "check", dir, dir},

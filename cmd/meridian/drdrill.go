@@ -10,13 +10,13 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/meridian-llm/meridian/dr"
+	"github.com/meridian-llm/meridian/dr/drill"
 )
 
 // drDrillCommand builds "meridian dr drill": a rehearsed, timed failover of
 // one region on a running cluster.
 func drDrillCommand() *cli.Command {
-	def := dr.DefaultDrillConfig()
+	def := drill.DefaultConfig()
 	return &cli.Command{
 		Name:  "drill",
 		Usage: "fail a region over on a running cluster, time how long traffic takes to move and to come back, and check residency held",
@@ -32,7 +32,7 @@ func drDrillCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "controller", Usage: "`REGION=URL` of a region's controller public API; repeat for every region to probe from (required)"},
 			&cli.StringFlag{Name: "region", Usage: "the region to fail over and recover (required)"},
 			&cli.BoolFlag{Name: "drain", Usage: "drain the region (requests in flight finish) instead of failing it"},
-			&cli.StringSliceFlag{Name: "probe", Usage: "extra probe `ORIGIN:TENANT:CLASS` (repeat); by default every origin sends " + dr.DrillTenant + " public and pii and eu-health phi"},
+			&cli.StringSliceFlag{Name: "probe", Usage: "extra probe `ORIGIN:TENANT:CLASS` (repeat); by default every origin sends " + drill.ProbeTenant + " public and pii and eu-health phi"},
 			&cli.BoolFlag{Name: "no-default-probes", Usage: "send only the --probe probes"},
 			&cli.StringFlag{Name: "model", Value: def.Model, Usage: "model named in probe requests"},
 			&cli.DurationFlag{Name: "interval", Value: def.Interval, Usage: "time between two requests of one probe"},
@@ -55,8 +55,8 @@ func drDrillCommand() *cli.Command {
 }
 
 // drDrillConfig builds the drill's config from the flags.
-func drDrillConfig(c *cli.Context) (dr.DrillConfig, error) {
-	cfg := dr.DefaultDrillConfig()
+func drDrillConfig(c *cli.Context) (drill.Config, error) {
+	cfg := drill.DefaultConfig()
 	if c.NArg() > 0 {
 		return cfg, usageError("dr drill: unexpected argument %q (everything is a flag)", c.Args().First())
 	}
@@ -77,7 +77,7 @@ func drDrillConfig(c *cli.Context) (dr.DrillConfig, error) {
 		cfg.Controllers[region] = strings.TrimRight(u, "/")
 	}
 	for _, s := range c.StringSlice("probe") {
-		p, err := dr.ParseProbe(s)
+		p, err := drill.ParseProbe(s)
 		if err != nil {
 			return cfg, usageError("dr drill: --probe: %v", err)
 		}
@@ -108,9 +108,9 @@ func drDrillConfig(c *cli.Context) (dr.DrillConfig, error) {
 	return cfg, nil
 }
 
-// flagNames rewrites a DrillConfig error's field name as its flag.
+// flagNames rewrites a Config error's field name as its flag.
 func flagNames(err error) error {
-	msg := strings.TrimPrefix(err.Error(), dr.ErrDrillConfig.Error()+": ")
+	msg := strings.TrimPrefix(err.Error(), drill.ErrConfig.Error()+": ")
 	msg = strings.NewReplacer(" TargetMoved ", " --target-moved ", " TargetBack ", " --target-back ").Replace(msg)
 	for field, flag := range map[string]string{
 		"Admin:": "--admin:", "Token:": "--token:", "Controllers": "--controller", "Region:": "--region:", "Probes:": "--probe:",
@@ -130,7 +130,7 @@ func runDRDrill(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	rep, runErr := dr.Drill(c.Context, cfg)
+	rep, runErr := drill.Run(c.Context, cfg)
 	if rep != nil {
 		if err := writeDrillReports(c, rep); err != nil {
 			return errors.Join(runErr, err)
@@ -151,7 +151,7 @@ func runDRDrill(c *cli.Context) error {
 	return nil
 }
 
-func writeDrillReports(c *cli.Context, rep *dr.DrillReport) error {
+func writeDrillReports(c *cli.Context, rep *drill.Report) error {
 	write := func(path string, fn func(io.Writer) error) error {
 		f, err := os.Create(path)
 		if err != nil {

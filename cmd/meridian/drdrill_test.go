@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/meridian-llm/meridian/dr"
+	"github.com/meridian-llm/meridian/dr/drill"
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
 
@@ -76,7 +76,7 @@ func TestDRDrillCLI(t *testing.T) {
 	if err != nil || !strings.Contains(string(b), "## Timeline") || !strings.Contains(string(b), "| traffic moved | ≤ 5s |") {
 		t.Fatalf("markdown report: %v\n%s", err, b)
 	}
-	var rep dr.DrillReport
+	var rep drill.Report
 	b, err = os.ReadFile(js)
 	if err != nil || json.Unmarshal(b, &rep) != nil || !rep.Passed || rep.Region != "us-west-2" || rep.Moved == nil || rep.Back == nil || rep.Violations != 0 {
 		t.Fatalf("json report: %v\n%s", err, b)
