@@ -33,8 +33,12 @@ const (
 // gossip): cost-model candidates for the regions a filter allows, and where
 // to forward to each.
 type RemoteSource interface {
-	Candidates(now time.Time, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate
+	// Candidates are the regions that serve model and that allowed accepts.
+	Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate
 	ForwardAddrs(region string) []string
+	// Serves reports whether any other region says it serves model, and
+	// whether anything is known of the other regions' models at all.
+	Serves(model string) (serves, known bool)
 }
 
 // Auditor records cross-region decisions and residency denials. Append
@@ -173,7 +177,7 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	localOK := rd.Allows(t.Region) && ctl.Routable(t.Region)
 	var remotes []gorgo.Candidate
 	if t.Remotes != nil && t.Audit != nil && t.HopToken != "" {
-		remotes = t.Remotes.Candidates(s.now(), p.req.Chain, p.req.PromptTokens, func(region string) bool {
+		remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
 	}

@@ -183,9 +183,11 @@ func (s *checkpointSink) PublishCheckpoint(ctx context.Context, cp audit.Checkpo
 // gossipRemotes adapts the gossip view to RemoteSource.
 type gossipRemotes struct{ node *gossip.Node }
 
-func (g gossipRemotes) Candidates(now time.Time, chain []uint64, promptTokens int, allowed func(string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
-	return g.node.View().Candidates(now, chain, promptTokens, allowed, dst)
+func (g gossipRemotes) Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
+	return g.node.View().Candidates(now, model, chain, promptTokens, allowed, dst)
 }
+
+func (g gossipRemotes) Serves(model string) (serves, known bool) { return g.node.View().Serves(model) }
 
 func (g gossipRemotes) ForwardAddrs(region string) []string {
 	rv, ok := g.node.View().Region(region)

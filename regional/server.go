@@ -170,6 +170,7 @@ type apiError struct {
 		Message       string `json:"message"`
 		Type          string `json:"type"`
 		Code          string `json:"code"`
+		Param         string `json:"param,omitempty"`          // the request field at fault
 		Rule          string `json:"rule,omitempty"`           // residency rule that decided
 		PolicyVersion string `json:"policy_version,omitempty"` // residency policy version used
 	} `json:"error"`
@@ -181,7 +182,7 @@ func writeError(w http.ResponseWriter, status int, code, format string, args ...
 	e.Error.Code = code
 	e.Error.Type = http.StatusText(status)
 	switch {
-	case status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge:
+	case status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge || status == http.StatusNotFound:
 		e.Error.Type = "invalid_request_error"
 	case status >= 500:
 		e.Error.Type = "server_error"
@@ -234,6 +235,16 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		s.fail(w, api, http.StatusBadRequest, "invalid_request", "model: required")
 		return nil
 	}
+	if !s.servesModel(p.body.Model, r.Header.Get(HeaderHop) != "") {
+		// Decided here, from what this region's pods and the other
+		// regions' summaries serve: nothing is forwarded or recorded.
+		s.m.requests.WithLabelValues(api, "404").Inc()
+		var e apiError
+		e.Error.Message = fmt.Sprintf("The model %q does not exist or is not served by any region.", p.body.Model)
+		e.Error.Type, e.Error.Code, e.Error.Param = "invalid_request_error", "model_not_found", "model"
+		writeJSON(w, http.StatusNotFound, e)
+		return nil
+	}
 	sessionID := r.Header.Get("X-Session-Id")
 	t0 := time.Now()
 	prompt, err := s.prompts.Encode(p.body.Model, k, &p.body.Request, sessionID)
@@ -261,6 +272,29 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 	}
 	return p
+}
+
+// servesModel reports whether model is served by a pod of this region (a
+// pod that names no model serves any) or, unless the request was forwarded
+// in (it is served here or nowhere), by another region. Knowing of no pod
+// and no other region's models, it makes no claim (true): the decision
+// then says what is missing.
+func (s *Server) servesModel(model string, forwardedIn bool) bool {
+	pods := s.reg.Pods()
+	for _, p := range pods {
+		if m := p.Info().Model; m == "" || m == model {
+			return true
+		}
+	}
+	known := len(pods) > 0
+	if !forwardedIn && s.topo.Remotes != nil {
+		serves, remoteKnown := s.topo.Remotes.Serves(model)
+		if serves {
+			return true
+		}
+		known = known || remoteKnown
+	}
+	return !known
 }
 
 func (s *Server) fail(w http.ResponseWriter, api string, status int, code, format string, args ...any) {

@@ -136,6 +136,8 @@ func TestServerBadRequests(t *testing.T) {
 		{"no messages", "/v1/chat/completions", `{"model":"m","messages":[]}`, 400, "invalid_prompt"},
 		{"bad prompt", "/v1/completions", `{"model":"m","prompt":{"a":1}}`, 400, "invalid_prompt"},
 		{"too large", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"` + strings.Repeat("x", 2000) + `"}]}`, 413, "request_too_large"},
+		{"unknown model", "/v1/chat/completions", `{"model":"gpt-9","messages":[{"role":"user","content":"x"}]}`, 404, "model_not_found"},
+		{"unknown model, route", "/v1/route", `{"model":"gpt-9","messages":[{"role":"user","content":"x"}]}`, 404, "model_not_found"},
 	}
 	for _, c := range cases {
 		resp, b := post(t, f.url+c.path, c.body)
@@ -156,6 +158,9 @@ func TestServerBadRequests(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(f.srv.m.requests.WithLabelValues("chat", "413")); got != 1 {
 		t.Fatalf("413 counted %v times", got)
+	}
+	if got := testutil.ToFloat64(f.srv.m.requests.WithLabelValues("chat", "404")); got != 1 {
+		t.Fatalf("404 counted %v times", got)
 	}
 }
 

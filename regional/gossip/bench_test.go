@@ -39,7 +39,7 @@ func BenchmarkViewCandidates(b *testing.B) {
 			dst := make([]gorgo.Candidate, 0, regions)
 			b.ReportAllocs()
 			for b.Loop() {
-				dst = n.View().Candidates(now, chain, 100_000, nil, dst[:0])
+				dst = n.View().Candidates(now, "", chain, 100_000, nil, dst[:0])
 			}
 			if len(dst) != regions {
 				b.Fatalf("%d candidates", len(dst))

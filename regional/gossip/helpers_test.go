@@ -91,8 +91,13 @@ func hashesFor(region string, n int) []uint64 {
 
 func buildSummary(t testing.TB, region string, gen uint64, blocks int) *summary.Summary {
 	t.Helper()
+	return buildSummaryModels(t, region, gen, blocks)
+}
+
+func buildSummaryModels(t testing.TB, region string, gen uint64, blocks int, models ...string) *summary.Summary {
+	t.Helper()
 	s, err := summary.Build(summary.Input{
-		Region: region, Generation: gen, BuiltAt: time.Now(), BlockSize: 64,
+		Region: region, Generation: gen, BuiltAt: time.Now(), BlockSize: 64, Models: models,
 		Load: []summary.ProfileLoad{{Profile: "h100", Pods: 2, PendingPrefillTokens: 4000, Running: 3, Slots: 512, FreeKVBlocks: 1000}},
 	}, hashesFor(region, blocks), summary.BuildConfig{MaxBytes: 16 << 10})
 	if err != nil {

@@ -396,11 +396,33 @@ func TestRegionCandidate(t *testing.T) {
 		t.Fatalf("age under skew: %v", c.SummaryAge)
 	}
 	v := &RegionsView{Regions: []RegionView{r}, byName: map[string]int{"us-west-2": 0}}
-	if got := v.Candidates(now, nil, 10, func(string) bool { return false }, nil); len(got) != 0 {
+	if got := v.Candidates(now, "", nil, 10, func(string) bool { return false }, nil); len(got) != 0 {
 		t.Fatal("a disallowed region became a candidate")
 	}
-	if got := v.Candidates(now, nil, 10, nil, nil); len(got) != 1 || got[0].Suspect {
+	if got := v.Candidates(now, "", nil, 10, nil, nil); len(got) != 1 || got[0].Suspect {
 		t.Fatalf("the allowed region is missing or suspect: %+v", got)
+	}
+	// Models: a summary that lists models is a candidate only for those.
+	withModels := r
+	withModels.Summary = buildSummaryModels(t, "us-west-2", 2, 100, "m1")
+	mv := &RegionsView{Regions: []RegionView{withModels}, byName: map[string]int{"us-west-2": 0}}
+	if got := mv.Candidates(now, "m2", nil, 10, nil, nil); len(got) != 0 {
+		t.Fatal("a region that does not serve the model became a candidate")
+	}
+	if got := mv.Candidates(now, "m1", nil, 10, nil, nil); len(got) != 1 {
+		t.Fatal("the region serving the model is missing")
+	}
+	if serves, known := mv.Serves("m2"); serves || !known {
+		t.Fatalf("Serves(m2) = %v, %v", serves, known)
+	}
+	if serves, _ := mv.Serves("m1"); !serves {
+		t.Fatal("Serves(m1) = false")
+	}
+	if serves, known := v.Serves("anything"); !serves || !known {
+		t.Fatalf("a summary without models serves every model: %v, %v", serves, known)
+	}
+	if serves, known := (&RegionsView{}).Serves("m1"); serves || known {
+		t.Fatalf("no summaries: %v, %v", serves, known)
 	}
 	// Its controllers stop answering pings (suspect, not dead): still a
 	// candidate, marked Suspect, for traffic with nowhere else to go.

@@ -99,6 +99,21 @@ func (r *RegionView) Age(now time.Time) time.Duration {
 	return max(now.Sub(t), 0)
 }
 
+// Serves reports whether any remote region's summary says it serves model
+// (a region whose summary lists no models makes no claim and serves every
+// model), and whether any summary is known at all.
+func (v *RegionsView) Serves(model string) (serves, known bool) {
+	for i := range v.Regions {
+		if s := v.Regions[i].Summary; s != nil {
+			known = true
+			if s.Serves(model) {
+				return true, true
+			}
+		}
+	}
+	return false, known
+}
+
 // Candidate turns the region into a gorgo candidate for a request whose
 // chain of block hashes is chain (see summary.Summary.Candidate), with the
 // region's RTT and the summary's age. A region that is not Live but has
@@ -118,12 +133,15 @@ func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int) 
 }
 
 // Candidates appends the candidates of every usable remote region that
-// allowed accepts (nil: all). Residency filtering is the caller's: pass its
-// verdict as allowed.
-func (v *RegionsView) Candidates(now time.Time, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
+// serves model ("": any) and that allowed accepts (nil: all). Residency
+// filtering is the caller's: pass its verdict as allowed.
+func (v *RegionsView) Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
 	for i := range v.Regions {
 		r := &v.Regions[i]
 		if allowed != nil && !allowed(r.Region) {
+			continue
+		}
+		if model != "" && r.Summary != nil && !r.Summary.Serves(model) {
 			continue
 		}
 		if c, ok := r.Candidate(now, chain, promptTokens); ok {

@@ -177,6 +177,28 @@ func TestCrossRegionForwardsOnlyWhenItPays(t *testing.T) {
 	if a := ask(t, east, "/v1/chat/completions", pub, short, "another question"); a.status != 200 || a.region != "us-east-1" || a.forwarded != "" {
 		t.Fatalf("short prompt not served at home: %+v", a)
 	}
+
+	// A model no region serves: 404 model_not_found, decided at home from
+	// the pods and the summaries; nothing forwarded, nothing recorded.
+	before = eastAudit.Checkpoint().LastSeq
+	body, _ := json.Marshal(map[string]any{"model": "gpt-9", "messages": []map[string]string{{"role": "user", "content": "hi"}}})
+	for _, path := range []string{"/v1/chat/completions", "/v1/route"} {
+		req, _ := http.NewRequest(http.MethodPost, east+path, bytes.NewReader(body))
+		req.Header.Set(regional.HeaderTenant, "eu-health")
+		req.Header.Set(regional.HeaderDataClass, "phi")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(b), `"code":"model_not_found"`) || resp.Header.Get("X-Meridian-Forwarded-To") != "" {
+			t.Fatalf("unknown model on %s: %d %s", path, resp.StatusCode, b)
+		}
+	}
+	if after := eastAudit.Checkpoint().LastSeq; after != before {
+		t.Fatalf("an unknown model wrote %d audit records", after-before)
+	}
 }
 
 // Issue acceptance: on a randomized run (tenants, data classes, origins,

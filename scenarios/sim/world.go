@@ -330,7 +330,7 @@ func (w *world) nearestAllowed(from *region, allowed residency.Decision) *region
 // pod under gorgo's guardrails.
 func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 	rr := w.routeRequest(r)
-	remotes := origin.view.Candidates(w.wall(), r.chain, r.input, func(name string) bool {
+	remotes := origin.view.Candidates(w.wall(), "", r.chain, r.input, func(name string) bool {
 		return name != origin.name && allowed.Allows(name)
 	}, nil)
 	for i := range remotes {
