@@ -10,6 +10,10 @@ BIN := bin/meridian
 RACE_PKGS ?= ./...
 BENCH_COUNT ?= 5
 FUZZTIME ?= 20s
+# staticcheck is pinned; make lint installs it into bin/ when it is missing or
+# of another version, so a fresh machine needs only Go.
+STATICCHECK_VERSION := 0.8.2
+STATICCHECK := $(CURDIR)/bin/staticcheck
 
 .PHONY: help demo test bench fuzz lint build clean
 
@@ -47,9 +51,13 @@ fuzz: ## run each fuzz target for FUZZTIME
 	  done; \
 	done
 
-lint: ## gofmt and go vet
+lint: ## gofmt, go vet and staticcheck (pinned; installed into bin/ on first use)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@$(STATICCHECK) -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION))' || { \
+	  echo "installing staticcheck v$(STATICCHECK_VERSION) into bin/"; rm -f $(STATICCHECK); \
+	  GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION); }
+	$(STATICCHECK) ./...
 
 build: ## build bin/meridian with the version stamped in
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meridian

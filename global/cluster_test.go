@@ -100,10 +100,7 @@ func TestClusterAcceptance(t *testing.T) {
 			}
 			killed := time.Now()
 			c.Kill(old)
-			var rest []int
-			for _, i := range c.Running() {
-				rest = append(rest, i)
-			}
+			rest := c.Running()
 			nl, err := c.WaitLeader(5*time.Second, rest...)
 			if err != nil {
 				t.Fatalf("no new leader within 5 s of killing %s: %v", c.Nodes[old].Name, err)

@@ -28,7 +28,11 @@
 //     validator change cannot make replicas diverge.
 //
 // It must not import the other packages of Meridian except its own
-// sub-packages; regional, dr and cmd import it.
+// sub-packages (global/audit, for the checkpoint types): above all not
+// regional, which reads this tier and never the reverse (the controller
+// hands in what the state machine needs, such as Config.PolicyValidator and
+// the observations of the automatic failover). regional, dr/drill,
+// scenarios/demo and cmd import it.
 //
 // # Raft
 //

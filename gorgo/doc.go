@@ -41,5 +41,7 @@
 // forbidden one.
 //
 // The package is pure (no I/O, no goroutines, time only as given) and
-// imports nothing of ours.
+// imports nothing of ours (its rule would allow index's types, nothing
+// else), nor anything that pulls in net/http, Kafka or Prometheus (the
+// root's deps_test.go checks both).
 package gorgo

@@ -281,7 +281,7 @@ const (
 	// ReasonRemoteUnconfirmed: no local candidate and no remote one with a
 	// fresh summary and answering controllers; the best of the others.
 	ReasonRemoteUnconfirmed = "remote_only_unconfirmed"
-	ReasonNone        = "no_candidate"
+	ReasonNone              = "no_candidate"
 )
 
 // Decision is a choice with its full explanation.

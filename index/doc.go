@@ -2,8 +2,11 @@
 // block hashes it answers, in microseconds and without allocating, which live
 // pods hold the longest cached prefix and how long it is.
 //
-// It imports nothing of ours. It starts no goroutines: the background sweep
-// is driven by the caller (SweepStep, or RunSweeper in a goroutine it owns).
+// It imports nothing of ours, nor anything that pulls in net/http, Kafka or
+// Prometheus (the root's deps_test.go checks both): gorgo, the summaries,
+// the ingester and the decision pipeline all build on it. It starts no
+// goroutines: the background sweep is driven by the caller (SweepStep, or
+// RunSweeper in a goroutine it owns).
 //
 // # Chain hashing
 //

@@ -1,39 +1,61 @@
-// Package regional is one region's controller: it ingests the region's KV
-// events from Kafka into the block index, keeps the region's pods with their
-// load and health, decides where each request goes, and serves the
-// OpenAI-compatible API as a streaming proxy (and the decision alone, for use
-// behind an existing gateway).
+// Package regional is one region's controller: everything around the
+// routing decision that touches the network, the broker or the clock. It
+// serves the HTTP API (the OpenAI-compatible streaming proxy, POST
+// /v1/route for the decision alone, /v1/models, health, readiness and
+// metrics); ingests the region's KV events from Kafka into the block index
+// and the pod registry; scrapes the pods' vLLM metrics (a secondary load
+// signal: the router's own in-flight accounting is fresher); wires the
+// region to the others (residency and region states from the Raft control
+// plane of package global, the audit log of global/audit, this region's
+// summary and the others' over regional/gossip, forwarding to a remote
+// region's controller); and owns the controller's lifecycle (Config, Deps,
+// Open, Close, Run).
 //
-// # Decision pipeline
-//
-// Filters, then scorers, then a picker, each small and named in the
-// configuration (route.Config):
-//
-//   - filters: alive (live in the index), model (serves the requested model),
-//     healthy (not ejected by outlier detection), bounded_load (no pod may take
-//     more than BoundedLoadFactor x its fair share of in-flight requests, so a
-//     hot shared prefix never piles everything onto one pod);
-//   - scorers, all in milliseconds: prefix (the exact cached prefix from the
-//     index, weighted by tier for the best candidates, shortens prefill),
-//     queue (prefill tokens already routed to the pod and not yet past their
-//     first byte: the router's own in-flight accounting, fresher than engine
-//     metrics), running (a small cost per request in flight), kv_util (a
-//     cost as the pod's scraped KV cache fills past 80%), affinity (a bonus
-//     for the pod a session is pinned to, withdrawn for a "thick" session's
-//     concurrent excess so it splits across pods);
-//   - picker: the lowest expected time to first token (gorgo's model:
-//     queue + prefill of the uncached tokens + overhead); ties rotate, so with
-//     no prefix anywhere requests spread by load, never pile on the first pod.
-//
-// Baseline policies (round_robin, least_loaded, session_hash) run through
-// the same filters, so operators can compare like with like.
+// The decision pipeline itself (filters, scorers and picker within the
+// region, placement across regions, session affinity, speculation, outlier
+// ejection) lives in regional/route, a pure package driven by explicit
+// inputs and a clock, which imports no net/http, Kafka or Prometheus. This
+// package feeds it snapshots and acts on its answer.
 //
 // # Invariants
 //
-//   - A pod removed from the registry or dead in the index is never chosen.
-//   - An ejected pod is never chosen while any healthy pod can take the
-//     request; at most MaxEjectionPercent of the pods (at least one) are
-//     ejected at once.
-//   - The request path reads snapshots (index, registry) and never waits on
-//     Kafka.
+//   - No request is served in a region its residency rule forbids. With a
+//     control plane (the Raft tier, or a policy file alone) each request is
+//     decided on one ControlView, a policy and region states from the same
+//     commit; without a usable policy nothing is served (503). A denial is
+//     answered 451 residency_denied naming the rule. A request forwarded in
+//     is believed only with the controllers' hop token, is evaluated again
+//     with its origin region, and is served here or nowhere: a request
+//     crosses a region boundary at most once. A controller without a
+//     control plane serves its own region only and refuses forwarded
+//     requests.
+//   - A request crosses to another region only after its audit record is
+//     durable: if the append fails it is served here when this region may
+//     serve it, and refused otherwise. Without an audit log nothing is
+//     forwarded. Denials, requests forwarded in and fallbacks are recorded
+//     too (a failure there is counted and logged: nothing crossed).
+//   - The request path never waits on Raft, Kafka or gossip: it reads the
+//     index, the registry, the ControlView and gossip's RegionsView, all
+//     snapshots swapped atomically. A dead broker makes the index stale, a
+//     lost quorum keeps the last committed policy and region states; either
+//     way a controller that has caught up with its topic stays ready, and
+//     /readyz says what is stale.
+//   - Ingestion is idempotent per (partition, offset); a malformed message
+//     is counted by reason, logged once per reason per minute and skipped,
+//     never stopping ingestion.
+//   - Open starts every goroutine the controller has and Close stops them
+//     all: it shuts the HTTP server down first (requests in flight finish
+//     until the context ends), cancels ingestion, sweeping, scraping and
+//     the other background loops, closes gossip, the audit log (its last
+//     checkpoint goes to Raft) and the Raft node, and waits for every
+//     goroutine. Close is safe to call twice; the tests check for leaked
+//     goroutines.
+//   - Metrics go to the registry given in Deps (a new one by default),
+//     never the default one, so several regions run in one process.
+//
+// It may import index, gorgo, residency, global, global/audit and its own
+// sub-packages route, tokenize, kvevents, summary and gossip. It must not
+// import regional/kvbridge (a separate process that shares only the Kafka
+// topic), dr, scenarios, cmd or any test-scaffolding package; global must
+// not import it. Only the scenarios and cmd import it (tests aside).
 package regional

@@ -13,9 +13,9 @@ import (
 // so the fleet holds the working set only when each prefix lives on few
 // pods.
 type sharedPrefixRun struct {
-	rr, mer                  summary
-	predicted, reported      float64 // cached tokens over Meridian's run
-	under, over, zeroPred, n int
+	rr, mer               summary
+	predicted, reported   float64 // cached tokens over Meridian's run
+	under, over, zeroPred int
 }
 
 func runSharedPrefix(t testing.TB) sharedPrefixRun {

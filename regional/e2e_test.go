@@ -270,11 +270,10 @@ func run(t testing.TB, url string, convs []conversation, clients int, policy str
 }
 
 type summary struct {
-	n, errors           int
-	hitRate             float64 // engine-reported cached / prompt tokens
-	ttftP50             time.Duration
-	perPod              map[string]int
-	reported, predicted float64
+	n, errors int
+	hitRate   float64 // engine-reported cached / prompt tokens
+	ttftP50   time.Duration
+	perPod    map[string]int
 }
 
 func summarize(rs []result) summary {

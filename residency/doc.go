@@ -5,9 +5,10 @@
 // every problem reported at its file, line and column, and evaluate that
 // policy on request attributes without I/O, locks or (for rules without
 // conditions) allocations. It is pure: no files, network, clock or globals;
-// callers read files and hand over bytes. It imports nothing of Meridian's
-// (a root test enforces it); the regional router, the global tier and the CLI
-// import it.
+// callers read files and hand over bytes. It imports nothing of Meridian's,
+// nor anything that pulls in net/http, Kafka or Prometheus (the root's
+// deps_test.go checks both); the regional router, the DR drill, the
+// scenarios and the CLI import it.
 //
 // Invariants:
 //   - Evaluate never allows a region outside the targets of the allow rule (or

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"go/ast"
+	"go/build"
 	"go/parser"
 	"go/token"
 	"io"
@@ -250,14 +251,17 @@ func atoi(s string) int { n, _ := strconv.Atoi(s); return n }
 // mainStringVars lists the package-level string variables of package main.
 func mainStringVars(t *testing.T) map[string]bool {
 	t.Helper()
-	pkgs, err := parser.ParseDir(token.NewFileSet(), ".", func(fi fs.FileInfo) bool {
-		return !strings.HasSuffix(fi.Name(), "_test.go")
-	}, 0)
+	pkg, err := build.ImportDir(".", 0) // the files a build of main compiles
 	if err != nil {
 		t.Fatal(err)
 	}
 	vars := map[string]bool{}
-	for _, f := range pkgs["main"].Files {
+	fset := token.NewFileSet()
+	for _, name := range pkg.GoFiles {
+		f, err := parser.ParseFile(fset, name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, d := range f.Decls {
 			g, ok := d.(*ast.GenDecl)
 			if !ok || g.Tok != token.VAR {

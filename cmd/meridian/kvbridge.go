@@ -7,6 +7,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/regional/kvbridge"
+	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
 // kvBridgeCommand is `meridian kv-bridge`: vLLM's ZMQ KV events to Kafka.
@@ -79,7 +80,7 @@ func kvBridgeConfig(c *cli.Context) (kvbridge.Config, error) {
 		cfg.MetricsAddr = v
 	}
 	if cfg.Topic == "" && cfg.Region != "" {
-		cfg.Topic = kvbridge.TopicFor(cfg.Region)
+		cfg.Topic = kvevents.TopicFor(cfg.Region)
 	}
 	if err := cfg.Validate(); err != nil {
 		return cfg, usageError("kv-bridge: %w", err)

@@ -1,8 +1,3 @@
-// Command meridian is the one binary of Meridian: the regional controller, the
-// operator CLI (policy, failover, audit, dr), the engine simulator, the
-// multi-region simulator and the demo. main only builds the CLI app, wires a
-// signal-cancelled context and maps errors to exit codes; each subcommand
-// lives in its own file and calls a package's Run.
 package main
 
 import (

@@ -65,6 +65,7 @@ func (c Config) Validate() error {
 	case c.Dir == "":
 		return errors.New("audit config: Dir is empty")
 	case !validControllerID(c.ControllerID):
+		//lint:ignore ST1005 the message ends with the literal name "..", which is not punctuation
 		return fmt.Errorf("audit config: ControllerID %q must be 1..128 bytes of [A-Za-z0-9._-] and not . or ..", c.ControllerID)
 	case len(c.HMACKey) < MinKeyBytes:
 		return fmt.Errorf("audit config: HMACKey has %d bytes, need at least %d", len(c.HMACKey), MinKeyBytes)

@@ -1,8 +1,3 @@
-// Package globaltest runs clusters of global nodes in one test process: real
-// Raft TCP transports and admin HTTP servers on 127.0.0.1 ephemeral ports,
-// over a Network that can partition nodes (refusing new connections across
-// the cut and closing the ones that cross it). It is test scaffolding only;
-// production code must not import it.
 package globaltest
 
 import (

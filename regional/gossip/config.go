@@ -274,9 +274,11 @@ func (c *Config) keys() ([][]byte, error) {
 	for i, k := range c.Keys {
 		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(k))
 		if err != nil {
+			//lint:ignore ST1005 it starts with the field's Go name, as Validate's messages do
 			return nil, fmt.Errorf("Keys[%d]: not base64: %v", i, err)
 		}
 		if err := memberlist.ValidateKey(b); err != nil {
+			//lint:ignore ST1005 it starts with the field's Go name, as Validate's messages do
 			return nil, fmt.Errorf("Keys[%d]: %d bytes, want 16, 24 or 32", i, len(b))
 		}
 		out = append(out, b)

@@ -54,6 +54,9 @@
 // re-checked by the receiving region.
 //
 // The package imports regional/summary and gorgo (for candidates) and
-// nothing else of ours. Its goroutines (memberlist's, a worker and two
-// senders) run from Open to Close.
+// nothing else of ours. It must not import regional, global or residency:
+// it carries estimates and liveness, while residency and region state are
+// decided by the Raft tier and the controller. Its goroutines (memberlist's,
+// a worker, two senders, and one per Join in flight) run from Open to
+// Close.
 package gossip

@@ -130,11 +130,6 @@ func DefaultConfig() Config {
 	}
 }
 
-// TopicFor is the default topic of a region (the ingester's).
-//
-// Deprecated: use kvevents.TopicFor, which this calls.
-func TopicFor(region string) string { return kvevents.TopicFor(region) }
-
 // withDefaults fills zero fields from DefaultConfig.
 func (c Config) withDefaults() Config {
 	d := DefaultConfig()

@@ -86,6 +86,8 @@
 //     duplicates batches, which the ingester applies twice (kafka-go has no
 //     idempotent producer).
 //
-// It imports regional/kvevents of ours and nothing else of Meridian's; it
-// must not import regional (the ingester), index, global or cmd.
+// It imports regional/kvevents and its own regional/kvbridge/zmtp of ours
+// and nothing else of Meridian's; it must not import regional (the
+// ingester), index, global or cmd: the topic is the only contract between
+// the bridge and the controllers.
 package kvbridge

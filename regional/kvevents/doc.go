@@ -4,7 +4,9 @@
 // and starts no goroutines; the ingester (Kafka), the engine simulator and the
 // ZMQ bridge build on it. It imports only the index package of ours (for
 // Namespace, Extend/ChainFrom and Tier) and must not import the rest of
-// regional, global or cmd.
+// regional, global or cmd, nor anything that pulls in net/http, a Kafka
+// client or Prometheus: the Kafka consumer and producer are its callers'
+// (the root's deps_test.go checks both).
 //
 // # Wire format
 //

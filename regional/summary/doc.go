@@ -48,7 +48,22 @@
 // codec.go); Decode accepts only canonical encodings and reports what is
 // wrong and where with a *DecodeError.
 //
+// # Invariants
+//
+//   - The filter has no false negatives: every sampled hash of the held set
+//     is found.
+//   - On prefix-closed data and without a false positive at the query's
+//     sampled positions, Depth equals the naive scan of the same samples
+//     and brackets the true depth (Lower <= true <= Upper); false positives
+//     can only raise it.
+//   - A built summary fits BuildConfig.MaxBytes, or Build fails with
+//     ErrTooLarge; it is never cut to fit.
+//   - Decoding what MarshalBinary wrote gives the summary back, and Decode
+//     rejects every non-canonical or corrupted body without panicking.
+//
 // The package is pure: no goroutines, no I/O, time only as given. It imports
 // index (to read hashes for FromIndex) and gorgo (for Candidate) and nothing
-// else of ours.
+// else of ours, nor anything that pulls in net/http, Kafka or Prometheus
+// (the root's deps_test.go checks both); gossip carries it, and the
+// simulator builds it, without knowing how.
 package summary

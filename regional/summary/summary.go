@@ -174,12 +174,15 @@ func (in *Input) validate() error {
 func (p ProfileLoad) check() error {
 	switch {
 	case p.Pods < 0 || p.Pods > math.MaxUint32:
+		//lint:ignore ST1005 it starts with the field's Go name; validate prefixes it with Load[i]
 		return fmt.Errorf("Pods = %d, want 0..%d", p.Pods, uint32(math.MaxUint32))
 	case p.PendingPrefillTokens < 0:
 		return fmt.Errorf("PendingPrefillTokens = %d, want >= 0", p.PendingPrefillTokens)
 	case p.Running < 0 || p.Running > math.MaxUint32:
+		//lint:ignore ST1005 it starts with the field's Go name; validate prefixes it with Load[i]
 		return fmt.Errorf("Running = %d, want 0..%d", p.Running, uint32(math.MaxUint32))
 	case p.Slots < 0 || p.Slots > math.MaxUint32:
+		//lint:ignore ST1005 it starts with the field's Go name; validate prefixes it with Load[i]
 		return fmt.Errorf("Slots = %d, want 0..%d", p.Slots, uint32(math.MaxUint32))
 	case p.FreeKVBlocks < 0:
 		return fmt.Errorf("FreeKVBlocks = %d, want >= 0", p.FreeKVBlocks)

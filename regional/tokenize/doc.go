@@ -49,5 +49,7 @@
 //     tokenization restarts (the end of a special token far enough inside the
 //     common prefix), so no byte-pair merge can cross the reuse boundary.
 //
-// It imports nothing of ours.
+// It imports nothing of ours, nor anything that pulls in net/http, Kafka or
+// Prometheus (the root's deps_test.go checks both): the engine simulator
+// links it as the router does.
 package tokenize

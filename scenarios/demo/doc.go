@@ -29,6 +29,8 @@
 // Requests and the failover go through the system's public interfaces (the
 // controllers' HTTP API, the admin API's failover calls); region states,
 // audit records and checkpoints are read from the controllers in process.
-// The package imports the packages it drives and scenarios/fleet; nothing
-// but cmd imports it.
+// The package imports what it drives or checks against (regional,
+// residency, global for its admin client and region states, global/audit
+// for verification) and the other scenarios (fleet, enginesim, sim); it
+// must not import dr. Nothing but cmd imports it.
 package demo

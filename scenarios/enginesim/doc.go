@@ -56,6 +56,7 @@
 //
 // The decision core (cache, queue, timing) runs under one mutex and reads
 // time only from the injected Clock, so tests drive it deterministically
-// inside testing/synctest. It imports regional/tokenize and
-// regional/kvevents of ours and nothing else of Meridian's.
+// inside testing/synctest. It imports regional/tokenize, regional/kvevents
+// and regional/kvbridge/zmtp of ours and nothing else of Meridian's; above
+// all not regional, whose own tests run engine simulators as their pods.
 package enginesim

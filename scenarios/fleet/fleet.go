@@ -4,11 +4,26 @@
 // forming the Raft and gossip clusters, with a residency policy and an audit
 // log. The demo, the failover drill and the cross-region tests run on it.
 //
-// Every port is ephemeral (127.0.0.1:0); state lives under Config.Dir.
-// Start returns once every controller is ready: the Raft cluster has a
-// leader with every controller a member, the residency policy is committed,
-// every pod is registered, and every region has every other region's
-// summary. Close stops everything, traffic first.
+// Its one job is to assemble the real components as an operator would
+// deploy them, through their public configuration (regional.Config,
+// enginesim.Config), so that what runs on it is the production code.
+//
+// Invariants:
+//   - Every port is ephemeral (127.0.0.1:0), every secret (admin and hop
+//     token, gossip key, audit HMAC key) is random per fleet, and state
+//     lives under Config.Dir (a fresh temporary directory by default), so
+//     fleets in one process do not collide.
+//   - Start returns only once every controller is ready (the Raft cluster
+//     has a leader with every controller a member, the residency policy is
+//     committed, every pod is registered, and every region has every other
+//     region's summary), or an error after closing what it started.
+//   - Close stops everything, traffic first: controllers, then engines, then
+//     the broker, then the directory it created.
+//
+// It imports regional, residency, scenarios/enginesim and scenarios/sim
+// (whose default regions and RTTs it uses) of ours, and must not import
+// global, dr or cmd: it reaches the Raft tier only through the controllers
+// it starts. Only the demo and tests (dr/drill's, cmd's, demo's) import it.
 package fleet
 
 import (

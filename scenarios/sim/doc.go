@@ -80,7 +80,11 @@
 //
 // Run starts one goroutine per world (at most Options.Parallel at once)
 // and one for the progress bar, and returns when all have ended. The
-// package imports index, regional (and its gossip and summary), gorgo,
-// residency and scenarios/enginesim (for the hardware profiles); nothing
-// imports it but cmd/meridian.
+// package imports index, gorgo, residency, regional/route (the decision
+// core), regional/gossip, regional/summary and scenarios/enginesim (for the
+// hardware profiles), and must not import regional itself (the server),
+// global, dr or cmd: a world decides with the controller's decision code
+// but owns its own clock and network. Nothing imports it but cmd/meridian
+// and the other scenarios (fleet and demo take its default regions and
+// round-trip times, so every scenario uses the same distances).
 package sim

@@ -76,9 +76,7 @@ func newAttributes(cfg *Config) *attributes {
 		}
 	}
 	a.origin = cumulative(shares)
-	for _, k := range sortedKeys(cfg.Workload.ClassShares) {
-		a.classes = append(a.classes, k)
-	}
+	a.classes = sortedKeys(cfg.Workload.ClassShares)
 	var cs []float64
 	for _, k := range a.classes {
 		cs = append(cs, cfg.Workload.ClassShares[k])

@@ -1,6 +1,15 @@
 // Package audittest holds test helpers for users of package audit: a manual
-// clock that satisfies audit.Clock. It imports nothing of ours, so the
-// audit package's own tests can use it too.
+// clock that satisfies audit.Clock.
+//
+// Invariants: the clock's time moves only when the test calls Advance or
+// Set (a step back included, to test the log's clamping); an After channel
+// fires during the call that brings the clock to its deadline, never
+// otherwise; WaitForWaiters lets a test wait until a goroutine is parked on
+// the clock instead of sleeping.
+//
+// It is test scaffolding: only tests import it. It imports nothing of ours,
+// not even audit, so the audit package's own (in-package) tests can use it
+// too.
 package audittest
 
 import (

@@ -1,6 +1,15 @@
 // Package gossiptest holds test helpers for the gossip pool: a transport
 // wrapper that delays packets per destination, to inject WAN latency into
 // in-process clusters on loopback.
+//
+// Invariants: no packet leaves before its delay, and delayed packets leave
+// in order of due time (send order among equal ones), so a constant delay
+// per destination keeps each destination's order; streams (TCP) pass
+// through undelayed; Shutdown drops what is queued and waits for the one
+// goroutine a DelayTransport owns.
+//
+// It is test scaffolding: only tests import it. It imports nothing of ours,
+// not even gossip, so that gossip's own (in-package) tests can use it.
 package gossiptest
 
 import (

@@ -8,7 +8,9 @@
 // It holds endpoint parsing, listening and naming, the ZMTP greeting and
 // NULL handshake on a buffered connection (go-zeromq/zmq4's connection
 // layer; the socket logic above it is each side's own), and the seq frame
-// that ends a replay answer. It imports nothing of Meridian's.
+// that ends a replay answer. It keeps no state between calls and starts no
+// goroutines. It imports nothing of Meridian's, so that both ends can import
+// it without importing each other.
 package zmtp
 
 import (
