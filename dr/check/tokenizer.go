@@ -424,7 +424,7 @@ func (fo *folder) checkVocab(vocabs []vocab, tc tokenizerConfig) {
 				fo.f.add(Warning, CodeVocabUndersized, v.path, "%d tokens, under 90%% of config.json vocab_size %d: is this the tokenizer of another model?", size, vs)
 			}
 		}
-		if v.tokens != nil && len(v.tokens) > 0 {
+		if len(v.tokens) > 0 {
 			haveTokens = true
 			for t := range v.tokens {
 				known[t] = true
