@@ -105,11 +105,12 @@ func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed
 	switch {
 	case !ok:
 	case pr.pl == nil:
-		s.serveLocal(w, r, p, api, nil)
-	case !pr.pl.Remote:
-		s.serveLocal(w, r, p, api, pr.pl.Local)
+		// Single region, or forwarded in: served here or nowhere.
+		if lr := s.serveLocal(w, r, p, api, nil); !lr.answered {
+			s.localFailed(w, api, lr)
+		}
 	default:
-		s.serveRemote(w, r, p, api, pr.pl, pr.entry)
+		s.servePlaced(w, r, p, api, pr.pl, pr.entry)
 	}
 }
 
@@ -196,52 +197,81 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	return pr, true
 }
 
-// serveRemote sends the request to the placed region: the decision is
-// recorded first (if that fails, the request does not cross); if the remote
-// region fails before its first byte the request falls back to this region
-// (when allowed) or the next best allowed region.
-func (s *Server) serveRemote(w http.ResponseWriter, r *http.Request, p *parsed, api string, pl *route.Placement, entry audit.Entry) {
-	order := fallbackOrder(pl)
+// servePlaced serves a placed request: on the chosen place, then, while a
+// place fails before anything reached the client, on the next allowed one
+// by estimated TTFT (this region's pods, or another allowed region).
+// Every crossing is recorded before it happens, the first as a cross-region
+// decision, later ones as fallbacks; if a record cannot be written the
+// request does not cross at all.
+func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, api string, pl *route.Placement, entry audit.Entry) {
 	kind := audit.KindCrossRegion
-	for i, ci := range order {
+	if !pl.Remote {
+		kind = audit.KindFallback // the local winner failed: spilling over
+	}
+	var local *localResult
+	var lastRemote error
+	serveHere := func(i, ci int) bool {
+		if i > 0 {
+			e := entry
+			e.Kind, e.Region, e.Cost = audit.KindFallback, s.topo.Region, costJSON(pl, ci)
+			s.record(r.Context(), e)
+			s.m.fallbacks.Inc()
+		}
+		lr := s.serveLocal(w, r, p, api, pl.Local)
+		local = &lr
+		return lr.answered
+	}
+	for i, ci := range fallbackOrder(pl) {
 		c := pl.Candidates[ci]
 		if !c.Remote {
-			if i > 0 {
-				e := entry
-				e.Kind, e.Region, e.Cost = audit.KindFallback, s.topo.Region, costJSON(pl, ci)
-				s.record(r.Context(), e)
-				s.m.fallbacks.Inc()
+			if serveHere(i, ci) {
+				return
 			}
-			s.serveLocal(w, r, p, api, pl.Local)
-			return
+			continue
 		}
 		e := entry
 		e.Kind, e.Region, e.Cost = kind, c.Region, costJSON(pl, ci)
 		if err := s.topo.Audit.Append(r.Context(), e); err != nil {
 			s.m.auditFailures.Inc()
 			s.log.Error("audit record could not be written: not crossing the region boundary", "to", c.Region, "err", err)
-			if pl.Local != nil {
-				s.serveLocal(w, r, p, api, pl.Local)
+			if pl.Local != nil && local == nil && serveHere(i, ci) {
 				return
 			}
-			s.fail(w, api, http.StatusServiceUnavailable, "audit_unavailable",
-				"the cross-region decision could not be recorded, so the request was not forwarded: %v", err)
-			return
+			if local == nil || local.attempts == 0 {
+				s.fail(w, api, http.StatusServiceUnavailable, "audit_unavailable",
+					"the cross-region decision could not be recorded, so the request was not forwarded")
+				return
+			}
+			break
 		}
 		s.m.crossRegion.WithLabelValues(c.Region).Inc()
 		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID)
 		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil {
-			if res.err != nil && !res.wrote && !errors.Is(res.err, context.Canceled) {
+			switch {
+			case res.wrote && res.err != nil:
+				s.m.requests.WithLabelValues(api, "truncated").Inc()
+				p.abort = true
+			case res.err != nil && !errors.Is(res.err, context.Canceled):
 				s.fail(w, api, http.StatusBadGateway, "upstream_failed", "region %s: %v", c.Region, res.err)
-				return
+			case res.err != nil:
+				s.m.requests.WithLabelValues(api, "499").Inc()
+			default:
+				s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
 			}
-			s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
 			return
 		}
-		s.log.Warn("remote region failed before answering; falling back", "region", c.Region, "err", res.err)
+		s.log.Warn("region failed before answering; trying the next allowed one", "region", c.Region, "err", res.err)
+		lastRemote = fmt.Errorf("region %s: %w", c.Region, res.err)
 		kind = audit.KindFallback
 	}
-	s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every allowed region tried failed before answering")
+	switch {
+	case lastRemote != nil:
+		s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every allowed region tried failed before answering (last: %v)", lastRemote)
+	case local != nil:
+		s.localFailed(w, api, *local)
+	default:
+		s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every allowed region tried failed before answering")
+	}
 }
 
 // fallbackOrder is the winner first, then the others by estimated TTFT,

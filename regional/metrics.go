@@ -33,6 +33,7 @@ type routerMetrics struct {
 	residencyNoRegion prometheus.Counter
 	auditFailures     prometheus.Counter
 	fallbacks         prometheus.Counter
+	truncated         *prometheus.CounterVec // what: stream, body
 }
 
 func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() time.Time) (*routerMetrics, error) {
@@ -79,6 +80,11 @@ func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() t
 			Help: "Audit records that could not be written (a cross-region decision that fails to record does not cross)."}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_fallbacks_total",
 			Help: "Requests served elsewhere after the chosen remote region failed before answering."}),
+		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_truncated_total",
+			Help: "Answers whose upstream failed part way: a stream ended with an error event and aborted, or a body refused with 502."}, []string{"what"}),
+	}
+	for _, what := range []string{"stream", "body"} {
+		m.truncated.WithLabelValues(what)
 	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_router_inflight_requests",
 		Help: "Requests in flight through this controller."}, func() float64 {
@@ -98,7 +104,7 @@ func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() t
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.decisionTime, m.tokenizeTime, m.ttft, m.retries,
 		m.upstreamErrors, m.ejections, m.promptTokens, m.predicted, m.reported, m.predictionErr, m.tokensReused,
 		m.tokensEncoded, m.crossRegion, m.forwardedIn, m.residencyDenials, m.residencyNoRegion, m.auditFailures,
-		m.fallbacks, inflight, pods} {
+		m.fallbacks, m.truncated, inflight, pods} {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register router metrics: %w", err)
 		}

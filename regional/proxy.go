@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/meridian-llm/meridian/gorgo"
@@ -26,7 +27,7 @@ var hopHeaders = map[string]bool{
 	"Content-Length": true,
 }
 
-// attempt is the outcome of one try at a pod.
+// attempt is the outcome of one try at a pod or a remote controller.
 type attempt struct {
 	wrote     bool // bytes reached the client: no retry possible
 	retryable bool // failed before the first byte
@@ -36,6 +37,11 @@ type attempt struct {
 	ttft      time.Duration
 	usage     *usage
 }
+
+// notSent reports whether the attempt failed before the request reached the
+// upstream (the connection was refused): retrying it duplicates no work, so
+// it costs nothing of the request's retry budget.
+func (a attempt) notSent() bool { return a.kind == "refused" }
 
 // usage is the part of an OpenAI usage object the router checks.
 type usage struct {
@@ -55,38 +61,60 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokeni
 		return
 	}
 	s.routeAndServe(w, r, p, api)
+	if p.abort {
+		// The upstream failed after part of its answer reached the client:
+		// end the response abnormally (no final chunk), so the client sees
+		// a broken transfer rather than a complete, truncated answer.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// localResult is what trying this region's pods came to.
+type localResult struct {
+	answered bool  // the client has its answer (or an error written by serveLocal)
+	attempts int   // pods tried
+	err      error // why no pod could be decided on, when attempts is 0
+	last     error // the last attempt's failure
 }
 
 // serveLocal serves the request on this region's pods: first on the pod
 // already decided (if any), then, while a pod fails before its first byte,
-// on others (at most MaxRetries more).
-func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, p *parsed, api string, first *route.Decision) {
+// on others. A pod that refused the connection is ejected at once and the
+// next one tried without delay or cost; other failures cost one of the
+// request's MaxRetries retries and back off. Unless it answered, it has
+// written nothing: the caller may try another region, or says why not.
+func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, p *parsed, api string, first *route.Decision) localResult {
 	var tried []*route.Pod
-	for n := 0; ; n++ {
+	var lr localResult
+	retries := 0
+	for {
 		d := first
 		first = nil
 		if d == nil {
 			p.req.Exclude = tried
 			var err error
-			d, err = s.decide(p)
-			if err != nil {
-				if n > 0 {
-					s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every pod tried failed before answering (%d attempts)", n)
-					return
-				}
-				s.decisionError(w, api, err)
-				return
+			if d, err = s.decide(p); err != nil {
+				lr.err = err
+				return lr
 			}
 		}
+		lr.attempts++
 		res := s.forward(r.Context(), w, r, p, d)
-		if res.err == nil || res.wrote || !res.retryable || n >= s.cfg.MaxRetries || r.Context().Err() != nil {
+		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil ||
+			(!res.notSent() && retries >= s.cfg.MaxRetries) {
 			s.finish(w, api, p, d, res)
-			return
+			lr.answered = true
+			return lr
 		}
+		lr.last = fmt.Errorf("pod %s: %w", d.PodName, res.err)
 		s.m.retries.Inc()
 		s.log.Info("retrying on another pod", "pod", d.PodName, "kind", res.kind, "err", res.err)
 		tried = append(tried, d.Pod)
-		backoff := s.cfg.RetryBackoff << n
+		if res.notSent() {
+			continue
+		}
+		backoff := s.cfg.RetryBackoff << retries
+		retries++
 		if backoff > 0 {
 			backoff = backoff/2 + rand.N(backoff/2+1)
 			t := time.NewTimer(backoff)
@@ -99,6 +127,17 @@ func (s *Server) serveLocal(w http.ResponseWriter, r *http.Request, p *parsed, a
 	}
 }
 
+// localFailed answers a request this region's pods could not serve and no
+// other region took: 503 when no pod could be decided on, 502 when every
+// pod tried failed before answering.
+func (s *Server) localFailed(w http.ResponseWriter, api string, lr localResult) {
+	if lr.attempts == 0 {
+		s.decisionError(w, api, lr.err)
+		return
+	}
+	s.fail(w, api, http.StatusBadGateway, "upstream_failed", "every pod tried failed before answering (%d attempts; last: %v)", lr.attempts, lr.last)
+}
+
 // finish records the outcome of the final attempt and answers the client if
 // nothing was written yet.
 func (s *Server) finish(w http.ResponseWriter, api string, p *parsed, d *route.Decision, res attempt) {
@@ -106,8 +145,10 @@ func (s *Server) finish(w http.ResponseWriter, api string, p *parsed, d *route.D
 	case res.err == nil:
 		s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
 	case res.wrote:
-		// Mid-stream failure: the client got a truncated answer.
+		// Mid-stream failure: the client got a truncated answer, ended
+		// abnormally (see relay).
 		s.m.requests.WithLabelValues(api, "truncated").Inc()
+		p.abort = true
 	case errors.Is(res.err, context.Canceled):
 		s.m.requests.WithLabelValues(api, "499").Inc()
 	default:
@@ -150,7 +191,14 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 		if res.err != nil && errors.Is(res.err, context.Canceled) && ctx.Err() != nil {
 			ok = true // the client went away: not the pod's fault
 		}
-		if s.reg.Report(pod, ok, s.now(), s.cfg.Outlier) {
+		switch {
+		case res.kind == "refused":
+			// Nothing listens at the pod's address: it is gone, not slow.
+			if s.reg.Eject(pod, s.now(), s.cfg.Outlier) {
+				s.m.ejections.Inc()
+				s.log.Warn("pod ejected: connection refused", "pod", pod.Name)
+			}
+		case s.reg.Report(pod, ok, s.now(), s.cfg.Outlier):
 			s.m.ejections.Inc()
 			s.log.Warn("pod ejected", "pod", pod.Name, "after", s.cfg.Outlier.ConsecutiveFailures)
 		}
@@ -230,6 +278,26 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	res.ttft, res.status = s.now().Sub(p.started), resp.StatusCode
 	firstByte(resp.StatusCode)
+	sse := strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream")
+	sniff := newUsageSniffer(sse)
+
+	// A whole (non-streamed) answer is read before any of it is sent, so
+	// an upstream that fails half way is a 502 with its cause, not a
+	// truncated body under a 200. Past maxSniff it is streamed after all.
+	var held []byte
+	if !sse {
+		for rerr == nil && len(held)+n <= maxSniff {
+			held = append(held, buf[:n]...)
+			n, rerr = resp.Body.Read(buf)
+		}
+		if rerr != nil && rerr != io.EOF {
+			if ctx.Err() != nil {
+				return attempt{err: ctx.Err(), status: resp.StatusCode}
+			}
+			s.m.truncated.WithLabelValues("body").Inc()
+			return attempt{status: resp.StatusCode, kind: "mid_stream", err: fmt.Errorf("%s failed before its answer was complete: %w", who, rerr)}
+		}
+	}
 
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
@@ -242,7 +310,13 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	w.WriteHeader(resp.StatusCode)
 	res.wrote = true
 	flusher, _ := w.(http.Flusher)
-	sniff := newUsageSniffer(strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream"))
+	if len(held) > 0 {
+		sniff.write(held)
+		if _, werr := w.Write(held); werr != nil {
+			res.err, res.kind = werr, ""
+			return res
+		}
+	}
 	for {
 		if n > 0 {
 			sniff.write(buf[:n])
@@ -260,8 +334,19 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		if rerr != nil {
 			if ctx.Err() != nil {
 				res.err = ctx.Err()
+				return res
+			}
+			res.err, res.kind = fmt.Errorf("%s failed mid-stream: %w", who, rerr), "mid_stream"
+			if sse {
+				// Tell the client in the stream's own terms (OpenAI's
+				// error event); the response is then ended abnormally.
+				s.m.truncated.WithLabelValues("stream").Inc()
+				_, _ = w.Write(sseError(res.err))
+				if flusher != nil {
+					flusher.Flush()
+				}
 			} else {
-				res.err, res.kind = fmt.Errorf("%s failed mid-stream: %w", who, rerr), "mid_stream"
+				s.m.truncated.WithLabelValues("body").Inc()
 			}
 			return res
 		}
@@ -269,6 +354,16 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 	}
 	res.usage = sniff.result()
 	return res
+}
+
+// sseError is an OpenAI-style error event for a stream that cannot go on.
+func sseError(err error) []byte {
+	var e apiError
+	e.Error.Message = err.Error()
+	e.Error.Type, e.Error.Code = "server_error", "upstream_failed"
+	b, _ := json.Marshal(e)
+	out := append([]byte("\nevent: error\ndata: "), b...)
+	return append(out, "\n\n"...)
 }
 
 // relayBufs holds the 32 KiB buffers responses are copied through, so a
@@ -281,6 +376,9 @@ func (s *Server) upstreamErr(ctx context.Context, timer *time.Timer, err error) 
 	}
 	if !timer.Stop() {
 		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("no answer within %v", s.cfg.FirstByteTimeout)}
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return attempt{retryable: true, kind: "refused", err: err}
 	}
 	return attempt{retryable: true, kind: "connect", err: err}
 }

@@ -190,8 +190,16 @@ func writeError(w http.ResponseWriter, status int, code, format string, args ...
 	writeJSON(w, status, e)
 }
 
+// retryAfter is the Retry-After of a 503, in seconds: long enough for an
+// ejection, a summary or a failover to move on, short enough for a client's
+// patience.
+const retryAfter = "2"
+
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		w.Header().Set("Retry-After", retryAfter)
+	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(v)
 }
@@ -210,6 +218,9 @@ type parsed struct {
 	prompt  *Prompt
 	req     route.Request
 	started time.Time
+	// abort: part of an answer reached the client before its upstream
+	// failed; the handler ends the response abnormally.
+	abort bool
 }
 
 // parse reads, validates and tokenizes a request; on failure it has written
@@ -415,7 +426,23 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if s.ready != nil {
 		ready, detail = s.ready()
 	}
-	detail["pods"] = len(s.reg.Pods())
+	// Pods count only while they can take a request now: live in the
+	// index (announced, not shut down), with an endpoint, not ejected (a
+	// pod that refuses connections is ejected at its first refusal).
+	now := s.now()
+	pods := s.reg.Pods()
+	alive := 0
+	for _, p := range pods {
+		if s.dec.Alive(p) && p.Info().Endpoint != "" && !p.Ejected(now) {
+			alive++
+		}
+	}
+	detail["pods"], detail["pods_known"] = alive, len(pods)
+	if alive == 0 && s.topo.Remotes == nil {
+		// Nothing can serve here, and there is nowhere to send it.
+		ready = false
+		detail["pods_note"] = "no pod can take a request"
+	}
 	status := http.StatusOK
 	detail["ready"] = ready
 	if !ready {

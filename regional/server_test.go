@@ -374,3 +374,111 @@ func TestScrapeOnce(t *testing.T) {
 		t.Fatalf("after a failed scrape: kv util %v, want 0", got)
 	}
 }
+
+// dieAfter is a pod that sends the start of an answer, then its process
+// dies: the connection closes without the end of the response.
+func dieAfter(contentType, start string, contentLength int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", contentType)
+		if contentLength > 0 {
+			w.Header().Set("Content-Length", fmt.Sprint(contentLength))
+		}
+		fmt.Fprint(w, start)
+		w.(http.Flusher).Flush()
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	}
+}
+
+// A pod that dies mid-stream: the client gets an OpenAI-style error event
+// and a broken transfer, never a clean end of stream; a non-streamed answer
+// that breaks off is a 502 with its cause. Both are counted.
+func TestServerMidStreamFailure(t *testing.T) {
+	f := newServerFixture(t, []http.HandlerFunc{dieAfter("text/event-stream", "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n", 0)}, nil)
+	resp, err := http.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, rerr := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), "\"Hel\"") {
+		t.Fatalf("stream start: %d %q", resp.StatusCode, body)
+	}
+	if !strings.Contains(string(body), "event: error\ndata: {\"error\":") || !strings.Contains(string(body), `"code":"upstream_failed"`) {
+		t.Fatalf("no error event in %q", body)
+	}
+	if rerr == nil {
+		t.Fatalf("the truncated stream ended cleanly: %q", body)
+	}
+	if got := testutil.ToFloat64(f.srv.m.truncated.WithLabelValues("stream")); got != 1 {
+		t.Fatalf("truncated streams counted %v", got)
+	}
+
+	f = newServerFixture(t, []http.HandlerFunc{dieAfter("application/json", `{"id":"x","choi`, 400)}, nil)
+	resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
+	var e apiError
+	_ = json.Unmarshal(b, &e)
+	if resp.StatusCode != http.StatusBadGateway || e.Error.Code != "upstream_failed" || !strings.Contains(e.Error.Message, "before its answer was complete") {
+		t.Fatalf("broken body: %d %s", resp.StatusCode, b)
+	}
+	if got := testutil.ToFloat64(f.srv.m.truncated.WithLabelValues("body")); got != 1 {
+		t.Fatalf("truncated bodies counted %v", got)
+	}
+}
+
+// A pod whose connection is refused (its process is gone) is ejected at
+// once and the request goes to the next pod without delay and without
+// spending the retry budget; with no pod left, 502 names the attempts, and
+// /readyz counts only pods that can take a request (503, Retry-After).
+func TestServerRefusedPodEjectedAtOnce(t *testing.T) {
+	f := newServerFixture(t, []http.HandlerFunc{okJSON, okJSON}, func(c *fixtureConfig) {
+		c.server.MaxRetries = 0
+		c.decision.Policy = route.PolicyRoundRobin
+	})
+	f.pods[0].srv.Close() // pod-0's port now refuses connections
+	for i := range 4 {
+		resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
+		if resp.StatusCode != 200 || resp.Header.Get("X-Meridian-Pod") != "pod-1" {
+			t.Fatalf("request %d: %d %s from %q", i, resp.StatusCode, b, resp.Header.Get("X-Meridian-Pod"))
+		}
+	}
+	if p0, _ := f.reg.Get("pod-0"); !p0.Ejected(f.clock) {
+		t.Fatal("the refusing pod is not ejected")
+	}
+	if got := testutil.ToFloat64(f.srv.m.upstreamErrors.WithLabelValues("refused")); got != 1 {
+		t.Fatalf("refusals counted %v, want 1 (ejected at the first)", got)
+	}
+	_, b := get(t, f.url+"/readyz")
+	if !strings.Contains(string(b), `"pods":1`) || !strings.Contains(string(b), `"pods_known":2`) {
+		t.Fatalf("readyz with one pod gone: %s", b)
+	}
+
+	f.pods[1].srv.Close()
+	resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
+	if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(b), "every pod tried failed before answering (1 attempts") {
+		t.Fatalf("no pod left: %d %s", resp.StatusCode, b)
+	}
+	resp, b = get(t, f.url+"/readyz")
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" || !strings.Contains(string(b), `"pods":0`) {
+		t.Fatalf("readyz with every pod gone: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+	// A decision with no pod at all is a 503 that says when to come back.
+	resp, b = post(t, f.url+"/v1/chat/completions", chatBody)
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("no healthy pod: %d %v %s", resp.StatusCode, resp.Header, b)
+	}
+}
+
+func get(t *testing.T, url string) (*http.Response, []byte) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}

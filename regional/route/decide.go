@@ -109,6 +109,9 @@ func (d *Decider) Speculation() *Speculation { return d.spec }
 // Config returns the pipeline's configuration.
 func (d *Decider) Config() Config { return d.cfg }
 
+// Alive reports whether p is live in the index (announced and not removed).
+func (d *Decider) Alive(p *Pod) bool { return d.idx.Alive(p.ID) }
+
 // Registry returns the pods the decisions choose among.
 func (d *Decider) Registry() *Registry { return d.reg }
 

@@ -62,3 +62,20 @@ func (r *Registry) Report(p *Pod, ok bool, now time.Time, cfg OutlierConfig) (ej
 	p.fails = 0
 	return true
 }
+
+// Eject ejects pod p at once, whatever its count of failures and the cap on
+// ejected pods: for a pod that refused a connection, which is gone, not
+// slow (the cap guards against ejecting pods that are only overloaded). It
+// reports whether the pod was not ejected already.
+func (r *Registry) Eject(p *Pod, now time.Time, cfg OutlierConfig) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.Ejected(now) {
+		return false
+	}
+	p.ejections++
+	d := min(time.Duration(p.ejections)*cfg.BaseEjection, cfg.MaxEjection)
+	p.ejectedTo.Store(now.Add(d).UnixNano())
+	p.fails = 0
+	return true
+}
