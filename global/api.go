@@ -181,6 +181,10 @@ func (n *Node) Handler() http.Handler {
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
+	if status == http.StatusServiceUnavailable && w.Header().Get("Retry-After") == "" {
+		// No leader, or closing: an election takes about a second.
+		w.Header().Set("Retry-After", "1")
+	}
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

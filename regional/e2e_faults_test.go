@@ -87,7 +87,9 @@ func TestE2EFaults(t *testing.T) {
 	}
 	f := startFleet(t, 8, 4000, func(c *regional.Config) {
 		c.Server.Outlier.BaseEjection = time.Second
-		c.Server.FirstByteTimeout = 500 * time.Millisecond
+		// Long enough that a healthy pod on a loaded machine always
+		// answers within it (a stall is a stall: it never answers).
+		c.Server.FirstByteTimeout = 5 * time.Second
 		c.Server.MaxRetries = 3
 	})
 	url := f.ctl.URL()

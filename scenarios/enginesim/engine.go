@@ -237,6 +237,35 @@ func (e *Engine) Close(ctx context.Context) error {
 	return e.closeErr
 }
 
+// Kill stops the pod as SIGKILL would: its listener and every connection
+// close at once (clients see the connection end, new ones are refused) and
+// it publishes nothing more — no PodDown. Events already handed to the
+// publisher are flushed, bounded by ctx. Close after Kill does nothing.
+func (e *Engine) Kill(ctx context.Context) error {
+	e.closeOnce.Do(func() {
+		var errs []error
+		if e.srv != nil {
+			e.cancel()
+			e.faults.releaseStalls()
+			_ = e.srv.Close()
+			<-e.srvDone
+		}
+		if e.pipe != nil {
+			if err := e.pipe.close(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if e.ownedPub != nil {
+			if err := e.ownedPub.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close kv event publisher: %w", err))
+			}
+		}
+		e.closeErr = errors.Join(errs...)
+		e.log.Info("engine simulator killed", "pod", e.name, "epoch", e.epoch)
+	})
+	return e.closeErr
+}
+
 // Run opens an engine with cfg, serves until ctx ends, then closes it
 // (allowing 10 s for in-flight work and the last events).
 func Run(ctx context.Context, cfg Config) error {

@@ -464,3 +464,54 @@ func TestAutomaticFailoverOnPodLoss(t *testing.T) {
 		t.Fatalf("after recovery: %+v", a)
 	}
 }
+
+// Issue acceptance (failures): when a region's last pods die (killed: no
+// PodDown, their ports refuse connections), the very first request that
+// may be served elsewhere is: each refusing pod is ejected at once and the
+// request spills to the next allowed region, recorded as a fallback; the
+// region's /readyz then counts no pod.
+func TestSpillWhenEveryPodRefuses(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := startFleet(t, Config{})
+	west := f.Region("us-west-2")
+	for _, e := range west.Engines {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if err := e.Kill(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+	}
+	url := west.Controller.URL()
+	audit := west.Controller.Audit()
+	before := audit.Checkpoint().LastSeq
+	pub := map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}
+	a := ask(t, url, "/v1/chat/completions", pub, "You are terse.", "where am I served?")
+	if a.status != 200 || a.region != "us-east-1" || a.forwarded != "us-east-1" {
+		t.Fatalf("first request after the pods died: %+v", a)
+	}
+	if after := audit.Checkpoint().LastSeq; after != before+1 {
+		t.Fatalf("%d audit records for the spill, want 1 (the fallback)", after-before)
+	}
+	resp, err := http.Get(url + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), `"pods":0`) {
+		t.Fatalf("readyz after every pod died: %s", b)
+	}
+	// What only us-west-2's pods could serve (nothing else is allowed) has
+	// nowhere to go: a clear 502, never a crossing the policy forbids.
+	for _, e := range f.Region("us-east-1").Engines {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		_ = e.Kill(ctx)
+		cancel()
+	}
+	a = ask(t, url, "/v1/chat/completions", pub, "You are terse.", "and now?")
+	if a.status == 200 {
+		t.Fatalf("served with every allowed pod dead: %+v", a)
+	}
+}
