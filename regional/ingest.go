@@ -57,12 +57,17 @@ type IngestConfig struct {
 	// Defaults 100ms and 5s.
 	BackoffMin time.Duration `yaml:"backoff_min"`
 	BackoffMax time.Duration `yaml:"backoff_max"`
+	// ProbeInterval between metadata calls to the brokers, so that
+	// "connected" says whether the brokers answer, whether or not events
+	// flow. Default 2s.
+	ProbeInterval time.Duration `yaml:"probe_interval"`
 }
 
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
 func DefaultIngestConfig() IngestConfig {
 	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 18, CommitInterval: 200 * time.Millisecond,
-		MaxWait: 100 * time.Millisecond, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second}
+		MaxWait: 100 * time.Millisecond, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
+		ProbeInterval: 2 * time.Second}
 }
 
 // Validate names the first field that is wrong.
@@ -80,6 +85,8 @@ func (c IngestConfig) Validate() error {
 		return fmt.Errorf("ingest config: commit_interval and max_wait must be > 0")
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("ingest config: backoff_min = %v, backoff_max = %v: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
+	case c.ProbeInterval <= 0:
+		return fmt.Errorf("ingest config: probe_interval = %v: want > 0", c.ProbeInterval)
 	}
 	for _, b := range c.Brokers {
 		if _, _, err := net.SplitHostPort(b); err != nil {
@@ -506,7 +513,21 @@ func (g *Ingester) PodEventAge() map[string]time.Duration {
 // Run consumes the topic until ctx is done: fetch, apply, commit (at least
 // once). When the broker goes away it reconnects with exponential backoff;
 // the index keeps serving meanwhile and Staleness grows.
+//
+// Beside the consumer, a probe asks the brokers for the topic's metadata
+// every ProbeInterval: Connected reports whether the last fetch or probe
+// succeeded, so it turns true when the brokers answer again, not when the
+// next event arrives.
 func (g *Ingester) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	pctx, stopProbe := context.WithCancel(ctx)
+	defer stopProbe()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		g.probe(pctx)
+	}()
 	backoff := g.cfg.BackoffMin
 	for {
 		err := g.consume(ctx)
@@ -524,6 +545,31 @@ func (g *Ingester) Run(ctx context.Context) error {
 		case <-t.C:
 		}
 		backoff = min(backoff*2, g.cfg.BackoffMax)
+	}
+}
+
+// probe calls the brokers' metadata every ProbeInterval until ctx is done
+// and records whether they answered.
+func (g *Ingester) probe(ctx context.Context) {
+	tr := &kafka.Transport{DialTimeout: 5 * time.Second}
+	defer tr.CloseIdleConnections()
+	c := &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 5 * time.Second, Transport: tr}
+	t := time.NewTicker(g.cfg.ProbeInterval)
+	defer t.Stop()
+	for {
+		_, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
+		if ctx.Err() != nil {
+			return
+		}
+		g.connected.Store(err == nil)
+		if err != nil {
+			g.warn.Warn("probe", "kafka brokers do not answer", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 
@@ -670,7 +716,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Seconds since the last message was fetched (grows while the broker is unreachable)."},
 			func() float64 { return g.Staleness().Seconds() }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_connected",
-			Help: "1 while the Kafka consumer is fetching, 0 while it reconnects."}, func() float64 { return b2f(g.Connected()) }),
+			Help: "1 while the brokers answer (the last fetch or metadata probe succeeded), 0 otherwise."}, func() float64 { return b2f(g.Connected()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_caught_up",
 			Help: "1 once the index holds everything the topic held at start."}, func() float64 { return b2f(g.CaughtUp()) }),
 		&podAgeCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_last_event_age_seconds",

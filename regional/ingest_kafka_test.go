@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -178,4 +180,51 @@ func BenchmarkIngestKafka(b *testing.B) {
 	}
 	b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "block-events/s")
 	b.ReportMetric(float64(len(msgs))*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// TestIngestConnectedFollowsTheBrokers: "connected" is whether the brokers
+// answer, probed with metadata calls, not whether events arrive: true on a
+// topic nothing was ever published to, false while the broker is down, and
+// true again as soon as it is back, before any event.
+func TestIngestConnectedFollowsTheBrokers(t *testing.T) {
+	g, _, _, _, _ := newTestIngester(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := cluster.ListenAddrs()[0]
+	_, port, _ := net.SplitHostPort(addr)
+	portN, _ := strconv.Atoi(port)
+	g.cfg.Brokers, g.cfg.ProbeInterval = []string{addr}, 20*time.Millisecond
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	wait := func(what string, want bool) {
+		t.Helper()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for g.Connected() != want {
+			select {
+			case <-ctx.Done():
+				t.Fatalf("%s: connected is still %v", what, !want)
+			case <-tick.C:
+			}
+		}
+	}
+	wait("a broker with nothing published", true)
+	cluster.Close()
+	wait("the broker gone", false)
+	cluster, err = kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portN), kfake.AllowAutoTopicCreation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	wait("the broker back, no event yet", true)
 }
