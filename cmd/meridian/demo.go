@@ -26,8 +26,8 @@ func demoCommand() *cli.Command {
 			"region (an EU health tenant's PHI entering in the US, public EU traffic, embargoed tenants), shows a\n" +
 			"live table and a status page, fails a region over and recovers it, then verifies the audit logs\n" +
 			"against the Raft checkpoints and prints where to look next. State is kept in --dir.\n" +
-			"Exit status: 0; 1 on error; 2 on a usage error; 3 when a request was served outside the regions\n" +
-			"the residency policy allows or the audit logs do not verify.",
+			"Exit status: 0; 1 on error or when a request failed unexpectedly; 2 on a usage error; 3 when a\n" +
+			"request was served outside the regions the residency policy allows or the audit logs do not verify.",
 		Flags: []cli.Flag{
 			&cli.DurationFlag{Name: "duration", Value: d.Duration, Usage: "how long to run; 0 = until interrupted (default 0 with --no-traffic)"},
 			&cli.DurationFlag{Name: "failover-after", Value: d.FailoverAfter, Usage: "fail a region over this long after start; negative = no failover (default: fits in --duration)"},
@@ -88,6 +88,11 @@ func runDemo(c *cli.Context) error {
 	}
 	if res.ResidencyViolations > 0 || !res.AuditVerified {
 		return &exitError{code: demoInvariantBroken, err: fmt.Errorf("demo: %d residency violations, audit verified %v", res.ResidencyViolations, res.AuditVerified)}
+	}
+	if res.Errors > 0 {
+		// The summary names each one; a run that reported an unexpected
+		// error is not a clean run.
+		return fmt.Errorf("demo: %d requests failed unexpectedly (see the summary)", res.Errors)
 	}
 	return nil
 }
