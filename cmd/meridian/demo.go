@@ -86,6 +86,12 @@ func runDemo(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	return demoOutcome(res)
+}
+
+// demoOutcome is the exit status of a finished run: 3 for a broken
+// invariant, 1 when a request failed unexpectedly, else 0.
+func demoOutcome(res demo.Result) error {
 	if res.ResidencyViolations > 0 || !res.AuditVerified {
 		return &exitError{code: demoInvariantBroken, err: fmt.Errorf("demo: %d residency violations, audit verified %v", res.ResidencyViolations, res.AuditVerified)}
 	}

@@ -143,3 +143,22 @@ func TestFitFailover(t *testing.T) {
 		}
 	}
 }
+
+// TestDemoOutcome: a clean run exits 0; one that reported an unexpected
+// error exits 1; a residency violation or an audit log that does not verify
+// exits 3, whatever else happened.
+func TestDemoOutcome(t *testing.T) {
+	for _, c := range []struct {
+		res  demo.Result
+		want int
+	}{
+		{demo.Result{Requests: 10, AuditVerified: true}, 0},
+		{demo.Result{Requests: 10, Errors: 1, AuditVerified: true}, 1},
+		{demo.Result{Requests: 10, ResidencyViolations: 1, AuditVerified: true}, 3},
+		{demo.Result{Requests: 10, Errors: 2}, 3},
+	} {
+		if got := exitCode(demoOutcome(c.res)); got != c.want {
+			t.Errorf("%+v: exit %d, want %d", c.res, got, c.want)
+		}
+	}
+}
