@@ -118,7 +118,9 @@ func TestCrossRegionForwardsOnlyWhenItPays(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-region")
 	}
-	f := startFleet(t, Config{})
+	// No speculation: us-west-2's /v1/route below must say what its index
+	// holds (what its summary is built from), not what a pod just computed.
+	f := startFleet(t, Config{Controller: func(_ string, c *regional.Config) { c.Decision.SpeculationTTL = 0 }})
 	east, west := f.Region("us-east-1").Controller.URL(), f.Region("us-west-2").Controller.URL()
 	pub := map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}
 	rng := rand.New(rand.NewPCG(1, 2))
