@@ -47,9 +47,8 @@ type Config struct {
 	// Models and how to tokenize them; default one model named by
 	// Kafka.DefaultModel (or "default") with the cl100k_base tokenizer.
 	Models []ModelConfig `yaml:"models"`
-	// Pods configured statically (name, endpoint, model, profile); pods also
-	// join by their lifecycle events.
-	Pods []route.PodInfo `yaml:"pods"`
+	// Pods: the static ones, and which pod announcements are believed.
+	Pods PodsConfig `yaml:"pods"`
 	// Decision is the pipeline; Server the HTTP API; Gorgo the cost model.
 	Decision route.Config `yaml:"decision"`
 	Server   ServerConfig `yaml:"server"`
@@ -199,10 +198,8 @@ func (c Config) Validate() error {
 			return fmt.Errorf("config: %w", err)
 		}
 	}
-	for i, p := range c.Pods {
-		if p.Name == "" || p.Endpoint == "" {
-			return fmt.Errorf("config: pods[%d]: name and endpoint are required", i)
-		}
+	if err := c.Pods.Validate(); err != nil {
+		return fmt.Errorf("config: %w", err)
 	}
 	if c.ScrapeInterval <= 0 || c.SweepInterval <= 0 || c.SessionTokenCache < 1 {
 		return errors.New("config: scrape_interval and sweep_interval must be > 0, session_token_cache >= 1")
@@ -243,6 +240,7 @@ func (c Config) Redacted() Config {
 		return r
 	}
 	c.AdminToken, c.HopToken, c.Audit.HMACKey = red(c.AdminToken), red(c.HopToken), red(c.Audit.HMACKey)
+	c.Pods.AnnounceKey = red(c.Pods.AnnounceKey)
 	if len(c.Gossip.Keys) > 0 {
 		keys := make([]string, len(c.Gossip.Keys))
 		for i := range keys {
@@ -311,13 +309,14 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: route.NewRegistry(idx),
 		Metrics: metrics, stopping: make(chan struct{})}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	for _, p := range cfg.Pods {
+	for _, p := range cfg.Pods.Static {
 		p.Static = true
 		if _, _, err := c.Registry.Upsert(p); err != nil {
 			return nil, fmt.Errorf("static pod %s: %w", p.Name, err)
 		}
 	}
-	if c.Ingester, err = NewIngester(cfg.Kafka, IngestDeps{Index: idx, Pods: c.Registry, Logger: c.log, Metrics: c.Metrics, Clock: now}); err != nil {
+	if c.Ingester, err = NewIngester(cfg.Kafka, IngestDeps{Index: idx, Pods: c.Registry, Logger: c.log, Metrics: c.Metrics, Clock: now,
+		Announcements: newPodGate(cfg.Pods).check}); err != nil {
 		return nil, err
 	}
 	if c.Model, err = gorgo.New(cfg.Gorgo); err != nil {
@@ -368,7 +367,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil
 	})
 	c.log.Info("controller started", "listen", c.ln.Addr().String(), "topic", c.Ingester.Config().Topic,
-		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods))
+		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static))
 	return c, nil
 }
 

@@ -119,6 +119,10 @@ type Ingester struct {
 	dec  *kvevents.Decoder
 	m    *ingestMetrics
 	warn *kvevents.WarnLimiter
+	gate func(key string, u *kvevents.PodUp, mac string) string
+	// rejectedPods: the (pod, reason) pairs whose refused PodUp was logged,
+	// so each is logged once (bounded: past maxRejectedLogged, rate-limited).
+	rejectedPods map[string]bool
 
 	mu      sync.Mutex // guards the state below against Stats readers
 	pods    map[string]*podStream
@@ -154,6 +158,10 @@ type IngestDeps struct {
 	Metrics prometheus.Registerer
 	// Clock; nil: time.Now.
 	Clock func() time.Time
+	// Announcements decides whether a PodUp, in a message with the given
+	// key and announce-MAC header, is believed: "" yes, else the reason it
+	// is not. Nil: the default PodsConfig's gate (loopback endpoints only).
+	Announcements func(key string, u *kvevents.PodUp, mac string) string
 }
 
 // NewIngester builds the ingester.
@@ -171,6 +179,10 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	if now == nil {
 		now = time.Now
 	}
+	gate := deps.Announcements
+	if gate == nil {
+		gate = newPodGate(PodsConfig{}).check
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -181,8 +193,9 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec,
-		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{})}
+	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
+		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{}),
+		rejectedPods: map[string]bool{}}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
 	if err != nil {
@@ -264,6 +277,10 @@ func (g *Ingester) Apply(msg Message) {
 		g.m.events.WithLabelValues(ev.Kind().String()).Inc()
 		switch e := ev.(type) {
 		case *kvevents.PodUp:
+			if why := g.gate(name, e, header(msg.Headers, kvevents.HeaderAnnounceMAC)); why != "" {
+				g.rejectPodUp(name, e, why)
+				continue
+			}
 			g.podUp(e, ps)
 		case *kvevents.PodDown:
 			g.podDown(e)
@@ -284,6 +301,26 @@ func (g *Ingester) reject(reason string, err error) {
 	}
 	g.m.decodeErrors.WithLabelValues(reason).Inc()
 	g.warn.Warn(reason, "skipped malformed kv event message", "reason", reason, "err", err)
+}
+
+// maxRejectedLogged bounds the (pod, reason) pairs remembered for logging
+// refused announcements once each.
+const maxRejectedLogged = 1024
+
+// rejectPodUp counts and logs (once per pod and reason) a PodUp that is not
+// believed: its pod, its endpoint and its epoch change nothing.
+func (g *Ingester) rejectPodUp(key string, u *kvevents.PodUp, why string) {
+	g.m.podUpRejected.WithLabelValues(why).Inc()
+	args := []any{"key", key, "pod", u.Pod, "endpoint", u.Endpoint, "reason", why}
+	id := why + "\x00" + key
+	switch {
+	case g.rejectedPods[id]:
+	case len(g.rejectedPods) < maxRejectedLogged:
+		g.rejectedPods[id] = true
+		g.log.Warn("pod announcement refused: its endpoint will not receive requests", args...)
+	default:
+		g.warn.Warn("podup_rejected", "pod announcement refused: its endpoint will not receive requests", args...)
+	}
 }
 
 // stream returns the pod's ingestion state, creating it (and registering the
@@ -687,6 +724,7 @@ type ingestMetrics struct {
 	skipped       *prometheus.CounterVec
 	restarts      *prometheus.CounterVec
 	reconnects    prometheus.Counter
+	podUpRejected *prometheus.CounterVec
 }
 
 func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, error) {
@@ -705,9 +743,14 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Pods whose blocks were cleared, by cause (engine restart, pod down)."}, []string{"cause"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_reconnects_total",
 			Help: "Kafka consumer reconnects after a failure."}),
+		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
+			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac)."}, []string{"reason"}),
 	}
 	for _, reason := range kvevents.Reasons() {
 		m.decodeErrors.WithLabelValues(string(reason))
+	}
+	for _, reason := range podUpRejections {
+		m.podUpRejected.WithLabelValues(reason)
 	}
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_consumer_lag_messages",
@@ -722,7 +765,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		&podAgeCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_last_event_age_seconds",
 			"Seconds since the last KV event of each pod.", []string{"pod"}, nil)},
 	}
-	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects}, gauges...) {
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}

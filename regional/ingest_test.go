@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/kvevents"
@@ -188,7 +189,8 @@ func newTestIngester(t *testing.T) (*Ingester, *index.Index, *route.Registry, *p
 	cfg := DefaultIngestConfig()
 	cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "test", routerBlockSize
 	clock := time.Unix(1000, 0)
-	g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: pr, Clock: func() time.Time { return clock }})
+	g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: pr, Clock: func() time.Time { return clock },
+		Announcements: newPodGate(PodsConfig{AllowedEndpoints: []string{"pod-*"}}).check})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -423,5 +425,95 @@ func TestIngestSkipsDuplicateSeq(t *testing.T) {
 	g.Apply(Message{Offset: 5, Key: []byte(e.name), Headers: hdr(0), Value: e2.batch(e2.store(tokens[:64]))})
 	if got := idx.Stats().PodBlocks[p.ID.Slot()]; got != 1 {
 		t.Fatalf("after the restart marker and a new store: %d blocks, want 1", got)
+	}
+}
+
+// TestIngestRefusesForgedPodUp: a PodUp is believed only when its pod is
+// the message's key, its endpoint an http(s) URL on an allowed host, and,
+// with an announce key, its MAC verifies. A refused one changes nothing (the
+// victim keeps its endpoint), is counted by reason and logged once per pod.
+func TestIngestRefusesForgedPodUp(t *testing.T) {
+	g, _, reg, _, logs := newTestIngester(t)
+	key := "0123456789abcdef0123456789abcdef"
+	g.gate = newPodGate(PodsConfig{AllowedEndpoints: []string{"10.0.0.0/8", "pod-*"}, AnnounceKey: key}).check
+	victim := newTestEngine("pod-v", 1)
+	offset := int64(0)
+	send := func(msgKey string, u *kvevents.PodUp, mac string) {
+		hs := victim.headers()
+		if mac != "" {
+			hs = append(hs, kafka.Header{Key: kvevents.HeaderAnnounceMAC, Value: []byte(mac)})
+		}
+		g.Apply(Message{Key: []byte(msgKey), Headers: hs, Value: victim.batch(u), Offset: offset})
+		offset++
+	}
+	signed := func(u *kvevents.PodUp) string { return kvevents.AnnounceMAC([]byte(key), u) }
+	good := &kvevents.PodUp{Pod: "pod-v", Endpoint: "http://10.0.0.7:8000", Model: testModel, Hardware: "h100", Epoch: 1}
+	send("pod-v", good, signed(good))
+	if p, ok := reg.Get("pod-v"); !ok || p.Info().Endpoint != "http://10.0.0.7:8000" {
+		t.Fatalf("the signed announcement was not believed: %+v", p)
+	}
+	for _, c := range []struct {
+		name, key string
+		up        kvevents.PodUp
+		mac       string // "sign": a valid one
+		reason    string
+	}{
+		{"another pod's key", "pod-v", kvevents.PodUp{Pod: "pod-x", Endpoint: "http://10.0.0.8:8000", Epoch: 1}, "sign", rejectKeyMismatch},
+		{"script endpoint", "pod-v", kvevents.PodUp{Pod: "pod-v", Endpoint: "javascript:alert(1)", Epoch: 2}, "sign", rejectBadEndpoint},
+		{"credentials in the URL", "pod-v", kvevents.PodUp{Pod: "pod-v", Endpoint: "http://u:p@10.0.0.9", Epoch: 2}, "sign", rejectBadEndpoint},
+		{"host not allowed", "pod-v", kvevents.PodUp{Pod: "pod-v", Endpoint: "http://attacker.example:8000", Epoch: 2}, "sign", rejectNotAllowed},
+		{"no MAC", "pod-v", kvevents.PodUp{Pod: "pod-v", Endpoint: "http://10.0.0.66:8000", Epoch: 2}, "", rejectBadMAC},
+		{"MAC of another announcement", "pod-v", kvevents.PodUp{Pod: "pod-v", Endpoint: "http://10.0.0.66:8000", Epoch: 2}, signed(good), rejectBadMAC},
+	} {
+		u := c.up
+		u.Model, u.Hardware = testModel, "h100"
+		mac := c.mac
+		if mac == "sign" {
+			mac = signed(&u)
+		}
+		before := testutil.ToFloat64(g.m.podUpRejected.WithLabelValues(c.reason))
+		send(c.key, &u, mac)
+		send(c.key, &u, mac) // twice: logged once
+		if got := testutil.ToFloat64(g.m.podUpRejected.WithLabelValues(c.reason)) - before; got != 2 {
+			t.Errorf("%s: counted %v under %s, want 2", c.name, got, c.reason)
+		}
+		if p, _ := reg.Get("pod-v"); p.Info().Endpoint != "http://10.0.0.7:8000" || p.Info().Epoch != 1 {
+			t.Fatalf("%s: the victim's announcement changed: %+v", c.name, p.Info())
+		}
+	}
+	if _, ok := reg.Get("pod-x"); ok {
+		t.Fatal("a pod announced under another pod's key was registered")
+	}
+	if n := strings.Count(logs.String(), "reason="+rejectBadMAC); n != 1 {
+		t.Fatalf("bad_mac for pod-v logged %d times, want once", n)
+	}
+}
+
+func TestPodsConfig(t *testing.T) {
+	var c Config
+	if err := yaml.Unmarshal([]byte("pods:\n  - name: a\n    endpoint: http://10.0.0.1:8000\n"), &c); err != nil || len(c.Pods.Static) != 1 {
+		t.Fatalf("the list form: %+v %v", c.Pods, err)
+	}
+	if err := yaml.Unmarshal([]byte("pods:\n  static: [{name: a, endpoint: 'http://10.0.0.1:8000'}]\n  allowed_endpoints: [10.0.0.0/8]\n"), &c); err != nil || len(c.Pods.AllowedEndpoints) != 1 {
+		t.Fatalf("the map form: %+v %v", c.Pods, err)
+	}
+	if err := yaml.Unmarshal([]byte("pods:\n  allowed_endpoint: [10.0.0.0/8]\n"), &c); err == nil || !strings.Contains(err.Error(), "allowed_endpoint") {
+		t.Fatalf("a misspelt key: %v", err)
+	}
+	for name, pc := range map[string]PodsConfig{
+		"pods.static[0]":            {Static: []route.PodInfo{{Name: "a", Endpoint: "ftp://x"}}},
+		"pods.allowed_endpoints[0]": {AllowedEndpoints: []string{"10.0.0.0/33"}},
+		"pods.announce_key":         {AnnounceKey: "short"},
+	} {
+		if err := pc.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	// The default: the static pods' hosts and loopback.
+	g := newPodGate(PodsConfig{Static: []route.PodInfo{{Name: "a", Endpoint: "http://vllm-a.internal:8000"}}})
+	for host, want := range map[string]bool{"vllm-a.internal": true, "127.0.0.1": true, "::1": true, "localhost": true, "10.0.0.1": false, "vllm-b.internal": false} {
+		if got := g.allows(host); got != want {
+			t.Errorf("default gate allows %s: %v, want %v", host, got, want)
+		}
 	}
 }

@@ -149,7 +149,8 @@ func (c Config) auditKey() []byte {
 }
 
 // ApplyEnv takes secrets from the environment: MERIDIAN_ADMIN_TOKEN,
-// MERIDIAN_HOP_TOKEN, MERIDIAN_GOSSIP_KEY, MERIDIAN_AUDIT_KEY.
+// MERIDIAN_HOP_TOKEN, MERIDIAN_GOSSIP_KEY, MERIDIAN_AUDIT_KEY,
+// MERIDIAN_ANNOUNCE_KEY.
 func (c *Config) ApplyEnv(getenv func(string) string) {
 	if v := getenv("MERIDIAN_ADMIN_TOKEN"); v != "" {
 		c.AdminToken = v
@@ -162,6 +163,9 @@ func (c *Config) ApplyEnv(getenv func(string) string) {
 	}
 	if v := getenv("MERIDIAN_AUDIT_KEY"); v != "" {
 		c.Audit.HMACKey = v
+	}
+	if v := getenv("MERIDIAN_ANNOUNCE_KEY"); v != "" {
+		c.Pods.AnnounceKey = v
 	}
 }
 

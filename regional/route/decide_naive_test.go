@@ -127,7 +127,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 	for _, f := range d.cfg.Filters {
 		switch f {
 		case FilterAlive:
-			drop(f, func(p *Pod) bool { return d.idx.Alive(p.ID) })
+			drop(f, func(p *Pod) bool { return d.idx.Alive(p.ID) && p.Info().Endpoint != "" })
 		case FilterModel:
 			drop(f, func(p *Pod) bool { m := p.Info().Model; return req.Model == "" || m == "" || m == req.Model })
 		case FilterHealthy:
@@ -395,7 +395,8 @@ func TestDecideMatchesNaive(t *testing.T) {
 			switch rapid.IntRange(0, 9).Draw(rt, "action") {
 			case 0: // a pod joins (or is re-announced)
 				name := podName(rt)
-				_, _, _ = reg.Upsert(PodInfo{Name: name, Endpoint: "http://" + name, Model: rapid.SampledFrom([]string{"m", "m", "other", ""}).Draw(rt, "model"),
+				_, _, _ = reg.Upsert(PodInfo{Name: name, Endpoint: rapid.SampledFrom([]string{"http://" + name, "http://" + name, ""}).Draw(rt, "endpoint"),
+					Model:   rapid.SampledFrom([]string{"m", "m", "other", ""}).Draw(rt, "model"),
 					Profile: rapid.SampledFrom(profiles).Draw(rt, "profile")})
 			case 1: // a pod leaves
 				reg.Remove(podName(rt))

@@ -12,7 +12,7 @@
 // Filters, then scorers, then a picker, each small and named in the
 // configuration (Config):
 //
-//   - filters: alive (live in the index), model (serves the requested model),
+//   - filters: alive (live in the index, with an endpoint), model (serves the requested model),
 //     healthy (not ejected by outlier detection), bounded_load (no pod may take
 //     more than BoundedLoadFactor x its fair share of in-flight requests, so a
 //     hot shared prefix never piles everything onto one pod), new_session
@@ -36,7 +36,8 @@
 //
 // # Invariants
 //
-//   - A pod removed from the registry or dead in the index is never chosen.
+//   - A pod removed from the registry, dead in the index or without an
+//     endpoint is never chosen.
 //   - An ejected pod is never chosen while any healthy pod can take the
 //     request; at most MaxEjectionPercent of the pods (at least one) are
 //     ejected at once.

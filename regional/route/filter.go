@@ -39,11 +39,13 @@ func (excludeFilter) apply(c *cycle) {
 }
 
 // aliveFilter keeps the pods live in the index (a removed pod leaves the
-// index at once, before the registry snapshot a decision read changes).
+// index at once, before the registry snapshot a decision read changes) with
+// a known endpoint (a pod known only from its KV events, or whose
+// announcement was not believed, cannot be sent a request).
 type aliveFilter struct{}
 
 func (aliveFilter) apply(c *cycle) {
-	c.keep(FilterAlive, func(p *Pod) bool { return c.d.idx.Alive(p.ID) })
+	c.keep(FilterAlive, func(p *Pod) bool { return c.d.idx.Alive(p.ID) && p.Info().Endpoint != "" })
 }
 
 // modelFilter keeps the pods that serve the requested model (a pod or a

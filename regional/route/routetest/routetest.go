@@ -39,7 +39,7 @@ func Decider256(tb testing.TB, depths int) (*route.Decider, *route.Request) {
 	c := Chain(1, 128)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := 0; i < 256; i++ {
-		p, _, err := reg.Upsert(route.PodInfo{Name: fmt.Sprintf("pod-%03d", i), Model: "m", Profile: "h100"})
+		p, _, err := reg.Upsert(route.PodInfo{Name: fmt.Sprintf("pod-%03d", i), Endpoint: fmt.Sprintf("http://10.0.%d.%d:8000", i/256, i%256), Model: "m", Profile: "h100"})
 		if err != nil {
 			tb.Fatal(err)
 		}

@@ -1,0 +1,32 @@
+package kvevents
+
+import "testing"
+
+// Every field takes part in the MAC, and no two announcements that differ
+// share one (length prefixes: "ab"+"c" is not "a"+"bc").
+func TestAnnounceMAC(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	u := PodUp{Pod: "pod-1", Endpoint: "http://10.0.0.7:8000", Model: "m", Hardware: "h100", Region: "us-east-1", Epoch: 7}
+	mac := AnnounceMAC(key, &u)
+	if !AnnounceMACValid(key, &u, mac) {
+		t.Fatal("own MAC does not verify")
+	}
+	for name, mut := range map[string]func(*PodUp){
+		"pod":      func(p *PodUp) { p.Pod = "pod-2" },
+		"endpoint": func(p *PodUp) { p.Endpoint = "http://evil:8000" },
+		"model":    func(p *PodUp) { p.Model = "n" },
+		"hardware": func(p *PodUp) { p.Hardware = "b200" },
+		"region":   func(p *PodUp) { p.Region = "eu-west-1" },
+		"epoch":    func(p *PodUp) { p.Epoch = 8 },
+		"shift":    func(p *PodUp) { p.Pod, p.Endpoint = "pod-1http://10.0.0.7", ":8000" },
+	} {
+		v := u
+		mut(&v)
+		if AnnounceMACValid(key, &v, mac) {
+			t.Errorf("%s changed, MAC still valid", name)
+		}
+	}
+	if AnnounceMACValid([]byte("another key of thirty-two bytes!"), &u, mac) {
+		t.Error("MAC valid under another key")
+	}
+}

@@ -1,0 +1,190 @@
+package regional
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"path"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/meridian-llm/meridian/regional/kvevents"
+	"github.com/meridian-llm/meridian/regional/route"
+)
+
+// PodsConfig is where the controller learns of its pods and which pod
+// announcements it believes. A PodUp names the endpoint prompts are then
+// sent to: whoever can write to the region's topic could otherwise point
+// them anywhere.
+type PodsConfig struct {
+	// Static pods (name, endpoint, model, profile). Pods also join by the
+	// PodUp events on the region's topic.
+	Static []route.PodInfo `yaml:"static"`
+	// AllowedEndpoints are the hosts a PodUp's endpoint may name: CIDRs
+	// ("10.0.0.0/8", "fd00::/8") for IP hosts and host patterns
+	// ("*.vllm.svc.cluster.local", path.Match syntax) for names. Default:
+	// the hosts of the static pods, and loopback.
+	AllowedEndpoints []string `yaml:"allowed_endpoints"`
+	// AnnounceKey, when set, must have signed every PodUp: the message
+	// carries the HMAC-SHA256 of the announcement under this key in the
+	// meridian-announce-mac header (kvevents.AnnounceMAC). At least 32
+	// bytes (MERIDIAN_ANNOUNCE_KEY).
+	AnnounceKey string `yaml:"announce_key"`
+}
+
+// UnmarshalYAML also accepts the earlier form of the section, a plain list
+// of static pods.
+func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
+	if n.Kind == yaml.SequenceNode {
+		return n.Decode(&c.Static)
+	}
+	if n.Kind == yaml.MappingNode {
+		// A node's Decode does not inherit the file decoder's KnownFields:
+		// check the keys here, so a misspelt one is still an error.
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			switch k := n.Content[i]; k.Value {
+			case "static", "allowed_endpoints", "announce_key":
+			default:
+				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key)", k.Line, k.Value)
+			}
+		}
+	}
+	type plain PodsConfig
+	var p plain
+	if err := n.Decode(&p); err != nil {
+		return err
+	}
+	*c = PodsConfig(p)
+	return nil
+}
+
+// Validate names the first field that is wrong.
+func (c PodsConfig) Validate() error {
+	for i, p := range c.Static {
+		if p.Name == "" || p.Endpoint == "" {
+			return fmt.Errorf("pods.static[%d]: name and endpoint are required", i)
+		}
+		if _, err := endpointHost(p.Endpoint); err != nil {
+			return fmt.Errorf("pods.static[%d] (%s): %w", i, p.Name, err)
+		}
+	}
+	for i, a := range c.AllowedEndpoints {
+		if strings.Contains(a, "/") {
+			if _, err := netip.ParsePrefix(a); err != nil {
+				return fmt.Errorf("pods.allowed_endpoints[%d] = %q: not a CIDR: %v", i, a, err)
+			}
+			continue
+		}
+		if _, err := path.Match(a, ""); err != nil || a == "" {
+			return fmt.Errorf("pods.allowed_endpoints[%d] = %q: not a host pattern", i, a)
+		}
+	}
+	if c.AnnounceKey != "" && len(c.AnnounceKey) < 32 {
+		return fmt.Errorf("pods.announce_key: %d bytes, at least 32 are required", len(c.AnnounceKey))
+	}
+	return nil
+}
+
+// Why a PodUp was not believed (meridian_ingest_podup_rejected_total).
+const (
+	rejectKeyMismatch = "key_mismatch"         // its pod is not the message's key
+	rejectBadEndpoint = "bad_endpoint"         // not an http(s) URL with a host
+	rejectNotAllowed  = "endpoint_not_allowed" // its host is not in allowed_endpoints
+	rejectBadMAC      = "bad_mac"              // missing or wrong meridian-announce-mac
+)
+
+var podUpRejections = []string{rejectKeyMismatch, rejectBadEndpoint, rejectNotAllowed, rejectBadMAC}
+
+// podGate decides which PodUp announcements to believe.
+type podGate struct {
+	prefixes []netip.Prefix
+	patterns []string
+	key      []byte
+}
+
+// newPodGate builds the gate of a valid PodsConfig.
+func newPodGate(c PodsConfig) *podGate {
+	g := &podGate{key: []byte(c.AnnounceKey)}
+	allowed := c.AllowedEndpoints
+	if len(allowed) == 0 {
+		allowed = []string{"127.0.0.0/8", "::1/128", "localhost"}
+		for _, p := range c.Static {
+			if h, err := endpointHost(p.Endpoint); err == nil {
+				allowed = append(allowed, h)
+			}
+		}
+	}
+	for _, a := range allowed {
+		if pfx, err := netip.ParsePrefix(a); err == nil {
+			g.prefixes = append(g.prefixes, pfx)
+		} else if ip, err := netip.ParseAddr(a); err == nil {
+			g.prefixes = append(g.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
+		} else {
+			g.patterns = append(g.patterns, strings.ToLower(a))
+		}
+	}
+	return g
+}
+
+// check returns "" when the PodUp in a message with key may be believed,
+// else the reason it may not.
+func (g *podGate) check(key string, u *kvevents.PodUp, mac string) string {
+	if u.Pod != key {
+		return rejectKeyMismatch
+	}
+	host, err := endpointHost(u.Endpoint)
+	if err != nil {
+		return rejectBadEndpoint
+	}
+	if !g.allows(host) {
+		return rejectNotAllowed
+	}
+	if len(g.key) > 0 && !kvevents.AnnounceMACValid(g.key, u, mac) {
+		return rejectBadMAC
+	}
+	return ""
+}
+
+func (g *podGate) allows(host string) bool {
+	if ip, err := netip.ParseAddr(host); err == nil {
+		ip = ip.Unmap()
+		for _, p := range g.prefixes {
+			if p.Contains(ip) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range g.patterns {
+		if ok, _ := path.Match(p, host); ok {
+			return true
+		}
+	}
+	return false
+}
+
+// endpointHost checks that endpoint is a base URL prompts may be sent to
+// (http or https, a host, no credentials, query or fragment) and returns
+// its host, lower case, without brackets or port.
+func endpointHost(endpoint string) (string, error) {
+	u, err := url.Parse(endpoint)
+	switch {
+	case err != nil:
+		return "", fmt.Errorf("endpoint %q: %w", endpoint, err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "", fmt.Errorf("endpoint %q: want an http or https URL", endpoint)
+	case u.Host == "" || u.Hostname() == "":
+		return "", fmt.Errorf("endpoint %q: no host", endpoint)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return "", errors.New("endpoint " + endpoint + ": no credentials, query or fragment allowed")
+	}
+	if p := u.Port(); p != "" {
+		if _, err := net.LookupPort("tcp", p); err != nil {
+			return "", fmt.Errorf("endpoint %q: port %q", endpoint, p)
+		}
+	}
+	return strings.ToLower(u.Hostname()), nil
+}
