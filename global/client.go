@@ -100,7 +100,11 @@ func clientRetryable(err error) bool {
 	var api *APIError
 	if errors.As(err, &api) {
 		switch api.Code {
-		case CodeNoLeader, CodeNotLeader, CodeClosed:
+		case CodeNoLeader:
+			// The node has already waited its hold timeout for a leader:
+			// asking again only multiplies the wait.
+			return false
+		case CodeNotLeader, CodeClosed:
 			return true
 		}
 		return api.Status == http.StatusBadGateway

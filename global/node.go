@@ -29,6 +29,7 @@ type Node struct {
 	raft    *raft.Raft
 	wal     *wal.WAL
 	trans   *raft.NetworkTransport
+	layer   raft.StreamLayer // the transport's network, also for reachability checks
 	httpc   *http.Client
 	ownHTTP bool
 	obs     *raft.Observer
@@ -185,6 +186,7 @@ func (n *Node) openRaft() error {
 		}
 		layer = sl
 	}
+	n.layer = layer
 	timeout := min(max(10*n.cfg.Timing.HeartbeatTimeout, time.Second), 10*time.Second)
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,

@@ -103,6 +103,19 @@ func TestRecoverLostQuorum(t *testing.T) {
 	if !errors.Is(err, global.ErrNoLeader) {
 		t.Fatalf("write without quorum: %v", err)
 	}
+	// The error points at the lost quorum, naming what is unreachable, and
+	// the admin API says so once instead of being asked again until the
+	// client gives up (which read as "cannot reach the admin API").
+	for _, want := range []string{"1 of 3 voters reachable", c.Nodes[1].Name, c.Nodes[2].Name, "quorum is lost"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("write without quorum: %q lacks %q", err, want)
+		}
+	}
+	_, err = survivor.Client.Trigger(ctxT(t, 30*time.Second), global.FailoverRequest{Region: "region-1"})
+	var api *global.APIError
+	if !errors.As(err, &api) || api.Code != global.CodeNoLeader || !strings.Contains(api.Message, "1 of 3 voters reachable") {
+		t.Fatalf("trigger without quorum through the admin API: %v", err)
+	}
 	c.WaitFor(5*time.Second, "the survivor to report stale", func() bool { return survivor.Node.Health().Stale })
 	checkAcked(t, survivor.Node, writes)
 	if survivor.Node.State().Routable("region-2") {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -265,7 +267,7 @@ func (n *Node) onLeader(ctx context.Context, hop bool, local func(context.Contex
 			if ctx.Err() != nil {
 				return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
 			}
-			return fmt.Errorf("%w within %v: %v", ErrNoLeader, n.cfg.HoldTimeout, lastErr)
+			return fmt.Errorf("%w within %v: %v; %s", ErrNoLeader, n.cfg.HoldTimeout, lastErr, n.quorumReport())
 		case <-changed:
 			if !timer.Stop() {
 				<-timer.C
@@ -344,4 +346,57 @@ func decodeResponse(resp *http.Response, out any) error {
 		return fmt.Errorf("decode response: %w", err)
 	}
 	return nil
+}
+
+// quorumReport says how many of the Raft configuration's voters this node
+// can reach (a connection to their Raft address through the transport's
+// network, each within a second),
+// for the error of a write that found no leader: "1 of 3 voters reachable
+// (ctl-b, ctl-c unreachable)" points the operator at the lost quorum, not
+// at the admin API that answered.
+func (n *Node) quorumReport() string {
+	servers, err := n.Servers()
+	if err != nil {
+		return "voters unknown: " + err.Error()
+	}
+	var voters []Server
+	for _, s := range servers {
+		if s.Suffrage == "voter" {
+			voters = append(voters, s)
+		}
+	}
+	up := make([]bool, len(voters))
+	var wg sync.WaitGroup
+	for i, s := range voters {
+		if s.ID == n.cfg.NodeID {
+			up[i] = true
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if c, err := n.layer.Dial(raft.ServerAddress(s.Address), time.Second); err == nil {
+				c.Close()
+				up[i] = true
+			}
+		}()
+	}
+	wg.Wait()
+	reachable := 0
+	var down []string
+	for i, ok := range up {
+		if ok {
+			reachable++
+		} else {
+			down = append(down, voters[i].ID)
+		}
+	}
+	msg := fmt.Sprintf("%d of %d voters reachable from %s", reachable, len(voters), n.cfg.NodeID)
+	if len(down) > 0 {
+		msg += " (" + strings.Join(down, ", ") + " unreachable)"
+	}
+	if reachable <= len(voters)/2 {
+		msg += ": the Raft quorum is lost; bring voters back (or recover the cluster with peers.json, see the global package docs)"
+	}
+	return msg
 }

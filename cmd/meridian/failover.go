@@ -116,6 +116,10 @@ func globalError(c *cli.Context, err error) error {
 	}
 	var uerr *url.Error
 	if errors.As(err, &uerr) {
+		if uerr.Timeout() || errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("%s: the admin API at %s did not answer within --timeout %v (it answers a write without a Raft leader after its hold timeout; is the controller overloaded?)",
+				cmdPath(c), c.String("admin"), c.Duration("timeout"))
+		}
 		return fmt.Errorf("%s: cannot reach the admin API at %s: %v", cmdPath(c), c.String("admin"), uerr.Err)
 	}
 	return fmt.Errorf("%s: %w", cmdPath(c), err)
