@@ -38,7 +38,9 @@ type FailoverRequest struct {
 	Reason string `json:"reason,omitempty"`
 	// Drain (trigger only) drains the region instead of failing it: no new
 	// traffic, requests in flight finish.
-	Drain     bool   `json:"drain,omitempty"`
+	Drain bool `json:"drain,omitempty"`
+	// Force accepts a region the cluster does not know yet, and a
+	// failover that leaves some traffic with no allowed region.
 	Force     bool   `json:"force,omitempty"`
 	Actor     string `json:"actor,omitempty"`
 	RequestID string `json:"request_id,omitempty"`

@@ -146,6 +146,12 @@ type Config struct {
 	// (State.CompiledPolicy). A result with an ID() string method names
 	// the policy in State.PolicyVersionString. nil: no compiled form.
 	PolicyCompiler func(doc []byte) (any, error)
+	// Stranded names the traffic the compiled policy would leave with no
+	// region to go to if the regions down reports were down (the
+	// integrator wires residency.Policy.Stranded in). A failover that
+	// strands traffic that was not stranded before is refused unless
+	// forced, naming it. nil: no such check.
+	Stranded func(compiled any, down func(region string) bool) []string
 
 	// Registerer receives the metrics; nil: metrics are not exported.
 	Registerer prometheus.Registerer

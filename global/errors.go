@@ -29,6 +29,9 @@ var (
 	ErrUnknownRegion = errors.New("unknown region")
 	// ErrInvalidPolicy: the policy validator rejected the document.
 	ErrInvalidPolicy = errors.New("invalid policy")
+	// ErrStrandsTraffic: the change would leave some traffic with no region
+	// its residency policy allows; force it to do it anyway.
+	ErrStrandsTraffic = errors.New("strands traffic")
 )
 
 // Error codes carried in JSON error bodies and RejectedError.
@@ -37,25 +40,29 @@ const (
 	CodeInvalidPolicy = "invalid_policy"
 	CodeUnknownRegion = "unknown_region"
 	CodeConflict      = "conflict"
-	CodeNotFound      = "not_found"
-	CodeNoLeader      = "no_leader"
-	CodeNotLeader     = "not_leader"
-	CodeUnauthorized  = "unauthorized"
-	CodeClosed        = "closed"
-	CodeTimeout       = "timeout"
-	CodeInternal      = "internal"
+	// CodeStrandsTraffic: the change would leave some traffic with no
+	// region its residency policy allows (repeat it with force).
+	CodeStrandsTraffic = "strands_traffic"
+	CodeNotFound       = "not_found"
+	CodeNoLeader       = "no_leader"
+	CodeNotLeader      = "not_leader"
+	CodeUnauthorized   = "unauthorized"
+	CodeClosed         = "closed"
+	CodeTimeout        = "timeout"
+	CodeInternal       = "internal"
 )
 
 var codeSentinels = map[string]error{
-	CodeInvalid:       ErrInvalid,
-	CodeInvalidPolicy: ErrInvalidPolicy,
-	CodeUnknownRegion: ErrUnknownRegion,
-	CodeConflict:      ErrConflict,
-	CodeNotFound:      ErrNotFound,
-	CodeNoLeader:      ErrNoLeader,
-	CodeNotLeader:     ErrNotLeader,
-	CodeUnauthorized:  ErrUnauthorized,
-	CodeClosed:        ErrClosed,
+	CodeInvalid:        ErrInvalid,
+	CodeInvalidPolicy:  ErrInvalidPolicy,
+	CodeUnknownRegion:  ErrUnknownRegion,
+	CodeConflict:       ErrConflict,
+	CodeStrandsTraffic: ErrStrandsTraffic,
+	CodeNotFound:       ErrNotFound,
+	CodeNoLeader:       ErrNoLeader,
+	CodeNotLeader:      ErrNotLeader,
+	CodeUnauthorized:   ErrUnauthorized,
+	CodeClosed:         ErrClosed,
 }
 
 // RejectedError is a deterministic rejection of a command by the state
@@ -117,7 +124,7 @@ func statusOfCode(code string) int {
 		return 422
 	case CodeUnknownRegion, CodeNotFound:
 		return 404
-	case CodeConflict:
+	case CodeConflict, CodeStrandsTraffic:
 		return 409
 	case CodeNoLeader, CodeNotLeader, CodeClosed:
 		return 503

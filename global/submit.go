@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -81,13 +82,21 @@ type RegionChange struct {
 	Expect *RegionState
 	// Automatic marks a change decided by the automatic failover.
 	Automatic bool
-	// Force allows a region the cluster does not know yet.
+	// Force allows a region the cluster does not know yet, and taking a
+	// region out of service when that leaves some traffic with no region
+	// its residency policy allows.
 	Force bool
 }
 
 // SetRegionState commits a region state change. A change to the state the
-// region already has succeeds with Result.Changed false.
+// region already has succeeds with Result.Changed false. Taking a region
+// out of service (failed or draining) that would leave some traffic with no
+// region the residency policy allows is refused (CodeStrandsTraffic,
+// naming that traffic) unless ch.Force or ch.Automatic.
 func (n *Node) SetRegionState(ctx context.Context, ch RegionChange, o WriteOptions) (Result, error) {
+	if rej := n.checkStranded(ch); rej != nil {
+		return Result{}, fmt.Errorf("set region %s to %s: %w", ch.Region, ch.State, rej)
+	}
 	c := &command{Op: opRegionSet, RequestID: o.RequestID, Actor: o.Actor, Region: &regionCmd{
 		Region: ch.Region, State: ch.State, Reason: ch.Reason, Expect: ch.Expect, Automatic: ch.Automatic, Force: ch.Force,
 	}}
@@ -96,6 +105,32 @@ func (n *Node) SetRegionState(ctx context.Context, ch RegionChange, o WriteOptio
 		return res, fmt.Errorf("set region %s to %s: %w", ch.Region, ch.State, err)
 	}
 	return res, nil
+}
+
+// checkStranded refuses a change that takes ch.Region out of service and
+// leaves traffic with nowhere to go that had somewhere before.
+func (n *Node) checkStranded(ch RegionChange) *RejectedError {
+	if n.cfg.Stranded == nil || ch.Force || ch.Automatic || ch.State == RegionActive {
+		return nil
+	}
+	st := n.State()
+	compiled, err := st.CompiledPolicy()
+	if err != nil || compiled == nil {
+		return nil
+	}
+	before := n.cfg.Stranded(compiled, func(r string) bool { return !st.Routable(r) })
+	after := n.cfg.Stranded(compiled, func(r string) bool { return r == ch.Region || !st.Routable(r) })
+	var lost []string
+	for _, s := range after {
+		if !slices.Contains(before, s) {
+			lost = append(lost, s)
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	return rejectf(CodeStrandsTraffic, "taking %s out of service leaves traffic with no region its residency policy allows: %s; those requests would be refused (503). Repeat with force to do it anyway",
+		ch.Region, strings.Join(lost, "; "))
 }
 
 // Trigger fails region over: it stops taking traffic (RegionFailed), and

@@ -157,3 +157,18 @@ func PolicyValidator(name string, doc []byte) (string, error) {
 
 // PolicyCompiler compiles a committed policy document.
 func PolicyCompiler(doc []byte) (any, error) { return residency.Parse("policy.yaml", doc) }
+
+// PolicyStranded wires residency.Policy.Stranded into the Raft tier
+// (global.Config.Stranded): the traffic a compiled policy would leave with
+// no region to go to, as text for the operator.
+func PolicyStranded(compiled any, down func(region string) bool) []string {
+	p, ok := compiled.(*residency.Policy)
+	if !ok || p == nil {
+		return nil
+	}
+	var out []string
+	for _, s := range p.Stranded(down) {
+		out = append(out, s.String())
+	}
+	return out
+}

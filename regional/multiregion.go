@@ -276,7 +276,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Raft.WAN {
 			gcfg.Timing = global.WANTiming()
 		}
-		gcfg.PolicyValidator, gcfg.PolicyCompiler = PolicyValidator, PolicyCompiler
+		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
 		node, err := global.Open(ctx, gcfg)
 		if err != nil {

@@ -32,6 +32,7 @@ func drDrillCommand() *cli.Command {
 			&cli.StringSliceFlag{Name: "controller", Usage: "`REGION=URL` of a region's controller public API; repeat for every region to probe from (required)"},
 			&cli.StringFlag{Name: "region", Usage: "the region to fail over and recover (required)"},
 			&cli.BoolFlag{Name: "drain", Usage: "drain the region (requests in flight finish) instead of failing it"},
+			&cli.BoolFlag{Name: "force", Usage: "fail the region over even when that leaves some traffic with no region the residency policy allows"},
 			&cli.StringSliceFlag{Name: "probe", Usage: "extra probe `ORIGIN:TENANT:CLASS` (repeat); by default every origin sends " + drill.ProbeTenant + " public and pii and eu-health phi"},
 			&cli.BoolFlag{Name: "no-default-probes", Usage: "send only the --probe probes"},
 			&cli.StringFlag{Name: "model", Value: def.Model, Usage: "model named in probe requests"},
@@ -64,6 +65,7 @@ func drDrillConfig(c *cli.Context) (drill.Config, error) {
 	cfg.Token = c.String("token")
 	cfg.Region = c.String("region")
 	cfg.Drain = c.Bool("drain")
+	cfg.Force = c.Bool("force")
 	cfg.DefaultProbes = !c.Bool("no-default-probes")
 	cfg.Controllers = map[string]string{}
 	for _, s := range c.StringSlice("controller") {

@@ -31,7 +31,7 @@ func failoverCommand() *cli.Command {
 					&cli.StringFlag{Name: "region", Usage: "the region to fail over (required)"},
 					&cli.StringFlag{Name: "reason", Usage: "why, recorded with the change"},
 					&cli.BoolFlag{Name: "drain", Usage: "drain instead of fail: no new requests, those in flight finish"},
-					&cli.BoolFlag{Name: "force", Usage: "accept a region the cluster does not know yet"},
+					&cli.BoolFlag{Name: "force", Usage: "accept a region the cluster does not know yet, or a failover that leaves some tenants' traffic with no region the residency policy allows (the refusal names them)"},
 				),
 				Action: runFailoverTrigger,
 			},

@@ -128,6 +128,10 @@ type Config struct {
 	// Reason and Actor are recorded with the failover and the recovery.
 	// Defaults "dr drill" and "meridian-dr-drill".
 	Reason, Actor string
+	// Force fails the region over even when that leaves some traffic with
+	// no region its residency policy allows (the cluster refuses it
+	// otherwise, naming that traffic).
+	Force bool
 	// HTTP is the client of the probes and the admin API; nil: a client of
 	// the drill's own, whose idle connections are closed at the end.
 	HTTP *http.Client

@@ -195,7 +195,7 @@ func (d *driller) coordinate(ctx context.Context, results <-chan probeResult) er
 		actx, cancel := d.adminCtx(context.WithoutCancel(ctx))
 		go func() {
 			defer cancel()
-			req := global.FailoverRequest{Region: cfg.Region, Reason: cfg.Reason, Actor: cfg.Actor}
+			req := global.FailoverRequest{Region: cfg.Region, Reason: cfg.Reason, Actor: cfg.Actor, Force: cfg.Force}
 			var res global.Result
 			var err error
 			if recover {

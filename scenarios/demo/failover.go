@@ -2,6 +2,7 @@ package demo
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -62,7 +63,16 @@ func (fo *failover) run(ctx context.Context, recoverAt time.Time) (time.Duration
 	req := global.FailoverRequest{Region: fo.region, Reason: "meridian demo", Actor: "meridian-demo"}
 	fo.st.event("failing %s over (meridian failover trigger --region %s)", fo.region, fo.region)
 	fo.st.setDown(fo.region, true, fo.now())
-	if _, err := fo.admin.Trigger(ctx, req); err != nil {
+	_, err := fo.admin.Trigger(ctx, req)
+	if errors.Is(err, global.ErrStrandsTraffic) {
+		// The cluster refuses a failover that leaves some traffic with no
+		// allowed region, and says which; the demo shows it, then insists.
+		fo.st.event("refused: %v", err)
+		fo.st.event("failing %s over anyway (meridian failover trigger --region %s --force)", fo.region, fo.region)
+		req.Force = true
+		_, err = fo.admin.Trigger(ctx, req)
+	}
+	if err != nil {
 		fo.st.setDown(fo.region, false, fo.now())
 		fo.st.event("failover of %s failed: %v", fo.region, err)
 		return 0, fmt.Errorf("failover trigger %s: %w", fo.region, err)

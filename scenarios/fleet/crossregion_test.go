@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -229,7 +230,14 @@ func TestResidencyAndAuditOnRandomizedRun(t *testing.T) {
 			// served elsewhere.
 			c := global.NewClient(f.Region("us-east-1").Controller.AdminURL(), f.AdminToken, nil)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			// The cluster refuses, naming the traffic left with nowhere to
+			// go, unless forced.
 			_, err := c.Trigger(ctx, global.FailoverRequest{Region: "eu-west-1", Reason: "randomized test"})
+			var api *global.APIError
+			if !errors.As(err, &api) || api.Code != global.CodeStrandsTraffic || !strings.Contains(api.Message, "rule eu-health-phi (tenant eu-health, data class phi)") {
+				t.Fatalf("emptying the EU zone without force: %v", err)
+			}
+			_, err = c.Trigger(ctx, global.FailoverRequest{Region: "eu-west-1", Reason: "randomized test", Force: true})
 			cancel()
 			if err != nil {
 				t.Fatal(err)

@@ -1,0 +1,79 @@
+package residency
+
+import (
+	"os"
+	"slices"
+	"testing"
+)
+
+func TestStranded(t *testing.T) {
+	src, err := os.ReadFile("../deploy/policies/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("example.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	downSet := func(regions ...string) func(string) bool {
+		return func(r string) bool { return slices.Contains(regions, r) }
+	}
+	if got := p.Stranded(downSet()); len(got) != 0 {
+		t.Fatalf("nothing down: %v", got)
+	}
+	// us-west-2 down: the US zone still has us-east-1: nothing stranded.
+	if got := p.Stranded(downSet("us-west-2")); len(got) != 0 {
+		t.Fatalf("us-west-2 down: %v", got)
+	}
+	// eu-west-1 down: the EU zone is empty. EU health PHI from anywhere,
+	// and whatever stays in its origin zone when it enters in the EU.
+	got := p.Stranded(downSet("eu-west-1"))
+	byRule := map[string][]string{}
+	for _, s := range got {
+		byRule[s.Rule] = s.Origins
+	}
+	want := map[string][]string{
+		"eu-health-phi":             {"us-east-1", "us-west-2", "eu-west-1"},
+		"phi-and-pii-stay-home":     {"eu-west-1"},
+		"public-anywhere-in-origin": {"eu-west-1"},
+		"default":                   {"eu-west-1"},
+	}
+	for rule, origins := range want {
+		if !slices.Equal(byRule[rule], origins) {
+			t.Errorf("eu-west-1 down, rule %s: origins %v, want %v (all: %v)", rule, byRule[rule], origins, got)
+		}
+	}
+	if _, ok := byRule["public-from-eu"]; ok {
+		t.Error("public data entering in the EU may go to the US: not stranded")
+	}
+	for _, s := range got {
+		if s.Rule == "eu-health-phi" && s.String() != "rule eu-health-phi (tenant eu-health, data class phi) entering at us-east-1, us-west-2, eu-west-1" {
+			t.Errorf("description %q", s)
+		}
+	}
+	// Against a naive check: evaluate every tenant/class/origin the
+	// example names and compare with what Stranded says.
+	down := downSet("eu-west-1")
+	for _, a := range []Attributes{
+		{Tenant: "eu-health", DataClass: "phi", OriginRegion: "us-east-1"},
+		{Tenant: "acme", DataClass: "pii", OriginRegion: "eu-west-1"},
+		{Tenant: "acme", DataClass: "pii", OriginRegion: "us-east-1"},
+		{Tenant: "acme", DataClass: "public", OriginRegion: "eu-west-1"},
+		{Tenant: "acme", DataClass: "secret", OriginRegion: "eu-west-1"},
+	} {
+		d := p.Evaluate(a)
+		left := false
+		for _, r := range d.Regions() {
+			left = left || !down(r)
+		}
+		stranded := false
+		for _, s := range got {
+			if (d.Rule.Name == s.Rule || (d.Rule.Name == "" && s.Rule == "default")) && slices.Contains(s.Origins, a.OriginRegion) {
+				stranded = true
+			}
+		}
+		if stranded == left {
+			t.Errorf("%+v: allowed %v, Stranded says stranded=%v", a, d.Regions(), stranded)
+		}
+	}
+}
