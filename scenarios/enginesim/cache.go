@@ -1,6 +1,7 @@
 package enginesim
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/meridian-llm/meridian/scenarios/prefixcache"
@@ -143,14 +144,6 @@ func (c *prefixCache) snapshot() []CachedBlock {
 		}
 		out = append(out, cb)
 	}
-	slices.SortFunc(out, func(a, b CachedBlock) int {
-		switch {
-		case a.Hash < b.Hash:
-			return -1
-		case a.Hash > b.Hash:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b CachedBlock) int { return cmp.Compare(a.Hash, b.Hash) })
 	return out
 }
