@@ -79,9 +79,11 @@ var importRules = map[string]importRule{
 	"dr/drill":             {imports: []string{"global", "residency"}},
 
 	// Workloads, simulators and the demo, which drive the controller.
-	"scenarios/enginesim": {imports: []string{"regional/tokenize", "regional/kvevents", "regional/kvbridge/zmtp"}},
+	"scenarios/prefixcache": {lean: true},
+	"scenarios/enginesim": {imports: []string{"regional/tokenize", "regional/kvevents", "regional/kvbridge/zmtp",
+		"scenarios/prefixcache"}},
 	"scenarios/sim": {imports: []string{"index", "gorgo", "residency", "regional/route",
-		"regional/gossip", "regional/summary", "scenarios/enginesim"}},
+		"regional/gossip", "regional/summary", "scenarios/enginesim", "scenarios/prefixcache"}},
 	"scenarios/fleet": {imports: []string{"residency", "regional", "scenarios/enginesim", "scenarios/sim"}},
 	"scenarios/demo": {imports: []string{"residency", "global", "global/audit", "regional",
 		"scenarios/enginesim", "scenarios/sim", "scenarios/fleet"}},

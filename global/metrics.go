@@ -2,6 +2,7 @@ package global
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
 // metrics of one node, registered on the injected Registerer.
@@ -21,62 +22,58 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry() // not exported anywhere
-	}
+	f := promauto.With(reg) // a nil reg registers nowhere
 	m := &metrics{
-		isLeader: prometheus.NewGauge(prometheus.GaugeOpts{
+		isLeader: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_is_leader",
 			Help: "1 when this controller is the Raft leader of the global tier.",
 		}),
-		stale: prometheus.NewGauge(prometheus.GaugeOpts{
+		stale: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_stale",
 			Help: "1 when this controller has no leader contact for longer than MaxStale: it serves its last committed state.",
 		}),
-		lastContact: prometheus.NewGauge(prometheus.GaugeOpts{
+		lastContact: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_last_contact_seconds",
 			Help: "Seconds since this controller last heard from the Raft leader (0 on the leader).",
 		}),
-		appliedIndex: prometheus.NewGauge(prometheus.GaugeOpts{
+		appliedIndex: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_applied_index",
 			Help: "Raft index applied to the local state machine.",
 		}),
-		stateIndex: prometheus.NewGauge(prometheus.GaugeOpts{
+		stateIndex: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_state_index",
 			Help: "Raft index of the last command that changed the replicated state.",
 		}),
-		policyVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+		policyVersion: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_policy_version",
 			Help: "Version number of the active residency policy (0: none).",
 		}),
-		regionState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		regionState: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_global_region_state",
 			Help: "1 for the committed state of each recorded region.",
 		}, []string{"region", "state"}),
-		commands: prometheus.NewCounterVec(prometheus.CounterOpts{
+		commands: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_global_commands_total",
 			Help: "Commands applied to the local state machine by operation and outcome (changed, unchanged, duplicate, rejected).",
 		}, []string{"op", "outcome"}),
-		submits: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		submits: f.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "meridian_global_submit_duration_seconds",
 			Help:    "Time for a write accepted by this controller to commit (including forwarding and leader changes).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"op"}),
-		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+		forwarded: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_global_forwarded_total",
 			Help: "Requests forwarded to the leader by result (ok, error).",
 		}, []string{"result"}),
-		leaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+		leaderChanges: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_global_leader_changes_total",
 			Help: "Leader changes observed by this controller.",
 		}),
-		autoFailovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+		autoFailovers: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_global_auto_transitions_total",
 			Help: "Region state changes committed by the automatic failover, by target state.",
 		}, []string{"state"}),
 	}
-	reg.MustRegister(m.isLeader, m.stale, m.lastContact, m.appliedIndex, m.stateIndex, m.policyVersion,
-		m.regionState, m.commands, m.submits, m.forwarded, m.leaderChanges, m.autoFailovers)
 	return m
 }
 

@@ -246,25 +246,14 @@ func (p *Policy) Evaluate(a Attributes) Decision {
 	decider := &p.def
 	for _, i := range p.allowRules {
 		r := &p.rules[i]
-		m, attr, pr := r.match(&st, &a)
-		if m == no {
-			continue
+		applies, stop := p.applies(&d, r, &st, &a)
+		if stop {
+			return d
 		}
-		if m == needs {
-			return failClosed(d, r, attr, pr)
+		if applies {
+			decider = r
+			break
 		}
-		if r.cond != nil {
-			ok, err := r.cond.eval(&a, p.zoneNames(&st))
-			if err != nil {
-				d.Outcome, d.Rule, d.DeniedBy, d.Err = OutcomeConditionError, r.Ref(), RuleRef{}, fmt.Errorf("rule %q: %w", r.Name, err)
-				return d
-			}
-			if !ok {
-				continue
-			}
-		}
-		decider = r
-		break
 	}
 	allowed, ok := p.resolve(decider, &st)
 	if !ok {
@@ -272,22 +261,12 @@ func (p *Policy) Evaluate(a Attributes) Decision {
 	}
 	for _, i := range p.denyRules {
 		r := &p.rules[i]
-		m, attr, pr := r.match(&st, &a)
-		if m == no {
+		applies, stop := p.applies(&d, r, &st, &a)
+		if stop {
+			return d
+		}
+		if !applies {
 			continue
-		}
-		if m == needs {
-			return failClosed(d, r, attr, pr)
-		}
-		if r.cond != nil {
-			ok, err := r.cond.eval(&a, p.zoneNames(&st))
-			if err != nil {
-				d.Outcome, d.Rule, d.DeniedBy, d.Err = OutcomeConditionError, r.Ref(), RuleRef{}, fmt.Errorf("rule %q: %w", r.Name, err)
-				return d
-			}
-			if !ok {
-				continue
-			}
 		}
 		denied, ok := p.resolve(r, &st)
 		if !ok {
@@ -305,6 +284,30 @@ func (p *Policy) Evaluate(a Attributes) Decision {
 		d.Outcome = OutcomeDefault
 	}
 	return d
+}
+
+// applies reports whether rule r applies to the request: its attributes
+// match and its condition, if any, holds. When that cannot be told (an
+// attribute r keys on is missing or malformed, or its condition fails) it
+// sets d to the fail-closed decision and returns stop.
+func (p *Policy) applies(d *Decision, r *Rule, st *evalState, a *Attributes) (applies, stop bool) {
+	m, attr, pr := r.match(st, a)
+	switch m {
+	case no:
+		return false, false
+	case needs:
+		*d = failClosed(*d, r, attr, pr)
+		return false, true
+	}
+	if r.cond == nil {
+		return true, false
+	}
+	ok, err := r.cond.eval(a, p.zoneNames(st))
+	if err != nil {
+		d.Outcome, d.Rule, d.DeniedBy, d.Err = OutcomeConditionError, r.Ref(), RuleRef{}, fmt.Errorf("rule %q: %w", r.Name, err)
+		return false, true
+	}
+	return ok, false
 }
 
 func failClosed(d Decision, r *Rule, attr Attr, pr presence) Decision {

@@ -54,19 +54,33 @@ func lower(c byte) byte {
 }
 
 // globMatch reports whether s matches pattern p. With fold, ASCII letters
-// compare case-insensitively. It never allocates: the classic two-pointer
-// algorithm that backtracks only to the last '*'.
-func globMatch(p, s string, fold bool) bool {
+// compare case-insensitively. It never allocates.
+func globMatch(p, s string, fold bool) bool { return glob(p, s, fold, false) }
+
+// globCovers reports whether every string matched by b is matched by a. It is
+// sound (true means covered) but not complete: it treats b's wildcards as
+// symbols that a must match, where b's '*' is matched only by a's '*' and b's
+// '?' by a's '?' or '*'. Patterns are compared as given (callers lower-case
+// data-class patterns first).
+func globCovers(a, b string) bool { return glob(a, b, false, true) }
+
+// glob matches s against pattern p with the classic two-pointer algorithm
+// that backtracks only to the last '*'. With fold, ASCII letters compare
+// case-insensitively; with symbolic, s's '*' is a symbol only p's '*' can
+// stand for (s's '?' is matched by p's '?' or '*' either way).
+func glob(p, s string, fold, symbolic bool) bool {
 	pi, si := 0, 0
 	star, mark := -1, 0
 	for si < len(s) {
 		if pi < len(p) {
-			switch c := p[pi]; {
+			switch c, d := p[pi], s[si]; {
 			case c == '*':
 				star, mark = pi, si
 				pi++
 				continue
-			case c == '?' || c == s[si] || (fold && lower(c) == lower(s[si])):
+			case symbolic && d == '*':
+				// only p's '*' can stand for s's '*'
+			case c == '?' || c == d || (fold && lower(c) == lower(d)):
 				pi++
 				si++
 				continue
@@ -83,43 +97,6 @@ func globMatch(p, s string, fold bool) bool {
 		pi++
 	}
 	return pi == len(p)
-}
-
-// globCovers reports whether every string matched by b is matched by a. It is
-// sound (true means covered) but not complete: it treats b's wildcards as
-// symbols that a must match, where b's '*' is matched only by a's '*' and b's
-// '?' by a's '?' or '*'. Patterns are compared as given (callers lower-case
-// data-class patterns first).
-func globCovers(a, b string) bool {
-	pi, si := 0, 0
-	star, mark := -1, 0
-	for si < len(b) {
-		if pi < len(a) {
-			c, d := a[pi], b[si]
-			switch {
-			case c == '*':
-				star, mark = pi, si
-				pi++
-				continue
-			case d == '*':
-				// only a's '*' can stand for b's '*'
-			case c == '?' || c == d:
-				pi++
-				si++
-				continue
-			}
-		}
-		if star < 0 {
-			return false
-		}
-		pi = star + 1
-		mark++
-		si = mark
-	}
-	for pi < len(a) && a[pi] == '*' {
-		pi++
-	}
-	return pi == len(a)
 }
 
 // globIntersect reports whether some non-empty string of the value alphabet

@@ -46,11 +46,9 @@ func failoverCommand() *cli.Command {
 				Action: runFailoverRecover,
 			},
 			{
-				Name:  "status",
-				Usage: "show every known region's state, who set it, when and why",
-				Flags: append(globalAdminFlags(),
-					&cli.BoolFlag{Name: "consistent", Usage: "read on the leader (linearizable) instead of the answering controller's local state"},
-				),
+				Name:   "status",
+				Usage:  "show every known region's state, who set it, when and why",
+				Flags:  append(globalAdminFlags(), consistentFlag()),
 				Action: runFailoverStatus,
 			},
 		},
@@ -67,6 +65,16 @@ func globalAdminFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
 		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
 	}
+}
+
+// consistentFlag is --consistent of the commands that read the global
+// tier's state; readOptions passes it on to the client.
+func consistentFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "consistent", Usage: "read on the leader (linearizable) instead of the answering controller's local state"}
+}
+
+func readOptions(c *cli.Context) global.ReadOptions {
+	return global.ReadOptions{Consistent: c.Bool("consistent")}
 }
 
 // globalClient builds the admin API client from the flags, with a context
@@ -189,7 +197,7 @@ func runFailoverStatus(c *cli.Context) error {
 		return err
 	}
 	defer cancel()
-	st, err := cl.FailoverStatus(ctx, global.ReadOptions{Consistent: c.Bool("consistent")})
+	st, err := cl.FailoverStatus(ctx, readOptions(c))
 	if err != nil {
 		return globalError(c, err)
 	}

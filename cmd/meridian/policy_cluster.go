@@ -32,7 +32,7 @@ func policyClusterCommands() []*cli.Command {
 			Flags: append(globalAdminFlags(),
 				&cli.BoolFlag{Name: "history", Usage: "list the kept versions instead"},
 				&cli.Uint64Flag{Name: "version", Usage: "print kept version `N` instead of the active one"},
-				&cli.BoolFlag{Name: "consistent", Usage: "read on the leader (linearizable) instead of the answering controller's local state"},
+				consistentFlag(),
 			),
 			Action: runPolicyShow,
 		},
@@ -103,7 +103,7 @@ func runPolicyShow(c *cli.Context) error {
 		return err
 	}
 	defer cancel()
-	ro := global.ReadOptions{Consistent: c.Bool("consistent")}
+	ro := readOptions(c)
 	w := c.App.Writer
 	if c.Bool("history") {
 		h, err := cl.PolicyHistory(ctx, ro)

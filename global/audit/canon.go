@@ -265,20 +265,14 @@ func (c *canonicaliser) number(dst []byte) ([]byte, error) {
 	case p < len(in) && in[p] == '0':
 		p++
 	case p < len(in) && in[p] >= '1' && in[p] <= '9':
-		for p < len(in) && in[p] >= '0' && in[p] <= '9' {
-			p++
-		}
+		p = digits(in, p)
 	default:
 		c.pos = p
 		return nil, c.syntax("bad number")
 	}
 	if p < len(in) && in[p] == '.' {
-		p++
-		d := p
-		for p < len(in) && in[p] >= '0' && in[p] <= '9' {
-			p++
-		}
-		if p == d {
+		d := p + 1
+		if p = digits(in, d); p == d {
 			c.pos = p
 			return nil, c.syntax("bad number fraction")
 		}
@@ -289,16 +283,21 @@ func (c *canonicaliser) number(dst []byte) ([]byte, error) {
 			p++
 		}
 		d := p
-		for p < len(in) && in[p] >= '0' && in[p] <= '9' {
-			p++
-		}
-		if p == d {
+		if p = digits(in, d); p == d {
 			c.pos = p
 			return nil, c.syntax("bad number exponent")
 		}
 	}
 	c.pos = p
 	return append(dst, in[start:p]...), nil
+}
+
+// digits returns the end of the run of decimal digits at p.
+func digits(in []byte, p int) int {
+	for p < len(in) && in[p] >= '0' && in[p] <= '9' {
+		p++
+	}
+	return p
 }
 
 func (c *canonicaliser) literal(dst []byte, lit string) ([]byte, error) {

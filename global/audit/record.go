@@ -230,17 +230,23 @@ func prepare(e *Entry, h *Hasher, dst []byte) ([]byte, error) {
 // appendContent appends the hashed content of a record: the whole object
 // without its hash member. body is the output of prepare.
 func appendContent(b []byte, controller string, seq uint64, ts time.Time, body []byte, prev string) []byte {
+	b = appendHeader(b, FormatVersion, controller, seq, ts)
+	b = append(b, body...)
+	b = appendMember(b, "prev", prev)
+	return append(b, '}')
+}
+
+// appendHeader opens a record with the members the writer assigns, in
+// canonical order: `{"v":...,"controller":...,"seq":...,"ts":"..."`.
+func appendHeader(b []byte, v int64, controller string, seq uint64, ts time.Time) []byte {
 	b = append(b, `{"v":`...)
-	b = strconv.AppendInt(b, FormatVersion, 10)
+	b = strconv.AppendInt(b, v, 10)
 	b = appendMember(b, "controller", controller)
 	b = append(b, `,"seq":`...)
 	b = strconv.AppendUint(b, seq, 10)
 	b = append(b, `,"ts":"`...)
 	b = ts.UTC().AppendFormat(b, timeLayout)
-	b = append(b, '"')
-	b = append(b, body...)
-	b = appendMember(b, "prev", prev)
-	return append(b, '}')
+	return append(b, '"')
 }
 
 // sealLine turns content (ending in '}') into a stored line: it appends the
@@ -262,14 +268,7 @@ func (r *Record) AppendCanonical(b []byte) ([]byte, error) {
 	if err != nil {
 		return b, fmt.Errorf("record seq %d: cost: %w", r.Seq, err)
 	}
-	b = append(b, `{"v":`...)
-	b = strconv.AppendInt(b, int64(r.V), 10)
-	b = appendMember(b, "controller", r.Controller)
-	b = append(b, `,"seq":`...)
-	b = strconv.AppendUint(b, r.Seq, 10)
-	b = append(b, `,"ts":"`...)
-	b = r.Time.UTC().AppendFormat(b, timeLayout)
-	b = append(b, '"')
+	b = appendHeader(b, int64(r.V), r.Controller, r.Seq, r.Time)
 	b = appendMember(b, "kind", string(r.Kind))
 	b = appendMember(b, "decision_id", r.DecisionID)
 	b = appendMember(b, "request_id", r.RequestID)

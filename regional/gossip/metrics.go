@@ -1,6 +1,9 @@
 package gossip
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
 
 type metrics struct {
 	members        *prometheus.GaugeVec
@@ -17,56 +20,52 @@ type metrics struct {
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
-	if reg == nil {
-		reg = prometheus.NewRegistry() // not exported anywhere
-	}
+	f := promauto.With(reg) // a nil reg registers nowhere
 	m := &metrics{
-		members: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		members: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_gossip_members",
 			Help: "Controllers of the WAN pool known to this one, by state (alive, suspect, dead), itself excluded.",
 		}, []string{"state"}),
-		sentBytes: prometheus.NewCounter(prometheus.CounterOpts{
+		sentBytes: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_summary_sent_bytes_total",
 			Help: "Bytes of this region's summary sent to other controllers (pull answers and push/pull state).",
 		}),
-		receivedBytes: prometheus.NewCounter(prometheus.CounterOpts{
+		receivedBytes: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_summary_received_bytes_total",
 			Help: "Bytes of summary bodies received, accepted or not.",
 		}),
-		accepted: prometheus.NewCounter(prometheus.CounterOpts{
+		accepted: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_summaries_accepted_total",
 			Help: "Remote region summaries accepted (newer than the one held).",
 		}),
-		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_gossip_summaries_rejected_total",
 			Help: "Summary bodies rejected, by reason (oversize, truncated, magic, version, checksum, field, malformed, stale).",
 		}, []string{"reason"}),
-		pulls: prometheus.NewCounter(prometheus.CounterOpts{
+		pulls: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_summary_pulls_total",
 			Help: "Requests sent for a newer remote summary.",
 		}),
-		coordsRejected: prometheus.NewCounter(prometheus.CounterOpts{
+		coordsRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_coordinates_rejected_total",
 			Help: "Peer Vivaldi coordinates rejected (malformed, wrong dimensionality, non-finite).",
 		}),
-		digestRejected: prometheus.NewCounter(prometheus.CounterOpts{
+		digestRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_digests_rejected_total",
 			Help: "Node-meta digests that could not be decoded.",
 		}),
-		summaryAge: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		summaryAge: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_gossip_summary_age_seconds",
 			Help: "Age of the summary held for each remote region (by its build time, or receive time if later).",
 		}, []string{"region"}),
-		rtt: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		rtt: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_gossip_rtt_seconds",
 			Help: "RTT to each remote region as used for decisions (median over its live controllers, or static).",
 		}, []string{"region"}),
-		regionLive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		regionLive: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_gossip_region_live",
 			Help: "1 when a remote region has at least one alive, reachable controller.",
 		}, []string{"region"}),
 	}
-	reg.MustRegister(m.members, m.sentBytes, m.receivedBytes, m.accepted, m.rejected, m.pulls,
-		m.coordsRejected, m.digestRejected, m.summaryAge, m.rtt, m.regionLive)
 	return m
 }

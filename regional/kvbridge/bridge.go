@@ -453,12 +453,8 @@ func (s *source) dialLoop(ctx context.Context) {
 				return
 			}
 		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, cfg.BackoffMax)
 	}
@@ -778,12 +774,8 @@ func (b *Bridge) produce(ctx context.Context, out []outMsg) {
 		b.update(func(st *Stats) { st.ProduceErrors++ })
 		b.warn.Warn("produce", "kv bridge: kafka write failed; retrying", "topic", b.cfg.Topic,
 			"messages", len(pending), "err", err, "retry_in", backoff)
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if !sleep(ctx, backoff) {
 			return
-		case <-t.C:
 		}
 		backoff = min(2*backoff, b.cfg.BackoffMax)
 	}
@@ -822,4 +814,16 @@ func (b *Bridge) written(ok []outMsg) {
 		st.Replayed += rep
 		st.Markers += mark
 	})
+}
+
+// sleep waits d, or until ctx is done; it reports whether d passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }

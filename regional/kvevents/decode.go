@@ -161,14 +161,10 @@ func (d *Decoder) reset() {
 func (d *Decoder) envelope() error {
 	r := &d.r
 	start := r.i
-	c, err := r.peek()
-	if err != nil {
-		return err
-	}
 	isMap, n, err := r.container("batch")
 	if err != nil {
 		if ReasonOf(err) == ReasonBadFieldType {
-			return r.fail(start, ReasonBadEnvelope, "batch: want array [ts, events, data_parallel_rank] or map, found %s", typeName(c))
+			return r.fail(start, ReasonBadEnvelope, "batch: want array [ts, events, data_parallel_rank] or map, found %s", typeName(r.b[start]))
 		}
 		return err
 	}
@@ -189,12 +185,7 @@ func (d *Decoder) envelope() error {
 			return err
 		}
 	}
-	for k := 3; k < n; k++ {
-		if err := r.skip(d.cfg.MaxDepth); err != nil {
-			return err
-		}
-	}
-	return nil
+	return d.skipValues(n - 3)
 }
 
 func (d *Decoder) envelopeMap(start, n int) error {
@@ -262,14 +253,10 @@ func (d *Decoder) rank() (Opt[int64], error) {
 func (d *Decoder) eventList() error {
 	r := &d.r
 	start := r.i
-	c, err := r.peek()
-	if err != nil {
-		return err
-	}
 	isMap, n, err := r.container("events")
 	if err != nil || isMap {
 		if err == nil || ReasonOf(err) == ReasonBadFieldType {
-			return r.fail(start, ReasonBadEnvelope, "events: want array, found %s", typeName(c))
+			return r.fail(start, ReasonBadEnvelope, "events: want array, found %s", typeName(r.b[start]))
 		}
 		return err
 	}
@@ -287,14 +274,10 @@ func (d *Decoder) eventList() error {
 func (d *Decoder) event(idx int) error {
 	r := &d.r
 	start := r.i
-	c, err := r.peek()
-	if err != nil {
-		return err
-	}
 	isMap, n, err := r.container("event")
 	if err != nil {
 		if ReasonOf(err) == ReasonBadFieldType {
-			return r.fail(start, ReasonBadEvent, "event %d: want array [tag, fields...] or map with \"type\", found %s", idx, typeName(c))
+			return r.fail(start, ReasonBadEvent, "event %d: want array [tag, fields...] or map with \"type\", found %s", idx, typeName(r.b[start]))
 		}
 		return err
 	}
@@ -312,25 +295,17 @@ func (d *Decoder) event(idx int) error {
 	kind := kindOfTag(tag)
 	if kind == 0 {
 		d.skip(idx, start, tag)
-		for k := 1; k < n; k++ {
-			if err := r.skip(d.cfg.MaxDepth); err != nil {
-				return err
-			}
-		}
-		return nil
+		return d.skipValues(n - 1)
 	}
 	f := fieldsOf(kind)
 	var u union
-	for k := 1; k < n; k++ {
-		if k-1 < len(f) {
-			if err := d.field(&u, f[k-1]); err != nil {
-				return err
-			}
-			continue
-		}
-		if err := r.skip(d.cfg.MaxDepth); err != nil {
+	for _, fi := range f[:min(n-1, len(f))] {
+		if err := d.field(&u, fi); err != nil {
 			return err
 		}
+	}
+	if err := d.skipValues(n - 1 - len(f)); err != nil {
+		return err
 	}
 	return d.emit(kind, &u, tagOff)
 }
@@ -342,6 +317,25 @@ func (d *Decoder) tag(idx int) ([]byte, error) {
 		return nil, d.r.fail(off, ReasonBadEvent, "event %d: tag is not a string", idx)
 	}
 	return tag, err
+}
+
+// skipValues skips the next n values (none when n <= 0).
+func (d *Decoder) skipValues(n int) (err error) {
+	for ; n > 0 && err == nil; n-- {
+		err = d.r.skip(d.cfg.MaxDepth)
+	}
+	return err
+}
+
+// eventKeyError is the error of reading a map key of event idx: a key that
+// is not a string makes the event bad. Called only on failure, it leaves the
+// key reads of eventMap's two passes inline.
+func eventKeyError(err error, idx int) error {
+	if ReasonOf(err) == ReasonBadFieldType {
+		de := err.(*DecodeError)
+		return &DecodeError{Offset: de.Offset, Reason: ReasonBadEvent, Detail: fmt.Sprintf("event %d: map key is not a string", idx)}
+	}
+	return err
 }
 
 func (d *Decoder) skip(idx, off int, tag []byte) {
@@ -359,13 +353,9 @@ func (d *Decoder) eventMap(idx, start, n int) error {
 	found := false
 	scan := r.i
 	for k := 0; k < n && !found; k++ {
-		keyOff := r.i
 		key, _, err := r.bytes("event key", d.cfg.MaxStringBytes)
 		if err != nil {
-			if ReasonOf(err) == ReasonBadFieldType {
-				return r.fail(keyOff, ReasonBadEvent, "event %d: map key is not a string", idx)
-			}
-			return err
+			return eventKeyError(err, idx)
 		}
 		if string(key) == "type" {
 			if tag, err = d.tag(idx); err != nil {
@@ -389,13 +379,9 @@ func (d *Decoder) eventMap(idx, start, n int) error {
 	r.i = scan
 	var u union
 	for k := 0; k < n; k++ {
-		keyOff := r.i
 		key, _, err := r.bytes("event key", d.cfg.MaxStringBytes)
 		if err != nil {
-			if ReasonOf(err) == ReasonBadFieldType {
-				return r.fail(keyOff, ReasonBadEvent, "event %d: map key is not a string", idx)
-			}
-			return err
+			return eventKeyError(err, idx)
 		}
 		fi := fieldNone
 		if kind != 0 {
@@ -652,21 +638,27 @@ func (d *Decoder) hash(what string) (uint64, error) {
 	return v, nil
 }
 
-func (d *Decoder) hashList(what string) ([]uint64, error) {
+// list reads the header of a list field, which may be nil (absent): its
+// length, at most limit (of unit, for the error), and whether it is present.
+func (d *Decoder) list(what, unit string, limit int) (n int, present bool, err error) {
 	r := &d.r
 	if r.nextNil() {
-		return nil, nil
+		return 0, false, nil
 	}
 	start := r.i
-	n, err := r.array(what)
-	if err != nil {
+	if n, err = r.array(what); err != nil {
+		return 0, false, err
+	}
+	if n > limit {
+		return 0, false, r.fail(start, ReasonTooLarge, "%s: %d %s, limit %d", what, n, unit, limit)
+	}
+	return n, true, nil
+}
+
+func (d *Decoder) hashList(what string) ([]uint64, error) {
+	n, _, err := d.list(what, "hashes", d.cfg.MaxBlocksPerEvent)
+	if n == 0 || err != nil {
 		return nil, err
-	}
-	if n > d.cfg.MaxBlocksPerEvent {
-		return nil, r.fail(start, ReasonTooLarge, "%s: %d hashes, limit %d", what, n, d.cfg.MaxBlocksPerEvent)
-	}
-	if n == 0 {
-		return nil, nil
 	}
 	s := len(d.hashes)
 	for k := 0; k < n; k++ {
@@ -680,21 +672,11 @@ func (d *Decoder) hashList(what string) ([]uint64, error) {
 }
 
 func (d *Decoder) tokenList() ([]uint32, error) {
-	r := &d.r
-	if r.nextNil() {
-		return nil, nil
-	}
-	start := r.i
-	n, err := r.array("token_ids")
-	if err != nil {
+	n, _, err := d.list("token_ids", "tokens", d.cfg.MaxTokensPerEvent)
+	if n == 0 || err != nil {
 		return nil, err
 	}
-	if n > d.cfg.MaxTokensPerEvent {
-		return nil, r.fail(start, ReasonTooLarge, "token_ids: %d tokens, limit %d", n, d.cfg.MaxTokensPerEvent)
-	}
-	if n == 0 {
-		return nil, nil
-	}
+	r := &d.r
 	s := len(d.tokens)
 	d.tokens = append(d.tokens, make([]uint32, n)...)
 	out := d.tokens[s : s+n : s+n]
@@ -733,21 +715,14 @@ func (d *Decoder) tokenList() ([]uint32, error) {
 }
 
 func (d *Decoder) extraKeys() ([]Raw, error) {
-	r := &d.r
-	if r.nextNil() {
-		return nil, nil
-	}
-	start := r.i
-	n, err := r.array("extra_keys")
-	if err != nil {
+	n, present, err := d.list("extra_keys", "entries", d.cfg.MaxBlocksPerEvent)
+	if !present || err != nil {
 		return nil, err
-	}
-	if n > d.cfg.MaxBlocksPerEvent {
-		return nil, r.fail(start, ReasonTooLarge, "extra_keys: %d entries, limit %d", n, d.cfg.MaxBlocksPerEvent)
 	}
 	if n == 0 {
 		return emptyRaws, nil
 	}
+	r := &d.r
 	s := len(d.raws)
 	for k := 0; k < n; k++ {
 		vs := r.i
@@ -783,15 +758,10 @@ func (d *Decoder) optStr(what string) (Opt[string], error) {
 	return Some(d.str(p)), nil
 }
 
+// reqStr reads a string field that has no absent state: nil reads as "".
 func (d *Decoder) reqStr(what string) (string, error) {
-	if d.r.nextNil() {
-		return "", nil
-	}
-	p, err := d.strBytes(what)
-	if err != nil {
-		return "", err
-	}
-	return d.str(p), nil
+	s, err := d.optStr(what)
+	return s.V, err
 }
 
 func (d *Decoder) strBytes(what string) ([]byte, error) {

@@ -133,11 +133,11 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 		w.key(fBlockSize)
 		w.dst = appendInt(w.dst, ev.BlockSize)
 		w.key(fLoRAID)
-		w.dst = appendOptInt(w.dst, ev.LoRAID)
+		w.dst = appendOpt(w.dst, ev.LoRAID, appendInt)
 		w.key(fMedium)
-		w.dst = appendOptStr(w.dst, ev.Medium)
+		w.dst = appendOpt(w.dst, ev.Medium, appendStr)
 		w.key(fLoRAName)
-		w.dst = appendOptStr(w.dst, ev.LoRAName)
+		w.dst = appendOpt(w.dst, ev.LoRAName, appendStr)
 		k := 7
 		if w.isMap || k < n {
 			if ev.ExtraKeys != nil {
@@ -154,17 +154,17 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 				w.dst = append(w.dst, mpNil)
 			}
 		}
-		w.optIntField(fGroupIdx, ev.GroupIdx, n > 8)
-		w.optStrField(fSpecKind, ev.KVCacheSpecKind, n > 9)
-		w.optIntField(fSlidingWindow, ev.KVCacheSpecSlidingWindow, n > 10)
+		optField(&w, fGroupIdx, ev.GroupIdx, n > 8, appendInt)
+		optField(&w, fSpecKind, ev.KVCacheSpecKind, n > 9, appendStr)
+		optField(&w, fSlidingWindow, ev.KVCacheSpecSlidingWindow, n > 10, appendInt)
 	case *BlockRemoved:
 		n := 2 + countTrailing([]bool{ev.GroupIdx.Valid}, w.isMap)
 		header(TagBlockRemoved, n)
 		w.key(fBlockHashes)
 		w.dst = e.appendHashes(w.dst, ev.BlockHashes)
 		w.key(fMedium)
-		w.dst = appendOptStr(w.dst, ev.Medium)
-		w.optIntField(fGroupIdx, ev.GroupIdx, n > 2)
+		w.dst = appendOpt(w.dst, ev.Medium, appendStr)
+		optField(&w, fGroupIdx, ev.GroupIdx, n > 2, appendInt)
 	case *AllBlocksCleared:
 		header(TagAllBlocksCleared, 0)
 	case *PodUp:
@@ -209,31 +209,16 @@ func countTrailing(present []bool, isMap bool) int {
 	return n
 }
 
-// optIntField writes an optional trailing field: in a map only when present,
-// in an array when inArray says the array reaches it (as nil if absent).
-func (w *fieldWriter) optIntField(f fieldID, v Opt[int64], inArray bool) {
-	if w.isMap {
-		if v.Valid {
-			w.key(f)
-			w.dst = appendInt(w.dst, v.V)
-		}
-		return
-	}
-	if inArray {
-		w.dst = appendOptInt(w.dst, v)
-	}
-}
-
-func (w *fieldWriter) optStrField(f fieldID, v Opt[string], inArray bool) {
-	if w.isMap {
-		if v.Valid {
-			w.key(f)
-			w.dst = appendStr(w.dst, v.V)
-		}
-		return
-	}
-	if inArray {
-		w.dst = appendOptStr(w.dst, v)
+// optField writes an optional trailing field with put: in a map only when
+// present, in an array when inArray says the array reaches it (as nil if
+// absent).
+func optField[T any](w *fieldWriter, f fieldID, v Opt[T], inArray bool, put func([]byte, T) []byte) {
+	switch {
+	case w.isMap && v.Valid:
+		w.key(f)
+		w.dst = put(w.dst, v.V)
+	case !w.isMap && inArray:
+		w.dst = appendOpt(w.dst, v, put)
 	}
 }
 
@@ -256,18 +241,12 @@ func (e Encoding) appendHash(dst []byte, h uint64) []byte {
 	return appendUint(dst, h)
 }
 
-func appendOptInt(dst []byte, v Opt[int64]) []byte {
+// appendOpt appends v with put, or nil when it is absent.
+func appendOpt[T any](dst []byte, v Opt[T], put func([]byte, T) []byte) []byte {
 	if !v.Valid {
 		return append(dst, mpNil)
 	}
-	return appendInt(dst, v.V)
-}
-
-func appendOptStr(dst []byte, v Opt[string]) []byte {
-	if !v.Valid {
-		return append(dst, mpNil)
-	}
-	return appendStr(dst, v.V)
+	return put(dst, v.V)
 }
 
 // RawStrings encodes ss as one msgpack value for BlockStored.ExtraKeys: an
@@ -289,23 +268,23 @@ func RawStrings(ss []string) Raw {
 }
 
 func appendArrayHeader(dst []byte, n int) []byte {
-	switch {
-	case n <= 15:
-		return append(dst, 0x90|byte(n))
-	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(dst, mpArray16), uint16(n))
-	}
-	return binary.BigEndian.AppendUint32(append(dst, mpArray32), uint32(n))
+	return appendLen(dst, n, 0x90, mpArray16, mpArray32)
 }
 
 func appendMapHeader(dst []byte, n int) []byte {
+	return appendLen(dst, n, 0x80, mpMap16, mpMap32)
+}
+
+// appendLen appends the header of a container of n elements: fix|n up to
+// 15, else the 16- or 32-bit form.
+func appendLen(dst []byte, n int, fix, c16, c32 byte) []byte {
 	switch {
 	case n <= 15:
-		return append(dst, 0x80|byte(n))
+		return append(dst, fix|byte(n))
 	case n <= math.MaxUint16:
-		return binary.BigEndian.AppendUint16(append(dst, mpMap16), uint16(n))
+		return binary.BigEndian.AppendUint16(append(dst, c16), uint16(n))
 	}
-	return binary.BigEndian.AppendUint32(append(dst, mpMap32), uint32(n))
+	return binary.BigEndian.AppendUint32(append(dst, c32), uint32(n))
 }
 
 func appendStr(dst []byte, s string) []byte {

@@ -408,20 +408,25 @@ func splitCl100k(s string, i int) int {
 		}
 	}
 	if isNumber(r) {
-		j := i + n
-		for k := 1; k < 3 && j < len(s); k++ {
-			r2, n2 := runeAt(s, j)
-			if !isNumber(r2) {
-				break
-			}
-			j += n2
-		}
-		return j
+		return numberTail(s, i+n)
 	}
 	if end := punctuation(s, i, r, n, false); end > 0 {
 		return end
 	}
 	return whitespaceTail(s, i)
+}
+
+// numberTail ends "\p{N}{1,3}" whose first number rune ends at j: it takes
+// at most two more number runes.
+func numberTail(s string, j int) int {
+	for k := 1; k < 3 && j < len(s); k++ {
+		r, n := runeAt(s, j)
+		if !isNumber(r) {
+			break
+		}
+		j += n
+	}
+	return j
 }
 
 // punctuation matches " ?[^\s\p{L}\p{N}]+[\r\n]*" (with '/' in the tail
@@ -554,15 +559,7 @@ func splitO200k(s string, i int) int {
 		return withContraction(e)
 	}
 	if isNumber(r) {
-		j := i + n
-		for k := 1; k < 3 && j < len(s); k++ {
-			r2, n2 := runeAt(s, j)
-			if !isNumber(r2) {
-				break
-			}
-			j += n2
-		}
-		return j
+		return numberTail(s, i+n)
 	}
 	if end := punctuation(s, i, r, n, true); end > 0 {
 		return end

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/meridian-llm/meridian/scenarios/prefixcache"
 )
 
 // benchPrompt is a 2,048-token prompt (the seed's example size).
@@ -30,13 +32,14 @@ func BenchmarkCacheHitPath(b *testing.B) {
 	c := newPrefixCache(16, 100000, func(Event) {})
 	toks := benchPrompt()
 	hashes := newHashChain("bench").appendHashes(nil, toks, 16, "", "")
-	h := &holding{tokens: toks, hashes: hashes, maxTokens: 16, blocks: make([]*cacheBlock, 0, len(hashes))}
+	h := &holding{tokens: toks, hashes: hashes, maxTokens: 16}
+	h.Pinned = make([]*prefixcache.Block[blockInfo], 0, len(hashes))
 	c.admit(h)
 	c.prefillDone(h)
 	c.release(h)
 	b.ReportAllocs()
 	for b.Loop() {
-		h.blocks = h.blocks[:0]
+		h.Pinned = h.Pinned[:0]
 		if !c.admit(h) {
 			b.Fatal("admit failed")
 		}
@@ -51,12 +54,13 @@ func TestCacheHitPathAllocs(t *testing.T) {
 	c := newPrefixCache(16, 100000, func(Event) {})
 	toks := benchPrompt()
 	hashes := newHashChain("bench").appendHashes(nil, toks, 16, "", "")
-	h := &holding{tokens: toks, hashes: hashes, maxTokens: 16, blocks: make([]*cacheBlock, 0, len(hashes))}
+	h := &holding{tokens: toks, hashes: hashes, maxTokens: 16}
+	h.Pinned = make([]*prefixcache.Block[blockInfo], 0, len(hashes))
 	c.admit(h)
 	c.prefillDone(h)
 	c.release(h)
 	allocs := testing.AllocsPerRun(100, func() {
-		h.blocks = h.blocks[:0]
+		h.Pinned = h.Pinned[:0]
 		c.admit(h)
 		c.prefillDone(h)
 		c.release(h)

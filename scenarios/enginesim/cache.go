@@ -1,51 +1,43 @@
 package enginesim
 
 import (
+	"cmp"
 	"slices"
+
+	"github.com/meridian-llm/meridian/scenarios/prefixcache"
 )
 
-// cacheBlock is one cached (or formerly cached, still pinned) full block.
-type cacheBlock struct {
-	hash       uint64
-	parent     *cacheBlock // chain predecessor, kept even after it is evicted
+// blockInfo is what the engine keeps with a cached block (or a formerly
+// cached one that requests still hold).
+type blockInfo struct {
+	parent     *prefixcache.Block[blockInfo] // chain predecessor, kept even after it is evicted
 	tokens     []uint32
 	pos        int // block index in its chain
 	lora, salt string
-	refs       int  // running requests holding it
-	inTable    bool // findable by hash; false once evicted or cleared
-	inLRU      bool
-	prev, next *cacheBlock // LRU links, valid while inLRU
 }
 
 // holding is what one request holds in the cache, from admission to release.
 type holding struct {
-	tokens     []uint32
-	hashes     []uint64 // engine hashes of the full prompt blocks
-	lora, salt string
-	maxTokens  int
-
-	hit       int           // blocks served from cache at admission
-	blocks    []*cacheBlock // pinned, in chain order: hit blocks, then those stored at prefill
-	scratch   int           // blocks allocated but not cached (new prompt blocks until prefill, partial and decode blocks)
-	prefilled bool
+	prefixcache.Holding[blockInfo] // Pinned: the hit blocks, then those stored at prefill
+	tokens                         []uint32
+	hashes                         []uint64 // engine hashes of the full prompt blocks
+	lora, salt                     string
+	maxTokens                      int
+	prefilled                      bool
 }
 
-// prefixCache is vLLM's prefix cache in miniature. Not safe for concurrent
-// use: the engine calls it under its mutex. Every change is reported through
+// prefixCache is vLLM's prefix cache in miniature (prefixcache.Cache), with
+// the engine's block size and its KV events. Not safe for concurrent use:
+// the engine calls it under its mutex. Every change is reported through
 // emit, in order.
 type prefixCache struct {
+	*prefixcache.Cache[blockInfo]
 	blockSize int
-	capacity  int
-	table     map[uint64]*cacheBlock
-	lruHead   *cacheBlock // next victim
-	lruTail   *cacheBlock
-	lruLen    int
-	used      int // blocks occupied: in the table, pinned after a clear, or scratch
 	emit      func(Event)
 }
 
 func newPrefixCache(blockSize, capacity int, emit func(Event)) *prefixCache {
-	return &prefixCache{blockSize: blockSize, capacity: capacity, table: make(map[uint64]*cacheBlock), emit: emit}
+	return &prefixCache{Cache: prefixcache.New[blockInfo](capacity), blockSize: blockSize, emit: emit}
 }
 
 // blocksFor returns the blocks n tokens occupy.
@@ -56,56 +48,21 @@ func (c *prefixCache) blocksFor(n int) int { return (n + c.blockSize - 1) / c.bl
 // length is a multiple of the block size hits one block less.
 func (c *prefixCache) hitLimit(n int) int { return max(n-1, 0) / c.blockSize }
 
-// lookup returns how many leading hashes the cache holds, at most limit.
-func (c *prefixCache) lookup(hashes []uint64, limit int) int {
-	n := 0
-	for n < limit && n < len(hashes) {
-		if _, ok := c.table[hashes[n]]; !ok {
-			break
-		}
-		n++
-	}
-	return n
-}
-
 // admit allocates what h needs: its cached prefix is pinned and every other
 // block it will occupy (prompt, partial block, maxTokens of output) is
 // reserved, evicting least recently used unpinned blocks to make room. When
 // h cannot fit even after evicting every unpinned block it returns false and
 // changes nothing.
 func (c *prefixCache) admit(h *holding) bool {
-	hit := c.lookup(h.hashes, c.hitLimit(len(h.tokens)))
-	need := c.blocksFor(len(h.tokens)+h.maxTokens) - hit
-	fromLRU := 0
-	for _, hash := range h.hashes[:hit] {
-		if c.table[hash].refs == 0 {
-			fromLRU++
-		}
-	}
-	if c.capacity-c.used+c.lruLen-fromLRU < need {
+	hashes := h.hashes[:min(c.hitLimit(len(h.tokens)), len(h.hashes))]
+	hit := hashes[:c.Lookup(hashes)]
+	need := c.blocksFor(len(h.tokens)+h.maxTokens) - len(hit)
+	if !c.Fits(hit, need) {
 		return false
 	}
-	h.hit = hit
-	h.blocks = h.blocks[:0]
-	for _, hash := range h.hashes[:hit] {
-		b := c.table[hash]
-		c.pin(b)
-		h.blocks = append(h.blocks, b)
-	}
-	var removed []uint64
-	for c.capacity-c.used < need {
-		v := c.lruHead
-		c.lruRemove(v)
-		delete(c.table, v.hash)
-		v.inTable = false
-		c.used--
-		removed = append(removed, v.hash)
-	}
-	if len(removed) > 0 {
+	if removed := c.Admit(&h.Holding, hit, need); len(removed) > 0 {
 		c.emit(Event{Kind: BlockRemoved, BlockHashes: removed, Medium: MediumGPU})
 	}
-	c.used += need
-	h.scratch = need
 	return true
 }
 
@@ -120,25 +77,16 @@ func (c *prefixCache) prefillDone(h *holding) {
 			run = nil
 		}
 	}
-	for i := h.hit; i < len(h.hashes); i++ {
-		hash := h.hashes[i]
-		var parent *cacheBlock
-		if i > 0 {
-			parent = h.blocks[i-1]
-		}
-		if b, ok := c.table[hash]; ok {
+	for i := h.Hit; i < len(h.hashes); i++ {
+		b, stored := c.Store(&h.Holding, h.hashes[i])
+		if !stored {
 			flush()
-			c.pin(b)
-			h.blocks = append(h.blocks, b)
-			h.scratch--
-			c.used--
 			continue
 		}
-		toks := slices.Clone(h.tokens[i*c.blockSize : (i+1)*c.blockSize])
-		b := &cacheBlock{hash: hash, parent: parent, tokens: toks, pos: i, lora: h.lora, salt: h.salt, refs: 1, inTable: true}
-		c.table[hash] = b
-		h.blocks = append(h.blocks, b)
-		h.scratch-- // the scratch block became a cached one: used is unchanged
+		b.Data = blockInfo{tokens: slices.Clone(h.tokens[i*c.blockSize : (i+1)*c.blockSize]), pos: i, lora: h.lora, salt: h.salt}
+		if i > 0 {
+			b.Data.parent = h.Pinned[i-1]
+		}
 		if run == nil {
 			run = &Event{Kind: BlockStored, BlockSize: c.blockSize, LoRAName: h.lora, Medium: MediumGPU}
 			if i > 0 {
@@ -147,8 +95,8 @@ func (c *prefixCache) prefillDone(h *holding) {
 				run.CacheSalt = h.salt
 			}
 		}
-		run.BlockHashes = append(run.BlockHashes, hash)
-		run.TokenIDs = append(run.TokenIDs, toks...)
+		run.BlockHashes = append(run.BlockHashes, b.Hash)
+		run.TokenIDs = append(run.TokenIDs, b.Data.tokens...)
 	}
 	flush()
 	h.prefilled = true
@@ -156,78 +104,16 @@ func (c *prefixCache) prefillDone(h *holding) {
 
 // release returns what h holds. Its blocks are unpinned tail first, so the
 // tail of a chain becomes evictable before its head (vLLM frees a request's
-// blocks in reverse order onto the free queue).
-func (c *prefixCache) release(h *holding) {
-	for i := len(h.blocks) - 1; i >= 0; i-- {
-		b := h.blocks[i]
-		b.refs--
-		if b.refs > 0 {
-			continue
-		}
-		if b.inTable {
-			c.lruPushBack(b)
-		} else {
-			c.used--
-		}
-	}
-	c.used -= h.scratch
-	h.scratch = 0
-	clear(h.blocks)
-	h.blocks = h.blocks[:0]
-}
+// blocks in reverse order onto the free queue). The engine never
+// overcommits, so nothing is evicted.
+func (c *prefixCache) release(h *holding) { c.Release(&h.Holding) }
 
 // reset empties the cache (vLLM's reset_prefix_cache). Pinned blocks stay
 // allocated to their requests but are no longer findable; they are freed
 // when released.
 func (c *prefixCache) reset() {
-	for _, b := range c.table {
-		b.inTable = false
-		if b.refs == 0 {
-			c.lruRemove(b)
-			c.used--
-		}
-	}
-	clear(c.table)
+	c.Clear()
 	c.emit(Event{Kind: AllBlocksCleared})
-}
-
-// usage is vLLM's kv_cache_usage_perc: the fraction of blocks in use by
-// running requests (cached but unreferenced blocks count as free).
-func (c *prefixCache) usage() float64 {
-	return float64(c.used-c.lruLen) / float64(c.capacity)
-}
-
-func (c *prefixCache) pin(b *cacheBlock) {
-	if b.refs == 0 && b.inLRU {
-		c.lruRemove(b)
-	}
-	b.refs++
-}
-
-func (c *prefixCache) lruPushBack(b *cacheBlock) {
-	b.prev, b.next, b.inLRU = c.lruTail, nil, true
-	if c.lruTail != nil {
-		c.lruTail.next = b
-	} else {
-		c.lruHead = b
-	}
-	c.lruTail = b
-	c.lruLen++
-}
-
-func (c *prefixCache) lruRemove(b *cacheBlock) {
-	if b.prev != nil {
-		b.prev.next = b.next
-	} else {
-		c.lruHead = b.next
-	}
-	if b.next != nil {
-		b.next.prev = b.prev
-	} else {
-		c.lruTail = b.prev
-	}
-	b.prev, b.next, b.inLRU = nil, nil, false
-	c.lruLen--
 }
 
 // CachedBlock is one block the engine's prefix cache holds.
@@ -245,26 +131,19 @@ type CachedBlock struct {
 
 // snapshot returns the cache's blocks sorted by hash.
 func (c *prefixCache) snapshot() []CachedBlock {
-	out := make([]CachedBlock, 0, len(c.table))
-	for _, b := range c.table {
-		cb := CachedBlock{Hash: b.hash, Position: b.pos, Tokens: slices.Clone(b.tokens), LoRA: b.lora, CacheSalt: b.salt, Refs: b.refs}
-		if b.parent != nil {
-			cb.ParentHash, cb.HasParent = b.parent.hash, true
+	out := make([]CachedBlock, 0, c.Len())
+	for b := range c.All() {
+		d := &b.Data
+		cb := CachedBlock{Hash: b.Hash, Position: d.pos, Tokens: slices.Clone(d.tokens), LoRA: d.lora, CacheSalt: d.salt, Refs: b.Refs()}
+		if d.parent != nil {
+			cb.ParentHash, cb.HasParent = d.parent.Hash, true
 		}
-		cb.Prefix = make([]uint32, (b.pos+1)*c.blockSize)
-		for p := b; p != nil; p = p.parent {
-			copy(cb.Prefix[p.pos*c.blockSize:], p.tokens)
+		cb.Prefix = make([]uint32, (d.pos+1)*c.blockSize)
+		for p := b; p != nil; p = p.Data.parent {
+			copy(cb.Prefix[p.Data.pos*c.blockSize:], p.Data.tokens)
 		}
 		out = append(out, cb)
 	}
-	slices.SortFunc(out, func(a, b CachedBlock) int {
-		switch {
-		case a.Hash < b.Hash:
-			return -1
-		case a.Hash > b.Hash:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b CachedBlock) int { return cmp.Compare(a.Hash, b.Hash) })
 	return out
 }

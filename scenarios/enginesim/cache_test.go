@@ -227,8 +227,8 @@ func TestCacheMatchesNaive(t *testing.T) {
 					rt.Fatalf("step %d: admit real=%v naive=%v", step, okReal, okNaive)
 				}
 				if okReal {
-					if p.real.hit != p.naive.hit {
-						rt.Fatalf("step %d: hit real=%d naive=%d", step, p.real.hit, p.naive.hit)
+					if p.real.Hit != p.naive.hit {
+						rt.Fatalf("step %d: hit real=%d naive=%d", step, p.real.Hit, p.naive.hit)
 					}
 					queued = queued[1:]
 					running = append(running, p)
@@ -261,19 +261,19 @@ func TestCacheMatchesNaive(t *testing.T) {
 			if !slices.EqualFunc(events, n.events, eventsEqual) {
 				rt.Fatalf("step %d: events differ:\nreal  %v\nnaive %v", step, events, n.events)
 			}
-			if got, want := slices.Sorted(maps.Keys(c.table)), slices.Sorted(maps.Keys(n.blocks)); !slices.Equal(got, want) {
+			if got, want := cachedHashes(c), slices.Sorted(maps.Keys(n.blocks)); !slices.Equal(got, want) {
 				rt.Fatalf("step %d: cached real=%v naive=%v", step, got, want)
 			}
-			if got := slices.Sorted(maps.Keys(replay(events))); !slices.Equal(got, slices.Sorted(maps.Keys(c.table))) {
-				rt.Fatalf("step %d: replayed events %v != cache %v", step, got, slices.Sorted(maps.Keys(c.table)))
+			if got := slices.Sorted(maps.Keys(replay(events))); !slices.Equal(got, cachedHashes(c)) {
+				rt.Fatalf("step %d: replayed events %v != cache %v", step, got, cachedHashes(c))
 			}
-			if c.used != n.used() || c.used > capacity {
-				rt.Fatalf("step %d: used real=%d naive=%d capacity=%d", step, c.used, n.used(), capacity)
+			if c.Used() != n.used() || c.Used() > capacity {
+				rt.Fatalf("step %d: used real=%d naive=%d capacity=%d", step, c.Used(), n.used(), capacity)
 			}
 			for _, p := range running {
-				for _, b := range p.real.blocks {
-					if b.refs <= 0 {
-						rt.Fatalf("step %d: a held block has refs %d", step, b.refs)
+				for _, b := range p.real.Pinned {
+					if b.Refs() <= 0 {
+						rt.Fatalf("step %d: a held block has refs %d", step, b.Refs())
 					}
 				}
 			}
@@ -282,10 +282,20 @@ func TestCacheMatchesNaive(t *testing.T) {
 		for _, p := range running {
 			c.release(p.real)
 		}
-		if c.used != len(c.table) || c.lruLen != len(c.table) || c.usage() != 0 {
-			rt.Fatalf("after release: used %d, lru %d, table %d, usage %v", c.used, c.lruLen, len(c.table), c.usage())
+		if c.Used() != c.Len() || c.Evictable() != c.Len() || c.Usage() != 0 {
+			rt.Fatalf("after release: used %d, lru %d, table %d, usage %v", c.Used(), c.Evictable(), c.Len(), c.Usage())
 		}
 	})
+}
+
+// cachedHashes returns the hashes c holds, sorted.
+func cachedHashes(c *prefixCache) []uint64 {
+	var hs []uint64
+	for b := range c.All() {
+		hs = append(hs, b.Hash)
+	}
+	slices.Sort(hs)
+	return hs
 }
 
 func eventsEqual(a, b Event) bool {
@@ -325,8 +335,8 @@ func TestCacheSnapshotChains(t *testing.T) {
 		t.Fatal("LoRA or salt does not change the hash chain")
 	}
 	c.release(h)
-	if c.usage() != 0 || c.lruLen != 2 {
-		t.Fatalf("after release: usage %v lru %d", c.usage(), c.lruLen)
+	if c.Usage() != 0 || c.Evictable() != 2 {
+		t.Fatalf("after release: usage %v lru %d", c.Usage(), c.Evictable())
 	}
 }
 
@@ -345,13 +355,13 @@ func TestCacheRecomputesLastToken(t *testing.T) {
 	c.release(a)
 	b := mk()
 	c.admit(b)
-	if b.hit != 1 {
-		t.Fatalf("hit %d blocks, want 1 (the last block is recomputed)", b.hit)
+	if b.Hit != 1 {
+		t.Fatalf("hit %d blocks, want 1 (the last block is recomputed)", b.Hit)
 	}
 	longer := append(slices.Clone(toks), 9)
 	l := &holding{tokens: longer, hashes: chain.appendHashes(nil, longer, 4, "", ""), maxTokens: 1}
 	c.admit(l)
-	if l.hit != 2 {
-		t.Fatalf("hit %d blocks, want 2", l.hit)
+	if l.Hit != 2 {
+		t.Fatalf("hit %d blocks, want 2", l.Hit)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meridian-llm/meridian/regional/tokenize"
+	"github.com/meridian-llm/meridian/scenarios/prefixcache"
 )
 
 // Engine is one simulated vLLM pod. Open starts it; Close stops it.
@@ -314,8 +315,8 @@ func (e *Engine) Stats() Stats {
 }
 
 func (e *Engine) statsLocked() Stats {
-	return Stats{Running: e.running, Waiting: len(e.waiting), Stalled: e.stalled, UsedBlocks: e.cache.used, CachedBlocks: len(e.cache.table),
-		Capacity: e.cache.capacity, KVUsage: e.cache.usage()}
+	return Stats{Running: e.running, Waiting: len(e.waiting), Stalled: e.stalled, UsedBlocks: e.cache.Used(), CachedBlocks: e.cache.Len(),
+		Capacity: e.cache.Capacity(), KVUsage: e.cache.Usage()}
 }
 
 // ResetPrefixCache empties the prefix cache and emits AllBlocksCleared.
@@ -355,7 +356,7 @@ func (e *Engine) emitLocked(ev Event) {
 func (e *Engine) changedLocked() {
 	e.m.running.Set(float64(e.running))
 	e.m.waiting.Set(float64(len(e.waiting)))
-	e.m.kvUsage.Set(e.cache.usage())
+	e.m.kvUsage.Set(e.cache.Usage())
 	close(e.changed)
 	e.changed = make(chan struct{})
 }
@@ -418,7 +419,7 @@ func (e *Engine) admitLocked() {
 			r.loadFactor = 1 + (lf-1)*float64(e.running-1)/float64(e.cfg.MaxConcurrency-1)
 		}
 		e.m.cacheQueries.Add(float64(len(r.h.tokens)))
-		e.m.cacheHits.Add(float64(r.h.hit * e.cfg.BlockSize))
+		e.m.cacheHits.Add(float64(r.h.Hit * e.cfg.BlockSize))
 		close(r.admitted)
 	}
 }
@@ -528,9 +529,9 @@ func (e *Engine) generate(ctx context.Context, g genRequest, emit func(i int, re
 	nblocks := len(g.tokens) / e.cfg.BlockSize
 	r := &request{
 		h: holding{
+			Holding:   prefixcache.Holding[blockInfo]{Pinned: make([]*prefixcache.Block[blockInfo], 0, nblocks)},
 			tokens:    g.tokens,
 			hashes:    e.chain.appendHashes(make([]uint64, 0, nblocks), g.tokens, e.cfg.BlockSize, g.lora, g.salt),
-			blocks:    make([]*cacheBlock, 0, nblocks),
 			lora:      g.lora,
 			salt:      g.salt,
 			maxTokens: g.maxTokens,
@@ -545,7 +546,7 @@ func (e *Engine) generate(ctx context.Context, g genRequest, emit func(i int, re
 	case <-ctx.Done():
 		return res, ctx.Err()
 	}
-	res.cachedTokens = r.h.hit * e.cfg.BlockSize
+	res.cachedTokens = r.h.Hit * e.cfg.BlockSize
 	t := e.cfg.Timing
 	uncached := len(g.tokens) - res.cachedTokens
 	compute := e.scaled(time.Duration(uncached)*t.PrefillPerToken, r.loadFactor)

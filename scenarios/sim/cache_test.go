@@ -168,8 +168,8 @@ func TestKVCacheMatchesNaive(t *testing.T) {
 					t.Fatalf("step %d: admit %v, reference %v", s, got, want)
 				}
 				if got {
-					if p.h.hit != p.n.hit {
-						t.Fatalf("step %d: hit %d, reference %d", s, p.h.hit, p.n.hit)
+					if p.h.Hit != p.n.hit {
+						t.Fatalf("step %d: hit %d, reference %d", s, p.h.Hit, p.n.hit)
 					}
 					running = append(running, p)
 				}
@@ -190,18 +190,18 @@ func TestKVCacheMatchesNaive(t *testing.T) {
 			if !slices.Equal(events, ref.events) {
 				t.Fatalf("step %d: events\n%v\nreference\n%v", s, events, ref.events)
 			}
-			if c.used != ref.used() || c.lruLen != len(ref.lru) {
-				t.Fatalf("step %d: used %d lru %d, reference %d %d", s, c.used, c.lruLen, ref.used(), len(ref.lru))
+			if c.Used() != ref.used() || c.Evictable() != len(ref.lru) {
+				t.Fatalf("step %d: used %d lru %d, reference %d %d", s, c.Used(), c.Evictable(), ref.used(), len(ref.lru))
 			}
 			var lru []uint64
-			for b := c.head; b != nil; b = b.next {
-				lru = append(lru, b.hash)
+			for b := range c.Victims() {
+				lru = append(lru, b.Hash)
 			}
 			if !slices.Equal(lru, ref.lru) {
 				t.Fatalf("step %d: lru %v, reference %v", s, lru, ref.lru)
 			}
-			if len(running) == 0 && c.used > capacity {
-				t.Fatalf("step %d: idle cache holds %d blocks over its capacity %d", s, c.used, capacity)
+			if len(running) == 0 && c.Used() > capacity {
+				t.Fatalf("step %d: idle cache holds %d blocks over its capacity %d", s, c.Used(), capacity)
 			}
 		}
 	})

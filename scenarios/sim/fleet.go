@@ -121,7 +121,7 @@ func (p *pod) admit(w *world) {
 
 func (p *pod) start(w *world, j *job) {
 	t := p.spec.timing
-	cached := min(j.h.hit*w.fleet.blockSize, j.req.input)
+	cached := min(j.h.Hit*w.fleet.blockSize, j.req.input)
 	uncached := max(j.req.input-cached, 1) // an engine always computes the last token
 	w.stats.hit(j, cached)
 	compute := time.Duration(uncached) * t.PrefillPerToken

@@ -34,7 +34,7 @@ func newCollector(policy string) *collector {
 }
 
 func (c *collector) hit(j *job, cachedTokens int) {
-	c.blocksHit += int64(j.h.hit)
+	c.blocksHit += int64(j.h.Hit)
 	c.blocks += int64(len(j.req.chain))
 	c.tokensHit += int64(cachedTokens)
 	c.tokens += int64(j.req.input)

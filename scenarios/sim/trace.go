@@ -3,6 +3,7 @@ package sim
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -128,15 +129,7 @@ func ReadTrace(r io.Reader, blockSize int) ([]TraceRecord, error) {
 		return nil, fmt.Errorf("%w: no records", ErrBadTrace)
 	}
 	if !sorted {
-		slices.SortStableFunc(out, func(a, b TraceRecord) int {
-			switch {
-			case a.Timestamp < b.Timestamp:
-				return -1
-			case a.Timestamp > b.Timestamp:
-				return 1
-			}
-			return 0
-		})
+		slices.SortStableFunc(out, func(a, b TraceRecord) int { return cmp.Compare(a.Timestamp, b.Timestamp) })
 	}
 	return out, nil
 }

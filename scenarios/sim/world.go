@@ -211,7 +211,7 @@ func (w *world) run(stop *atomic.Bool) {
 // scrape records each pod's KV utilisation, as regional's scraper does.
 func (w *world) scrape() {
 	for _, p := range w.pods {
-		p.rp.SetKVUtil(p.cache.usage())
+		p.rp.SetKVUtil(p.cache.Usage())
 	}
 }
 
@@ -247,7 +247,7 @@ func (w *world) publishSummaries(now bool) {
 			l.PendingPrefillTokens += ld.PendingPrefill
 			l.Running += int(ld.InFlight)
 			l.Slots += p.spec.maxConc
-			l.FreeKVBlocks += int64(p.cache.free())
+			l.FreeKVBlocks += int64(p.cache.Free())
 		}
 		in := summary.Input{Region: r.name, Generation: summary.NextGeneration(r.gen, w.wall()), BuiltAt: w.wall(),
 			BlockSize: w.fleet.blockSize}
