@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -15,39 +16,71 @@ import (
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
-// BenchmarkTokenizeAndDecide is an 8k-token chat prompt, tokenized and
-// hashed, then decided: the router's whole CPU cost per request.
+// BenchmarkTokenizeAndDecide is a chat prompt of about `tokens` tokens,
+// rendered, tokenized and hashed, then decided: the router's whole CPU cost
+// per request. It is cold: no session id, and the prompts rotate among 8
+// that share nothing but the template's first tokens, so nothing a cache
+// kept from an earlier request helps.
 func BenchmarkTokenizeAndDecide(b *testing.B) {
-	dec, _ := routetest.Decider256(b, 16)
-	prompts, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 64, 100)
-	if err != nil {
-		b.Fatal(err)
+	for _, tokens := range []int{8192} {
+		b.Run(fmt.Sprintf("tokens=%d", tokens), func(b *testing.B) {
+			dec, _ := routetest.Decider256(b, 16)
+			prompts, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 64, 100)
+			if err != nil {
+				b.Fatal(err)
+			}
+			reqs := make([]*tokenize.Request, 8)
+			for i := range reqs {
+				reqs[i] = chatOfTokens(b, prompts, tokens, uint64(i))
+			}
+			var n int
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				p, err := prompts.Encode("m", tokenize.Chat, reqs[i%len(reqs)], "")
+				if err != nil {
+					b.Fatal(err)
+				}
+				i++
+				n = len(p.IDs)
+				r := &route.Request{Model: "m", Chain: p.Chain, BlockSize: 64, PromptTokens: len(p.IDs)}
+				if _, err := dec.Decide(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(n), "prompt-tokens")
+		})
 	}
-	rng := rand.New(rand.NewPCG(3, 4))
-	var sb strings.Builder
+}
+
+// chatOfTokens is a one-message chat request of common English words whose
+// rendering is tokens tokens long (give or take one), seeded by seed.
+func chatOfTokens(tb testing.TB, prompts *Prompts, tokens int, seed uint64) *tokenize.Request {
+	tb.Helper()
+	rng := rand.New(rand.NewPCG(3, 4+seed))
 	vocab := strings.Fields("the of and to in is was for on that with by as at from it an be this are or which")
-	for sb.Len() < 8000*5 {
-		sb.WriteString(vocab[rng.IntN(len(vocab))])
-		sb.WriteByte(' ')
-	}
-	req := &tokenize.Request{Messages: []tokenize.Message{{Role: "user", Content: sb.String()}}}
-	p, err := prompts.Encode("m", tokenize.Chat, req, "")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "Request %d. ", seed)
+	for {
+		for k := 0; k < 256; k++ {
+			sb.WriteString(vocab[rng.IntN(len(vocab))])
+			sb.WriteByte(' ')
+		}
+		req := &tokenize.Request{Messages: []tokenize.Message{{Role: "user", Content: sb.String()}}}
 		p, err := prompts.Encode("m", tokenize.Chat, req, "")
 		if err != nil {
-			b.Fatal(err)
+			tb.Fatal(err)
 		}
-		r := &route.Request{Model: "m", Chain: p.Chain, BlockSize: 64, PromptTokens: len(p.IDs)}
-		if _, err := dec.Decide(r); err != nil {
-			b.Fatal(err)
+		if len(p.IDs) >= tokens-256 {
+			// Each word is one token: pad with the rest.
+			for k := len(p.IDs); k < tokens; k++ {
+				sb.WriteString(vocab[rng.IntN(len(vocab))])
+				sb.WriteByte(' ')
+			}
+			return &tokenize.Request{Messages: []tokenize.Message{{Role: "user", Content: sb.String()}}}
 		}
 	}
-	b.ReportMetric(float64(len(p.IDs)), "prompt-tokens")
 }
 
 // BenchmarkSessionTokenization: the 20th turn of a conversation, re-encoded
