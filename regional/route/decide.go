@@ -72,6 +72,8 @@ type Decider struct {
 	now      func() time.Time
 	rr       atomic.Uint64 // rotation of ties and of round_robin
 	scratch  sync.Pool
+	// queueWeight is the cost model's, read once (its config is fixed).
+	queueWeight float64
 
 	// The pipeline, built once from cfg: the filters in their configured
 	// order, the scorers with a non-zero weight, and every picker (a
@@ -88,7 +90,7 @@ func NewDecider(cfg Config, idx *index.Index, reg *Registry, model *gorgo.Model,
 		return nil, err
 	}
 	d := &Decider{cfg: cfg, idx: idx, reg: reg, model: model, now: now,
-		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions)}
+		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions), queueWeight: model.Config().QueueWeight}
 	if cfg.SpeculationTTL > 0 {
 		d.spec = NewSpeculation(cfg.SpeculationTTL, 1<<20)
 	}
@@ -125,9 +127,22 @@ func (d *Decider) Model() *gorgo.Model { return d.model }
 // decision that is served is passed to Admit, whose ticket counts the
 // request (and its session) on the pod until Done.
 func (d *Decider) Decide(req *Request) (*Decision, error) {
+	dec := &Decision{}
+	if err := d.DecideInto(req, dec); err != nil {
+		return nil, err
+	}
+	return dec, nil
+}
+
+// DecideInto is Decide writing the decision into dst, reusing its Top
+// slice and Filtered map: with a dst kept from an earlier decision it
+// allocates nothing (TestDecideAllocs). dst is overwritten whole; on an
+// error its contents are unspecified. Filtered is nil, or empty, when no
+// filter dropped a pod.
+func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 	pods := d.reg.Pods()
 	if len(pods) == 0 {
-		return nil, ErrNoPod
+		return ErrNoPod
 	}
 	policy := d.cfg.Policy
 	if req.Policy != "" {
@@ -135,12 +150,16 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 	}
 	pick, ok := d.pickers[policy]
 	if !ok {
-		return nil, fmt.Errorf("unknown policy %q", policy)
+		return fmt.Errorf("unknown policy %q", policy)
 	}
 	c := d.scratch.Get().(*cycle)
 	defer d.scratch.Put(c)
 	c.begin(d, req, pods, d.now())
 	defer c.end()
+	if dst.Filtered != nil {
+		clear(dst.Filtered)
+		c.filtered = dst.Filtered
+	}
 
 	if len(req.Exclude) > 0 {
 		d.retried.apply(c)
@@ -149,26 +168,26 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 		f.apply(c)
 	}
 	if len(c.pods) == 0 {
-		return nil, fmt.Errorf("%w (filtered: %v)", ErrNoHealthyPod, c.filtered)
+		return fmt.Errorf("%w (filtered: %v)", ErrNoHealthyPod, c.filtered)
 	}
 
-	dec := &Decision{Policy: policy, Candidates: len(c.pods), Filtered: c.filtered}
-	p := c.pods[pick.pick(c, dec)]
-	info := p.Info()
-	dec.Pod, dec.PodName, dec.Endpoint = p, p.Name, info.Endpoint
-	dec.MatchedBlocks = c.matched(p)
+	*dst = Decision{Policy: policy, Candidates: len(c.pods), Filtered: c.filtered, Top: dst.Top[:0]}
+	p := c.pods[pick.pick(c, dst)]
+	info := p.info.Load()
+	dst.Pod, dst.PodName, dst.Endpoint = p, p.Name, info.Endpoint
+	dst.MatchedBlocks = c.matched(p)
 	if policy != PolicyTTFT {
 		// A baseline does not price its choice; explain it with the same
 		// terms the cost model would use.
-		dec.CachedTokens = c.cached(p)
+		dst.CachedTokens = c.cached(p)
 		rate, _ := d.model.Rate(info.Profile)
-		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
-			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.inflight.Load())}
-		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
+		dst.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
+			CachedTokens: dst.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.inflight.Load())}
+		dst.Top = append(dst.Top[:0], CandidateScore{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dst.MatchedBlocks, CachedTokens: dst.CachedTokens, Load: p.Load()})
 	}
-	dec.Uncached = req.PromptTokens - dec.CachedTokens
-	dec.session = req.SessionID
-	return dec, nil
+	dst.Uncached = req.PromptTokens - dst.CachedTokens
+	dst.session = req.SessionID
+	return nil
 }
 
 // BacklogTokens expresses the pod's remaining prefill backlog in tokens at
@@ -178,6 +197,15 @@ func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
 		return int(p.pendingPrefill.Load())
 	}
 	return int(float64(p.PrefillBacklog(now)) / float64(time.Millisecond) / rateMs)
+}
+
+// backlogTokens is BacklogTokens with the pod's prefill deadline (busy,
+// unix nanos) already read.
+func backlogTokens(p *Pod, busy int64, now time.Time, rateMs float64) int {
+	if rateMs <= 0 {
+		return int(p.pendingPrefill.Load())
+	}
+	return int(float64(time.Duration(max(busy-now.UnixNano(), 0))) / float64(time.Millisecond) / rateMs)
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and

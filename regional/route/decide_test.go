@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
@@ -306,7 +307,8 @@ func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
 		counts[d.PodName]++
 		f.dec.Admit(d)
 	}
-	fast, slow := f.dec.speed(f.pod(t, "pod-0")), f.dec.speed(f.pod(t, "pod-1"))
+	speed := func(p *Pod) float64 { return 1 / f.dec.model.Nominal(p.Info().Profile).PrefillMsPerToken }
+	fast, slow := speed(f.pod(t, "pod-0")), speed(f.pod(t, "pod-1"))
 	sum, k := fast+3*slow, f.dec.cfg.BoundedLoadFactor
 	if lim := int(k*41*fast/sum + 1); counts["pod-0"] > lim {
 		t.Fatalf("b200 took %d, bound %d: %v", counts["pod-0"], lim, counts)
@@ -372,5 +374,17 @@ func TestDecideAffinityCacheWeight(t *testing.T) {
 			t.Errorf("affinity_cache_weight %v, warm pod's queue term %.0f ms (moves at %.0f / %.0f): chose %s, want %s",
 				tc.weight, tc.queueMs, moveAt, moveAtWeighted, got, tc.want)
 		}
+	}
+}
+
+// TestPodLayout: the fields every decision reads of every pod share one
+// cache line, and a Pod is whole lines, so each one's starts a line.
+func TestPodLayout(t *testing.T) {
+	var p Pod
+	if end := unsafe.Offsetof(p.info) + unsafe.Sizeof(p.info); end > 64 {
+		t.Errorf("hot fields end at byte %d, past the first cache line", end)
+	}
+	if sz := unsafe.Sizeof(p); sz%64 != 0 {
+		t.Errorf("Pod is %d bytes, not whole cache lines", sz)
 	}
 }

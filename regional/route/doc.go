@@ -29,6 +29,16 @@
 //     queue + prefill of the uncached tokens + overhead); ties rotate, so with
 //     no prefix anywhere requests spread by load, never pile on the first pod.
 //
+// The pipeline costs little more than its lookup (BenchmarkDecide): what a
+// decision needs of each pod's announcement (profile and model, as
+// numbers; whether it has an endpoint) is worked out when the pod is
+// announced and kept beside its load counters in one cache line; the
+// per-pod filters run as one pass; the ttft picker reads and scores pods a
+// depth group at a time, deepest first, and estimates only those a lower
+// bound does not rule out (pricing.go), exactly as estimating every pod
+// would decide; and DecideInto and PlaceInto reuse the caller's decision,
+// allocating nothing.
+//
 // Baseline pickers (round_robin, least_loaded, session_hash) run behind the
 // same filters, so operators can compare like with like. The explanation of
 // a decision (POST /v1/route) is produced by the same pipeline as the

@@ -1,11 +1,8 @@
 package route
 
 import (
-	"slices"
-
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
 )
 
@@ -17,7 +14,7 @@ type picker interface {
 
 func newPickers(cfg Config, scorers []scorer) map[string]picker {
 	return map[string]picker{
-		PolicyTTFT:        ttftPicker{scorers: scorers, tierWeights: cfg.TierWeights, topK: cfg.TopK},
+		PolicyTTFT:        &ttftPicker{scoring: newScoring(scorers), tierWeights: cfg.TierWeights, topK: cfg.TopK},
 		PolicyRoundRobin:  roundRobinPicker{},
 		PolicyLeastLoaded: leastLoadedPicker{},
 		PolicySessionHash: sessionHashPicker{},
@@ -83,95 +80,67 @@ func (sessionHashPicker) pick(c *cycle, dec *Decision) int {
 // Candidates are offered to the model from a rotating offset, so exact
 // ties (an idle, cold region) spread instead of always going to the first
 // pod.
+//
+// Only what can win is priced (see pricing.go): candidates are read and
+// scored a depth group at a time, deepest first, and estimated by the cost
+// model only while a lower bound does not rule them out of the best few.
+// The outcome is exactly that of estimating every candidate
+// (TestDecideMatchesNaive).
 type ttftPicker struct {
-	scorers     []scorer
+	scoring     scoring
 	tierWeights [index.NumTiers]float64
 	topK        int
 }
 
-func (t ttftPicker) pick(c *cycle, dec *Decision) int {
+func (t *ttftPicker) pick(c *cycle, dec *Decision) int {
 	d, n := c.d, len(c.pods)
 	off := int(d.rr.Add(1) % uint64(n))
-	c.order, c.cands, c.rates = c.order[:0], c.cands[:0], c.rates[:0]
-	for i := 0; i < n; i++ {
-		p := c.pods[(i+off)%n]
-		info := p.Info()
-		rate, _ := d.model.Rate(info.Profile)
-		c.order = append(c.order, p)
-		c.rates = append(c.rates, rate)
-		c.cands = append(c.cands, gorgo.Candidate{Pod: p.Name, Profile: info.Profile,
-			PromptTokens: c.req.PromptTokens, Running: int(p.inflight.Load())})
-	}
-	for _, s := range t.scorers {
-		s.score(c)
-	}
-	d.model.Choose(c.cands, nil, c.now, &c.dec)
-	best := c.dec.Winner
-
-	order := t.lowest(c, min(max(t.topK, 2), n))
-	if best >= 0 {
-		for _, ci := range order {
-			cand := &c.cands[ci]
-			p := c.order[ci]
-			matched := c.matched(p)
-			if matched == 0 || cand.CachedTokens == 0 {
-				continue
-			}
-			tc := d.idx.TierProfile(p.ID, c.req.Chain[:matched])
-			if tc[index.TierGPU] == matched {
-				continue
-			}
-			w := 0.0
-			for tier, k := range tc {
-				w += float64(k) * t.tierWeights[tier]
-			}
-			cand.CachedTokens = int(float64(cand.CachedTokens) * w / float64(matched))
-			c.dec.Estimates[ci] = d.model.Estimate(cand)
+	c.layout(&t.scoring, off)
+	// The lowest estimate first, the earliest among equals: the cost
+	// model's own choice among local candidates.
+	order := append(c.top[:0], c.lowest(min(max(t.topK, 2), n))...)
+	best := order[0]
+	for _, ci := range order {
+		p := c.order[ci]
+		matched := c.matched(p)
+		tm := &c.terms[ci]
+		if matched == 0 || tm.cached == 0 {
+			continue
 		}
-		for _, ci := range order {
-			if c.dec.Estimates[ci].TotalMs < c.dec.Estimates[best].TotalMs {
-				best = ci
-			}
+		tc := d.idx.TierProfile(p.ID, c.req.Chain[:matched])
+		if tc[index.TierGPU] == matched {
+			continue
+		}
+		w := 0.0
+		for tier, k := range tc {
+			w += float64(k) * t.tierWeights[tier]
+		}
+		tm.cached = int(float64(tm.cached) * w / float64(matched))
+		cand := c.candidate(ci)
+		c.est[ci] = d.model.Estimate(&cand)
+	}
+	for _, ci := range order {
+		if c.est[ci].TotalMs < c.est[best].TotalMs {
+			best = ci
 		}
 	}
 	dec.Reason = "lowest_ttft"
-	if c.cands[best].CachedTokens == 0 {
+	if c.terms[best].cached == 0 {
 		dec.Reason = "lowest_ttft_no_prefix"
 	}
-	dec.CachedTokens = c.cands[best].CachedTokens
-	dec.EstimateMs = c.dec.Estimates[best].TotalMs
-	dec.Candidate = c.cands[best]
+	dec.CachedTokens = c.terms[best].cached
+	dec.EstimateMs = c.est[best].TotalMs
+	dec.Candidate = c.candidate(best)
 	if k := min(t.topK, n); k < len(order) {
-		order = t.lowest(c, k)
+		order = append(order[:0], c.lowest(k)...)
 	}
+	c.top = order
 	for _, ci := range order {
 		p := c.order[ci]
 		dec.Top = append(dec.Top, CandidateScore{
-			Pod: p.Name, Endpoint: p.Info().Endpoint, MatchedBlocks: c.matched(p),
-			CachedTokens: c.cands[ci].CachedTokens, Load: p.Load(), Estimate: c.dec.Estimates[ci],
+			Pod: p.Name, Endpoint: p.info.Load().Endpoint, MatchedBlocks: c.matched(p),
+			CachedTokens: c.terms[ci].cached, Load: p.Load(), Estimate: c.est[ci],
 		})
 	}
 	return (best + off) % n
-}
-
-// lowest returns the indexes of the k candidates with the lowest totals
-// (ties: earlier first), by selection: k is small.
-func (ttftPicker) lowest(c *cycle, k int) []int {
-	out := make([]int, 0, k)
-	for len(out) < k {
-		best := -1
-		for i := range c.cands {
-			if slices.Contains(out, i) {
-				continue
-			}
-			if best < 0 || c.dec.Estimates[i].TotalMs < c.dec.Estimates[best].TotalMs {
-				best = i
-			}
-		}
-		if best < 0 {
-			break
-		}
-		out = append(out, best)
-	}
-	return out
 }

@@ -1,6 +1,7 @@
 package route
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"sync"
@@ -23,26 +24,95 @@ type PodInfo struct {
 
 // Pod is one pod with its live load accounting and health. Load counters are
 // the router's own in-flight accounting — fresher than any engine metric.
+//
+// A decision reads the fields from ID to desc of every pod: they come
+// first, within one cache line, so a pass over the region's pods reads one
+// line per pod.
 type Pod struct {
-	Name string
-	ID   index.PodID
+	ID index.PodID
+
+	inflight    atomic.Int64  // requests routed here and not finished
+	prefillBusy atomic.Int64  // unix nanos: when the prefill work routed here should be done
+	kvUtil      atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
+	ejectedTo   atomic.Int64  // unix nanos: ejected until then
+	// desc is what the filters and scorers need of the pod's PodInfo,
+	// worked out when it is announced (see catalog.describe).
+	desc atomic.Uint64
 	info atomic.Pointer[PodInfo]
 
-	inflight       atomic.Int64  // requests routed here and not finished
-	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
-	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done
-	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
-	routed         atomic.Int64  // requests routed here, ever
-
-	ejectedTo atomic.Int64 // unix nanos: ejected until then
+	Name           string
+	pendingPrefill atomic.Int64 // uncached prompt tokens of requests before their first byte
+	routed         atomic.Int64 // requests routed here, ever
 
 	mu        sync.Mutex
 	fails     int // consecutive 5xx or connection failures
 	ejections int // consecutive ejections (the ejection time grows with them)
+
+	// Pad to a size class of whole cache lines, so the hot fields of each
+	// pod start a line (TestPodLayout).
+	_ [16]byte
 }
 
 // Info returns the pod's current description.
 func (p *Pod) Info() PodInfo { return *p.info.Load() }
+
+// A pod's desc packs its profile's number, its model's number (both in
+// the registry's catalog) and whether it has an endpoint.
+const (
+	descBits     = 24
+	descMask     = 1<<descBits - 1
+	descEndpoint = 1 << (2 * descBits)
+)
+
+func (p *Pod) profile() int      { return int(p.desc.Load() & descMask) }
+func (p *Pod) hasEndpoint() bool { return p.desc.Load()&descEndpoint != 0 }
+func (p *Pod) model() int        { return int(p.desc.Load() >> descBits & descMask) }
+
+// describe publishes info as the pod's description.
+func (p *Pod) describe(cat *catalog, info PodInfo) {
+	d := uint64(cat.profile(info.Profile)) | uint64(cat.models[info.Model])<<descBits
+	if info.Endpoint != "" {
+		d |= descEndpoint
+	}
+	// Info first: a decision that sees the new desc then reads the new
+	// info (it may see the new info with the old desc, as it may see any
+	// change land between two reads).
+	p.info.Store(&info)
+	p.desc.Store(d)
+}
+
+// catalog numbers the hardware profile and model names pods have
+// announced, so a decision resolves each profile once (not once per pod)
+// and compares models as numbers. It is immutable once published; a new
+// name publishes a copy (names are few and only ever added).
+type catalog struct {
+	profiles []string
+	byName   map[string]int // profile name -> number
+	models   map[string]int // model name -> number; "" is 0
+}
+
+func (cat *catalog) profile(name string) int { return cat.byName[name] }
+
+// with returns cat itself when it knows both names, else a copy that does.
+func (cat *catalog) with(profile, model string) *catalog {
+	_, okP := cat.byName[profile]
+	_, okM := cat.models[model]
+	if okP && okM {
+		return cat
+	}
+	if len(cat.profiles) >= descMask || len(cat.models) >= descMask {
+		panic("route: more than 2^24 distinct profile or model names")
+	}
+	n := &catalog{profiles: slices.Clone(cat.profiles), byName: maps.Clone(cat.byName), models: maps.Clone(cat.models)}
+	if !okP {
+		n.byName[profile] = len(n.profiles)
+		n.profiles = append(n.profiles, profile)
+	}
+	if !okM {
+		n.models[model] = len(n.models)
+	}
+	return n
+}
 
 // Load is a snapshot of a pod's load.
 type Load struct {
@@ -151,7 +221,8 @@ type Registry struct {
 	idx  *index.Index
 	mu   sync.Mutex
 	pods map[string]*Pod
-	snap atomic.Pointer[[]*Pod] // sorted by name
+	snap atomic.Pointer[[]*Pod]  // sorted by name
+	cat  atomic.Pointer[catalog] // replaced under mu
 }
 
 // NewRegistry builds an empty registry over the region's index.
@@ -159,7 +230,19 @@ func NewRegistry(idx *index.Index) *Registry {
 	r := &Registry{idx: idx, pods: map[string]*Pod{}}
 	empty := []*Pod{}
 	r.snap.Store(&empty)
+	r.cat.Store(&catalog{byName: map[string]int{}, models: map[string]int{"": 0}})
 	return r
+}
+
+// catalog returns the current names of profiles and models.
+func (r *Registry) catalog() *catalog { return r.cat.Load() }
+
+// describe publishes info as p's description, adding its names to the
+// catalog first. Requires r.mu.
+func (r *Registry) describe(p *Pod, info PodInfo) {
+	cat := r.cat.Load().with(info.Profile, info.Model)
+	r.cat.Store(cat)
+	p.describe(cat, info)
 }
 
 // Pods returns the current pods, sorted by name. The slice is shared: do
@@ -189,7 +272,7 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 		}
 		restarted = info.Epoch != 0 && cur.Epoch != 0 && info.Epoch != cur.Epoch
 		if *cur != info {
-			old.info.Store(&info)
+			r.describe(old, info)
 		}
 		return old, restarted, nil
 	}
@@ -198,7 +281,7 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 		return nil, false, err
 	}
 	p = &Pod{Name: info.Name, ID: id}
-	p.info.Store(&info)
+	r.describe(p, info)
 	r.pods[info.Name] = p
 	r.publish()
 	return p, false, nil

@@ -1,0 +1,216 @@
+package route
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
+)
+
+// TestLowerBoundUnderEstimate: the bound the ttft picker prunes with never
+// exceeds gorgo's estimate of the same candidate, and equals it when the
+// pod is not past its concurrency limit; the floor of a depth never
+// exceeds the bound of a pod at that depth, whatever its load.
+func TestLowerBoundUnderEstimate(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := gorgo.DefaultConfig()
+		cfg.QueueWeight = rapid.SampledFrom([]float64{0, 0.5, 0.75, 1, 3}).Draw(rt, "qw")
+		model, err := gorgo.New(cfg)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		f := newFixtureT(rt, 0)
+		f.dec.model, f.dec.queueWeight = model, cfg.QueueWeight
+		for _, prof := range []string{"h100", "b200", "unknown"} {
+			_, _, _ = f.reg.Upsert(PodInfo{Name: prof, Endpoint: "http://" + prof, Profile: prof})
+		}
+		prompt := rapid.IntRange(0, 200_000).Draw(rt, "prompt")
+		c := newCycle(64)
+		c.begin(f.dec, &Request{BlockSize: 64, PromptTokens: prompt}, f.reg.Pods(), f.clock)
+		defer c.end()
+		c.scoring = &scoring{prefix: &prefixScorer{weight: rapid.SampledFrom([]float64{0.5, 1}).Draw(rt, "w")}}
+		prof := rapid.IntRange(0, len(c.profs)-1).Draw(rt, "prof")
+		tm := terms{
+			prof:    prof,
+			cached:  rapid.IntRange(-10, 250_000).Draw(rt, "cached"),
+			pending: rapid.IntRange(-10, 1_000_000).Draw(rt, "pending"),
+			running: rapid.IntRange(0, 600).Draw(rt, "running"),
+			extra:   rapid.Float64Range(-500, 500).Draw(rt, "extra"),
+		}
+		cand := gorgo.Candidate{Profile: c.profs[prof].name, PromptTokens: prompt, CachedTokens: tm.cached,
+			PendingPrefillTokens: tm.pending, Running: tm.running, ExtraMs: tm.extra}
+		est := model.Estimate(&cand).TotalMs
+		lb := c.lowerBound(&tm)
+		if lb > est {
+			rt.Fatalf("bound %v > estimate %v for %+v", lb, est, cand)
+		}
+		if tm.running < model.Nominal(cand.Profile).MaxConcurrency && lb != est {
+			rt.Fatalf("unsaturated: bound %v != estimate %v", lb, est)
+		}
+		// The floor at the depth whose cached tokens these are.
+		if tm.extra >= 0 && tm.pending >= 0 {
+			depth := rapid.IntRange(0, prompt/64+1).Draw(rt, "depth")
+			tm.cached = min(int(float64(min(depth*64, prompt))*c.scoring.prefix.weight), prompt)
+			c.matches = append(c.matches[:0], index.Match{Blocks: depth})
+			c.next = 0
+			if fl := c.floorAt(); fl > c.lowerBound(&tm) {
+				rt.Fatalf("floor %v > bound %v at depth %d", fl, c.lowerBound(&tm), depth)
+			}
+		}
+	})
+}
+
+// TestLowestMatchesSort drives the pruned ranking (lowest) on random
+// regions — pods at random depths, some past their concurrency limit (so
+// bounds fall short of estimates), some sharing totals, a session's pinned
+// pod with its bonus — and checks it against estimating every candidate
+// and sorting, before and after some estimates are raised (as the picker's
+// tier weighting does).
+func TestLowestMatchesSort(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		f := newFixtureT(rt, 0)
+		pods := rapid.IntRange(1, 24).Draw(rt, "pods")
+		ch := chain(1, 16)
+		for i := range pods {
+			p, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%02d", i), Endpoint: "http://x",
+				Profile: rapid.SampledFrom([]string{"h100", "b200"}).Draw(rt, "profile")})
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if d := rapid.IntRange(0, 16).Draw(rt, "depth"); d > 0 {
+				_ = f.idx.Register(p.ID, index.TierGPU, ch[:d])
+			}
+			for range rapid.SampledFrom([]int{0, 0, 1, 2, 3, 300}).Draw(rt, "inflight") {
+				p.Admit(0, 0, f.clock)
+			}
+			if rapid.Bool().Draw(rt, "backlog") {
+				p.Admit(0, time.Duration(rapid.IntRange(1, 20).Draw(rt, "ms"))*time.Millisecond, f.clock)
+			}
+		}
+		if rapid.Bool().Draw(rt, "pinned") {
+			f.dec.sessions.Note("s", fmt.Sprintf("pod-%02d", rapid.IntRange(0, pods-1).Draw(rt, "pin")), f.clock)
+		}
+		// Small blocks make neighbouring depths nearly as good as each
+		// other, so load decides and the groups' floors are put to work.
+		r := req(ch)
+		r.SessionID = "s"
+		r.BlockSize = rapid.SampledFrom([]int{1, 2, 64}).Draw(rt, "block")
+		r.PromptTokens = len(ch)*r.BlockSize + rapid.IntRange(0, 3).Draw(rt, "tail")
+		c := newCycle(f.idx.PodCapacity())
+		c.begin(f.dec, r, f.reg.Pods(), f.clock)
+		defer c.end()
+		tp := f.dec.pickers[PolicyTTFT].(*ttftPicker)
+		n := len(c.pods)
+		// The truth: every candidate priced and estimated, then sorted.
+		off := rapid.IntRange(0, n-1).Draw(rt, "off")
+		c.layout(&tp.scoring, off)
+		all := newCycle(f.idx.PodCapacity())
+		all.begin(f.dec, r, f.reg.Pods(), f.clock)
+		defer all.end()
+		all.layout(&tp.scoring, off)
+		all.priceAll()
+		truth := func(raised map[int]float64) []int {
+			pos := make([]int, n)
+			tot := make([]float64, n)
+			for i := range pos {
+				cand := all.candidate(i)
+				pos[i], tot[i] = i, f.dec.model.Estimate(&cand).TotalMs
+				if v, ok := raised[i]; ok {
+					tot[i] = v
+				}
+			}
+			slices.SortStableFunc(pos, func(a, b int) int { return cmp.Compare(tot[a], tot[b]) })
+			return pos
+		}
+		k := rapid.IntRange(1, n).Draw(rt, "k")
+		got := slices.Clone(c.lowest(k))
+		want := truth(nil)[:k]
+		if !slices.Equal(got, want) {
+			rt.Fatalf("lowest(%d) = %v, want %v", k, got, want)
+		}
+		// Raise some estimates, then rank again.
+		raised := map[int]float64{}
+		for _, i := range got {
+			if rapid.Bool().Draw(rt, "raise") {
+				c.est[i].TotalMs += rapid.Float64Range(0, 2000).Draw(rt, "by")
+				raised[i] = c.est[i].TotalMs
+			}
+		}
+		k = rapid.IntRange(1, n).Draw(rt, "k2")
+		if got, want := c.lowest(k), truth(raised)[:k]; !slices.Equal(got, want) {
+			rt.Fatalf("after raising %v: lowest(%d) = %v, want %v", raised, k, got, want)
+		}
+	})
+}
+
+// newFixtureT is newFixture for a rapid check.
+func newFixtureT(rt *rapid.T, pods int) *fixture {
+	idx, err := index.New(index.DefaultConfig())
+	if err != nil {
+		rt.Fatal(err)
+	}
+	f := &fixture{idx: idx, reg: NewRegistry(idx), clock: time.Unix(1000, 0)}
+	for i := 0; i < pods; i++ {
+		if _, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: "http://x", Model: "m", Profile: "h100"}); err != nil {
+			rt.Fatal(err)
+		}
+	}
+	model, err := gorgo.New(gorgo.DefaultConfig())
+	if err != nil {
+		rt.Fatal(err)
+	}
+	if f.dec, err = NewDecider(DefaultConfig(), idx, f.reg, model, func() time.Time { return f.clock }); err != nil {
+		rt.Fatal(err)
+	}
+	return f
+}
+
+// The per-request path allocates nothing once its buffers have grown.
+func TestDecideAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are not meaningful under the race detector")
+	}
+	f := newFixture(t, 64, nil)
+	c := chain(1, 40)
+	for i, name := range []string{"pod-1", "pod-7", "pod-30"} {
+		_ = f.idx.Register(f.pod(t, name).ID, index.TierGPU, c[:10*(i+1)])
+	}
+	f.pod(t, "pod-2").Admit(100, time.Second, f.clock)
+	r := req(c)
+	r.SessionID = "s"
+	f.dec.Sessions().Note("s", "pod-7", f.clock)
+	var dec Decision
+	if err := f.dec.DecideInto(r, &dec); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(200, func() {
+		if err := f.dec.DecideInto(r, &dec); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("DecideInto allocates %v times per decision", n)
+	}
+	var pl Placement
+	remotes := []gorgo.Candidate{{Region: "b", Remote: true, Profile: "h100", PromptTokens: r.PromptTokens, CachedTokens: 640, RTTMs: 70}}
+	shares := gorgo.NewShareTracker(time.Minute)
+	if err := f.dec.PlaceInto(r, "a", true, remotes, shares, &pl); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(200, func() {
+		if err := f.dec.PlaceInto(r, "a", true, remotes, shares, &pl); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("PlaceInto allocates %v times per placement", n)
+	}
+	if math.IsNaN(pl.Cost.Estimates[0].TotalMs) {
+		t.Fatal("no estimate")
+	}
+}
