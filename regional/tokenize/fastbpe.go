@@ -19,7 +19,8 @@ import (
 // valid UTF-8 (which the library's regexp engine rewrites to U+FFFD) is
 // left to the library.
 type fastBPE struct {
-	ranks map[string]uint32
+	ranks map[string]uint32 // the reference (tests); table is read instead
+	table *rankTable
 	split func(s string, i int) int // end of the piece that starts at i
 }
 
@@ -29,6 +30,13 @@ type fastBPE struct {
 var rankTables = map[string]func() map[string]uint32{
 	Cl100kBase: sync.OnceValue(func() map[string]uint32 { return readRanks(Cl100kBase) }),
 	O200kBase:  sync.OnceValue(func() map[string]uint32 { return readRanks(O200kBase) }),
+}
+
+// rankLookups are the same ranks as rankTables, as rankTable (nil: keep
+// to the map), built at most once per process.
+var rankLookups = map[string]func() *rankTable{
+	Cl100kBase: sync.OnceValue(func() *rankTable { return newRankTable(rankTables[Cl100kBase]()) }),
+	O200kBase:  sync.OnceValue(func() *rankTable { return newRankTable(rankTables[O200kBase]()) }),
 }
 
 // codecs holds each encoding's library codec, built at most once per
@@ -76,9 +84,9 @@ func readRanks(encoding string) map[string]uint32 {
 func newFastBPE(encoding string) *fastBPE {
 	switch encoding {
 	case Cl100kBase:
-		return &fastBPE{ranks: rankTables[encoding](), split: splitCl100k}
+		return &fastBPE{ranks: rankTables[encoding](), table: rankLookups[encoding](), split: splitCl100k}
 	case O200kBase:
-		return &fastBPE{ranks: rankTables[encoding](), split: splitO200k}
+		return &fastBPE{ranks: rankTables[encoding](), table: rankLookups[encoding](), split: splitO200k}
 	}
 	return nil
 }
@@ -97,7 +105,7 @@ func (f *fastBPE) appendEncode(dst []uint32, text string) []uint32 {
 // piece when it is a token, else its bytes merged pair by pair, the pair of
 // lowest rank first (the leftmost among equals).
 func (f *fastBPE) appendPiece(dst []uint32, piece string) []uint32 {
-	if id, ok := f.ranks[piece]; ok {
+	if id, ok := f.get(piece); ok {
 		return append(dst, id)
 	}
 	if len(piece) <= smallPiece {
@@ -117,10 +125,25 @@ const smallPiece = 64
 const noRank = math.MaxUint32
 
 func (f *fastBPE) rank(piece string) uint32 {
-	if r, ok := f.ranks[piece]; ok {
+	if r, ok := f.get(piece); ok {
 		return r
 	}
 	return noRank
+}
+
+// get returns the rank of piece.
+func (f *fastBPE) get(piece string) (uint32, bool) {
+	if f.table != nil {
+		return f.table.get(piece)
+	}
+	r, ok := f.ranks[piece]
+	return r, ok
+}
+
+// id is the rank of a part the merges left, which is always a token.
+func (f *fastBPE) id(part string) uint32 {
+	r, _ := f.get(part)
+	return r
 }
 
 // mergeScan merges with a linear scan per merge (O(n^2), fine for short
@@ -159,7 +182,7 @@ func (f *fastBPE) mergeScan(dst []uint32, piece string, bounds []int32) []uint32
 		}
 	}
 	for i := 0; i+1 < len(bounds); i++ {
-		dst = append(dst, f.ranks[piece[bounds[i]:bounds[i+1]]])
+		dst = append(dst, f.id(piece[bounds[i]:bounds[i+1]]))
 	}
 	return dst
 }
@@ -245,7 +268,7 @@ func (f *fastBPE) mergeHeap(dst []uint32, piece string, s *mergeScratch) []uint3
 	}
 	s.heap = h
 	for i := int32(0); next[i] >= 0; i = next[i] {
-		dst = append(dst, f.ranks[piece[i:next[i]]])
+		dst = append(dst, f.id(piece[i:next[i]]))
 	}
 	return dst
 }
