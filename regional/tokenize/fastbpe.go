@@ -406,28 +406,30 @@ func whitespaceTail(s string, i int) int {
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func splitCl100k(s string, i int) int {
+	// The common case, a word with or without its leading space or
+	// punctuation, in ASCII: decided from a table, a byte at a time.
+	if c := s[i]; c < utf8.RuneSelf {
+		switch class := asciiClass[c]; {
+		case class == asciiLetter:
+			return letterRun(s, i+1)
+		case class&(asciiNumber|asciiNewline) == 0 && c != '\'' && i+1 < len(s):
+			if c2 := s[i+1]; c2 < utf8.RuneSelf && asciiClass[c2] == asciiLetter {
+				return letterRun(s, i+2)
+			}
+		}
+	}
 	r, n := runeAt(s, i)
 	if r == '\'' {
 		if e := contraction(s, i); e > 0 {
 			return e
 		}
 	}
-	letters := func(j int) int {
-		for j < len(s) {
-			r, n := runeAt(s, j)
-			if !isLetter(r) {
-				break
-			}
-			j += n
-		}
-		return j
-	}
 	if isLetter(r) {
-		return letters(i + n)
+		return letterRun(s, i+n)
 	}
 	if r != '\r' && r != '\n' && !isNumber(r) && i+n < len(s) {
 		if r2, n2 := runeAt(s, i+n); isLetter(r2) {
-			return letters(i + n + n2)
+			return letterRun(s, i+n+n2)
 		}
 	}
 	if isNumber(r) {
@@ -438,6 +440,51 @@ func splitCl100k(s string, i int) int {
 	}
 	return whitespaceTail(s, i)
 }
+
+// letterRun returns the end of the run of letters (\p{L}*) at j.
+func letterRun(s string, j int) int {
+	for j < len(s) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c] != asciiLetter {
+				break
+			}
+			j++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[j:])
+		if !unicode.IsLetter(r) {
+			break
+		}
+		j += n
+	}
+	return j
+}
+
+// The classes of ASCII bytes the split patterns tell apart.
+const (
+	asciiOther   = 0
+	asciiLetter  = 1 << iota // [A-Za-z]
+	asciiNumber              // [0-9]
+	asciiSpace               // \s other than \r and \n
+	asciiNewline             // \r, \n (also \s)
+)
+
+var asciiClass = func() (t [utf8.RuneSelf]uint8) {
+	for c := range t {
+		r := rune(c)
+		switch {
+		case isLetter(r):
+			t[c] = asciiLetter
+		case isNumber(r):
+			t[c] = asciiNumber
+		case r == '\r' || r == '\n':
+			t[c] = asciiNewline
+		case isSpace(r):
+			t[c] = asciiSpace
+		}
+	}
+	return t
+}()
 
 // numberTail ends "\p{N}{1,3}" whose first number rune ends at j: it takes
 // at most two more number runes.
