@@ -11,6 +11,14 @@
 // loaded from a model directory's `tokenizer_config.json` or named in Config;
 // without a template it uses a built-in ChatML template.
 //
+// The templates of the common model families (ChatML, Qwen2.5, Llama 3,
+// Mistral and Mixtral, Gemma, DeepSeek-R1) are recognised by their exact
+// source when a Template is built and rendered by Go code instead
+// (compiled.go: no interpreter, no per-message maps); TestCompiledMatchesGonja
+// and FuzzCompiledTemplates require the same bytes, and the same refusals,
+// as gonja's rendering of the same source. Any other template, or an edited
+// copy of a known one, is rendered by gonja.
+//
 // How the engine tokenizes, and therefore how this package does:
 //   - chat: the messages are rendered with the template (add_generation_prompt
 //     true unless the request says otherwise) and the text is encoded without
