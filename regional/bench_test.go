@@ -30,6 +30,7 @@ func BenchmarkTokenizeAndDecide(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			prompts.SetPrefixCache(0) // cold: nothing reused
 			reqs := make([]*tokenize.Request, 8)
 			for i := range reqs {
 				reqs[i] = chatOfTokens(b, prompts, tokens, uint64(i))
@@ -93,9 +94,12 @@ func chatOfTokens(tb testing.TB, prompts *Prompts, tokens int, seed uint64) *tok
 }
 
 // BenchmarkSessionTokenization: the 20th turn of a conversation, re-encoded
-// in full versus extended from the previous turn's encoding.
+// in full, extended from the previous turn's encoding (the session's), and
+// taken from the prefix cache (any session's earlier encoding of the same
+// history).
 func BenchmarkSessionTokenization(b *testing.B) {
 	prompts, _ := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 64, 100)
+	prompts.SetPrefixCache(0)
 	rng := rand.New(rand.NewPCG(5, 6))
 	vocab := strings.Fields("the of and to in is was for on that with by as at from it an be this are or which")
 	text := func(n int) string {
@@ -132,6 +136,19 @@ func BenchmarkSessionTokenization(b *testing.B) {
 			}
 			b.StartTimer()
 			p, err := prompts.Encode("m", tokenize.Chat, next, "s")
+			if err != nil || p.Reused == 0 {
+				b.Fatalf("reused %d, err %v", p.Reused, err)
+			}
+		}
+	})
+	b.Run("prefix-cache", func(b *testing.B) {
+		cached, _ := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 64, 100)
+		if _, err := cached.Encode("m", tokenize.Chat, prev, ""); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := cached.Encode("m", tokenize.Chat, next, "")
 			if err != nil || p.Reused == 0 {
 				b.Fatalf("reused %d, err %v", p.Reused, err)
 			}
