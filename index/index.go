@@ -12,8 +12,12 @@ import (
 type Index struct {
 	words  int // bitmap width in 64-bit words
 	stride int // slab words per entry: hash + bitmap
-	shards *[numShards]shard
-	pods   pods
+	// growStep is how many slots a growing shard table copies per
+	// insertion (defaultGrowStep; tests vary it, and a step larger than
+	// any table is the old stop-the-world growth).
+	growStep int
+	shards   *[numShards]shard
+	pods     pods
 	// offloaded[slot] counts the pod's (block, pod) pairs held in a non-GPU
 	// tier; when it is 0 TierProfile answers without touching the shards.
 	offloaded []atomic.Int64
@@ -30,6 +34,7 @@ func New(cfg Config) (*Index, error) {
 	x := &Index{
 		words:     cfg.PodCapacity / 64,
 		stride:    1 + cfg.PodCapacity/64,
+		growStep:  defaultGrowStep,
 		shards:    new([numShards]shard),
 		pods:      newPods(cfg.PodCapacity),
 		offloaded: make([]atomic.Int64, cfg.PodCapacity),
@@ -100,7 +105,7 @@ func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, t
 		if tier != TierGPU {
 			x.insertDetail(s, h, slot, tierCounts{}, tier)
 		}
-		s.insertEntry(t, i, h, x.stride, word, bit)
+		s.insertEntry(t, i, h, x.stride, word, bit, x.growStep)
 		s.counts[slot]++
 		return
 	}
