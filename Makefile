@@ -30,7 +30,7 @@ test: ## vet, then every test (race detector on; one package at a time: the end-
 bench: ## run the benchmarks behind every published target and print a table (about 15 minutes)
 	@mkdir -p bin
 	@: > bin/bench.txt
-	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory|GrowthPause)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkDecodeApply(Parallel)?$$' -benchmem -count $(BENCH_COUNT) ./regional/kvevents/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place)$$' -benchmem -count $(BENCH_COUNT) ./regional/route/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt

@@ -423,3 +423,60 @@ func BenchmarkLookupUnderWrites(b *testing.B) {
 	}
 	b.ReportMetric(float64(written.Load())/elapsed.Seconds(), "writes/s")
 }
+
+// BenchmarkGrowthPause is the pause a writer sees while tables grow: one
+// writer registers growthPauseBlocks new blocks one call at a time into an
+// index built without ExpectedBlocks, timing every call, once with the
+// incremental growth and once with stop-the-world growth (the whole rehash
+// in the insertion that passes 3/4 load, as before), in the same run. The
+// slowest calls are the growths: max-ns is the worst pause, p99.99-ns the
+// 420th slowest call of 4M (the last doubling of 256 shards, then the one
+// before it), p50-ns a plain insertion. Read the two against each other;
+// a single run's max also catches preemption and GC on a busy machine.
+func BenchmarkGrowthPause(b *testing.B) {
+	const growthPauseBlocks = 1 << 22
+	for _, c := range []struct {
+		name string
+		step int
+	}{{"incremental", defaultGrowStep}, {"stop-the-world", stopTheWorld}} {
+		b.Run("growth="+c.name, func(b *testing.B) {
+			lat := make([]time.Duration, growthPauseBlocks)
+			var total time.Duration
+			var maxNs, p9999Ns, p50Ns float64
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				runtime.GC()
+				x := mustIndex(b, 256)
+				x.growStep = c.step
+				id, err := x.AddPod("writer")
+				if err != nil {
+					b.Fatal(err)
+				}
+				h := make([]uint64, 1)
+				b.StartTimer()
+				t0 := time.Now()
+				prev := t0
+				for n := range lat {
+					h[0] = splitmix(uint64(i)<<40 | uint64(n))
+					_ = x.Register(id, TierGPU, h)
+					now := time.Now()
+					lat[n] = now.Sub(prev)
+					prev = now
+				}
+				total += prev.Sub(t0)
+				b.StopTimer()
+				slices.Sort(lat)
+				maxNs += float64(lat[len(lat)-1])
+				p9999Ns += float64(lat[len(lat)-len(lat)/10000])
+				p50Ns += float64(lat[len(lat)/2])
+				b.StartTimer()
+			}
+			n := float64(b.N)
+			b.ReportMetric(maxNs/n, "max-ns")
+			b.ReportMetric(p9999Ns/n, "p99.99-ns")
+			b.ReportMetric(p50Ns/n, "p50-ns")
+			b.ReportMetric(n*growthPauseBlocks/total.Seconds(), "blocks/s")
+		})
+	}
+}
