@@ -30,6 +30,7 @@ type Node struct {
 	wal     *wal.WAL
 	trans   *raft.NetworkTransport
 	layer   raft.StreamLayer // the transport's network, also for reachability checks
+	stable  *stableStore     // Raft's view of the WAL as its stable store
 	httpc   *http.Client
 	ownHTTP bool
 	obs     *raft.Observer
@@ -223,7 +224,8 @@ func (n *Node) openRaft() error {
 			return fmt.Errorf("open global node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, w, snaps, n.trans)
+	n.stable = &stableStore{s: w}
+	r, err := raft.NewRaft(rc, n.fsm, logs, n.stable, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("open global node: start raft: %w", err)
 	}
@@ -244,6 +246,9 @@ func (n *Node) release() error {
 			errs = append(errs, fmt.Errorf("close raft transport: %w", err))
 		}
 		n.trans.CloseStreams()
+	}
+	if n.stable != nil {
+		n.stable.close() // a heartbeat still in flight must not write to a closed WAL
 	}
 	if n.wal != nil {
 		if err := n.wal.Close(); err != nil {
