@@ -247,7 +247,9 @@ func TestServerStalledPod(t *testing.T) {
 		}
 	}
 	f := newServerFixture(t, []http.HandlerFunc{stall, okJSON}, func(c *fixtureConfig) {
-		c.server.FirstByteTimeout = 200 * time.Millisecond
+		// Long enough that the healthy pod always answers within it on a
+		// loaded machine; the stalled one never answers.
+		c.server.FirstByteTimeout = 2 * time.Second
 		c.decision.Policy = route.PolicyRoundRobin
 	})
 	defer close(release)

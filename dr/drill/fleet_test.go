@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -159,7 +160,7 @@ func TestDrillOnFleet(t *testing.T) {
 		cfg.Hold = 3 * time.Second // long enough for the share window to fill
 		rep := runFleetDrill(t, f, cfg)
 		if rep.Errors != 0 || rep.Violations != 0 || !rep.Passed {
-			t.Fatalf("drill of us-east-1: passed %v, %d errors, %d violations, failed checks %v", rep.Passed, rep.Errors, rep.Violations, failedChecks(rep))
+			t.Fatalf("drill of us-east-1: passed %v, %d errors, %d violations, failed checks %v; errors: %v", rep.Passed, rep.Errors, rep.Violations, failedChecks(rep), probeErrors(rep))
 		}
 	})
 
@@ -263,4 +264,17 @@ func checkGolden(t *testing.T, file string, got []byte) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs (run go test ./dr/drill -run %s -update to accept)\n--- got\n%s\n--- want\n%s", filepath.Base(file), t.Name(), got, want)
 	}
+}
+
+// probeErrors lists the outcomes the drill counted as errors, by probe.
+func probeErrors(rep *Report) []string {
+	var out []string
+	for _, p := range rep.Probes {
+		for _, o := range p.Outcomes {
+			if o.Class == "error" {
+				out = append(out, fmt.Sprintf("%s %s: %s x%d", p.Probe, o.Phase, o.Outcome, o.Count))
+			}
+		}
+	}
+	return out
 }
