@@ -152,6 +152,11 @@ type Config struct {
 	// strands traffic that was not stranded before is refused unless
 	// forced, naming it. nil: no such check.
 	Stranded func(compiled any, down func(region string) bool) []string
+	// Liveness reports a controller's liveness as this node sees it
+	// (the integrator wires gossip in: alive, suspect, dead), for the
+	// failover status; ok false when it knows nothing of it. nil: not
+	// reported.
+	Liveness func(controllerID string) (state string, ok bool)
 
 	// Registerer receives the metrics; nil: metrics are not exported.
 	Registerer prometheus.Registerer

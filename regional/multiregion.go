@@ -97,6 +97,9 @@ type AutoFailoverConfig struct {
 type multiRegion struct {
 	node    *global.Node
 	gossip  *gossip.Node
+	// gossipRef is gossip for readers that may run while it is being
+	// opened (the admin API serves before the gossip pool is up).
+	gossipRef atomic.Pointer[gossip.Node]
 	audit   *audit.Log
 	control ControlPlane
 	adminH  atomic.Pointer[http.Handler]
@@ -277,6 +280,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			gcfg.Timing = global.WANTiming()
 		}
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
+		gcfg.Liveness = mr.liveness
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
 		node, err := global.Open(ctx, gcfg)
 		if err != nil {
@@ -343,6 +347,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			return fmt.Errorf("gossip: %w", err)
 		}
 		mr.gossip = node
+		mr.gossipRef.Store(node)
 		c.goRun("summary", func() error { return c.runSummaries(run, cfg.SummaryInterval) })
 	}
 
@@ -562,4 +567,21 @@ func splitHostPortDefault(addr, defHost string, defPort int) (string, int, error
 		return "", 0, fmt.Errorf("port %q", p)
 	}
 	return h, port, nil
+}
+
+// liveness is a controller's state in this controller's gossip view (alive,
+// suspect, dead), for the failover status.
+func (mr *multiRegion) liveness(id string) (string, bool) {
+	g := mr.gossipRef.Load()
+	if g == nil {
+		return "", false
+	}
+	for _, rv := range g.View().Regions {
+		for _, c := range rv.Controllers {
+			if c.Name == id {
+				return string(c.State), true
+			}
+		}
+	}
+	return "", false
 }

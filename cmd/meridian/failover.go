@@ -206,7 +206,7 @@ func runFailoverStatus(c *cli.Context) error {
 		return writeJSONTo(w, st)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REGION\tSTATE\tROUTABLE\tSINCE\tBY\tCONTROLLERS\tTARGETS\tREASON")
+	fmt.Fprintln(tw, "REGION\tSTATE\tROUTABLE\tSINCE\tBY\tCONTROLLERS (LIVENESS)\tTARGETS\tREASON")
 	for _, r := range st.Regions {
 		routable := "no"
 		if r.Routable {
@@ -216,8 +216,15 @@ func runFailoverStatus(c *cli.Context) error {
 		if r.Automatic {
 			state += " (auto)"
 		}
+		ctrls := make([]string, len(r.Controllers))
+		for i, id := range r.Controllers {
+			ctrls[i] = id
+			if l := r.Liveness[id]; l != "" {
+				ctrls[i] += " (" + l + ")"
+			}
+		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Region, state, routable, fmtTime(r.Since), orDash(r.Actor),
-			orDash(strings.Join(r.Controllers, ",")), orDash(strings.Join(r.Targets, ",")), orDash(r.Reason))
+			orDash(strings.Join(ctrls, ", ")), orDash(strings.Join(r.Targets, ",")), orDash(r.Reason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

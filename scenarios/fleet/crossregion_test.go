@@ -524,4 +524,26 @@ func TestSpillWhenEveryPodRefuses(t *testing.T) {
 	if a.status == 200 {
 		t.Fatalf("served with every allowed pod dead: %+v", a)
 	}
+
+	// The failover status shows each controller's liveness next to its
+	// region's state: us-west-2 is still active (nobody failed it over),
+	// but its controller is gone.
+	east := f.Region("us-east-1").Controller
+	if err := west.Controller.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "us-east-1 sees us-west-2's controller gone", func() bool {
+		for _, r := range east.Global().Status().Regions {
+			if r.Region == "us-west-2" {
+				l := r.Liveness["ctl-us-west-2"]
+				return l == "dead" || l == "suspect"
+			}
+		}
+		return false
+	})
+	for _, r := range east.Global().Status().Regions {
+		if r.Region == "us-east-1" && r.Liveness["ctl-us-east-1"] != "alive" {
+			t.Fatalf("the answering controller's own liveness: %+v", r)
+		}
+	}
 }
