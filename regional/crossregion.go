@@ -167,9 +167,15 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 			return pr, false
 		}
 		if !dry {
+			// Both ends of a crossing are on record, or it is not served:
+			// the origin then tries the next allowed region.
 			in := entry
 			in.Kind, in.Region = audit.KindForwardedIn, t.Region
-			s.record(r.Context(), in)
+			if !s.mustRecord(r.Context(), in) {
+				s.fail(w, api, http.StatusServiceUnavailable, "audit_unavailable",
+					"the forwarded request could not be recorded here, so it is not served here")
+				return pr, false
+			}
 			s.m.forwardedIn.WithLabelValues(origin).Inc()
 		}
 		return pr, true
@@ -231,9 +237,8 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 		}
 		e := entry
 		e.Kind, e.Region, e.Cost = kind, c.Region, costJSON(pl, ci)
-		if err := s.topo.Audit.Append(r.Context(), e); err != nil {
-			s.m.auditFailures.Inc()
-			s.log.Error("audit record could not be written: not crossing the region boundary", "to", c.Region, "err", err)
+		if !s.mustRecord(r.Context(), e) {
+			s.log.Warn("not crossing the region boundary: the decision is not on record", "to", c.Region)
 			if pl.Local != nil && local == nil && serveHere(i, ci) {
 				return
 			}
@@ -321,16 +326,22 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	return res
 }
 
-// deny answers a residency refusal and records it, unless dry (a denial
-// needs no durable record to be safe — nothing is served — so an audit
-// failure is counted and logged, not turned into an error for the client).
+// deny answers a residency refusal and records it, unless dry. Every 451
+// has its record: a denial that cannot be recorded is answered 503
+// audit_unavailable instead (nothing is served either way; the client may
+// ask again once the audit log is writable), so the log never misses a
+// denial that was given.
 func (s *Server) deny(w http.ResponseWriter, r *http.Request, api string, dry bool, e audit.Entry, d denial) {
 	e.Kind = audit.KindResidencyDenied
 	if e.Rule == "" {
 		e.Rule = "(none)"
 	}
 	if !dry {
-		s.record(r.Context(), e)
+		if !s.mustRecord(r.Context(), e) {
+			s.fail(w, api, http.StatusServiceUnavailable, "audit_unavailable",
+				"the request is not served; its residency decision could not be recorded")
+			return
+		}
 		s.m.residencyDenials.WithLabelValues(e.Rule).Inc()
 	}
 	s.m.requests.WithLabelValues(api, fmt.Sprint(d.status)).Inc()
@@ -340,16 +351,27 @@ func (s *Server) deny(w http.ResponseWriter, r *http.Request, api string, dry bo
 	writeJSON(w, d.status, body)
 }
 
-// record appends a best-effort record (forwarded_in, denials, fallbacks to
-// this region).
+// record appends a best-effort record (a fallback to this region, whose
+// crossing was recorded before it was attempted).
 func (s *Server) record(ctx context.Context, e audit.Entry) {
+	s.mustRecord(ctx, e)
+}
+
+// mustRecord appends a record and reports whether it is durable. A failure
+// is counted and logged with its cause (which may name files: it never
+// goes into an answer to a client).
+func (s *Server) mustRecord(ctx context.Context, e audit.Entry) bool {
 	if s.topo.Audit == nil {
-		return
+		return true
 	}
 	if err := s.topo.Audit.Append(ctx, e); err != nil {
 		s.m.auditFailures.Inc()
+		s.auditHealth.failed(s.now(), err)
 		s.log.Error("audit record could not be written", "kind", e.Kind, "decision", e.DecisionID, "err", err)
+		return false
 	}
+	s.auditHealth.ok(s.now())
+	return true
 }
 
 func ruleName(d residency.Decision) string {

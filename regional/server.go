@@ -82,6 +82,8 @@ type Server struct {
 	now     func() time.Time
 	mux     *http.ServeMux
 	topo    Topology
+	// auditHealth: how the audit log's writes have been going (/readyz).
+	auditHealth auditHealth
 }
 
 // ServerDeps is what a Server is given: the decision core, the prompt
@@ -438,6 +440,9 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		}
 	}
 	detail["pods"], detail["pods_known"] = alive, len(pods)
+	if s.topo.Audit != nil {
+		detail["audit"] = s.auditHealth.detail()
+	}
 	if alive == 0 && s.topo.Remotes == nil {
 		// Nothing can serve here, and there is nowhere to send it.
 		ready = false
