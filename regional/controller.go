@@ -439,7 +439,7 @@ func (c *Controller) readiness() (bool, map[string]any) {
 	detail := map[string]any{
 		"region": c.cfg.Region,
 		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
-			"staleness_seconds": g.Staleness().Seconds()},
+			"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding()},
 	}
 	if n := c.Global(); n != nil {
 		h := n.Health()
