@@ -50,7 +50,9 @@ var importRules = map[string]importRule{
 	"residency": {lean: true},
 	"gorgo":     {imports: []string{"index"}, lean: true},
 
-	// The Raft tier and its audit log.
+	// The Raft tier and its audit log; machine identity (TLS material, peer
+	// identity, dev PKI) is a leaf that global, regional and cmd use.
+	"global/identity":        {},
 	"global/audit":           {},
 	"global/audit/audittest": {},
 	"global":                 {imports: []string{"global/audit"}},
