@@ -41,6 +41,7 @@ func newApp() *cli.App {
 			policyCommand(policyClusterCommands()...),
 			auditCommand(),
 			controllerCommand(),
+			certsCommand(),
 			kafkaDevCommand(),
 			kvBridgeCommand(),
 			routeCommand(),
