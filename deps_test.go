@@ -66,6 +66,7 @@ var importRules = map[string]importRule{
 	"regional/route/routetest":   {imports: []string{"regional/route", "index", "gorgo"}},
 	"regional/gossip":            {imports: []string{"gorgo", "regional/summary"}},
 	"regional/gossip/gossiptest": {},
+	"regional/auth":              {imports: []string{"global/identity"}}, // reads requests, serves nothing
 	"regional/kvbridge/zmtp":     {},
 	"regional/kvbridge":          {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp"}},
 	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit",
