@@ -42,6 +42,7 @@ func newApp() *cli.App {
 			auditCommand(),
 			controllerCommand(),
 			certsCommand(),
+			authCommand(),
 			kafkaDevCommand(),
 			kvBridgeCommand(),
 			routeCommand(),
