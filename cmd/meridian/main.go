@@ -43,6 +43,7 @@ func newApp() *cli.App {
 			controllerCommand(),
 			certsCommand(),
 			authCommand(),
+			gossipCommand(),
 			kafkaDevCommand(),
 			kvBridgeCommand(),
 			routeCommand(),
