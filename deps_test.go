@@ -50,7 +50,9 @@ var importRules = map[string]importRule{
 	"residency": {lean: true},
 	"gorgo":     {imports: []string{"index"}, lean: true},
 
-	// The Raft tier and its audit log.
+	// The Raft tier and its audit log; machine identity (TLS material, peer
+	// identity, dev PKI) is a leaf that global, regional and cmd use.
+	"global/identity":        {},
 	"global/audit":           {},
 	"global/audit/audittest": {},
 	"global":                 {imports: []string{"global/audit"}},
@@ -64,6 +66,7 @@ var importRules = map[string]importRule{
 	"regional/route/routetest":   {imports: []string{"regional/route", "index", "gorgo"}},
 	"regional/gossip":            {imports: []string{"gorgo", "regional/summary"}},
 	"regional/gossip/gossiptest": {},
+	"regional/auth":              {imports: []string{"global/identity"}}, // reads requests, serves nothing
 	"regional/kvbridge/zmtp":     {},
 	"regional/kvbridge":          {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp"}},
 	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit",

@@ -102,11 +102,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	n.log = n.log.With("component", "global", "node", cfg.NodeID)
+	for _, use := range cfg.insecureUses() {
+		n.log.Warn("INSECURE (insecure is set): " + use)
+	}
 	if n.now == nil {
 		n.now = time.Now
 	}
 	if n.httpc == nil {
-		n.httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}}
+		n.httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, TLSClientConfig: cfg.AdminTLS}}
 		n.ownHTTP = true
 	}
 	n.m = newMetrics(cfg.Registerer)
@@ -179,16 +182,16 @@ func (n *Node) openRaft() error {
 	if err != nil {
 		return fmt.Errorf("open global node: snapshot store in %s: %w", raftDir, err)
 	}
+	timeout := min(max(10*n.cfg.Timing.HeartbeatTimeout, time.Second), 10*time.Second)
 	layer := n.cfg.StreamLayer
 	if layer == nil {
-		sl, err := newStreamLayer(n.cfg.RaftBind, n.cfg.RaftAdvertise, n.cfg.TLS)
+		sl, err := newStreamLayer(n.cfg.RaftBind, n.cfg.RaftAdvertise, n.cfg.TLS, n.cfg.TLSClient, timeout, n.rejectedHandshake)
 		if err != nil {
 			return fmt.Errorf("open global node: %w", err)
 		}
 		layer = sl
 	}
 	n.layer = layer
-	timeout := min(max(10*n.cfg.Timing.HeartbeatTimeout, time.Second), 10*time.Second)
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
@@ -231,6 +234,13 @@ func (n *Node) openRaft() error {
 	}
 	n.raft = r
 	return nil
+}
+
+// rejectedHandshake counts and logs (at debug: a scan must not flood the
+// log) an incoming Raft connection whose TLS handshake failed.
+func (n *Node) rejectedHandshake(err error) {
+	n.m.tlsRejected.Inc()
+	n.log.Debug("raft connection refused", "err", err)
 }
 
 // release frees what openRaft acquired (after a failed Open, or on Close).

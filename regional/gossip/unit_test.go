@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"encoding/base64"
 	"errors"
 	"math"
 	"strings"
@@ -41,6 +42,9 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{"Keys", func(c *Config) { c.Keys = nil }},
 		{"Keys[0]", func(c *Config) { c.Keys = []string{"not base64!"} }},
 		{"Keys[0]", func(c *Config) { c.Keys = []string{"c2hvcnQ="} }},
+		{"Keys[0]: 16 bytes, want 32", func(c *Config) { c.Keys = []string{base64.StdEncoding.EncodeToString(make([]byte, 16))} }},
+		{"Keys[1]: 24 bytes, want 32", func(c *Config) { c.Keys = append(c.Keys, base64.StdEncoding.EncodeToString(make([]byte, 24))) }},
+		{"KeyOpTimeout", func(c *Config) { c.KeyOpTimeout = 0 }},
 		{"ForwardAddr", func(c *Config) { c.ForwardAddr = strings.Repeat("x", 201) }},
 		{"ProbeTimeout", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }},
 		{"SyncInterval", func(c *Config) { c.SyncInterval = 0 }},
