@@ -133,8 +133,8 @@ type Ingester struct {
 
 	notify chan struct{} // closed and replaced after every Apply
 
-	caughtUp   atomic.Bool
-	connected  atomic.Bool
+	caughtUp  atomic.Bool
+	connected atomic.Bool
 	// Broker and topic resets (the partition's end fell below what was
 	// applied, or the cluster id changed): rebuilding maps each reset
 	// partition to the end offset to reach; groupGen names a fresh consumer

@@ -95,18 +95,18 @@ type AutoFailoverConfig struct {
 
 // multiRegion holds the controller's cross-region components.
 type multiRegion struct {
-	node    *global.Node
-	gossip  *gossip.Node
+	node   *global.Node
+	gossip *gossip.Node
 	// gossipRef is gossip for readers that may run while it is being
 	// opened (the admin API serves before the gossip pool is up).
 	gossipRef atomic.Pointer[gossip.Node]
-	audit   *audit.Log
-	control ControlPlane
-	adminH  atomic.Pointer[http.Handler]
-	adminLn net.Listener
-	adminS  *http.Server
-	sink    checkpointSink
-	genPrev uint64
+	audit     *audit.Log
+	control   ControlPlane
+	adminH    atomic.Pointer[http.Handler]
+	adminLn   net.Listener
+	adminS    *http.Server
+	sink      checkpointSink
+	genPrev   uint64
 }
 
 // enabled reports whether any cross-region component is configured.
