@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
 
@@ -211,6 +213,13 @@ func TestDrillOnFleet(t *testing.T) {
 	// the US. Public data entering in the EU moves to the US.
 	t.Run("eu-west-1", func(t *testing.T) {
 		cfg := fleetDrillConfig(f, "eu-west-1", "us-east-1")
+		// Failing eu-west-1 empties the EU zone: the cluster refuses
+		// unless forced, naming the stranded traffic; the drill forces it.
+		_, err := global.NewClient(cfg.Admin, cfg.Token, nil).Trigger(context.Background(), global.FailoverRequest{Region: "eu-west-1"})
+		if !errors.Is(err, global.ErrStrandsTraffic) || !strings.Contains(err.Error(), "eu-health-phi") {
+			t.Fatalf("emptying the EU zone without force: %v", err)
+		}
+		cfg.Force = true
 		rep := runFleetDrill(t, f, cfg)
 		n := 0
 		for _, p := range rep.Probes {
