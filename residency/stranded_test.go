@@ -77,3 +77,25 @@ func TestStranded(t *testing.T) {
 		}
 	}
 }
+
+// Tenants compare case-insensitively, like data classes: "EU-HEALTH" does
+// not escape a rule written for "eu-health".
+func TestTenantCaseInsensitive(t *testing.T) {
+	src, err := os.ReadFile("../deploy/policies/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("example.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tenant := range []string{"eu-health", "EU-HEALTH", "Eu-Health"} {
+		d := p.Evaluate(Attributes{Tenant: tenant, DataClass: "PHI", OriginRegion: "us-east-1"})
+		if d.Rule.Name != "eu-health-phi" || !slices.Equal(d.Regions(), []string{"eu-west-1"}) {
+			t.Errorf("tenant %q: rule %q, regions %v", tenant, d.Rule.Name, d.Regions())
+		}
+	}
+	if d := p.Evaluate(Attributes{Tenant: "EMBARGOED-9", DataClass: "public", OriginRegion: "us-east-1"}); !d.Allowed.Empty() {
+		t.Errorf("EMBARGOED-9 allowed %v", d.Regions())
+	}
+}
