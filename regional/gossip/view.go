@@ -125,7 +125,7 @@ func (v *RegionsView) Serves(model string) (serves, known bool) {
 // there. ok is false when the region cannot be a candidate: no summary
 // yet, no controller known, or RTT unknown.
 func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int) (c gorgo.Candidate, ok bool) {
-	if r.Summary == nil || len(r.Controllers) == 0 || r.RTTSource == RTTNone {
+	if r.Summary == nil || (!r.Live && r.Suspect == 0 && r.Dead == 0) || r.RTTSource == RTTNone {
 		return gorgo.Candidate{}, false
 	}
 	c = r.Summary.Candidate(now, chain, promptTokens)
