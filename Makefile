@@ -26,6 +26,7 @@ demo: ## run 3 regions on loopback with live traffic, a failover and a status pa
 test: ## vet, then every test (race detector on; one package at a time: the end-to-end tests start whole fleets)
 	$(GO) vet ./...
 	$(GO) test -race -p 1 -timeout 30m $(RACE_PKGS)
+	$(GO) test -count 1 -run '^TestSecuritySlowBodyFlood$$' ./scenarios/fleet/
 
 bench: ## run the benchmarks behind every published target and print a table (about 15 minutes)
 	@mkdir -p bin

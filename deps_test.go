@@ -69,7 +69,7 @@ var importRules = map[string]importRule{
 	"regional/auth":              {imports: []string{"global/identity"}}, // reads requests, serves nothing
 	"regional/kvbridge/zmtp":     {},
 	"regional/kvbridge":          {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp"}},
-	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit",
+	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit", "global/identity", "regional/auth",
 		"regional/route", "regional/tokenize", "regional/kvevents", "regional/summary", "regional/gossip"}},
 
 	// Disaster recovery: the check reads folders and needs nothing of the
@@ -87,7 +87,7 @@ var importRules = map[string]importRule{
 		"scenarios/prefixcache"}},
 	"scenarios/sim": {imports: []string{"index", "gorgo", "residency", "regional/route",
 		"regional/gossip", "regional/summary", "scenarios/enginesim", "scenarios/prefixcache"}},
-	"scenarios/fleet": {imports: []string{"residency", "regional", "scenarios/enginesim", "scenarios/sim"}},
+	"scenarios/fleet": {imports: []string{"residency", "regional", "regional/auth", "global/identity", "scenarios/enginesim", "scenarios/sim"}},
 	"scenarios/demo": {imports: []string{"residency", "global", "global/audit", "regional",
 		"scenarios/enginesim", "scenarios/sim", "scenarios/fleet"}},
 

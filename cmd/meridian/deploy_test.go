@@ -1315,7 +1315,7 @@ func TestDeployChecksRejectMadeUpThings(t *testing.T) {
 		return problems
 	}
 	raftConfig := func(bootstrap bool) string {
-		return fixtureConfig + "admin_token: t\npolicy_file: /etc/meridian/policies/p.yaml\n" +
+		return fixtureConfig + "insecure: true\nadmin_token: fixture-admin-token-of-thirty-two-bytes\npolicy_file: /etc/meridian/policies/p.yaml\n" +
 			fmt.Sprintf("raft: {data_dir: /var/lib/meridian/raft, bind: \"0.0.0.0:7400\", bootstrap: %v}\n", bootstrap)
 	}
 	policy, err := os.ReadFile(filepath.Join(deployRoot, "policies", "default.yaml"))

@@ -61,6 +61,7 @@ func TestDRDrillCLI(t *testing.T) {
 		}
 	})
 	t.Setenv("MERIDIAN_TOKEN", f.AdminToken)
+	t.Setenv("MERIDIAN_CA_CERT", f.PKI.CACert) // https, with the fleet's CA
 	args := []string{"dr", "drill", "--admin", f.Region("us-east-1").Controller.AdminURL(), "--hold", "500ms"}
 	for _, r := range f.Regions {
 		args = append(args, "--controller", r.Name+"="+r.Controller.URL())
