@@ -49,6 +49,15 @@
 // Other encodings, and text that is not valid UTF-8, go through the
 // library.
 //
+// # Request bodies
+//
+// ParseBody reads what routing needs of a request body (model, stream and
+// the prompt fields) in one pass, checking the rest for syntax without
+// decoding it; the body is forwarded as it came. It fails on exactly the
+// bodies json.Unmarshal fails on and otherwise decodes the same values,
+// which TestPropertyParseBody and FuzzParseBody check against
+// encoding/json itself.
+//
 // Invariants:
 //   - Encode is deterministic and safe for concurrent use; two Models built
 //     from the same Config produce identical ids.
