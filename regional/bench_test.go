@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -165,45 +166,88 @@ func BenchmarkSessionTokenization(b *testing.B) {
 	})
 }
 
-// BenchmarkProxyOverhead sends requests at 1,000 per second, alternately
-// straight to a pod and through the proxy, and reports each path's p50 and
-// p99 latency and the p99 the proxy adds. The pod answers at once, so the
-// difference is the router's own cost (parse, tokenize, decide, proxy).
+// BenchmarkProxyOverhead sends chat requests with a 2k-token system prompt
+// (the user's question differs each time, so only the system prompt's
+// encoding can be reused) at 1,000 per second, alternately straight to a
+// pod and through the proxy, and reports each path's p50 and p99 latency
+// to the last byte and what the proxy adds at each. The pod answers at
+// once, so the difference is the router's own cost (parse, tokenize,
+// decide, proxy).
 //
 // tls=off is a plain-http controller that believes headers; tls=on is the
 // secure default: https on the controller's own listener (certificate from
 // the development PKI, TLS 1.3) and an API key checked on every request.
-// The pods are plain http in both, so the two sub-benchmarks' added-p99
-// differ by what TLS and authentication cost on the request path.
-// Connections are kept alive, as a client pool or a gateway keeps them.
+// The pods are plain http in both, so the two sub-benchmarks' added
+// latencies differ by what TLS and authentication cost on the request
+// path. stream=true asks for, and gets, a server-sent event stream of 16
+// chunks, each flushed. Connections are kept alive, as a client pool or a
+// gateway keeps them.
 func BenchmarkProxyOverhead(b *testing.B) {
 	for _, secure := range []bool{false, true} {
-		name := "tls=off"
-		if secure {
-			name = "tls=on"
+		for _, stream := range []bool{false, true} {
+			name := fmt.Sprintf("tls=off/stream=%v", stream)
+			if secure {
+				name = fmt.Sprintf("tls=on/stream=%v", stream)
+			}
+			b.Run(name, func(b *testing.B) { benchProxyOverhead(b, secure, stream) })
 		}
-		b.Run(name, func(b *testing.B) { benchProxyOverhead(b, secure) })
 	}
 }
 
-func benchProxyOverhead(b *testing.B, secure bool) {
-	pod := func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
+// proxyBenchPod answers a chat request at once: one JSON body, or with
+// "stream":true 16 server-sent events, each flushed, and [DONE].
+func proxyBenchPod(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	if !bytes.Contains(body, []byte(`"stream":true`)) {
 		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":600,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":576}}}`)
+		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":2048,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":1984}}}`)
+		return
 	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	for i := 0; i < 16; i++ {
+		_, _ = io.WriteString(w, `data: {"id":"x","choices":[{"index":0,"delta":{"content":"tok "}}]}`+"\n\n")
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	_, _ = io.WriteString(w, `data: {"id":"x","choices":[],"usage":{"prompt_tokens":2048,"completion_tokens":16}}`+"\n\ndata: [DONE]\n\n")
+}
+
+// chatBody2k is a chat request whose system prompt is about 2,000 tokens
+// of common words (the same each time) and whose question is number n.
+func chatBody2k(system string, n int, stream bool) string {
+	return fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"system","content":%q},{"role":"user","content":"Question %d: what is the capital of France?"}]}`,
+		stream, system, n)
+}
+
+// systemPrompt2k is about 2,000 tokens: one common word each.
+func systemPrompt2k() string {
+	rng := rand.New(rand.NewPCG(7, 8))
+	vocab := strings.Fields("the of and to in is was for on that with by as at from it an be this are or which")
+	var sb strings.Builder
+	sb.WriteString("You are a helpful assistant.")
+	for i := 0; i < 2000; i++ {
+		sb.WriteByte(' ')
+		sb.WriteString(vocab[rng.IntN(len(vocab))])
+	}
+	return sb.String()
+}
+
+func benchProxyOverhead(b *testing.B, secure, stream bool) {
 	proxyTransport := &http.Transport{MaxIdleConnsPerHost: 64}
 	var key string
-	f := newServerFixture(b, []http.HandlerFunc{pod, pod, pod, pod}, func(fc *fixtureConfig) {
+	f := newServerFixture(b, []http.HandlerFunc{proxyBenchPod, proxyBenchPod, proxyBenchPod, proxyBenchPod}, func(fc *fixtureConfig) {
 		if !secure {
 			return
 		}
 		fc.tls, proxyTransport.TLSClientConfig, fc.auth, key = secureFixture(b)
 	})
-	body := `{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("You are a helpful assistant. ", 80) + `"},{"role":"user","content":"What is the capital of France?"}]}`
+	system := systemPrompt2k()
 	directClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	proxyClient := &http.Client{Transport: proxyTransport}
-	do := func(c *http.Client, url string) time.Duration {
+	do := func(c *http.Client, url string, n int) time.Duration {
+		body := chatBody2k(system, n, stream)
 		t0 := time.Now()
 		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")
@@ -223,8 +267,8 @@ func benchProxyOverhead(b *testing.B, secure bool) {
 	}
 	direct := f.pods[0].srv.URL + "/v1/chat/completions"
 	proxied := f.url + "/v1/chat/completions"
-	do(directClient, direct)
-	do(proxyClient, proxied)
+	do(directClient, direct, -1)
+	do(proxyClient, proxied, -1)
 	var mu sync.Mutex
 	var dl, pl []time.Duration
 	var wg sync.WaitGroup
@@ -238,12 +282,12 @@ func benchProxyOverhead(b *testing.B, secure bool) {
 		go func(i int) {
 			defer wg.Done()
 			if i%2 == 0 {
-				d := do(directClient, direct)
+				d := do(directClient, direct, i)
 				mu.Lock()
 				dl = append(dl, d)
 				mu.Unlock()
 			} else {
-				d := do(proxyClient, proxied)
+				d := do(proxyClient, proxied, i)
 				mu.Lock()
 				pl = append(pl, d)
 				mu.Unlock()
@@ -252,11 +296,20 @@ func benchProxyOverhead(b *testing.B, secure bool) {
 	}
 	wg.Wait()
 	b.StopTimer()
-	routetest.ReportPercentiles(b, dl, "direct-")
-	routetest.ReportPercentiles(b, pl, "proxy-")
-	if len(dl) > 0 && len(pl) > 0 {
-		b.ReportMetric(float64(pl[len(pl)*99/100]-dl[len(dl)*99/100]), "added-p99-ns")
+	if len(dl) == 0 || len(pl) == 0 {
+		return
 	}
+	slices.Sort(dl)
+	slices.Sort(pl)
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	d50, d99 := dl[len(dl)/2], dl[len(dl)*99/100]
+	p50, p99 := pl[len(pl)/2], pl[len(pl)*99/100]
+	b.ReportMetric(us(d50), "direct-p50-us")
+	b.ReportMetric(us(d99), "direct-p99-us")
+	b.ReportMetric(us(p50), "proxy-p50-us")
+	b.ReportMetric(us(p99), "proxy-p99-us")
+	b.ReportMetric(us(p50-d50), "added-p50-us")
+	b.ReportMetric(us(p99-d99), "added-p99-us")
 }
 
 // secureFixture is a secure controller's API side: a server TLS config
