@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -214,11 +215,13 @@ func proxyBenchPod(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, `data: {"id":"x","choices":[],"usage":{"prompt_tokens":2048,"completion_tokens":16}}`+"\n\ndata: [DONE]\n\n")
 }
 
-// chatBody2k is a chat request whose system prompt is about 2,000 tokens
-// of common words (the same each time) and whose question is number n.
-func chatBody2k(system string, n int, stream bool) string {
-	return fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"system","content":%q},{"role":"user","content":"Question %d: what is the capital of France?"}]}`,
-		stream, system, n)
+// chatBody2k returns the chat request whose system prompt is system (the
+// same each time) and whose question is number n.
+func chatBody2k(system string, stream bool) func(n int) string {
+	head := fmt.Sprintf(`{"model":"m","stream":%v,"messages":[{"role":"system","content":%q},{"role":"user","content":"Question `, stream, system)
+	return func(n int) string {
+		return head + strconv.Itoa(n) + `: what is the capital of France?"}]}`
+	}
 }
 
 // systemPrompt2k is about 2,000 tokens: one common word each.
@@ -243,13 +246,12 @@ func benchProxyOverhead(b *testing.B, secure, stream bool) {
 		}
 		fc.tls, proxyTransport.TLSClientConfig, fc.auth, key = secureFixture(b)
 	})
-	system := systemPrompt2k()
+	body := chatBody2k(systemPrompt2k(), stream)
 	directClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	proxyClient := &http.Client{Transport: proxyTransport}
 	do := func(c *http.Client, url string, n int) time.Duration {
-		body := chatBody2k(system, n, stream)
 		t0 := time.Now()
-		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body(n)))
 		req.Header.Set("Content-Type", "application/json")
 		if key != "" && c == proxyClient {
 			req.Header.Set("Authorization", "Bearer "+key)
