@@ -477,6 +477,10 @@ func (p *bodyParser) message(m *Message) error {
 		}
 		switch {
 		case fieldIs(key, "role"):
+			if r, ok := p.commonRole(); ok {
+				m.Role = r
+				break
+			}
 			var v string
 			var ok bool
 			if v, ok, err = p.stringValue("message role"); ok {
@@ -504,6 +508,23 @@ func (p *bodyParser) message(m *Message) error {
 		return fmt.Errorf("%w: message: role missing", ErrInvalidPrompt)
 	}
 	return contentErr
+}
+
+// commonRoles are the roles nearly every message has: reading one of them
+// costs no allocation.
+var commonRoles = [...]string{"system", "user", "assistant", "tool", "developer"}
+
+// commonRole reads a role written plainly as one of commonRoles, or
+// leaves p where it was.
+func (p *bodyParser) commonRole() (string, bool) {
+	for _, r := range commonRoles {
+		end := p.i + 1 + len(r) + 1
+		if end <= len(p.data) && p.data[p.i] == '"' && p.data[end-1] == '"' && string(p.data[p.i+1:end-1]) == r {
+			p.i = end
+			return r, true
+		}
+	}
+	return "", false
 }
 
 // content reads a message's content: a string, null (""), or a list of

@@ -134,6 +134,20 @@ func TestParseBodyDepth(t *testing.T) {
 	}
 }
 
+// The request path's allocation budget: the messages, and one string
+// each for the model and every content; roles come from constants.
+func TestParseBodyAllocs(t *testing.T) {
+	raw := []byte(`{"model":"m","temperature":0.2,"messages":[{"role":"system","content":"You are terse.\nAnswer briefly."},{"role":"user","content":"Hi"}]}`)
+	var b Body
+	if n := testing.AllocsPerRun(100, func() {
+		if err := ParseBody(raw, &b); err != nil {
+			t.Fatal(err)
+		}
+	}); n > 4 {
+		t.Fatalf("ParseBody allocates %v times, want at most 4", n)
+	}
+}
+
 // FuzzParseBody compares ParseBody with json.Unmarshal on arbitrary bytes.
 func FuzzParseBody(f *testing.F) {
 	for _, c := range parseBodyCases {
