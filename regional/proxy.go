@@ -304,6 +304,13 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 		}
 	}
 
+	whole := !sse && rerr == io.EOF
+	if whole {
+		// The whole answer is in hand: send it in one write with its
+		// length, rather than chunked and flushed piece by piece.
+		held = append(held, buf[:n]...)
+		n = 0
+	}
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
 			w.Header()[k] = vs
@@ -311,6 +318,9 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	}
 	for k, vs := range out {
 		w.Header()[k] = vs
+	}
+	if whole {
+		w.Header().Set("Content-Length", strconv.Itoa(len(held)))
 	}
 	w.WriteHeader(resp.StatusCode)
 	res.wrote = true
