@@ -436,7 +436,7 @@ func BenchmarkLookupUnderWrites(b *testing.B) {
 //     started each: stop-the-world, the whole rehash; incremental, the
 //     allocation of the new table;
 //   - growth-step-p99-ns, the 99th percentile of the other calls that took
-//     part in them (incremental: copying 32 slots each, the last one also
+//     part in them (incremental: copying 256 slots each, the last one also
 //     publishing; stop-the-world has none).
 //
 // The worst pause of a growth is the larger of the two. They are a median

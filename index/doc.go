@@ -22,7 +22,7 @@
 // Block hash -> pod bitmap (PodCapacity bits: 4 words at the default 256
 // pods), in 256 shards picked by Fibonacci hashing (the top 8 bits of
 // hash * 0x9E3779B97F4A7C15). Each shard is padded to whole cache lines and
-// holds an open-addressing table (linear probing, load <= 3/4 plus 1/32
+// holds an open-addressing table (linear probing, load <= 3/4 plus 1/256
 // while growing, backward-shift deletion, no tombstones) of 8-byte slots —
 // a 32-bit fingerprint that also encodes the home position, and a 32-bit
 // entry number — and a slab of entries (hash + bitmap) in chunks of 256. At

@@ -133,7 +133,7 @@ type growthModel struct {
 }
 
 func newGrowthModel(t *rapid.T) *growthModel {
-	step := rapid.SampledFrom([]int{1, 2, 3, 4, 7, defaultGrowStep}).Draw(t, "step")
+	step := rapid.SampledFrom([]int{1, 2, 3, 4, 7, 32, defaultGrowStep}).Draw(t, "step")
 	inc, err := New(Config{PodCapacity: 64})
 	if err != nil {
 		t.Fatal(err)
@@ -330,7 +330,7 @@ func TestLookupsDuringGrowth(t *testing.T) {
 // never registered are not, and that a stable chain keeps its answer. Run
 // under -race it also checks the publication of the growing table.
 func TestGrowthUnderConcurrentWriters(t *testing.T) {
-	for _, step := range []int{2, defaultGrowStep} {
+	for _, step := range []int{2, 32, defaultGrowStep} {
 		t.Run(fmt.Sprint("step=", step), func(t *testing.T) {
 			concurrentGrowth(t, step)
 		})
