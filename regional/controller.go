@@ -174,6 +174,7 @@ func (c *Config) ApplyDefaults() {
 	c.Kafka.Region = c.Region
 	c.Kafka.ControllerID = c.ControllerID
 	c.Kafka.BlockSize = c.BlockSize
+	c.Kafka.Insecure = c.Insecure
 	if len(c.Models) == 0 {
 		name := c.Kafka.DefaultModel
 		if name == "" {
@@ -431,13 +432,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, err
 		}
 	}
-	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
+	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
 	c.log.Info("controller started", "listen", c.ln.Addr().String(), "url", c.URL(), "tls", c.tls != nil,
-		"client_auth", string(cfg.Auth.Mode), "topic", c.Ingester.Config().Topic,
+		"client_auth", string(cfg.Auth.Mode), "kafka", c.Ingester.Security(), "topic", c.Ingester.Config().Topic,
 		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static))
 	ok = true
 	return c, nil
@@ -508,11 +509,12 @@ func (c *Controller) Audit() *audit.Log {
 // readiness: ready once the index has caught up with the topic.
 func (c *Controller) readiness() (bool, map[string]any) {
 	g := c.Ingester
-	detail := map[string]any{
-		"region": c.cfg.Region,
-		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
-			"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding()},
+	ingest := map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
+		"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding(), "kafka": g.Security()}
+	if e := g.LastError(); e != "" {
+		ingest["error"] = e // what to check: a refused SASL user, an untrusted broker
 	}
+	detail := map[string]any{"region": c.cfg.Region, "ingest": ingest}
 	if n := c.Global(); n != nil {
 		h := n.Health()
 		// Without quorum the controller keeps routing on the last committed

@@ -39,15 +39,17 @@ type AuthConfig struct {
 func (c AuthConfig) enabled() bool { return c.Mode != "" }
 
 // insecureListeners names the machine-to-machine listeners and links that
-// would carry plaintext beyond this host: Raft on a non-loopback address,
-// the admin API on one, and forwarding between controllers (the API
-// listener and the public URL other controllers reach) when the
-// cross-region path is on. None without TLS configured.
+// would carry plaintext beyond this host, or trust a peer unverified: Raft
+// on a non-loopback address, the admin API on one, and forwarding between
+// controllers (the API listener and the public URL other controllers
+// reach) when the cross-region path is on, all without tls; Kafka brokers
+// beyond loopback without kafka.tls, or with kafka.tls.insecure_skip_verify
+// (and SASL PLAIN without it).
 func (c Config) insecureListeners() []string {
+	out := c.Kafka.Security.InsecureUses("kafka", c.Kafka.Brokers)
 	if c.TLS != nil {
-		return nil
+		return out
 	}
-	var out []string
 	if c.Raft.DataDir != "" && !loopbackAddr(c.Raft.Bind) {
 		out = append(out, "raft.bind "+c.Raft.Bind)
 	}
