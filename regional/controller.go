@@ -393,6 +393,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	transport := NewPodTransport()
+	if cfg.Pods.TLS != nil {
+		// https pods: scraped and proxied to with the pods' CA (and a
+		// client certificate, if configured).
+		if transport.TLSClientConfig, err = cfg.Pods.TLS.Load("pods.tls"); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
 	var peer http.RoundTripper
 	if c.tls != nil {
 		// Forwarding between controllers: mutual TLS, and the other end
@@ -403,6 +410,10 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	}
 	if c.Server, err = NewServer(cfg.Server, ServerDeps{Decider: c.Decider, Prompts: prompts, Calibrator: c.Calib,
 		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
+		return nil, err
+	}
+	scraper, err := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, c.Metrics)
+	if err != nil {
 		return nil, err
 	}
 	c.Server.Handle("GET /debug/calibration", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -433,7 +444,6 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		}
 	}
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
-	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })

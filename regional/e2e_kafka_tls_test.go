@@ -13,9 +13,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kafkasec/kafkasectest"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
@@ -46,6 +48,8 @@ func openKafkaController(t *testing.T, brokers []string, sec kafkasec.Config, mu
 	cfg.Kafka.Brokers, cfg.Kafka.Security = brokers, sec
 	cfg.Kafka.ProbeInterval = 50 * time.Millisecond
 	cfg.Models = []regional.ModelConfig{{Name: simModel, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
+	// Each scrape must finish within one interval, TLS handshake included
+	// (slow under -race on a busy machine).
 	cfg.ScrapeInterval = 500 * time.Millisecond
 	if mut != nil {
 		mut(&cfg)
@@ -138,8 +142,9 @@ func labelled(t *testing.T, url, sample string) float64 {
 // simulators publish over TLS and SCRAM-SHA-256 to a broker that accepts
 // nothing else, the controller consumes over TLS and SCRAM with the same
 // CA, becomes ready, and its index holds exactly what the engines hold
-// after traffic proxied to them — while nothing it logs or exports holds
-// the password.
+// after traffic proxied to them over https (their certificates checked
+// against pods.tls.ca) — while nothing it logs or exports holds the
+// password.
 func TestKafkaIngestOverTLSAndSCRAM(t *testing.T) {
 	b := kafkasectest.Start(t, kafkasectest.Options{})
 	var engines []*enginesim.Engine
@@ -147,6 +152,7 @@ func TestKafkaIngestOverTLSAndSCRAM(t *testing.T) {
 		cfg := enginesim.DefaultConfig()
 		cfg.Name, cfg.Region, cfg.HashSeed = fmt.Sprintf("pod-%d", i), "test", "tls"
 		cfg.TimeScale, cfg.CacheBlocks, cfg.DefaultMaxTokens = 0.01, 400, 2
+		cfg.TLSCert, cfg.TLSKey = b.PKI.Controllers[0].Cert, b.PKI.Controllers[0].Key
 		cfg.Kafka = &enginesim.KafkaConfig{Brokers: b.Addrs, Security: b.Config}
 		e, err := enginesim.Open(cfg)
 		if err != nil {
@@ -159,11 +165,14 @@ func TestKafkaIngestOverTLSAndSCRAM(t *testing.T) {
 			_ = e.Close(ctx)
 		})
 	}
-	ctl, logs := openKafkaController(t, b.Addrs, b.Config, nil)
+	ctl, logs := openKafkaController(t, b.Addrs, b.Config, func(c *regional.Config) {
+		c.Pods.TLS = &identity.ClientTLSConfig{CA: b.PKI.CACert}
+		c.Pods.RequireHTTPS = true
+	})
 	if err := ctl.Ingester.WaitFor(context.Background(), func() bool {
 		n := 0
 		for _, p := range ctl.Registry.Pods() {
-			if p.Info().Endpoint != "" {
+			if strings.HasPrefix(p.Info().Endpoint, "https://") {
 				n++
 			}
 		}
@@ -181,14 +190,21 @@ func TestKafkaIngestOverTLSAndSCRAM(t *testing.T) {
 	for i := range 24 {
 		msgs := []chatMsg{{"system", fmt.Sprintf("shared system prompt %d ", i%3) + strings.Repeat("lorem ipsum dolor ", 40)}, {"user", fmt.Sprint("question ", i)}}
 		if r := chat(ctx, ctl.URL(), msgs, "", ""); r.err != nil {
-			t.Fatalf("request %d through the controller: %v", i, r.err)
+			t.Fatalf("request %d through the controller to an https pod: %v", i, r.err)
 		}
 	}
 	if err := ctl.Ingester.WaitFor(ctx, func() bool { return indexMatches(ctl.Index, ctl.Registry, engines) == nil }); err != nil {
 		t.Fatalf("index never matched the engines: %v", indexMatches(ctl.Index, ctl.Registry, engines))
 	}
+	// The https pods are scraped with the CA, without a failure.
+	eventually(t, "the https pods scraped", func() bool { return metricValue(t, ctl.URL(), "meridian_scrapes_total") >= 2*float64(len(engines)) })
 	if v := metricValue(t, ctl.URL(), "meridian_ingest_connected"); v != 1 {
 		t.Fatalf("meridian_ingest_connected = %v", v)
+	}
+	for _, reason := range []string{"tls", "connect", "http_status", "parse"} {
+		if n := labelled(t, ctl.URL(), `meridian_scrape_errors_total{reason="`+reason+`"}`); n != 0 {
+			t.Fatalf("%v scrape errors (%s) with a trusted CA", n, reason)
+		}
 	}
 	_, metrics := get(t, ctl.URL()+"/metrics")
 	_, ready := get(t, ctl.URL()+"/readyz")
@@ -243,5 +259,81 @@ func TestKafkaIngestRefused(t *testing.T) {
 				t.Fatal("the Kafka password is in the controller's logs or metrics")
 			}
 		})
+	}
+}
+
+// TestKafkaScrapeHTTPSPods: pods serving https are scraped with pods.tls.ca
+// (the trusted pod's KV usage, held up by a long request in progress, is
+// read); a pod whose certificate another CA signed is not scraped (its
+// usage stays unknown though a request holds its cache too) and each
+// failure is counted as a TLS scrape error.
+func TestKafkaScrapeHTTPSPods(t *testing.T) {
+	b := kafkasectest.Start(t, kafkasectest.Options{})
+	other, err := identity.InitDevPKI(t.TempDir(), []string{"other"}, identity.PKIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The test's own client trusts both CAs: it only loads the pods.
+	anyServer, err := (&identity.ClientTLSConfig{InsecureSkipVerify: true}).Load("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &http.Transport{TLSClientConfig: anyServer}
+	t.Cleanup(tr.CloseIdleConnections)
+	open := func(name string, cert identity.IssuedCert) *enginesim.Engine {
+		cfg := enginesim.DefaultConfig()
+		cfg.Name, cfg.HashSeed = name, "scrape"
+		cfg.TLSCert, cfg.TLSKey = cert.Cert, cert.Key
+		e, err := enginesim.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_ = e.Close(ctx)
+		})
+		// A request that decodes for minutes holds its blocks: the pod's
+		// KV usage is above zero until the test ends it.
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		t.Cleanup(func() { cancel(); <-done })
+		go func() {
+			defer close(done)
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.URL()+"/v1/completions", strings.NewReader(
+				`{"model": "`+simModel+`", "stream": true, "max_tokens": 100000, "prompt": "`+strings.Repeat("hold the cache ", 50)+`"}`))
+			req.Header.Set("Content-Type", "application/json")
+			if resp, err := (&http.Client{Transport: tr}).Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}()
+		eventually(t, name+" holding blocks", func() bool { return e.Stats().KVUsage > 0 })
+		return e
+	}
+	trusted, untrusted := open("trusted", b.PKI.Controllers[0]), open("untrusted", other.Controllers[0])
+	ctl, logs := openKafkaController(t, b.Addrs, b.Config, func(c *regional.Config) {
+		c.Pods.TLS = &identity.ClientTLSConfig{CA: b.PKI.CACert}
+		c.Pods.Static = []route.PodInfo{{Name: "trusted", Endpoint: trusted.URL(), Model: simModel},
+			{Name: "untrusted", Endpoint: untrusted.URL(), Model: simModel}}
+	})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	})
+	pod := func(name string) *route.Pod {
+		p, ok := ctl.Registry.Get(name)
+		if !ok {
+			t.Fatalf("pod %s not registered", name)
+		}
+		return p
+	}
+	eventually(t, "the trusted pod's KV usage scraped over https", func() bool { return pod("trusted").Load().KVUtil > 0 })
+	eventually(t, "TLS scrape errors counted", func() bool {
+		return labelled(t, ctl.URL(), `meridian_scrape_errors_total{reason="tls"}`) >= 2
+	})
+	if u := pod("untrusted").Load().KVUtil; u != 0 {
+		t.Fatalf("the untrusted pod's KV usage %v was read", u)
 	}
 }

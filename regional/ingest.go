@@ -929,7 +929,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_resets_total",
 			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
 		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
-			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac)."}, []string{"reason"}),
+			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac, plaintext_endpoint)."}, []string{"reason"}),
 	}
 	for _, reason := range kvevents.Reasons() {
 		m.decodeErrors.WithLabelValues(string(reason))

@@ -11,10 +11,13 @@ import (
 
 	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional/kafkasec"
+	"github.com/meridian-llm/meridian/regional/kvevents"
+	"github.com/meridian-llm/meridian/regional/route"
 )
 
-// TestKafkaConfigSections: the kafka section's tls and sasl keys load from
-// YAML (misspelt keys are refused by name), and --check's printout names the password's file or
+// TestKafkaConfigSections: the kafka section's tls and sasl keys and the
+// pods section's tls and require_https load from YAML (misspelt keys are
+// refused by name), and --check's printout names the password's file or
 // variable, never a password.
 func TestKafkaConfigSections(t *testing.T) {
 	dir := t.TempDir()
@@ -32,6 +35,10 @@ kafka:
     mechanism: scram-sha-512
     username: meridian-us-east-1
     password_file: /etc/meridian/kafka/password
+pods:
+  tls:
+    ca: /etc/meridian/pods/ca.crt
+  require_https: true
 insecure: true
 `
 	if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
@@ -50,6 +57,9 @@ insecure: true
 		k.SASL == nil || k.SASL.Mechanism != kafkasec.ScramSHA512 || k.SASL.Username != "meridian-us-east-1" || k.SASL.PasswordFile != "/etc/meridian/kafka/password" {
 		t.Fatalf("kafka security %+v %+v", k.TLS, k.SASL)
 	}
+	if cfg.Pods.TLS == nil || cfg.Pods.TLS.CA != "/etc/meridian/pods/ca.crt" || !cfg.Pods.RequireHTTPS {
+		t.Fatalf("pods %+v", cfg.Pods)
+	}
 	out, err := yaml.Marshal(cfg.Redacted())
 	if err != nil {
 		t.Fatal(err)
@@ -57,7 +67,7 @@ insecure: true
 	if !strings.Contains(string(out), "password_file: /etc/meridian/kafka/password") || strings.Contains(string(out), "password:") {
 		t.Fatalf("printed config:\n%s", out)
 	}
-	for _, bad := range []string{"  sasl:\n    mechanism: plain\n    usrname: x\n", "  tls:\n    ca_file: x\n"} {
+	for _, bad := range []string{"  sasl:\n    mechanism: plain\n    usrname: x\n", "  tls:\n    ca_file: x\n", "pods:\n  tls:\n    ca_file: x\n"} {
 		p := filepath.Join(dir, "bad.yaml")
 		if err := os.WriteFile(p, []byte("region: r\nkafka:\n  brokers: [\"127.0.0.1:9092\"]\n"+bad), 0o600); err != nil {
 			t.Fatal(err)
@@ -69,8 +79,8 @@ insecure: true
 }
 
 // TestKafkaSecureByDefault: a controller refuses plaintext to a broker
-// beyond loopback, an unverified broker and PLAIN without TLS, naming the
-// field;
+// beyond loopback, an unverified broker, PLAIN without TLS, unverified
+// https pods and plain http pods under require_https, naming the field;
 // insecure: true accepts the Kafka ones and lists them among the insecure
 // links it logs and counts.
 func TestKafkaSecureByDefault(t *testing.T) {
@@ -106,6 +116,14 @@ func TestKafkaSecureByDefault(t *testing.T) {
 		{"unknown mechanism", func(c *Config) {
 			c.Kafka.Security.SASL = &kafkasec.SASLConfig{Mechanism: "scram-sha-1", Username: "u"}
 		}, `kafka.sasl.mechanism = "scram-sha-1"`, nil},
+		{"unverified pods", func(c *Config) { c.Pods.TLS = &identity.ClientTLSConfig{InsecureSkipVerify: true} },
+			"pods.tls.insecure_skip_verify: https pods would not be authenticated", nil},
+		{"unverified pods, insecure", func(c *Config) { c.Pods.TLS, c.Insecure = &identity.ClientTLSConfig{InsecureSkipVerify: true}, true },
+			"", []string{"pods.tls.insecure_skip_verify (https pods not authenticated)"}},
+		{"http pod under require_https", func(c *Config) {
+			c.Pods.RequireHTTPS, c.Pods.Static = true, []route.PodInfo{{Name: "a", Endpoint: "http://127.0.0.1:8000"}}
+		}, "pods.static[0] (a): endpoint \"http://127.0.0.1:8000\" is not https and pods.require_https is set", nil},
+		{"pods.tls without a key", func(c *Config) { c.Pods.TLS = &identity.ClientTLSConfig{Cert: "c.pem"} }, "pods.tls: cert", nil},
 	} {
 		c := base(tc.mut)
 		err := c.Validate()
@@ -118,5 +136,21 @@ func TestKafkaSecureByDefault(t *testing.T) {
 		if got := c.insecureListeners(); tc.want == "" && !slices.Equal(got, tc.uses) {
 			t.Errorf("%s: insecure links %q, want %q", tc.name, got, tc.uses)
 		}
+	}
+}
+
+// TestKafkaRequireHTTPSRefusesPlainPods: under pods.require_https a PodUp
+// with an http endpoint is refused and counted as plaintext_endpoint; an
+// https one is believed.
+func TestKafkaRequireHTTPSRefusesPlainPods(t *testing.T) {
+	g := newPodGate(PodsConfig{RequireHTTPS: true})
+	if why := g.check("a", &kvevents.PodUp{Pod: "a", Endpoint: "http://127.0.0.1:8000"}, ""); why != rejectPlaintext {
+		t.Fatalf("http PodUp: %q, want %q", why, rejectPlaintext)
+	}
+	if why := g.check("a", &kvevents.PodUp{Pod: "a", Endpoint: "https://127.0.0.1:8000"}, ""); why != "" {
+		t.Fatalf("https PodUp refused: %q", why)
+	}
+	if why := newPodGate(PodsConfig{}).check("a", &kvevents.PodUp{Pod: "a", Endpoint: "http://127.0.0.1:8000"}, ""); why != "" {
+		t.Fatalf("http PodUp without require_https refused: %q", why)
 	}
 }

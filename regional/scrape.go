@@ -3,32 +3,76 @@ package regional
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/meridian-llm/meridian/regional/route"
+)
+
+// Errors a scrape wraps, for scrapeReason.
+var (
+	errScrapeStatus = errors.New("unexpected status")
+	errScrapeParse  = errors.New("unreadable metrics")
 )
 
 // Scraper reads each pod's vLLM metrics every Interval and records its KV
 // cache utilisation (vllm:kv_cache_usage_perc, a 0..1 ratio despite its
 // name). It is a secondary signal: the router's own in-flight accounting is
 // fresher, and engine metrics can be seconds old.
+//
+// An https pod is scraped with the client's TLS (the controller's
+// pods.tls): a pod whose certificate does not verify is not scraped, and
+// the failure is counted (meridian_scrape_errors_total{reason="tls"}).
 type Scraper struct {
 	reg      *route.Registry
 	client   *http.Client
 	interval time.Duration
 	log      *slog.Logger
+	scrapes  prometheus.Counter
+	errors   *prometheus.CounterVec
 }
 
-// NewScraper builds a scraper over the registry's pods.
-func NewScraper(reg *route.Registry, client *http.Client, interval time.Duration, log *slog.Logger) *Scraper {
-	return &Scraper{reg: reg, client: client, interval: interval, log: log}
+// Why a scrape failed (meridian_scrape_errors_total).
+const (
+	scrapeTLS     = "tls"         // handshake: untrusted or misnamed certificate, not a TLS server
+	scrapeTimeout = "timeout"     // no answer within the interval
+	scrapeConnect = "connect"     // refused, reset, unreachable
+	scrapeStatus  = "http_status" // an answer other than 200
+	scrapeParse   = "parse"       // no KV-cache usage sample in the body
+)
+
+// NewScraper builds a scraper over the registry's pods; metrics receives
+// meridian_scrapes_total and meridian_scrape_errors_total (nil: not
+// exported).
+func NewScraper(reg *route.Registry, client *http.Client, interval time.Duration, log *slog.Logger, metrics prometheus.Registerer) (*Scraper, error) {
+	s := &Scraper{reg: reg, client: client, interval: interval, log: log,
+		scrapes: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_scrapes_total",
+			Help: "Pod /metrics scrapes attempted (failed ones are meridian_scrape_errors_total)."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_scrape_errors_total",
+			Help: "Pod /metrics scrapes that failed, by reason: tls (certificate not trusted or not valid for the pod, or no TLS), timeout, connect, http_status, parse."},
+			[]string{"reason"})}
+	for _, r := range []string{scrapeTLS, scrapeTimeout, scrapeConnect, scrapeStatus, scrapeParse} {
+		s.errors.WithLabelValues(r)
+	}
+	if metrics != nil {
+		for _, c := range []prometheus.Collector{s.scrapes, s.errors} {
+			if err := metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("register scrape metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
 }
 
 // Run scrapes until ctx is done.
@@ -61,9 +105,12 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, s.interval)
 			defer cancel()
+			s.scrapes.Inc()
 			u, err := s.scrape(sctx, strings.TrimRight(ep, "/")+"/metrics")
 			if err != nil {
-				s.log.Debug("scrape failed", "pod", p.Name, "err", err)
+				reason := scrapeReason(err)
+				s.errors.WithLabelValues(reason).Inc()
+				s.log.Debug("scrape failed", "pod", p.Name, "reason", reason, "err", err)
 				u = 0
 			}
 			p.SetKVUtil(u)
@@ -83,9 +130,34 @@ func (s *Scraper) scrape(ctx context.Context, url string) (float64, error) {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+		return 0, fmt.Errorf("%s: %s: %w", url, resp.Status, errScrapeStatus)
 	}
-	return parseKVUsage(io.LimitReader(resp.Body, 8<<20))
+	u, err := parseKVUsage(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w: %w", url, errScrapeParse, err)
+	}
+	return u, nil
+}
+
+// scrapeReason classifies a failed scrape.
+func scrapeReason(err error) string {
+	var (
+		verify *tls.CertificateVerificationError
+		record tls.RecordHeaderError
+		alert  tls.AlertError
+		netErr net.Error
+	)
+	switch {
+	case errors.Is(err, errScrapeStatus):
+		return scrapeStatus
+	case errors.Is(err, errScrapeParse):
+		return scrapeParse
+	case errors.As(err, &verify), errors.As(err, &record), errors.As(err, &alert):
+		return scrapeTLS
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return scrapeTimeout
+	}
+	return scrapeConnect
 }
 
 // parseKVUsage finds vllm:kv_cache_usage_perc (or the older

@@ -44,9 +44,12 @@ func (c AuthConfig) enabled() bool { return c.Mode != "" }
 // controllers (the API listener and the public URL other controllers
 // reach) when the cross-region path is on, all without tls; Kafka brokers
 // beyond loopback without kafka.tls, or with kafka.tls.insecure_skip_verify
-// (and SASL PLAIN without it).
+// (and SASL PLAIN without it); pods scraped with pods.tls.insecure_skip_verify.
 func (c Config) insecureListeners() []string {
 	out := c.Kafka.Security.InsecureUses("kafka", c.Kafka.Brokers)
+	if c.Pods.TLS != nil && c.Pods.TLS.InsecureSkipVerify {
+		out = append(out, "pods.tls.insecure_skip_verify (https pods not authenticated)")
+	}
 	if c.TLS != nil {
 		return out
 	}
@@ -78,6 +81,9 @@ func (c Config) validateSecurity() error {
 		}
 	}
 	if !c.Insecure {
+		if c.Pods.TLS != nil && c.Pods.TLS.InsecureSkipVerify {
+			return errors.New("config: pods.tls.insecure_skip_verify: https pods would not be authenticated (whoever answers at a pod's address would get its prompts); give pods.tls.ca instead, or set insecure: true to accept it")
+		}
 		if l := c.insecureListeners(); len(l) > 0 {
 			return fmt.Errorf("config: plaintext on a non-loopback address: %s; configure tls (meridian certs init makes a development PKI) or set insecure: true to accept it",
 				strings.Join(l, ", "))
