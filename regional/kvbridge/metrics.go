@@ -26,7 +26,7 @@ type metrics struct {
 	noReplay      prometheus.Counter
 	reconnects    prometheus.Counter
 	connectErrors prometheus.Counter
-	produceErrors *prometheus.CounterVec // kind: write, too_large
+	produceErrors *prometheus.CounterVec // kind: write, auth, tls, too_large
 	latency       prometheus.Histogram
 }
 
@@ -59,7 +59,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 			"Repairs not attempted because the pod has no replay endpoint: a gap (then lost), a mid-stream join (then partial), or a restarted engine's history."),
 		reconnects:    c("reconnects_total", "ZMQ connections re-established after one was lost."),
 		connectErrors: c("connect_errors_total", "Failed ZMQ connection attempts (each followed by a backoff)."),
-		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff) and batches dropped as too large, by kind.", "kind"),
+		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff: write; auth: SASL refused; tls: broker certificate not trusted or no TLS) and batches dropped as too large (too_large), by kind.", "kind"),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_kvbridge_forward_latency_seconds",
 			Help:    "Time from receiving a batch over ZMQ to Kafka acknowledging it.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
@@ -82,7 +82,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	for _, v := range []string{"ok", "failed"} {
 		m.replays.WithLabelValues(v)
 	}
-	for _, v := range []string{"write", "too_large"} {
+	for _, v := range []string{"write", "auth", "tls", "too_large"} {
 		m.produceErrors.WithLabelValues(v)
 	}
 	gauges := []prometheus.Collector{
