@@ -77,6 +77,16 @@ func (c Config) Open(field string, getenv func(string) string) (*Client, error) 
 	return cl, nil
 }
 
+// Password reads the password s names (getenv nil: os.Getenv), for the
+// rare caller that must know it itself: a development broker that accepts
+// this user. Clients use Open.
+func (s SASLConfig) Password(field string, getenv func(string) string) (string, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	return readPassword(field, s, getenv)
+}
+
 func readPassword(field string, s SASLConfig, getenv func(string) string) (string, error) {
 	if s.PasswordFile != "" {
 		f, err := os.Open(s.PasswordFile)

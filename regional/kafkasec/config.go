@@ -84,7 +84,7 @@ func (c Config) Validate(field string, brokers []string, insecure bool) error {
 			errs = append(errs, err)
 		}
 		if c.TLS.InsecureSkipVerify && !insecure {
-			errs = append(errs, fmt.Errorf("%s.tls.insecure_skip_verify: the brokers would not be authenticated (anyone on the path could read and forge events); give %s.tls.ca instead, or set insecure: true to accept it", field, field))
+			errs = append(errs, fmt.Errorf("%s.tls.insecure_skip_verify: the brokers would not be authenticated (anyone on the path could read and forge events); give %s.tls.ca instead, or set insecure: true (--kafka-insecure) to accept it", field, field))
 		}
 	}
 	if s := c.SASL; s != nil {
@@ -92,7 +92,7 @@ func (c Config) Validate(field string, brokers []string, insecure bool) error {
 		case ScramSHA256, ScramSHA512:
 		case Plain:
 			if c.TLS == nil && !insecure {
-				errs = append(errs, fmt.Errorf("%s.sasl.mechanism = plain without %s.tls: the password would cross the network in clear; configure %s.tls, use scram-sha-512, or set insecure: true to accept it", field, field, field))
+				errs = append(errs, fmt.Errorf("%s.sasl.mechanism = plain without %s.tls: the password would cross the network in clear; configure %s.tls, use scram-sha-512, or set insecure: true (--kafka-insecure) to accept it", field, field, field))
 			}
 		default:
 			errs = append(errs, fmt.Errorf("%s.sasl.mechanism = %q: want %s, %s or %s", field, s.Mechanism, ScramSHA256, ScramSHA512, Plain))
@@ -106,7 +106,7 @@ func (c Config) Validate(field string, brokers []string, insecure bool) error {
 	}
 	if c.TLS == nil && !insecure {
 		if far := remoteBrokers(brokers); len(far) > 0 {
-			errs = append(errs, fmt.Errorf("%s.brokers %s: not loopback and %s.tls is not set: KV events and pod announcements would cross the network in clear and could be forged on the way; configure %s.tls (and %s.sasl), or set insecure: true to accept plaintext",
+			errs = append(errs, fmt.Errorf("%s.brokers %s: not loopback and %s.tls is not set: KV events and pod announcements would cross the network in clear and could be forged on the way; configure %s.tls (and %s.sasl), or set insecure: true (--kafka-insecure) to accept plaintext",
 				field, strings.Join(far, ", "), field, field, field))
 		}
 	}
