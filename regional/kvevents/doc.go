@@ -22,12 +22,29 @@
 //     absent (Opt, nil slices); extra trailing elements and unknown keys are
 //     ignored; an unknown tag skips that event only (Batch.Skipped);
 //   - BlockStored has 11 fields, BlockRemoved 3, AllBlocksCleared none, in
-//     vLLM's declaration order; Meridian's lifecycle events PodUp (pod,
-//     endpoint, model, hardware, region, epoch) and PodDown (pod, epoch,
-//     reason) use the same two event styles in the same envelope;
+//     vLLM's declaration order; map events may also carry locality (vLLM
+//     #48281, TensorRT-LLM), mm_keys (TensorRT-LLM) and cache_salt (SGLang
+//     #37482); session_id and ownership are ignored. Meridian's lifecycle
+//     events PodUp (pod, endpoint, model, hardware, region, epoch, engine,
+//     kv_blocks) and PodDown (pod, epoch, reason) use the same two event
+//     styles in the same envelope;
+//   - SGLang >= 0.5.18 writes a {cache_salt[, session_id]} map at position
+//     7, where vLLM has lora_name (BlockStoredWithMetadata): a string or
+//     such a map is accepted there;
 //   - a block hash is an unsigned or signed integer (the same 64 bits) or
 //     bytes (the last 8 bytes big-endian, left-padded with zeros when
-//     shorter); token ids must fit in uint32.
+//     shorter); a token id is an integer that fits in uint32, a string
+//     (TensorRT-LLM's EventTokenId = int | str; kept in StringTokens) or,
+//     for a whole event, a [token, next token] pair (SGLang's DeepSeek V4
+//     bigram pages; Pairs);
+//   - a BlockStored with token ids must have a positive block_size and
+//     block_size token ids per block hash.
+//
+// A malformed event (a field of the wrong type, a bad hash, a list over its
+// limit, a block size or token count that cannot be right) is skipped and
+// listed in Batch.Skipped with its reason; the rest of its batch decodes.
+// Only a failure that leaves the event's end unknown, or of the envelope,
+// fails the whole batch.
 //
 // Decoding never panics and never allocates more than a fixed multiple of
 // the message size: every count is checked against the bytes that remain and
