@@ -231,15 +231,16 @@ func (*PodDown) isEvent()          {}
 //
 //	absent (nil), GPU, DEVICE                 -> gpu
 //	CPU, CPU_PINNED, CPU_TIER1                -> cpu
-//	CPU_TIER2, DISK, NVME, STORAGE            -> disk
-//	EXTERNAL, NETWORK, REMOTE, SHARED         -> external
+//	CPU_TIER2, DISK, NVME, STORAGE, FS        -> disk
+//	EXTERNAL, NETWORK, REMOTE, SHARED, OBJ    -> external
 //
 // Anything else returns ok false. An unknown medium is not a decode error (the
 // medium is an open set that engines extend, and the decoder keeps the string
 // as sent); the Rekeyer skips such events and counts them
 // (RekeyStats.UnknownMedium) rather than guess a tier, because filing an
 // unknown medium as gpu would over-claim the fastest tier. Operators can add
-// aliases with RekeyConfig.Media.
+// aliases with RekeyConfig.Media. Whether a tier is the pod's own is
+// Local's question, not TierOf's.
 func TierOf(medium Opt[string]) (t index.Tier, ok bool) {
 	if !medium.Valid {
 		return index.TierGPU, true
@@ -256,10 +257,46 @@ func tierOfUpper(m string) (index.Tier, bool) {
 		return index.TierGPU, true
 	case "CPU", "CPU_PINNED", "CPU_TIER1":
 		return index.TierCPU, true
-	case "CPU_TIER2", "DISK", "NVME", "STORAGE":
+	case "CPU_TIER2", "DISK", "NVME", "STORAGE", "FS":
 		return index.TierDisk, true
-	case "EXTERNAL", "NETWORK", "REMOTE", "SHARED":
+	case "EXTERNAL", "NETWORK", "REMOTE", "SHARED", "OBJ":
 		return index.TierExternal, true
 	}
 	return 0, false
+}
+
+// Local reports whether blocks an engine announces on medium, with the
+// given locality, are the publishing pod's own cache. Meridian credits a
+// pod only with what it owns: a block in shared or remote storage can be
+// loaded by every pod that mounts that storage, and which pods those are is
+// known to no event, so crediting the announcing pod alone would be a guess
+// (and a region-level tier would need exactly that knowledge). Such events
+// are skipped and counted (RekeyStats.NonLocal), as Dynamo does (its
+// #11571 fails closed on non-local events).
+//
+//	locality REMOTE (or anything but LOCAL)      -> not local
+//	locality LOCAL                               -> local
+//	absent: FS, OBJ, STORAGE                     -> not local (vLLM never
+//	    infers locality, and its file-system and object tiers are shared
+//	    stores as often as a local disk: llm-d's FS connector is shared)
+//	absent: the external tier (EXTERNAL, NETWORK,
+//	    REMOTE, SHARED: SGLang's L4 "shared / remote pool")  -> not local
+//	absent: anything else                        -> local
+//
+// A medium the operator maps with RekeyConfig.Media is taken as local
+// unless its locality says otherwise.
+func Local(medium, locality Opt[string]) bool {
+	if locality.Valid {
+		return strings.EqualFold(locality.V, "LOCAL")
+	}
+	if !medium.Valid {
+		return true
+	}
+	m := medium.V
+	switch strings.ToUpper(m) {
+	case "FS", "OBJ", "STORAGE":
+		return false
+	}
+	t, ok := TierOf(medium)
+	return !ok || t != index.TierExternal
 }

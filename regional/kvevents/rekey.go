@@ -105,7 +105,11 @@ const maxBlockSize = 1 << 16
 // RekeyStats counts what a Rekeyer did and dropped; each field only grows,
 // except Entries. Event counts are per event, block counts per block hash.
 type RekeyStats struct {
-	StoredBlocks  uint64 // block announcements applied (new or repeated)
+	StoredBlocks uint64 // block announcements applied (new or repeated)
+	// Reannounced: announcements of a block the pod already held in that
+	// tier (a set: they change nothing; vLLM's kv_cache_report_mode=full
+	// re-announces every reused block).
+	Reannounced   uint64
 	RemovedBlocks uint64 // block removals applied
 	Clears        uint64 // AllBlocksCleared applied
 	// UnknownParent: BlockStored events dropped because their parent is not
@@ -122,6 +126,14 @@ type RekeyStats struct {
 	// UnknownMedium: events skipped because TierOf and Media do not know
 	// their medium.
 	UnknownMedium uint64
+	// NonLocal: events skipped because their storage is not the pod's own
+	// (see Local: locality REMOTE, shared file-system or object tiers, the
+	// external tier).
+	NonLocal uint64
+	// NotFullAttention: new blocks of a KV-cache group that is not full
+	// attention (sliding window, mamba, ...), tracked but never registered:
+	// such a group cannot extend a prefix match (see the package doc).
+	NotFullAttention uint64
 	// BadBlocks: BlockStored events dropped because block_size is not
 	// positive, token_ids is not len(block_hashes)*block_size long, the ratio
 	// to the router block size is not whole, or a block's size differs from
@@ -134,8 +146,9 @@ type RekeyStats struct {
 	// parent (a hash collision or an engine bug); the first mapping stays.
 	Conflicts uint64
 	// Opaque: new blocks that are never registered because they or an
-	// ancestor carry extra keys our chain hash cannot express (multimodal
-	// items, prompt embeddings, or a LoRA or salt where it is not expected).
+	// ancestor carry content our chain hash cannot express (multimodal
+	// items in extra_keys or TensorRT-LLM's mm_keys, string token ids,
+	// prompt embeddings, or a LoRA or salt where it is not expected).
 	Opaque uint64
 	// CapEvicted: blocks forgotten to stay within MaxEntries; CapDropped:
 	// stored blocks not tracked because nothing could be forgotten.
@@ -192,8 +205,8 @@ type entry struct {
 	last               uint64 // our hash of the last router block this entry completes
 	ours               []uint64
 	toks               []uint32 // own tokens, while a descendant may need them
-	count              [index.NumTiers]uint32
-	reg                uint8 // bit t: this entry's router blocks are registered in tier t
+	held               uint8    // bit t: the engine announced this block in tier t (a set)
+	reg                uint8    // bit t: this entry's router blocks are registered in tier t
 	opaque             bool
 	inLeaf             bool
 }
@@ -325,6 +338,40 @@ func (r *Rekeyer) key(rank int64, group Opt[int64]) (ekey, bool) {
 	return ekey{group: int32(g), rank: int32(rank)}, true
 }
 
+// local reports whether an event's medium and locality are the pod's own
+// storage: Local, except that a medium the operator mapped in Media is
+// local unless its locality says otherwise.
+func (r *Rekeyer) local(m, locality Opt[string]) bool {
+	if m.Valid && !locality.Valid && len(r.cfg.Media) > 0 {
+		if _, ok := r.cfg.Media[m.V]; ok {
+			return true
+		}
+		if _, ok := r.cfg.Media[strings.ToUpper(m.V)]; ok {
+			return true
+		}
+	}
+	return Local(m, locality)
+}
+
+// FullAttention reports whether a KV-cache group of this kind extends a
+// prefix match: absent (engines without hybrid groups, and vLLM before
+// #40984), vLLM's "full_attention" (MLA included) or SGLang's "full".
+// Sliding-window, chunked-local, mamba and other groups are not.
+func FullAttention(kind Opt[string]) bool {
+	return !kind.Valid || kind.V == "full_attention" || kind.V == "full"
+}
+
+// nonEmptyList reports whether raw is a msgpack array or map with at least
+// one element (a block's mm_keys entry that names content).
+func nonEmptyList(raw Raw) bool {
+	if len(raw) == 0 {
+		return false
+	}
+	rd := reader{b: raw}
+	_, n, err := rd.container("mm_keys")
+	return err != nil || n > 0
+}
+
 func (r *Rekeyer) tier(m Opt[string]) (index.Tier, bool) {
 	if m.Valid && len(r.cfg.Media) > 0 {
 		if t, ok := r.cfg.Media[m.V]; ok {
@@ -344,19 +391,16 @@ func (r *Rekeyer) lookup(k ekey) int32 {
 	return none
 }
 
-func (e *entry) alive() bool {
-	for _, c := range e.count {
-		if c > 0 {
-			return true
-		}
-	}
-	return false
-}
+func (e *entry) alive() bool { return e.held != 0 }
 
 func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 	t, ok := r.tier(ev.Medium)
 	if !ok {
 		r.stats.UnknownMedium++
+		return
+	}
+	if !r.local(ev.Medium, ev.Locality) {
+		r.stats.NonLocal++
 		return
 	}
 	n := len(ev.BlockHashes)
@@ -405,11 +449,23 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 		// blocks never match the base model's.
 		lora = "lora_id:" + strconv.FormatInt(ev.LoRAID.V, 10)
 	}
+	ctx := blockCtx{lora: lora, full: FullAttention(ev.KVCacheSpecKind)}
+	if ev.CacheSalt.Valid {
+		ctx.salt = ev.CacheSalt.V
+	}
+	strs := ev.StringTokens
 	for b, h := range ev.BlockHashes {
 		k.hash = h
-		var extra Raw
+		ctx.extra = nil
 		if b < len(ev.ExtraKeys) {
-			extra = ev.ExtraKeys[b]
+			ctx.extra = ev.ExtraKeys[b]
+		}
+		// Multimodal content our chain cannot express: mm_keys, or string
+		// token ids inside this block.
+		ctx.mm = b < len(ev.MMKeys) && nonEmptyList(ev.MMKeys[b])
+		for len(strs) > 0 && int64(strs[0].Pos) < int64(b+1)*ebs {
+			ctx.mm = true
+			strs = strs[1:]
 		}
 		if i := r.lookup(k); i != none {
 			if r.entries[i].parent != parent {
@@ -419,7 +475,7 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 			parent = i
 			continue
 		}
-		i := r.create(k, parent, ev.TokenIDs[int64(b)*ebs:int64(b+1)*ebs], lora, extra)
+		i := r.create(k, parent, ev.TokenIDs[int64(b)*ebs:int64(b+1)*ebs], &ctx)
 		if i == none {
 			r.stats.CapDropped += uint64(n - b)
 			return
@@ -429,10 +485,20 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 	}
 }
 
+// blockCtx is what a BlockStored says about each of its blocks beyond
+// tokens: the namespace (LoRA name, the event's cache salt), the block's
+// extra keys, whether it holds multimodal content, and whether its group
+// is full attention.
+type blockCtx struct {
+	lora, salt string
+	extra      Raw
+	mm, full   bool
+}
+
 // create adds the entry for a new engine block under parent (none for the
 // first block of a sequence) and returns its index, or none when the cap is
 // reached and nothing can be forgotten.
-func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, lora string, extra Raw) int32 {
+func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, ctx *blockCtx) int32 {
 	if len(r.byKey) >= r.cfg.MaxEntries && !r.evictOne(parent) {
 		return none
 	}
@@ -448,19 +514,22 @@ func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, lora string, extra
 	R := uint32(r.cfg.BlockSize)
 	e := entry{key: k, parent: parent, child: none, prevSib: none, nextSib: none,
 		prevLeaf: none, nextLeaf: none, ebs: ebs}
-	salt, opaque := classifyExtra(extra, lora, parent == none)
+	salt, opaque := classifyExtra(ctx.extra, ctx.lora, parent == none)
+	if salt == "" {
+		salt = ctx.salt // SGLang's: the event's, for the chain it starts
+	}
 	var p *entry
 	if parent != none {
 		p = &r.entries[parent]
 		e.opaque = p.opaque
 	}
-	if opaque {
+	if opaque || ctx.mm || !ctx.full {
 		e.opaque = true
 	}
 	var base uint64
 	switch {
 	case p == nil:
-		base = r.seedFor(lora, salt)
+		base = r.seedFor(ctx.lora, salt)
 	case R > ebs && p.pos+1 < R/ebs:
 		base = p.base
 		e.pos = p.pos + 1
@@ -483,7 +552,10 @@ func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, lora string, extra
 		e.ours = index.ChainFrom(base, int(R), toks, make([]uint64, 0, m))
 		e.last = e.ours[m-1]
 	}
-	if e.opaque {
+	switch {
+	case !ctx.full:
+		r.stats.NotFullAttention++
+	case e.opaque:
 		r.stats.Opaque++
 	}
 	r.entries[i] = e
@@ -597,12 +669,15 @@ func classifyExtra(raw Raw, lora string, first bool) (salt string, opaque bool) 
 	return salt, false
 }
 
-// store adds one announcement of entry i in tier t.
+// store adds one announcement of entry i in tier t: announcements of one
+// engine block on one medium are a set, not a counter.
 func (r *Rekeyer) store(i int32, t index.Tier) {
 	r.stats.StoredBlocks++
 	e := &r.entries[i]
-	e.count[t]++
-	if e.count[t] == 1 {
+	if e.held&(1<<t) != 0 {
+		r.stats.Reannounced++
+	} else {
+		e.held |= 1 << t
 		r.flip(i, t)
 	}
 	if e.inLeaf && e.nextLeaf != none {
@@ -618,6 +693,10 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 		r.stats.UnknownMedium++
 		return
 	}
+	if !r.local(ev.Medium, ev.Locality) {
+		r.stats.NonLocal++
+		return
+	}
 	for _, h := range ev.BlockHashes {
 		k.hash = h
 		i := r.lookup(k)
@@ -626,16 +705,14 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 			continue
 		}
 		e := &r.entries[i]
-		if e.count[t] == 0 {
+		if e.held&(1<<t) == 0 {
 			r.stats.RemovedNotHeld++
 			continue
 		}
 		r.stats.RemovedBlocks++
-		e.count[t]--
-		if e.count[t] == 0 {
-			r.flip(i, t)
-			r.maybeDelete(i)
-		}
+		e.held &^= 1 << t
+		r.flip(i, t)
+		r.maybeDelete(i)
 	}
 }
 
@@ -672,7 +749,7 @@ func (r *Rekeyer) recheck(c int32, t index.Tier) {
 	if want {
 		w := e
 		for j := uint32(0); ; j++ {
-			if w.count[t] == 0 {
+			if w.held&(1<<t) == 0 {
 				want = false
 				break
 			}
@@ -729,7 +806,7 @@ func (r *Rekeyer) evictOne(keep int32) bool {
 		}
 	}
 	e.reg = 0
-	e.count = [index.NumTiers]uint32{}
+	e.held = 0
 	r.maybeDelete(v)
 	return true
 }
