@@ -271,7 +271,7 @@ type engineGen struct {
 	// carrier is how this engine sends a salt and a multimodal item (see
 	// event): one engine, one form, unless extraKeys is mixed.
 	carrier int
-	blocks     []genBlock
+	blocks  []genBlock
 }
 
 type extraKeysMode uint8
