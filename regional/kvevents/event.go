@@ -198,6 +198,16 @@ type PodUp struct {
 	KVBlocks uint64
 }
 
+// The engine kinds a PodUp (or a pod's configuration) names.
+const (
+	EngineVLLM   = "vllm"
+	EngineSGLang = "sglang"
+	EngineTRTLLM = "trtllm"
+)
+
+// Engines lists the engine kinds.
+func Engines() []string { return []string{EngineVLLM, EngineSGLang, EngineTRTLLM} }
+
 // PodDown is Meridian's announcement that a pod stopped serving.
 type PodDown struct {
 	Pod    string
