@@ -160,6 +160,29 @@ type RekeyStats struct {
 	Entries int
 }
 
+// Add returns the sum of two pods' counters (Entries included).
+func (s RekeyStats) Add(o RekeyStats) RekeyStats {
+	s.StoredBlocks += o.StoredBlocks
+	s.Reannounced += o.Reannounced
+	s.RemovedBlocks += o.RemovedBlocks
+	s.Clears += o.Clears
+	s.UnknownParent += o.UnknownParent
+	s.NoTokensUnknown += o.NoTokensUnknown
+	s.UnknownRemoved += o.UnknownRemoved
+	s.RemovedNotHeld += o.RemovedNotHeld
+	s.UnknownMedium += o.UnknownMedium
+	s.NonLocal += o.NonLocal
+	s.NotFullAttention += o.NotFullAttention
+	s.BadBlocks += o.BadBlocks
+	s.BadRank += o.BadRank
+	s.Conflicts += o.Conflicts
+	s.Opaque += o.Opaque
+	s.CapEvicted += o.CapEvicted
+	s.CapDropped += o.CapDropped
+	s.Entries += o.Entries
+	return s
+}
+
 // Rekeyer turns one pod's engine events into index operations on our own
 // chain hashes. It is a single-threaded state machine (no I/O, no clock);
 // feed it the pod's batches in order. See the package documentation for the
@@ -320,6 +343,9 @@ func (r *Rekeyer) Len() int { return r.byKey.n }
 func (r *Rekeyer) Reserve(n int) {
 	r.byKey.reserve(min(n, r.cfg.MaxEntries))
 }
+
+// Capacity is how many engine blocks the Rekeyer tracks without growing.
+func (r *Rekeyer) Capacity() int { return len(r.byKey.slots) * 3 / 4 }
 
 // Apply appends to dst the index operations that b's block events imply and
 // returns it. Lifecycle events (PodUp, PodDown) are not the Rekeyer's: the

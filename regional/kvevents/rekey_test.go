@@ -3,6 +3,7 @@ package kvevents
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -568,6 +569,26 @@ func TestRekeyEngineSalts(t *testing.T) {
 		ops := newTestRekeyer(t, 4).ApplyEvent(nil, 0, ev)
 		if len(ops) != 1 || fmt.Sprint(ops[0].Hashes) != fmt.Sprint(want) || ops[0].Hashes[0] == plain[0] {
 			t.Errorf("%s: ops %v, want %v", name, ops, want)
+		}
+	}
+}
+
+// TestRekeyStatsAdd: Add sums every counter.
+func TestRekeyStatsAdd(t *testing.T) {
+	var one RekeyStats
+	v := reflect.ValueOf(&one).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).CanUint() {
+			v.Field(i).SetUint(1)
+		} else {
+			v.Field(i).SetInt(1)
+		}
+	}
+	sum := reflect.ValueOf(one.Add(one))
+	for i := 0; i < sum.NumField(); i++ {
+		f := sum.Field(i)
+		if (f.CanUint() && f.Uint() != 2) || (f.CanInt() && f.Int() != 2) {
+			t.Errorf("%s not summed", sum.Type().Field(i).Name)
 		}
 	}
 }
