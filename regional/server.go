@@ -237,7 +237,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 		return nil
 	}
-	p.raw = raw
+	p.raw = dropReportingXargs(raw)
 	if err := json.Unmarshal(raw, &p.body); err != nil {
 		s.fail(w, api, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
 		return nil
