@@ -27,6 +27,13 @@ type PodInfo struct {
 	Static   bool   `json:"static,omitempty" yaml:"-"`
 }
 
+// SaltBlind reports whether the pod's KV events cannot carry a cache salt:
+// TensorRT-LLM's streaming events have no salt field (its KV cache manager
+// v2 salts its block keys, but salt-aware event keys are out of the
+// publisher's scope, TensorRT-LLM #13589), so a salted block is announced
+// like an unsalted one.
+func (i PodInfo) SaltBlind() bool { return i.Engine == "trtllm" }
+
 // Pod is one pod with its live load accounting and health. Load counters are
 // the router's own in-flight accounting — fresher than any engine metric.
 type Pod struct {
