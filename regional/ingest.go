@@ -46,7 +46,7 @@ type IngestConfig struct {
 	// PodUp seen, no model header).
 	DefaultModel string `yaml:"default_model"`
 	// MaxEntriesPerPod bounds each pod's engine-hash map (see
-	// kvevents.RekeyConfig.MaxEntries: about 230 bytes each). Default 1<<18,
+	// kvevents.RekeyConfig.MaxEntries: about 80 to 130 bytes each). Default 1<<18,
 	// above the KV capacity of a B200 pod in 16-token blocks (105k).
 	MaxEntriesPerPod int `yaml:"max_entries_per_pod"`
 	// KVBlocksPerPod is the KV-cache capacity, in engine blocks, assumed for
@@ -58,6 +58,12 @@ type IngestConfig struct {
 	CommitInterval time.Duration `yaml:"commit_interval"`
 	// MaxWait is how long a fetch waits for data. Default 100ms.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// FetchMaxBytes bounds one fetch response (kafka-go's MaxBytes). It
+	// must exceed the largest message (the bridge's max_message_bytes,
+	// default 1 MiB), which a broker may truncate to fit. Default 4 MiB: a
+	// few hundred engine batches per fetch; larger fetches did not ingest
+	// faster and cost the broker more to assemble (BenchmarkIngestKafka).
+	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
 	BackoffMin time.Duration `yaml:"backoff_min"`
@@ -71,7 +77,7 @@ type IngestConfig struct {
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
 func DefaultIngestConfig() IngestConfig {
 	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 18, CommitInterval: 200 * time.Millisecond,
-		MaxWait: 100 * time.Millisecond, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
+		MaxWait: 100 * time.Millisecond, FetchMaxBytes: 4 << 20, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
 		ProbeInterval: 2 * time.Second}
 }
 
@@ -90,6 +96,8 @@ func (c IngestConfig) Validate() error {
 		return fmt.Errorf("ingest config: kv_blocks_per_pod = %d: want >= 0", c.KVBlocksPerPod)
 	case c.CommitInterval <= 0 || c.MaxWait <= 0:
 		return fmt.Errorf("ingest config: commit_interval and max_wait must be > 0")
+	case c.FetchMaxBytes < 64<<10:
+		return fmt.Errorf("ingest config: fetch_max_bytes = %d: want >= 65536 (above the largest message)", c.FetchMaxBytes)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("ingest config: backoff_min = %v, backoff_max = %v: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
 	case c.ProbeInterval <= 0:
@@ -652,7 +660,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		GroupID:        g.cfg.GroupID,
 		Topic:          g.cfg.Topic,
 		MinBytes:       1,
-		MaxBytes:       32 << 20,
+		MaxBytes:       g.cfg.FetchMaxBytes,
 		MaxWait:        g.cfg.MaxWait,
 		StartOffset:    kafka.FirstOffset,
 		CommitInterval: g.cfg.CommitInterval,
