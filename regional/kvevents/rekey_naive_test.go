@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -269,9 +270,16 @@ type engineGen struct {
 	kinds      [2]Opt[string]
 	kindsDrawn bool
 	// carrier is how this engine sends a salt and a multimodal item (see
-	// event): one engine, one form, unless extraKeys is mixed.
-	carrier int
-	blocks  []genBlock
+	// event): one engine, one form, unless extraKeys is mixed. carriers,
+	// when set, are the ones it may draw from (an engine kind's).
+	carrier  int
+	carriers []int
+	// extraOdds: one store in extraOdds salts its sequence and one puts a
+	// multimodal item in it (0: 10). vocab: token ids are drawn from
+	// [0, vocab) (0: 3). A fleet lowers both so that pods of different
+	// engines store the same salted tokens.
+	extraOdds, vocab int
+	blocks           []genBlock
 }
 
 type extraKeysMode uint8
@@ -307,7 +315,11 @@ func (g *engineGen) batch(t *rapid.T) *Batch {
 		g.kindsDrawn = true
 		g.kinds[0] = rapid.SampledFrom([]Opt[string]{{}, Some("full_attention")}).Draw(t, "kind 0")
 		g.kinds[1] = rapid.SampledFrom([]Opt[string]{{}, Some("full_attention"), Some("full"), Some("sliding_window"), Some("mamba")}).Draw(t, "kind 1")
-		g.carrier = rapid.IntRange(0, 2).Draw(t, "engine carrier")
+		if g.carriers != nil {
+			g.carrier = rapid.SampledFrom(g.carriers).Draw(t, "engine carrier")
+		} else {
+			g.carrier = rapid.IntRange(0, 2).Draw(t, "engine carrier")
+		}
 	}
 	rank := rapid.Int64Range(0, 1).Draw(t, "rank")
 	b := &Batch{TS: 1, DataParallelRank: Some(rank)}
@@ -355,7 +367,7 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		if rapid.IntRange(0, 5).Draw(t, "lora?") == 0 {
 			ev.LoRAName = Some("l1")
 		}
-		extraKind := rapid.IntRange(0, 9).Draw(t, "extra")
+		extraKind := rapid.IntRange(0, cmp.Or(g.extraOdds, 10)-1).Draw(t, "extra")
 		// Where the salt or the multimodal item travels: vLLM's extra_keys,
 		// or SGLang's cache_salt (the salt), TensorRT-LLM's mm_keys or a
 		// string token id (the item). The engine hash is the same whatever
@@ -374,7 +386,7 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		for i := 0; i < n; i++ {
 			toks := make([]uint32, g.E)
 			for j := range toks {
-				toks[j] = uint32(rapid.IntRange(0, 2).Draw(t, "tok"))
+				toks[j] = uint32(rapid.IntRange(0, cmp.Or(g.vocab, 3)-1).Draw(t, "tok"))
 			}
 			extra := "-"
 			switch {
