@@ -50,7 +50,9 @@ var importRules = map[string]importRule{
 	"residency": {lean: true},
 	"gorgo":     {imports: []string{"index"}, lean: true},
 
-	// The Raft tier and its audit log.
+	// The Raft tier and its audit log; machine identity (TLS material, peer
+	// identity, dev PKI) is a leaf that global, regional and cmd use.
+	"global/identity":        {},
 	"global/audit":           {},
 	"global/audit/audittest": {},
 	"global":                 {imports: []string{"global/audit"}},
@@ -64,9 +66,10 @@ var importRules = map[string]importRule{
 	"regional/route/routetest":   {imports: []string{"regional/route", "index", "gorgo"}},
 	"regional/gossip":            {imports: []string{"gorgo", "regional/summary"}},
 	"regional/gossip/gossiptest": {},
+	"regional/auth":              {imports: []string{"global/identity"}}, // reads requests, serves nothing
 	"regional/kvbridge/zmtp":     {},
 	"regional/kvbridge":          {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp"}},
-	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit",
+	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit", "global/identity", "regional/auth",
 		"regional/route", "regional/tokenize", "regional/kvevents", "regional/summary", "regional/gossip"}},
 
 	// Disaster recovery: the check reads folders and needs nothing of the
@@ -84,7 +87,7 @@ var importRules = map[string]importRule{
 		"scenarios/prefixcache"}},
 	"scenarios/sim": {imports: []string{"index", "gorgo", "residency", "regional/route",
 		"regional/gossip", "regional/summary", "scenarios/enginesim", "scenarios/prefixcache"}},
-	"scenarios/fleet": {imports: []string{"residency", "regional", "scenarios/enginesim", "scenarios/sim"}},
+	"scenarios/fleet": {imports: []string{"residency", "regional", "regional/auth", "global/identity", "scenarios/enginesim", "scenarios/sim"}},
 	"scenarios/demo": {imports: []string{"residency", "global", "global/audit", "regional",
 		"scenarios/enginesim", "scenarios/sim", "scenarios/fleet"}},
 

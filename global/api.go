@@ -66,6 +66,9 @@ type RegionView struct {
 	Routable    bool     `json:"routable"`
 	Targets     []string `json:"targets,omitempty"`
 	Controllers []string `json:"controllers,omitempty"`
+	// Liveness of each controller as the answering controller sees it
+	// (alive, suspect, dead, or unknown), when it can tell (Config.Liveness).
+	Liveness map[string]string `json:"liveness,omitempty"`
 }
 
 // FailoverStatus is the failover picture of every known region.
@@ -119,7 +122,30 @@ type ErrorBody struct {
 
 // Status returns the failover picture from the local state.
 func (n *Node) Status() FailoverStatus {
-	return failoverStatus(n.State(), n.Health())
+	return n.withLiveness(failoverStatus(n.State(), n.Health()))
+}
+
+// withLiveness adds each controller's liveness as this node sees it.
+func (n *Node) withLiveness(fs FailoverStatus) FailoverStatus {
+	if n.cfg.Liveness == nil {
+		return fs
+	}
+	for i := range fs.Regions {
+		r := &fs.Regions[i]
+		r.Liveness = map[string]string{}
+		for _, id := range r.Controllers {
+			if id == n.cfg.NodeID {
+				r.Liveness[id] = "alive" // the one answering
+				continue
+			}
+			state, ok := n.cfg.Liveness(id)
+			if !ok {
+				state = "unknown"
+			}
+			r.Liveness[id] = state
+		}
+	}
+	return fs
 }
 
 func failoverStatus(st *State, h Health) FailoverStatus {
@@ -465,7 +491,7 @@ func (n *Node) putTargets(w http.ResponseWriter, r *http.Request) {
 
 func (n *Node) getFailover(w http.ResponseWriter, r *http.Request) {
 	h := n.Health()
-	n.consistentRead(w, r, func(st *State) (any, error) { return failoverStatus(st, h), nil })
+	n.consistentRead(w, r, func(st *State) (any, error) { return n.withLiveness(failoverStatus(st, h)), nil })
 }
 
 func (n *Node) postTrigger(w http.ResponseWriter, r *http.Request) {

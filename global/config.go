@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"time"
@@ -82,11 +83,32 @@ type Config struct {
 	// RaftAdvertise is the address other nodes dial; default: the bound
 	// address (which must then not be unspecified).
 	RaftAdvertise string
-	// TLS, if set, wraps the Raft transport in TLS: it must hold this node's
-	// certificate, and RootCAs (to verify peers) and ClientCAs with
-	// ClientAuth = tls.RequireAndVerifyClientCert (mutual TLS). Default: plain
-	// TCP.
+	// TLS, if set, makes the Raft transport mutual TLS. It serves accepted
+	// connections: it must hold this node's certificate (Certificates,
+	// GetCertificate or GetConfigForClient) and the CA peers chain to
+	// (ClientCAs, or GetConfigForClient, as identity.Source.ServerConfig
+	// does); the transport always requires and verifies a client
+	// certificate (tls.RequireAndVerifyClientCert), whatever ClientAuth
+	// says. Wrap it in identity.RequireControllers so that only controller
+	// certificates of the CA (not an operator's or a gateway's) may speak
+	// Raft. Unless TLSClient is set it also dials peers, and must then
+	// present a certificate and verify them (RootCAs). A peer that does not
+	// complete the handshake within the transport timeout is dropped.
+	// Default: plain TCP, allowed only on a loopback RaftBind or with
+	// Insecure.
 	TLS *tls.Config
+	// TLSClient, if set, is the config used to dial peers (with TLS): it
+	// must present this node's certificate (Certificates or
+	// GetClientCertificate) and verify the peer (RootCAs, or
+	// VerifyConnection, as identity.Source.ClientConfig does). An empty
+	// ServerName is set to the host of the dialled address. Default: TLS.
+	TLSClient *tls.Config
+	// Insecure allows plain TCP Raft on a non-loopback RaftBind and http://
+	// admin URLs (AdminAddr, Join) of non-loopback hosts: anyone who can
+	// reach the port could then rewrite the replicated state, and the admin
+	// token crosses the network in clear. Open logs a warning when it is
+	// used. Default false.
+	Insecure bool
 	// StreamLayer, if set, replaces RaftBind/RaftAdvertise/TLS: Raft uses it
 	// as its network (tests use it to partition nodes).
 	StreamLayer raft.StreamLayer
@@ -100,8 +122,14 @@ type Config struct {
 	AdminToken string
 	// HTTPClient is used to forward requests to the leader and to join; it
 	// must carry the TLS settings of the admin API if it uses https. Default: a
-	// client of its own, closed with the node.
+	// client of its own (using AdminTLS), closed with the node.
 	HTTPClient *http.Client
+	// AdminTLS is the TLS config of the node's own HTTP client when
+	// HTTPClient is nil: the CA the other controllers' admin APIs chain to
+	// and, for a mutual admin listener, this node's certificate
+	// (identity.Source.ClientConfig). Required with https:// admin URLs when
+	// HTTPClient is nil.
+	AdminTLS *tls.Config
 
 	// Bootstrap makes this node create a new cluster with itself as the only
 	// voter if it has no Raft state yet. Exactly one node of a new cluster
@@ -152,6 +180,11 @@ type Config struct {
 	// strands traffic that was not stranded before is refused unless
 	// forced, naming it. nil: no such check.
 	Stranded func(compiled any, down func(region string) bool) []string
+	// Liveness reports a controller's liveness as this node sees it
+	// (the integrator wires gossip in: alive, suspect, dead), for the
+	// failover status; ok false when it knows nothing of it. nil: not
+	// reported.
+	Liveness func(controllerID string) (state string, ok bool)
 
 	// Registerer receives the metrics; nil: metrics are not exported.
 	Registerer prometheus.Registerer
@@ -195,16 +228,44 @@ func (c *Config) Validate() error {
 	if c.StreamLayer == nil && c.RaftBind == "" {
 		bad("global config: RaftBind must be set (or StreamLayer)")
 	}
-	if u, err := url.Parse(c.AdminAddr); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		bad("global config: AdminAddr %q must be an http:// or https:// base URL", c.AdminAddr)
+	if c.StreamLayer == nil && c.RaftBind != "" {
+		host, _, err := net.SplitHostPort(c.RaftBind)
+		switch {
+		case err != nil:
+			bad("global config: RaftBind %q: want host:port", c.RaftBind)
+		case c.TLS == nil && !c.Insecure && !loopbackHost(host):
+			bad("global config: RaftBind %q is not a loopback address and TLS is not set: anyone who reaches the port could rewrite the replicated state; set TLS (mutual) or, knowingly, Insecure", c.RaftBind)
+		}
 	}
+	if c.StreamLayer == nil && c.TLS != nil {
+		for _, e := range checkRaftTLS(c.TLS, c.TLSClient) {
+			bad("global config: %s", e)
+		}
+	}
+	if c.TLSClient != nil && c.TLS == nil {
+		bad("global config: TLSClient is set but TLS is not: set both (the transport is mutual TLS)")
+	}
+	https := false
+	checkAdminURL := func(field, raw string) {
+		u, err := url.Parse(raw)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			bad("global config: %s %q must be an http:// or https:// base URL", field, raw)
+			return
+		}
+		https = https || u.Scheme == "https"
+		if u.Scheme == "http" && !c.Insecure && !loopbackHost(u.Hostname()) {
+			bad("global config: %s %q is plain http to a non-loopback host: the admin token would cross the network in clear; use https or, knowingly, Insecure", field, raw)
+		}
+	}
+	checkAdminURL("AdminAddr", c.AdminAddr)
 	if c.AdminToken == "" {
 		bad("global config: AdminToken must be set (the admin API is always authenticated)")
 	}
 	for i, j := range c.Join {
-		if u, err := url.Parse(j); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			bad("global config: Join[%d] %q must be an http:// or https:// admin URL", i, j)
-		}
+		checkAdminURL(fmt.Sprintf("Join[%d]", i), j)
+	}
+	if https && c.HTTPClient == nil && c.AdminTLS == nil {
+		bad("global config: https admin URLs need AdminTLS (or an HTTPClient carrying the admin TLS settings)")
 	}
 	if c.Bootstrap && len(c.Join) > 0 {
 		bad("global config: Bootstrap and Join are exclusive (one node bootstraps, the others join)")
@@ -249,4 +310,59 @@ func (c *Config) Validate() error {
 		bad("global config: WALSegmentSize = %d: must be at least 64 KiB", c.WALSegmentSize)
 	}
 	return errors.Join(errs...)
+}
+
+// insecureUses describes what Insecure allows in this configuration:
+// plain Raft on a non-loopback address, plain http admin URLs of
+// non-loopback hosts.
+func (c *Config) insecureUses() []string {
+	var out []string
+	if c.StreamLayer == nil && c.TLS == nil {
+		if host, _, err := net.SplitHostPort(c.RaftBind); err == nil && !loopbackHost(host) {
+			out = append(out, fmt.Sprintf("the raft transport on %s is plain TCP: anyone who reaches it can rewrite the replicated state", c.RaftBind))
+		}
+	}
+	for _, raw := range append([]string{c.AdminAddr}, c.Join...) {
+		if u, err := url.Parse(raw); err == nil && u.Scheme == "http" && !loopbackHost(u.Hostname()) {
+			out = append(out, fmt.Sprintf("admin URL %s is plain http: the admin token crosses the network in clear", raw))
+		}
+	}
+	return out
+}
+
+// loopbackHost reports whether host (of a bind address or URL) is a
+// loopback address or localhost; "" (every interface) is not.
+func loopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// checkRaftTLS checks that the transport's TLS can be mutual: the server
+// side has a certificate and a CA to verify clients with, the client side
+// presents a certificate and verifies the server.
+func checkRaftTLS(srv, cli *tls.Config) []string {
+	var out []string
+	if len(srv.Certificates) == 0 && srv.GetCertificate == nil && srv.GetConfigForClient == nil {
+		out = append(out, "TLS has no certificate (Certificates, GetCertificate or GetConfigForClient)")
+	}
+	if srv.ClientCAs == nil && srv.GetConfigForClient == nil {
+		out = append(out, "TLS has no ClientCAs: Raft peers must present a certificate of the cluster CA (mutual TLS)")
+	}
+	field := "TLSClient"
+	if cli == nil {
+		cli, field = srv, "TLS"
+	}
+	if len(cli.Certificates) == 0 && cli.GetClientCertificate == nil {
+		out = append(out, field+" presents no client certificate (Certificates or GetClientCertificate): peers require one")
+	}
+	if cli.InsecureSkipVerify && cli.VerifyConnection == nil && cli.VerifyPeerCertificate == nil {
+		out = append(out, field+" skips server verification without a VerifyConnection of its own")
+	}
+	if !cli.InsecureSkipVerify && cli.RootCAs == nil {
+		out = append(out, field+" has no RootCAs: peers would be verified against the system roots, not the cluster CA")
+	}
+	return out
 }

@@ -38,8 +38,13 @@
 //
 // hashicorp/raft v1.8.0 with raft-wal v0.4.1 as log and stable store (behind
 // a 512-entry log cache) in DataDir/raft/wal and file snapshots in
-// DataDir/raft/snapshots; the TCP transport optionally wrapped in TLS
-// (Config.TLS; mutual TLS when ClientCAs are set). Node ids are stable
+// DataDir/raft/snapshots; the TCP transport wrapped in mutual TLS
+// (Config.TLS serves, Config.TLSClient dials; identity.Source provides
+// both): an accepted connection must present a certificate of the cluster CA
+// and finish its handshake within the transport timeout, or it is dropped
+// (and counted) before Raft reads a byte of it. Plain TCP is allowed on a
+// loopback bind address (tests) or with Config.Insecure, which Open logs as
+// a warning; so are http:// admin URLs. Node ids are stable
 // controller ids, never addresses. One node bootstraps a new cluster
 // (Config.Bootstrap); the others Join through any member's admin API: the
 // leader records the member (its region and admin URL) in the state and adds

@@ -30,6 +30,7 @@ type Node struct {
 	wal     *wal.WAL
 	trans   *raft.NetworkTransport
 	layer   raft.StreamLayer // the transport's network, also for reachability checks
+	stable  *stableStore     // Raft's view of the WAL as its stable store
 	httpc   *http.Client
 	ownHTTP bool
 	obs     *raft.Observer
@@ -101,11 +102,14 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.log = slog.New(slog.DiscardHandler)
 	}
 	n.log = n.log.With("component", "global", "node", cfg.NodeID)
+	for _, use := range cfg.insecureUses() {
+		n.log.Warn("INSECURE (insecure is set): " + use)
+	}
 	if n.now == nil {
 		n.now = time.Now
 	}
 	if n.httpc == nil {
-		n.httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second}}
+		n.httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, TLSClientConfig: cfg.AdminTLS}}
 		n.ownHTTP = true
 	}
 	n.m = newMetrics(cfg.Registerer)
@@ -178,16 +182,16 @@ func (n *Node) openRaft() error {
 	if err != nil {
 		return fmt.Errorf("open global node: snapshot store in %s: %w", raftDir, err)
 	}
+	timeout := min(max(10*n.cfg.Timing.HeartbeatTimeout, time.Second), 10*time.Second)
 	layer := n.cfg.StreamLayer
 	if layer == nil {
-		sl, err := newStreamLayer(n.cfg.RaftBind, n.cfg.RaftAdvertise, n.cfg.TLS)
+		sl, err := newStreamLayer(n.cfg.RaftBind, n.cfg.RaftAdvertise, n.cfg.TLS, n.cfg.TLSClient, timeout, n.rejectedHandshake)
 		if err != nil {
 			return fmt.Errorf("open global node: %w", err)
 		}
 		layer = sl
 	}
 	n.layer = layer
-	timeout := min(max(10*n.cfg.Timing.HeartbeatTimeout, time.Second), 10*time.Second)
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream:  layer,
 		MaxPool: 3,
@@ -223,12 +227,20 @@ func (n *Node) openRaft() error {
 			return fmt.Errorf("open global node: bootstrap: %w", err)
 		}
 	}
-	r, err := raft.NewRaft(rc, n.fsm, logs, w, snaps, n.trans)
+	n.stable = &stableStore{s: w}
+	r, err := raft.NewRaft(rc, n.fsm, logs, n.stable, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("open global node: start raft: %w", err)
 	}
 	n.raft = r
 	return nil
+}
+
+// rejectedHandshake counts and logs (at debug: a scan must not flood the
+// log) an incoming Raft connection whose TLS handshake failed.
+func (n *Node) rejectedHandshake(err error) {
+	n.m.tlsRejected.Inc()
+	n.log.Debug("raft connection refused", "err", err)
 }
 
 // release frees what openRaft acquired (after a failed Open, or on Close).
@@ -244,6 +256,9 @@ func (n *Node) release() error {
 			errs = append(errs, fmt.Errorf("close raft transport: %w", err))
 		}
 		n.trans.CloseStreams()
+	}
+	if n.stable != nil {
+		n.stable.close() // a heartbeat still in flight must not write to a closed WAL
 	}
 	if n.wal != nil {
 		if err := n.wal.Close(); err != nil {

@@ -59,6 +59,30 @@ func TestConfigValidate(t *testing.T) {
 		"SnapshotRetain":                func(c *global.Config) { c.SnapshotRetain = 0 },
 		"WALSegmentSize":                func(c *global.Config) { c.WALSegmentSize = 1 },
 		"Timing.HeartbeatTimeout = 1ms": func(c *global.Config) { c.Timing = global.Timing{HeartbeatTimeout: time.Millisecond} },
+		`RaftBind "0.0.0.0:7400" is not a loopback address and TLS is not set`:  func(c *global.Config) { c.RaftBind = "0.0.0.0:7400" },
+		`RaftBind ":7400" is not a loopback address`:                            func(c *global.Config) { c.RaftBind = ":7400" },
+		`RaftBind "7400": want host:port`:                                       func(c *global.Config) { c.RaftBind = "7400" },
+		`AdminAddr "http://10.0.0.5:8081" is plain http to a non-loopback host`: func(c *global.Config) { c.AdminAddr = "http://10.0.0.5:8081" },
+		`Join[0] "http://ctl-b:8081" is plain http`:                             func(c *global.Config) { c.Join = []string{"http://ctl-b:8081"} },
+		"https admin URLs need AdminTLS":                                        func(c *global.Config) { c.AdminAddr = "https://10.0.0.5:8081" },
+		"TLS has no ClientCAs": func(c *global.Config) {
+			c.TLS = &tls.Config{Certificates: []tls.Certificate{{}}, RootCAs: x509.NewCertPool()}
+		},
+		"TLS has no certificate": func(c *global.Config) {
+			c.TLS = &tls.Config{ClientCAs: x509.NewCertPool(), RootCAs: x509.NewCertPool()}
+		},
+		"TLS presents no client certificate": func(c *global.Config) {
+			c.TLS = &tls.Config{GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) { return nil, nil }, ClientCAs: x509.NewCertPool(), RootCAs: x509.NewCertPool()}
+		},
+		"TLSClient has no RootCAs": func(c *global.Config) {
+			c.TLS = &tls.Config{Certificates: []tls.Certificate{{}}, ClientCAs: x509.NewCertPool()}
+			c.TLSClient = &tls.Config{Certificates: []tls.Certificate{{}}}
+		},
+		"TLSClient skips server verification": func(c *global.Config) {
+			c.TLS = &tls.Config{Certificates: []tls.Certificate{{}}, ClientCAs: x509.NewCertPool()}
+			c.TLSClient = &tls.Config{Certificates: []tls.Certificate{{}}, InsecureSkipVerify: true}
+		},
+		"TLSClient is set but TLS is not": func(c *global.Config) { c.TLSClient = &tls.Config{} },
 	}
 	for want, mut := range cases {
 		c := good()
@@ -76,6 +100,31 @@ func TestConfigValidate(t *testing.T) {
 	c.Timing = w
 	if err := c.Validate(); err != nil {
 		t.Fatalf("WAN preset invalid: %v", err)
+	}
+	// Insecure allows plain Raft and http admin URLs off loopback; TLS
+	// allows the Raft bind; "localhost" is loopback.
+	for name, mut := range map[string]func(*global.Config){
+		"insecure": func(c *global.Config) {
+			c.Insecure, c.RaftBind, c.AdminAddr, c.Join = true, "0.0.0.0:7400", "http://10.0.0.5:8081", []string{"http://ctl-b:8081"}
+		},
+		"tls": func(c *global.Config) {
+			c.RaftBind = "10.0.0.5:7400"
+			c.TLS = &tls.Config{Certificates: []tls.Certificate{{}}, ClientCAs: x509.NewCertPool(), RootCAs: x509.NewCertPool()}
+		},
+		"localhost": func(c *global.Config) { c.RaftBind, c.AdminAddr = "localhost:7400", "http://localhost:8081" },
+		"ipv6":      func(c *global.Config) { c.RaftBind, c.AdminAddr = "[::1]:7400", "http://[::1]:8081" },
+		"https":     func(c *global.Config) { c.AdminAddr, c.AdminTLS = "https://10.0.0.5:8081", &tls.Config{} },
+		"StreamLayer": func(c *global.Config) {
+			ln := mustListen(t)
+			t.Cleanup(func() { ln.Close() })
+			c.RaftBind, c.StreamLayer = "0.0.0.0:7400", globaltest.NewNetwork().StreamLayer("x", ln)
+		},
+	} {
+		c := good()
+		mut(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 	if _, err := global.Open(context.Background(), global.Config{}); err == nil {
 		t.Fatal("Open accepted an empty config")

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -147,8 +149,17 @@ type Ingester struct {
 
 	notify chan struct{} // closed and replaced after every Apply
 
-	caughtUp   atomic.Bool
-	connected  atomic.Bool
+	caughtUp  atomic.Bool
+	connected atomic.Bool
+	// Broker and topic resets (the partition's end fell below what was
+	// applied, or the cluster id changed): rebuilding maps each reset
+	// partition to the end offset to reach; groupGen names a fresh consumer
+	// group; restart asks the consumer to start over in it.
+	rebuilding map[int]int64
+	resetAt    time.Time
+	groupGen   int
+	clusterID  string
+	restart    chan struct{}
 	lastFetch  atomic.Int64 // unix nanos of the last message fetched
 	lagMsgs    atomic.Int64
 	startHWM   map[int]int64 // high-water marks when the consumer started (catch-up target)
@@ -211,7 +222,7 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	}
 	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
 		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{}),
-		rejectedPods: map[string]bool{}}
+		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
 	if err != nil {
@@ -256,11 +267,23 @@ func (g *Ingester) Apply(msg Message) {
 		g.notify = make(chan struct{})
 	}()
 	if last, ok := g.applied[msg.Partition]; ok && msg.Offset <= last {
-		g.m.skipped.WithLabelValues("replay").Inc()
-		return
+		if msg.HighWaterMark <= 0 || msg.HighWaterMark > last {
+			g.m.skipped.WithLabelValues("replay").Inc()
+			return
+		}
+		// The partition ends before what was applied: it was reset (a
+		// broker that lost its data, a topic created again). This message
+		// is new, not a replay.
+		g.resetLocked([]int{msg.Partition}, map[int]int64{msg.Partition: msg.HighWaterMark}, "offset_regression")
 	}
 	g.applied[msg.Partition] = msg.Offset
 	g.checkCaughtUpLocked()
+	if end, ok := g.rebuilding[msg.Partition]; ok && msg.Offset >= end-1 {
+		delete(g.rebuilding, msg.Partition)
+		if len(g.rebuilding) == 0 {
+			g.log.Info("ingestion caught up with the reset topic", "topic", g.cfg.Topic, "after", g.now().Sub(g.resetAt))
+		}
+	}
 
 	name := string(msg.Key)
 	if name == "" {
@@ -569,6 +592,77 @@ func (g *Ingester) checkCaughtUpLocked() {
 	g.log.Info("ingestion caught up with the topic", "topic", g.cfg.Topic, "partitions", len(g.startHWM))
 }
 
+// resetLocked forgets the applied offsets of partitions that were reset
+// (or of every partition, for a new cluster) so that their new messages
+// apply, records the end offsets to reach, and has the consumer start over
+// in a fresh group (the old group's commits point past the new ends). The
+// index and the pods' re-keyers stay: engines keep their caches through a
+// broker's loss, and their next events evict and store by the same engine
+// hashes.
+func (g *Ingester) resetLocked(partitions []int, ends map[int]int64, cause string) {
+	for _, p := range partitions {
+		delete(g.applied, p)
+		g.rebuilding[p] = ends[p]
+	}
+	g.resetAt = g.now()
+	g.groupGen++
+	g.m.resets.WithLabelValues(cause).Inc()
+	g.log.Warn("kafka partitions were reset: applying their new messages", "topic", g.cfg.Topic, "cause", cause,
+		"partitions", partitions, "group", g.groupID())
+	select {
+	case g.restart <- struct{}{}:
+	default:
+	}
+}
+
+// groupID is the consumer group: the configured or default one, with a
+// suffix after each reset.
+func (g *Ingester) groupID() string {
+	if g.groupGen == 0 {
+		return g.cfg.GroupID
+	}
+	return g.cfg.GroupID + "-r" + strconv.Itoa(g.groupGen)
+}
+
+// checkEnds compares the topic's end offsets and cluster id, as the probe
+// read them, with what was applied: an end at or below an applied offset,
+// or another cluster, means a reset.
+func (g *Ingester) checkEnds(clusterID string, ends map[int]int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if clusterID != "" && g.clusterID != "" && clusterID != g.clusterID {
+		g.clusterID = clusterID
+		var all []int
+		for p := range g.applied {
+			all = append(all, p)
+		}
+		slices.Sort(all)
+		g.resetLocked(all, ends, "cluster_changed")
+		return
+	}
+	if clusterID != "" {
+		g.clusterID = clusterID
+	}
+	var reset []int
+	for p, end := range ends {
+		if last, ok := g.applied[p]; ok && last >= end {
+			reset = append(reset, p)
+		}
+	}
+	if len(reset) > 0 {
+		slices.Sort(reset)
+		g.resetLocked(reset, ends, "offset_regression")
+	}
+}
+
+// Rebuilding reports the partitions being re-read after a reset and the
+// end offset each must reach (empty when none).
+func (g *Ingester) Rebuilding() map[int]int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(g.rebuilding)
+}
+
 // PodEventAge returns, per pod, the time since its last event.
 func (g *Ingester) PodEventAge() map[string]time.Duration {
 	g.mu.Lock()
@@ -607,6 +701,10 @@ func (g *Ingester) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if errors.Is(err, errRestart) {
+			backoff = g.cfg.BackoffMin
+			continue
+		}
 		g.connected.Store(false)
 		g.m.reconnects.Inc()
 		g.warn.Warn("consume", "kafka consumer failed; reconnecting", "err", err, "backoff", backoff)
@@ -630,13 +728,15 @@ func (g *Ingester) probe(ctx context.Context) {
 	t := time.NewTicker(g.cfg.ProbeInterval)
 	defer t.Stop()
 	for {
-		_, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
+		clusterID, ends, err := g.endOffsets(ctx, c)
 		if ctx.Err() != nil {
 			return
 		}
 		g.connected.Store(err == nil)
 		if err != nil {
 			g.warn.Warn("probe", "kafka brokers do not answer", "err", err)
+		} else {
+			g.checkEnds(clusterID, ends)
 		}
 		select {
 		case <-ctx.Done():
@@ -645,6 +745,10 @@ func (g *Ingester) probe(ctx context.Context) {
 		}
 	}
 }
+
+// errRestart: the consumer stopped to start over in a fresh group after a
+// reset.
+var errRestart = errors.New("consumer restarts after a reset")
 
 // consume runs one consumer until it fails or ctx is done.
 func (g *Ingester) consume(ctx context.Context) error {
@@ -655,9 +759,23 @@ func (g *Ingester) consume(ctx context.Context) error {
 		}
 		g.SetStartOffsets(hwm)
 	}
+	// A reset (resetLocked) restarts the consumer in a fresh group.
+	outer := ctx
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-g.restart:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	g.mu.Lock()
+	group := g.groupID()
+	g.mu.Unlock()
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        g.cfg.Brokers,
-		GroupID:        g.cfg.GroupID,
+		GroupID:        group,
 		Topic:          g.cfg.Topic,
 		MinBytes:       1,
 		MaxBytes:       g.cfg.FetchMaxBytes,
@@ -682,6 +800,9 @@ func (g *Ingester) consume(ctx context.Context) error {
 	for {
 		m, err := r.FetchMessage(ctx)
 		if err != nil {
+			if ctx.Err() != nil && outer.Err() == nil {
+				return errRestart
+			}
 			return err
 		}
 		g.connected.Store(true)
@@ -690,6 +811,9 @@ func (g *Ingester) consume(ctx context.Context) error {
 		g.Apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
 			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time})
 		if err := r.CommitMessages(ctx, m); err != nil {
+			if ctx.Err() != nil && outer.Err() == nil {
+				return errRestart
+			}
 			return fmt.Errorf("commit: %w", err)
 		}
 	}
@@ -700,10 +824,16 @@ func (g *Ingester) consume(ctx context.Context) error {
 func (g *Ingester) highWaterMarks(ctx context.Context) (map[int]int64, error) {
 	tr := &kafka.Transport{DialTimeout: 5 * time.Second}
 	defer tr.CloseIdleConnections()
-	c := &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr}
+	_, ends, err := g.endOffsets(ctx, &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr})
+	return ends, err
+}
+
+// endOffsets asks the brokers for their cluster id and the end offset (the
+// high-water mark) of every partition of the topic.
+func (g *Ingester) endOffsets(ctx context.Context, c *kafka.Client) (string, map[int]int64, error) {
 	md, err := c.Metadata(ctx, &kafka.MetadataRequest{Topics: []string{g.cfg.Topic}})
 	if err != nil {
-		return nil, err
+		return "", nil, err
 	}
 	out := map[int]int64{}
 	for _, t := range md.Topics {
@@ -712,9 +842,9 @@ func (g *Ingester) highWaterMarks(ctx context.Context) (map[int]int64, error) {
 		}
 		if t.Error != nil {
 			if errors.Is(t.Error, kafka.UnknownTopicOrPartition) {
-				return out, nil // nothing published yet: caught up at once
+				return md.ClusterID, out, nil // nothing published yet
 			}
-			return nil, t.Error
+			return "", nil, t.Error
 		}
 		req := &kafka.ListOffsetsRequest{Topics: map[string][]kafka.OffsetRequest{}}
 		for _, p := range t.Partitions {
@@ -722,16 +852,16 @@ func (g *Ingester) highWaterMarks(ctx context.Context) (map[int]int64, error) {
 		}
 		res, err := c.ListOffsets(ctx, req)
 		if err != nil {
-			return nil, err
+			return "", nil, err
 		}
 		for _, po := range res.Topics[g.cfg.Topic] {
 			if po.Error != nil {
-				return nil, po.Error
+				return "", nil, po.Error
 			}
 			out[po.Partition] = po.LastOffset
 		}
 	}
-	return out, nil
+	return md.ClusterID, out, nil
 }
 
 func header(hs []kafka.Header, key string) string {
@@ -761,6 +891,7 @@ type ingestMetrics struct {
 	restarts      *prometheus.CounterVec
 	reconnects    prometheus.Counter
 	podUpRejected *prometheus.CounterVec
+	resets        *prometheus.CounterVec
 }
 
 func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, error) {
@@ -779,6 +910,8 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Pods whose blocks were cleared, by cause (engine restart, pod down)."}, []string{"cause"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_reconnects_total",
 			Help: "Kafka consumer reconnects after a failure."}),
+		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_resets_total",
+			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
 		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
 			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac)."}, []string{"reason"}),
 	}
@@ -787,6 +920,9 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	for _, reason := range podUpRejections {
 		m.podUpRejected.WithLabelValues(reason)
+	}
+	for _, cause := range []string{"offset_regression", "cluster_changed"} {
+		m.resets.WithLabelValues(cause)
 	}
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_consumer_lag_messages",
@@ -803,7 +939,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	gauges = append(gauges, &rekeyCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_rekey_skipped_total",
 		"Engine blocks and events the re-keyers did not index, by reason (see kvevents.RekeyStats).", []string{"reason"}, nil)})
-	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected}, gauges...) {
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}

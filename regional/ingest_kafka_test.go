@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -239,4 +240,71 @@ func TestIngestConnectedFollowsTheBrokers(t *testing.T) {
 	}
 	defer cluster.Close()
 	wait("the broker back, no event yet", true)
+}
+
+// TestIngestFollowsABrokerReset: the broker comes back empty (offsets from
+// 0 again, as after data loss or a new cluster). The ingester notices (the
+// partitions end below what it applied, or the cluster id changed), starts
+// over in a fresh consumer group, and the index takes the new events: it
+// ends up holding exactly what the engine holds.
+func TestIngestFollowsABrokerReset(t *testing.T) {
+	g, idx, reg, _, _ := newTestIngester(t)
+	topic := kvevents.TopicFor("test")
+	cluster, w := startKafka(t, 1, topic)
+	addr := cluster.ListenAddrs()[0]
+	_, port, _ := net.SplitHostPort(addr)
+	portN, _ := strconv.Atoi(port)
+	g.cfg.Brokers, g.cfg.Topic, g.cfg.ProbeInterval = []string{addr}, topic, 20*time.Millisecond
+
+	e := newTestEngine("pod-0", 1)
+	msg := func(evs ...kvevents.Event) Message {
+		return Message{Key: []byte(e.name), Headers: e.headers(), Value: e.batch(evs...)}
+	}
+	first := []Message{msg(e.podUp())}
+	for i := range 20 {
+		first = append(first, msg(e.store(testPrompt(i))))
+	}
+	produce(t, w, first)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() {
+		stop()
+		<-done
+	}()
+	holds := func() bool {
+		st := idx.Stats()
+		p, ok := reg.Get(e.name)
+		return ok && st.PodBlocks[p.ID.Slot()] == len(e.expected())
+	}
+	if err := g.WaitFor(ctx, holds); err != nil {
+		t.Fatalf("before the reset: %v", err)
+	}
+
+	cluster.Close()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portN), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	var second []Message
+	for i := range 5 {
+		second = append(second, msg(e.store(testPrompt(100+i))))
+	}
+	tr := &kafka.Transport{}
+	w2 := &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, Transport: tr, AllowAutoTopicCreation: true}
+	defer func() { _ = w2.Close(); tr.CloseIdleConnections() }()
+	produce(t, w2, second)
+	if err := g.WaitFor(ctx, holds); err != nil {
+		t.Fatalf("the index did not take the events published after the reset: %v (resets %v)", err, g.Rebuilding())
+	}
+	checkIndex(t, idx, reg, []*testEngine{e})
+	resets := testutil.ToFloat64(g.m.resets.WithLabelValues("offset_regression")) + testutil.ToFloat64(g.m.resets.WithLabelValues("cluster_changed"))
+	if resets < 1 {
+		t.Fatal("no reset counted")
+	}
 }

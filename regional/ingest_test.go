@@ -519,3 +519,49 @@ func TestPodsConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestIngestOffsetRegressionIsAReset: a message at or below the applied
+// offset is a replay while the partition ends beyond what was applied, and
+// proof of a reset when the partition now ends before it (a broker that
+// lost its data, a topic created again): then it and its successors apply.
+func TestIngestOffsetRegressionIsAReset(t *testing.T) {
+	g, idx, reg, _, _ := newTestIngester(t)
+	e := newTestEngine("pod-0", 1)
+	sent := map[int64]Message{}
+	send := func(off, hwm int64, evs ...kvevents.Event) {
+		m := Message{Key: []byte("pod-0"), Headers: e.headers(), Value: e.batch(evs...), Offset: off, HighWaterMark: hwm}
+		sent[off] = m
+		g.Apply(m)
+	}
+	send(0, 10, e.podUp())
+	for off := int64(1); off < 10; off++ {
+		send(off, 10, e.store(testPrompt(int(off))))
+	}
+	g.Apply(sent[5]) // redelivered after a consumer restart: a replay, skipped
+	if got := testutil.ToFloat64(g.m.skipped.WithLabelValues("replay")); got != 1 {
+		t.Fatalf("replays skipped: %v", got)
+	}
+	// The broker comes back empty: offsets start again at 0.
+	fresh := e.store(testPrompt(1000))
+	send(0, 2, fresh)
+	send(1, 2, e.store(testPrompt(1001)))
+	if got := testutil.ToFloat64(g.m.resets.WithLabelValues("offset_regression")); got != 1 {
+		t.Fatalf("resets counted %v", got)
+	}
+	if got := testutil.ToFloat64(g.m.skipped.WithLabelValues("replay")); got != 1 {
+		t.Fatalf("new messages after the reset were skipped as replays (%v skipped)", got)
+	}
+	if len(g.Rebuilding()) != 0 {
+		t.Fatalf("still rebuilding after reaching the new end: %v", g.Rebuilding())
+	}
+	checkIndex(t, idx, reg, []*testEngine{e})
+}
+
+// testPrompt is 128 tokens (two router blocks) unique to seed.
+func testPrompt(seed int) []uint32 {
+	out := make([]uint32, 2*routerBlockSize)
+	for i := range out {
+		out[i] = uint32(seed*1000 + i + 1)
+	}
+	return out
+}

@@ -510,7 +510,7 @@ func (d *decoder) dataClasses(p *Policy, n *yaml.Node) {
 
 // rule decodes one rule.
 func (d *decoder) rule(p *Policy, n *yaml.Node, index int, names map[string]int, env **celEnv) Rule {
-	r := Rule{Index: index, Line: n.Line, Column: n.Column, tenant: matcher{any: true}, class: matcher{any: true, fold: true}}
+	r := Rule{Index: index, Line: n.Line, Column: n.Column, tenant: matcher{any: true, fold: true}, class: matcher{any: true, fold: true}}
 	if !d.expect(n, yaml.MappingNode, "a rule") {
 		r.Effect = Allow
 		return r

@@ -41,12 +41,16 @@ func newApp() *cli.App {
 			policyCommand(policyClusterCommands()...),
 			auditCommand(),
 			controllerCommand(),
+			certsCommand(),
+			authCommand(),
+			gossipCommand(),
 			kafkaDevCommand(),
 			kvBridgeCommand(),
 			routeCommand(),
 			failoverCommand(),
 			simCommand(),
 			demoCommand(),
+			probeCommand(),
 		},
 	}
 }

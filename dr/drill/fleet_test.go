@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
 
@@ -72,6 +75,7 @@ func fleetDrillConfig(f *fleet.Fleet, region, admin string) Config {
 		cfg.Controllers[r.Name] = r.Controller.URL()
 	}
 	cfg.Region = region
+	cfg.HTTP = f.HTTP // https, with the fleet's CA
 	cfg.Hold = time.Second
 	cfg.MovedTimeout, cfg.BackTimeout = 30*time.Second, 30*time.Second
 	// The drill's timing targets (5 s to move, 10 s to come back) are
@@ -159,7 +163,7 @@ func TestDrillOnFleet(t *testing.T) {
 		cfg.Hold = 3 * time.Second // long enough for the share window to fill
 		rep := runFleetDrill(t, f, cfg)
 		if rep.Errors != 0 || rep.Violations != 0 || !rep.Passed {
-			t.Fatalf("drill of us-east-1: passed %v, %d errors, %d violations, failed checks %v", rep.Passed, rep.Errors, rep.Violations, failedChecks(rep))
+			t.Fatalf("drill of us-east-1: passed %v, %d errors, %d violations, failed checks %v; errors: %v", rep.Passed, rep.Errors, rep.Violations, failedChecks(rep), probeErrors(rep))
 		}
 	})
 
@@ -210,6 +214,13 @@ func TestDrillOnFleet(t *testing.T) {
 	// the US. Public data entering in the EU moves to the US.
 	t.Run("eu-west-1", func(t *testing.T) {
 		cfg := fleetDrillConfig(f, "eu-west-1", "us-east-1")
+		// Failing eu-west-1 empties the EU zone: the cluster refuses
+		// unless forced, naming the stranded traffic; the drill forces it.
+		_, err := global.NewClient(cfg.Admin, cfg.Token, f.HTTP).Trigger(context.Background(), global.FailoverRequest{Region: "eu-west-1"})
+		if !errors.Is(err, global.ErrStrandsTraffic) || !strings.Contains(err.Error(), "eu-health-phi") {
+			t.Fatalf("emptying the EU zone without force: %v", err)
+		}
+		cfg.Force = true
 		rep := runFleetDrill(t, f, cfg)
 		n := 0
 		for _, p := range rep.Probes {
@@ -263,4 +274,17 @@ func checkGolden(t *testing.T, file string, got []byte) {
 	if !bytes.Equal(got, want) {
 		t.Errorf("%s differs (run go test ./dr/drill -run %s -update to accept)\n--- got\n%s\n--- want\n%s", filepath.Base(file), t.Name(), got, want)
 	}
+}
+
+// probeErrors lists the outcomes the drill counted as errors, by probe.
+func probeErrors(rep *Report) []string {
+	var out []string
+	for _, p := range rep.Probes {
+		for _, o := range p.Outcomes {
+			if o.Class == "error" {
+				out = append(out, fmt.Sprintf("%s %s: %s x%d", p.Probe, o.Phase, o.Outcome, o.Count))
+			}
+		}
+	}
+	return out
 }

@@ -44,11 +44,20 @@ type Config struct {
 	// additional data): pools with different labels never talk. Default
 	// "meridian-wan".
 	Label string
-	// Keys are the gossip encryption keys, base64 of 16, 24 or 32 bytes
-	// (AES-128/192/256-GCM). The first encrypts; all decrypt (rotation: add
-	// the new key second everywhere, then first, then drop the old one).
-	// Required: the pool is never plaintext.
+	// Keys are the gossip encryption keys, base64 of 32 bytes (AES-256-GCM;
+	// shorter keys are refused). The first encrypts; all decrypt. Required:
+	// the pool is never plaintext. When KeyringFile exists it is used
+	// instead. Rotate at run time with InstallKey, UseKey and RemoveKey (see
+	// keyring.go), which reach the whole pool.
 	Keys []string
+	// KeyringFile, if set, persists the keyring across restarts: Open reads
+	// it when it exists (instead of Keys) and every key operation rewrites
+	// it (JSON, mode 0600). Without it a restarted controller starts from
+	// Keys again, and cannot rejoin once a rotation removed them.
+	KeyringFile string
+	// KeyOpTimeout bounds how long InstallKey, UseKey, RemoveKey and a pool
+	// listing wait for the other controllers' answers. Default 5s.
+	KeyOpTimeout time.Duration
 
 	// ForwardAddr is where other controllers forward requests to this one
 	// (its controller-to-controller API), advertised in the digest. Optional,
@@ -142,6 +151,7 @@ func DefaultConfig() Config {
 		SyncInterval:        time.Second,
 		PullRetry:           5 * time.Second,
 		UpdateTimeout:       2 * time.Second,
+		KeyOpTimeout:        5 * time.Second,
 		LeaveTimeout:        2 * time.Second,
 		MaxSummaryBytes:     1 << 20,
 		SuspectAfterProbes:  3,
@@ -219,6 +229,7 @@ func (c *Config) Validate() error {
 	positive("PullRetry", c.PullRetry)
 	positive("UpdateTimeout", c.UpdateTimeout)
 	positive("LeaveTimeout", c.LeaveTimeout)
+	positive("KeyOpTimeout", c.KeyOpTimeout)
 	if c.DeadNodeReclaimTime < 0 {
 		bad("DeadNodeReclaimTime = %v: want >= 0", c.DeadNodeReclaimTime)
 	}
@@ -272,18 +283,30 @@ func pairKey(a, b string) [2]string {
 func (c *Config) keys() ([][]byte, error) {
 	out := make([][]byte, 0, len(c.Keys))
 	for i, k := range c.Keys {
-		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(k))
+		b, err := decodeKey(k)
 		if err != nil {
 			//lint:ignore ST1005 it starts with the field's Go name, as Validate's messages do
-			return nil, fmt.Errorf("Keys[%d]: not base64: %v", i, err)
-		}
-		if err := memberlist.ValidateKey(b); err != nil {
-			//lint:ignore ST1005 it starts with the field's Go name, as Validate's messages do
-			return nil, fmt.Errorf("Keys[%d]: %d bytes, want 16, 24 or 32", i, len(b))
+			return nil, fmt.Errorf("Keys[%d]: %w", i, err)
 		}
 		out = append(out, b)
 	}
 	return out, nil
+}
+
+// KeyBytes is the size of a gossip key: AES-256. Secrets shorter than 32
+// bytes are refused everywhere in Meridian.
+const KeyBytes = 32
+
+// decodeKey reads a base64 gossip key of KeyBytes bytes.
+func decodeKey(k string) ([]byte, error) {
+	b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(k))
+	if err != nil {
+		return nil, fmt.Errorf("not base64: %v", err)
+	}
+	if len(b) != KeyBytes {
+		return nil, fmt.Errorf("%d bytes, want %d (AES-256; make one with: head -c 32 /dev/urandom | base64)", len(b), KeyBytes)
+	}
+	return b, nil
 }
 
 func printable(s string) bool {

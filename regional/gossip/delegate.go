@@ -32,9 +32,10 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-// NotifyMsg handles the user messages sent with SendReliable: pull requests
-// and summary bodies. It must not block: a pull is answered by the senders;
-// a body is decoded here (tens of microseconds for 64 KiB).
+// NotifyMsg handles the user messages sent with SendReliable: pull requests,
+// summary bodies, keyring operations and their answers. It must not block: a
+// pull is answered by the senders, a keyring operation applied by the key
+// worker; a body is decoded here (tens of microseconds for 64 KiB).
 func (d *delegate) NotifyMsg(b []byte) {
 	n := (*Node)(d)
 	if len(b) < msgHeaderLen || b[1] != wireVersion {
@@ -52,6 +53,26 @@ func (d *delegate) NotifyMsg(b []byte) {
 		n.answer(w)
 	case msgSummary:
 		_ = n.receive(b[msgHeaderLen:], "pull")
+	case msgKeyOp:
+		m, err := decodeKeyOp(b)
+		if err != nil {
+			n.m.rejected.WithLabelValues("malformed").Inc()
+			n.warnOnce("keyop", "malformed keyring operation dropped", "err", err)
+			return
+		}
+		select {
+		case n.keyOps <- m:
+		default:
+			n.warnOnce("keyops-full", "keyring operations arrive faster than they are applied; dropped (the sender sees no answer)")
+		}
+	case msgKeyAck:
+		a, err := decodeKeyAck(b)
+		if err != nil {
+			n.m.rejected.WithLabelValues("malformed").Inc()
+			n.warnOnce("keyack", "malformed keyring answer dropped", "err", err)
+			return
+		}
+		n.deliverKeyAck(a)
 	default:
 		n.m.rejected.WithLabelValues("malformed").Inc()
 		n.warnOnce("msgtype", "gossip message of unknown type dropped", "type", b[0])

@@ -48,15 +48,24 @@
 //
 // # Trust
 //
-// The pool is always encrypted (AES-GCM keyring) and labelled. memberlist is
-// not Byzantine fault tolerant: a key holder can forge anything. Summaries
-// only steer cost estimates; residency is decided elsewhere (Raft) and
-// re-checked by the receiving region.
+// The pool is always encrypted (AES-256-GCM keyring; keys of 32 bytes, no
+// shorter) and labelled. memberlist is not Byzantine fault tolerant: a key
+// holder can forge anything. Summaries only steer cost estimates; residency
+// is decided elsewhere (Raft) and re-checked by the receiving region.
+//
+// Keys rotate at run time, as in Consul (keyring.go): InstallKey, UseKey
+// and RemoveKey apply to this controller and are sent, over the pool
+// itself, to every live controller, which applies them idempotently and
+// answers; the caller gets every controller's outcome and key
+// fingerprints. KeysHandler serves them as the admin API
+// (/v1/gossip/keys{,/install,/use,/remove}) for `meridian gossip keys`;
+// KeyringFile keeps the keyring across restarts. Keys never appear in
+// answers, logs or metrics, only fingerprints.
 //
 // The package imports regional/summary and gorgo (for candidates) and
 // nothing else of ours. It must not import regional, global or residency:
 // it carries estimates and liveness, while residency and region state are
 // decided by the Raft tier and the controller. Its goroutines (memberlist's,
-// a worker, two senders, and one per Join in flight) run from Open to
-// Close.
+// a worker, a key worker, two senders, and one per Join in flight) run from
+// Open to Close.
 package gossip

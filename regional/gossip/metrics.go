@@ -17,6 +17,7 @@ type metrics struct {
 	summaryAge     *prometheus.GaugeVec
 	rtt            *prometheus.GaugeVec
 	regionLive     *prometheus.GaugeVec
+	keyOps         *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -66,6 +67,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_gossip_region_live",
 			Help: "1 when a remote region has at least one alive, reachable controller.",
 		}, []string{"region"}),
+		keyOps: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_gossip_key_operations_total",
+			Help: "Keyring operations applied on this controller (started here or sent by another), by op (list, install, use, remove) and result (ok, error).",
+		}, []string{"op", "result"}),
 	}
 	return m
 }

@@ -64,6 +64,16 @@ type Node struct {
 	lastJoin   time.Time
 	warned     map[string]bool // log-once keys
 
+	keyring *memberlist.Keyring
+	keyMu   sync.Mutex // serialises keyring operations; guards keySeen*
+	// keySeen remembers the outcome of the last seenKeyOps operations other
+	// controllers sent (a repeat is answered, not re-applied).
+	keySeen      map[uint64]string
+	keySeenOrder []uint64
+	keyOps       chan keyOpMsg             // from NotifyMsg to keyWorker
+	keyWaits     map[uint64]chan keyAckMsg // under mu: operations waiting for answers
+	keySends     sync.WaitGroup            // key operation sends in flight
+
 	joins  sync.WaitGroup // Join goroutines (Close waits for them)
 	kick   chan struct{}
 	sends  chan sendJob
@@ -124,7 +134,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	keys, _ := cfg.keys()
+	keys, fromFile, err := cfg.loadKeyring()
+	if err != nil {
+		return nil, fmt.Errorf("open gossip: %w", err)
+	}
 	keyring, err := memberlist.NewKeyring(keys, keys[0])
 	if err != nil {
 		return nil, fmt.Errorf("open gossip: keyring: %w", err)
@@ -152,6 +165,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		warned:  map[string]bool{},
 		kick:    make(chan struct{}, 1),
 		sends:   make(chan sendJob, 64),
+
+		keyring:  keyring,
+		keySeen:  map[uint64]string{},
+		keyOps:   make(chan keyOpMsg, 16),
+		keyWaits: map[uint64]chan keyAckMsg{},
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -159,6 +177,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.log = n.log.With("component", "gossip", "node", cfg.NodeName, "region", cfg.Region)
 	if n.now == nil {
 		n.now = time.Now
+	}
+	if fromFile {
+		n.log.Info("gossip keyring read from its file (Keys are not used)", "file", cfg.KeyringFile, "keys", len(keys))
+	} else if err := n.persistKeyring(); err != nil {
+		return nil, fmt.Errorf("open gossip: write KeyringFile: %w", err)
 	}
 	for _, e := range cfg.StaticRTT {
 		switch cfg.Region {
@@ -226,8 +249,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.ml = ml
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	n.wg.Add(1 + senders)
+	n.wg.Add(2 + senders)
 	go n.run()
+	go n.keyWorker()
 	for range senders {
 		go n.sender()
 	}
@@ -611,6 +635,7 @@ func (n *Node) Close() error {
 		n.tracker.abort()
 		n.wg.Wait()
 		n.joins.Wait()
+		n.keySends.Wait()
 		if err := n.ml.Leave(n.cfg.LeaveTimeout); err != nil {
 			n.log.Warn("leave not broadcast", "err", err)
 		}

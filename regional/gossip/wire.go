@@ -18,7 +18,8 @@ import (
 //     every alive message): region, summary generation, body hash and
 //     length, region load totals, forwarding address;
 //   - user messages over TCP (SendReliable): a pull request naming the
-//     requester, a region and the generation it wants; a summary body;
+//     requester, a region and the generation it wants; a summary body; a
+//     keyring operation and its answer (keyring.go);
 //   - the push/pull state (LocalState): the sender's own summary body;
 //   - the ping ack payload: the sender's Vivaldi coordinate.
 
@@ -40,6 +41,8 @@ const (
 	digestVersion = 1
 	msgWant       = 1
 	msgSummary    = 2
+	msgKeyOp      = 3
+	msgKeyAck     = 4
 	stateVersion  = 1
 	wireVersion   = 1
 	pingVersion   = 1
@@ -243,4 +246,107 @@ func decodeCoordinate(b []byte, dims int) (*coordinate.Coordinate, error) {
 		return nil, fmt.Errorf("%w: coordinate with non-finite or negative components", errWire)
 	}
 	return c, nil
+}
+
+// keyOpMsg asks a controller to apply a keyring operation and answer.
+type keyOpMsg struct {
+	Op   keyOpCode
+	ID   uint64 // random; answers carry it, repeats are answered, not re-applied
+	From string // requester's node name
+	Key  []byte // KeyBytes bytes; empty for a listing
+}
+
+type keyOpCode uint8
+
+const (
+	keyOpList keyOpCode = iota + 1
+	keyOpInstall
+	keyOpUse
+	keyOpRemove
+)
+
+func (m keyOpMsg) encode() []byte {
+	b := []byte{msgKeyOp, wireVersion, byte(m.Op)}
+	b = binary.LittleEndian.AppendUint64(b, m.ID)
+	b = appendString8(b, m.From)
+	return append(append(b, byte(len(m.Key))), m.Key...)
+}
+
+func decodeKeyOp(b []byte) (keyOpMsg, error) {
+	w := &wire{b: b[msgHeaderLen:]}
+	var m keyOpMsg
+	m.Op = keyOpCode(w.u8())
+	m.ID = w.u64()
+	m.From = w.str8("requester", maxNodeNameLen, false)
+	n := int(w.u8())
+	m.Key = append([]byte(nil), w.take(n)...)
+	if err := w.end(); err != nil {
+		return m, err
+	}
+	switch {
+	case m.Op < keyOpList || m.Op > keyOpRemove:
+		return m, fmt.Errorf("%w: keyring operation %d", errWire, m.Op)
+	case m.Op == keyOpList && n != 0, m.Op != keyOpList && n != KeyBytes:
+		return m, fmt.Errorf("%w: keyring operation %d with a key of %d bytes", errWire, m.Op, n)
+	}
+	return m, nil
+}
+
+// keyAckMsg answers a keyOpMsg: the outcome and the answering controller's
+// key fingerprints, primary first.
+type keyAckMsg struct {
+	ID   uint64
+	From string
+	Err  string // "" when applied (or nothing to do)
+	Keys []string
+}
+
+const (
+	maxAckErrLen = 1024
+	maxAckKeys   = 64
+	maxFPLen     = 64
+)
+
+func (m keyAckMsg) encode() []byte {
+	b := []byte{msgKeyAck, wireVersion}
+	b = binary.LittleEndian.AppendUint64(b, m.ID)
+	b = appendString8(b, m.From)
+	e := m.Err
+	if len(e) > maxAckErrLen {
+		e = e[:maxAckErrLen]
+	}
+	b = binary.LittleEndian.AppendUint16(b, uint16(len(e)))
+	b = append(b, e...)
+	keys := m.Keys
+	if len(keys) > maxAckKeys {
+		keys = keys[:maxAckKeys]
+	}
+	b = append(b, byte(len(keys)))
+	for _, k := range keys {
+		b = appendString8(b, k)
+	}
+	return b
+}
+
+func decodeKeyAck(b []byte) (keyAckMsg, error) {
+	w := &wire{b: b[msgHeaderLen:]}
+	var m keyAckMsg
+	m.ID = w.u64()
+	m.From = w.str8("responder", maxNodeNameLen, false)
+	var n uint16
+	if v := w.take(2); v != nil {
+		n = binary.LittleEndian.Uint16(v)
+	}
+	if int(n) > maxAckErrLen {
+		return m, fmt.Errorf("%w: key answer error of %d bytes", errWire, n)
+	}
+	m.Err = string(w.take(int(n)))
+	k := int(w.u8())
+	if k > maxAckKeys {
+		return m, fmt.Errorf("%w: %d key fingerprints", errWire, k)
+	}
+	for range k {
+		m.Keys = append(m.Keys, w.str8("fingerprint", maxFPLen, false))
+	}
+	return m, w.end()
 }

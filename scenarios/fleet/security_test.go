@@ -1,0 +1,349 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/segmentio/kafka-go"
+
+	"github.com/meridian-llm/meridian/global/identity"
+	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/kvevents"
+)
+
+// The security regression suite: each attack of issue 12, tried against a
+// real 3-controller fleet on loopback (mutual TLS between controllers, API
+// keys for clients), fails. The Raft attack (a forged AppendEntries) lives
+// in package global (TestRaftMutualTLS), where the transport is.
+
+// secureFleet is a fleet whose clients authenticate with API keys.
+func secureFleet(t *testing.T) *Fleet {
+	return startFleet(t, Config{Tenants: []Tenant{
+		{Name: "acme", DataClasses: []string{"public", "internal"}, DefaultDataClass: "internal"},
+		{Name: "eu-health", DataClasses: []string{"phi", "public"}, DefaultDataClass: "phi"},
+		{Name: "mixed", DataClasses: nil}, // may send no data class: the strictest treatment
+	}})
+}
+
+// post sends a chat request with the given headers through hc and returns
+// the status, the serving region and the body.
+func post(t *testing.T, hc *http.Client, url string, hdr map[string]string) (int, string, string) {
+	t.Helper()
+	body, _ := json.Marshal(map[string]any{"model": "meridian/sim-70b", "max_tokens": 1,
+		"messages": []map[string]string{{"role": "user", "content": "a question about a patient"}}})
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", bytes.NewReader(body))
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("X-Meridian-Region"), string(b)
+}
+
+func bearer(key string) string { return "Bearer " + key }
+
+// Client identity comes from authentication: no key is 401, a spoofed
+// X-Tenant-Id is 403 (never believed), a data class outside the key's is
+// 403, a stock OpenAI client with only its key works (its tenant and
+// default data class from the key), and an identity without a default
+// class gets the policy's strictest treatment, not a 451 naming an
+// unrelated rule.
+func TestSecurityClientIdentity(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := secureFleet(t)
+	us := f.Region("us-east-1").Controller.URL()
+	for _, tc := range []struct {
+		name   string
+		hdr    map[string]string
+		status int
+		want   string // in the body; or the serving region for 200
+	}{
+		{"no credential", map[string]string{regional.HeaderTenant: "eu-health", regional.HeaderDataClass: "phi"}, 401, "missing_credentials"},
+		{"a wrong key", map[string]string{"Authorization": bearer(strings.Repeat("x", 43))}, 401, "invalid_credentials"},
+		{"a spoofed tenant", map[string]string{"Authorization": bearer(f.APIKeys["acme"]), regional.HeaderTenant: "eu-health"}, 403, "tenant_mismatch"},
+		{"a class outside the key's", map[string]string{"Authorization": bearer(f.APIKeys["acme"]), regional.HeaderDataClass: "phi"}, 403, "data_class_not_allowed"},
+		{"a stock OpenAI client: EU PHI by its key's default class", map[string]string{"Authorization": bearer(f.APIKeys["eu-health"])}, 200, "eu-west-1"},
+		{"the tenant sent as the key says, in any case", map[string]string{"Authorization": bearer(f.APIKeys["eu-health"]), regional.HeaderTenant: "EU-Health"}, 200, "eu-west-1"},
+		{"narrowing to an allowed class", map[string]string{"Authorization": bearer(f.APIKeys["acme"]), regional.HeaderDataClass: "public"}, 200, "us-"},
+		{"no data class at all: the origin zone only", map[string]string{"Authorization": bearer(f.APIKeys["mixed"])}, 200, "us-"},
+	} {
+		status, region, body := post(t, f.HTTP, us, tc.hdr)
+		switch {
+		case status != tc.status:
+			t.Errorf("%s: %d %s, want %d", tc.name, status, body, tc.status)
+		case status == 200 && !strings.HasPrefix(region, tc.want):
+			t.Errorf("%s: served in %s, want %s", tc.name, region, tc.want)
+		case status != 200 && !strings.Contains(body, tc.want):
+			t.Errorf("%s: %s, want %s", tc.name, body, tc.want)
+		}
+	}
+}
+
+// A forwarded request is believed only from a member controller's
+// certificate whose region is the origin it names: a hop without a
+// certificate, with an operator's, with a rogue controller's (same CA, not
+// a member) or with a member's claiming another region is refused. The
+// cluster's admin token is not a credential for hops.
+func TestSecurityForgedHop(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := secureFleet(t)
+	eu := f.Region("eu-west-1").Controller.URL()
+	ca, err := identity.LoadCA(f.PKI.CACert, f.PKI.CAKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	issue := func(id identity.Identity) tls.Certificate {
+		certPEM, keyPEM, err := ca.Issue(identity.CertRequest{Identity: id, Hosts: []string{"127.0.0.1"},
+			NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		kp, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kp
+	}
+	clientWith := func(certs ...tls.Certificate) *http.Client {
+		tc := f.HTTP.Transport.(*http.Transport).TLSClientConfig.Clone()
+		tc.Certificates = certs
+		return &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	}
+	operator, err := tls.LoadX509KeyPair(f.PKI.Operator.Cert, f.PKI.Operator.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var member tls.Certificate
+	for _, c := range f.PKI.Controllers {
+		if c.Identity.ControllerID == "ctl-us-east-1" {
+			if member, err = tls.LoadX509KeyPair(c.Cert, c.Key); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	hop := map[string]string{regional.HeaderHop: "us-east-1", regional.HeaderTenant: "eu-health", regional.HeaderDataClass: "phi",
+		regional.HeaderHopAuth: f.AdminToken}
+	for _, tc := range []struct {
+		name   string
+		hc     *http.Client
+		origin string
+		status int
+		want   string
+	}{
+		{"no certificate, the admin token", f.HTTP, "us-east-1", 401, "controller's certificate"},
+		{"an operator's certificate", clientWith(operator), "us-east-1", 401, "controller's certificate"},
+		{"a rogue controller of the CA", clientWith(issue(identity.Controller("ctl-rogue", "us-east-1"))), "us-east-1", 403, "not a member"},
+		{"a member claiming another region", clientWith(member), "us-west-2", 403, "may not forward as region us-west-2"},
+		{"a member, as itself", clientWith(member), "us-east-1", 200, ""},
+	} {
+		hop[regional.HeaderHop] = tc.origin
+		status, _, body := post(t, tc.hc, eu, hop)
+		if status != tc.status || !strings.Contains(body, tc.want) {
+			t.Errorf("%s: %d %s, want %d %q", tc.name, status, body, tc.status, tc.want)
+		}
+	}
+}
+
+// A forged PodUp on the region's topic (another pod's key, or a pod name
+// with an endpoint on a host that is not allowed) is refused: the pod keeps
+// its endpoint and no request reaches the forger's.
+func TestSecurityForgedPodUp(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := secureFleet(t)
+	var stolen atomic.Int64
+	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		stolen.Add(1)
+		w.WriteHeader(500)
+	}))
+	defer evil.Close()
+	// The forger's endpoint is on loopback (allowed by default in this
+	// fleet): what stops it is the key and the pod name, and, for the
+	// script endpoint, its scheme.
+	region := f.Region("us-east-1")
+	victim := region.Engines[0]
+	tr := &kafka.Transport{}
+	defer tr.CloseIdleConnections()
+	w := &kafka.Writer{Addr: kafka.TCP(f.Broker.ListenAddrs()...), Topic: kvevents.TopicFor("us-east-1"), Balancer: &kafka.Hash{},
+		RequiredAcks: kafka.RequireAll, BatchTimeout: time.Millisecond, Transport: tr}
+	defer w.Close()
+	enc := kvevents.Encoding{}
+	forge := func(key, pod, endpoint string) kafka.Message {
+		b, err := enc.AppendBatch(nil, &kvevents.Batch{TS: 1, Events: []kvevents.Event{&kvevents.PodUp{Pod: pod, Endpoint: endpoint,
+			Model: "meridian/sim-70b", Hardware: "h100", Region: "us-east-1", Epoch: victim.Epoch() + 1}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kafka.Message{Key: []byte(key), Value: b}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := w.WriteMessages(ctx,
+		forge(victim.Name(), "impostor", evil.URL),                 // another pod's key
+		forge(victim.Name(), victim.Name(), "javascript:alert(1)"), // not an http(s) URL
+	); err != nil {
+		t.Fatal(err)
+	}
+	ctl := region.Controller
+	eventually(t, "both forgeries counted", func() bool {
+		n := 0.0
+		for _, reason := range []string{"key_mismatch", "bad_endpoint"} {
+			n += counterValue(t, f.HTTP, ctl.URL(), "meridian_ingest_podup_rejected_total", reason)
+		}
+		return n >= 2
+	})
+	if p, ok := ctl.Registry.Get(victim.Name()); !ok || p.Info().Endpoint != victim.URL() {
+		t.Fatalf("the victim's endpoint changed: %+v", p.Info())
+	}
+	if _, ok := ctl.Registry.Get("impostor"); ok {
+		t.Fatal("the impostor was registered")
+	}
+	for range 10 {
+		if status, _, body := post(t, f.HTTP, ctl.URL(), map[string]string{"Authorization": bearer(f.APIKeys["acme"])}); status != 200 {
+			t.Fatalf("after the forgeries: %d %s", status, body)
+		}
+	}
+	if n := stolen.Load(); n != 0 {
+		t.Fatalf("%d requests reached the forger's endpoint", n)
+	}
+}
+
+// counterValue reads one labelled counter from a controller's /metrics.
+func counterValue(t *testing.T, hc *http.Client, url, name, label string) float64 {
+	t.Helper()
+	resp, err := hc.Get(url + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, name+"{") && strings.Contains(l, `"`+label+`"`) {
+			var v float64
+			if _, err := fmt.Sscan(l[strings.LastIndexByte(l, ' ')+1:], &v); err == nil {
+				return v
+			}
+		}
+	}
+	return 0
+}
+
+// 5,000 connections (500 under the race detector) that send a request's headers and then trickle its
+// body hold the API listener (at most its max_connections; the rest are
+// closed as they arrive) until the read deadline closes them; the admin
+// listener's /readyz keeps answering meanwhile.
+func TestSecuritySlowBodyFlood(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	// The race detector makes each TLS handshake ~8x dearer: under it the
+	// flood is 500 connections, and make test runs the full 5,000 in a
+	// second, race-free step.
+	conns, readTimeout := 5000, 3*time.Second
+	if raceEnabled {
+		conns = 500
+	}
+	f := startFleet(t, Config{Controller: func(region string, c *regional.Config) {
+		if region == "us-east-1" {
+			c.Server.Limits.ReadTimeout, c.Server.Limits.ReadHeaderTimeout = readTimeout, time.Second
+			c.Server.Limits.MaxConnections = 2000
+		}
+	}})
+	ctl := f.Region("us-east-1").Controller
+	addr := ctl.Addr()
+	tc := f.HTTP.Transport.(*http.Transport).TLSClientConfig.Clone()
+	tc.ServerName = "127.0.0.1"
+	// Resumed handshakes (a session ticket from the first) keep the flood
+	// cheap for the test's own CPU; the server's work per connection is
+	// what it is for any client.
+	tc.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+	var (
+		mu   sync.Mutex
+		open []net.Conn
+		wg   sync.WaitGroup
+	)
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	start := time.Now()
+	const dialers = 8
+	for d := range dialers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := d; i < conns; i += dialers {
+				c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+				if err != nil {
+					continue // the listen backlog is full: the flood is working
+				}
+				// Slow clients must get through TLS first (a plaintext
+				// request fails the handshake at once): do the handshake,
+				// send the headers of a large body, then nothing.
+				tl := tls.Client(c, tc)
+				_ = tl.SetDeadline(time.Now().Add(5 * time.Second))
+				if tl.Handshake() != nil {
+					c.Close()
+					continue
+				}
+				_, _ = io.WriteString(tl, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000000\r\n\r\n{")
+				mu.Lock()
+				open = append(open, tl)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d of %d slow connections established in %v", len(open), conns, time.Since(start).Round(time.Millisecond))
+	// The admin listener answers /readyz while they are held.
+	rc := &http.Client{Transport: f.HTTP.Transport, Timeout: 10 * time.Second}
+	t0 := time.Now()
+	resp, err := rc.Get(ctl.AdminURL() + "/readyz")
+	if err != nil {
+		t.Fatalf("/readyz on the admin listener during the flood: %v", err)
+	}
+	resp.Body.Close()
+	t.Logf("/readyz answered %d in %v during the flood", resp.StatusCode, time.Since(t0).Round(time.Millisecond))
+	// The server ends every slow connection at its read deadline (bounded
+	// wait: the read returns once the server answers or hangs up; only our
+	// own deadline expiring means the connection was still held).
+	closed := 0
+	for _, c := range open {
+		_ = c.SetReadDeadline(time.Now().Add(readTimeout + 30*time.Second))
+		_, err := io.Copy(io.Discard, c)
+		var ne net.Error
+		if !(errors.As(err, &ne) && ne.Timeout()) {
+			closed++
+		}
+	}
+	t.Logf("%d of %d slow connections closed by the server, %v after the first was opened", closed, len(open), time.Since(start).Round(time.Millisecond))
+	if closed != len(open) {
+		t.Fatalf("%d of %d slow connections were still open past the read deadline", len(open)-closed, len(open))
+	}
+	if status, _, body := post(t, f.HTTP, ctl.URL(), map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}); status != 200 {
+		t.Fatalf("after the flood: %d %s", status, body)
+	}
+}
