@@ -102,6 +102,12 @@ func (c PodsConfig) Validate() error {
 		if c.RequireHTTPS && !httpsEndpoint(p.Endpoint) {
 			return fmt.Errorf("pods.static[%d] (%s): endpoint %q is not https and pods.require_https is set", i, p.Name, p.Endpoint)
 		}
+		if p.Engine != "" && !slices.Contains(kvevents.Engines(), p.Engine) {
+			return fmt.Errorf("pods.static[%d] (%s): engine %q: want one of %s", i, p.Name, p.Engine, strings.Join(kvevents.Engines(), ", "))
+		}
+		if p.KVBlocks < 0 {
+			return fmt.Errorf("pods.static[%d] (%s): kv_blocks = %d: want >= 0", i, p.Name, p.KVBlocks)
+		}
 	}
 	for i, a := range c.AllowedEndpoints {
 		if strings.Contains(a, "/") {
