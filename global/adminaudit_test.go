@@ -147,12 +147,16 @@ func (ac *auditedCluster) byRequest(t *testing.T, rid string) []adminRec {
 	return ac.where(t, func(r audit.Record, _ audit.AdminDetail) bool { return r.RequestID == rid })
 }
 
+func (r adminRec) String() string {
+	return fmt.Sprintf("%s#%d request %q %s", r.node, r.rec.Seq, r.rec.RequestID, r.rec.Cost)
+}
+
 // one fails unless recs is exactly one record, on node, of action by
 // actor (auth) with outcome, and returns it.
 func one(t *testing.T, what string, recs []adminRec, node, action, actor, auth, outcome string) adminRec {
 	t.Helper()
 	if len(recs) != 1 {
-		t.Fatalf("%s: %d admin records, want 1: %+v", what, len(recs), recs)
+		t.Fatalf("%s: %d admin records, want 1: %v", what, len(recs), recs)
 	}
 	r := recs[0]
 	if r.node != node || r.d.Action != action || r.d.Actor != actor || r.d.Auth != auth || r.d.Outcome != outcome {
