@@ -175,7 +175,7 @@ func (c *Config) ApplyDefaults() {
 	c.Kafka.Region = c.Region
 	c.Kafka.ControllerID = c.ControllerID
 	c.Kafka.BlockSize = c.BlockSize
-	c.Kafka.Insecure = c.Insecure
+	c.Kafka.Insecure = c.Insecure || c.Kafka.Insecure
 	if len(c.Models) == 0 {
 		name := c.Kafka.DefaultModel
 		if name == "" {

@@ -80,9 +80,11 @@ type IngestConfig struct {
 	// (SCRAM or PLAIN) whose password is in a file or the environment.
 	// Brokers beyond loopback need tls unless Insecure.
 	Security kafkasec.Config `yaml:",inline"`
-	// Insecure is the controller's insecure: plaintext to brokers beyond
-	// loopback, insecure_skip_verify and PLAIN without TLS are accepted.
-	Insecure bool `yaml:"-"`
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// insecure_skip_verify and PLAIN without TLS: the Kafka-only opt-out
+	// (kafka.insecure), also implied by the controller's insecure. Logged
+	// at every start and exported as meridian_insecure_listeners.
+	Insecure bool `yaml:"insecure"`
 }
 
 // DefaultIngestConfig returns the defaults documented on IngestConfig.

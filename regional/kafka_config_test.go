@@ -104,6 +104,10 @@ func TestKafkaSecureByDefault(t *testing.T) {
 			"kafka.brokers kafka:9092: not loopback and kafka.tls is not set", nil},
 		{"plaintext beyond loopback, insecure", func(c *Config) { c.Kafka.Security.TLS, c.Insecure = nil, true },
 			"", []string{"kafka plaintext to kafka:9092"}},
+		// kafka.insecure: the Kafka-only opt-out, which leaves the rest of
+		// the controller secure (compose's plaintext broker).
+		{"plaintext beyond loopback, kafka.insecure", func(c *Config) { c.Kafka.Security.TLS, c.Kafka.Insecure = nil, true },
+			"", []string{"kafka plaintext to kafka:9092"}},
 		{"plaintext on loopback", func(c *Config) { c.Kafka.Security.TLS, c.Kafka.Brokers = nil, []string{"127.0.0.1:9092"} }, "", nil},
 		{"unverified broker", func(c *Config) { c.Kafka.Security.TLS = &identity.ClientTLSConfig{InsecureSkipVerify: true} },
 			"kafka.tls.insecure_skip_verify: the brokers would not be authenticated", nil},

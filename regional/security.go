@@ -46,7 +46,13 @@ func (c AuthConfig) enabled() bool { return c.Mode != "" }
 // beyond loopback without kafka.tls, or with kafka.tls.insecure_skip_verify
 // (and SASL PLAIN without it); pods scraped with pods.tls.insecure_skip_verify.
 func (c Config) insecureListeners() []string {
-	out := c.Kafka.Security.InsecureUses("kafka", c.Kafka.Brokers)
+	return append(c.Kafka.Security.InsecureUses("kafka", c.Kafka.Brokers), c.insecureNonKafka()...)
+}
+
+// insecureNonKafka is insecureListeners without the Kafka links, which
+// kafka.insecure alone may accept.
+func (c Config) insecureNonKafka() []string {
+	var out []string
 	if c.Pods.TLS != nil && c.Pods.TLS.InsecureSkipVerify {
 		out = append(out, "pods.tls.insecure_skip_verify (https pods not authenticated)")
 	}
@@ -84,7 +90,11 @@ func (c Config) validateSecurity() error {
 		if c.Pods.TLS != nil && c.Pods.TLS.InsecureSkipVerify {
 			return errors.New("config: pods.tls.insecure_skip_verify: https pods would not be authenticated (whoever answers at a pod's address would get its prompts); give pods.tls.ca instead, or set insecure: true to accept it")
 		}
-		if l := c.insecureListeners(); len(l) > 0 {
+		l := c.insecureNonKafka()
+		if !c.Kafka.Insecure {
+			l = append(c.Kafka.Security.InsecureUses("kafka", c.Kafka.Brokers), l...)
+		}
+		if len(l) > 0 {
 			return fmt.Errorf("config: plaintext on a non-loopback address: %s; configure tls (meridian certs init makes a development PKI) or set insecure: true to accept it",
 				strings.Join(l, ", "))
 		}
