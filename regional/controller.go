@@ -64,8 +64,9 @@ type Config struct {
 	// kept; default 10000.
 	SessionTokenCache int `yaml:"session_token_cache"`
 
-	// AdminListen is the admin API's address (the Raft tier's admin API
-	// and audit queries, bearer-authenticated); default ":8081".
+	// AdminListen is the admin API's address (the Raft tier's admin API,
+	// audit queries and gossip key rotation, bearer-authenticated; every
+	// write through it is recorded in the audit log); default ":8081".
 	AdminListen string `yaml:"admin_listen"`
 	// AdminLimits bound what clients can hold of the admin listener,
 	// separately from the API's (a flood on the API leaves the admin API,
@@ -174,6 +175,7 @@ func (c *Config) ApplyDefaults() {
 	c.Kafka.Region = c.Region
 	c.Kafka.ControllerID = c.ControllerID
 	c.Kafka.BlockSize = c.BlockSize
+	c.Kafka.Insecure = c.Insecure || c.Kafka.Insecure
 	if len(c.Models) == 0 {
 		name := c.Kafka.DefaultModel
 		if name == "" {
@@ -392,6 +394,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	transport := NewPodTransport()
+	if cfg.Pods.TLS != nil {
+		// https pods: scraped and proxied to with the pods' CA (and a
+		// client certificate, if configured).
+		if transport.TLSClientConfig, err = cfg.Pods.TLS.Load("pods.tls"); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
 	var peer http.RoundTripper
 	if c.tls != nil {
 		// Forwarding between controllers: mutual TLS, and the other end
@@ -402,6 +411,10 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	}
 	if c.Server, err = NewServer(cfg.Server, ServerDeps{Decider: c.Decider, Prompts: prompts, Calibrator: c.Calib,
 		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
+		return nil, err
+	}
+	scraper, err := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, c.Metrics)
+	if err != nil {
 		return nil, err
 	}
 	c.Server.Handle("GET /debug/calibration", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
@@ -431,13 +444,12 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, err
 		}
 	}
-	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
 	c.log.Info("controller started", "listen", c.ln.Addr().String(), "url", c.URL(), "tls", c.tls != nil,
-		"client_auth", string(cfg.Auth.Mode), "topic", c.Ingester.Config().Topic,
+		"client_auth", string(cfg.Auth.Mode), "kafka", c.Ingester.Security(), "topic", c.Ingester.Config().Topic,
 		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static))
 	ok = true
 	return c, nil
@@ -508,11 +520,12 @@ func (c *Controller) Audit() *audit.Log {
 // readiness: ready once the index has caught up with the topic.
 func (c *Controller) readiness() (bool, map[string]any) {
 	g := c.Ingester
-	detail := map[string]any{
-		"region": c.cfg.Region,
-		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
-			"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding()},
+	ingest := map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
+		"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding(), "kafka": g.Security()}
+	if e := g.LastError(); e != "" {
+		ingest["error"] = e // what to check: a refused SASL user, an untrusted broker
 	}
+	detail := map[string]any{"region": c.cfg.Region, "ingest": ingest}
 	if n := c.Global(); n != nil {
 		h := n.Health()
 		// Without quorum the controller keeps routing on the last committed

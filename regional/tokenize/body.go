@@ -391,6 +391,12 @@ func (p *bodyParser) body(b *Body) error {
 			}
 		case fieldIs(key, "messages"):
 			b.Messages, err = p.messages()
+		case fieldIs(key, "cache_salt"):
+			var v string
+			var ok bool
+			if v, ok, err = p.stringValue("cache_salt"); ok {
+				b.CacheSalt = v
+			}
 		case fieldIs(key, "prompt"):
 			start := p.i
 			if err = p.skip(); err == nil {

@@ -1,9 +1,9 @@
 package tokenize
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -32,29 +32,84 @@ func checkParseBody(t interface {
 	}
 }
 
-// diffBody says how two bodies differ ("" when they do not). An empty list
-// and a missing one are the same to every reader.
+// diffBody says how two bodies differ ("" when they do not), field by
+// field, so that a field added to Body is compared without being named
+// here. An empty list and a missing one are the same to every reader.
 func diffBody(got, want *Body) string {
-	switch {
-	case got.Model != want.Model:
-		return fmt.Sprintf("model %q, want %q", got.Model, want.Model)
-	case got.Stream != want.Stream:
-		return fmt.Sprintf("stream %v, want %v", got.Stream, want.Stream)
-	case !slices.Equal(got.Messages, want.Messages):
-		return fmt.Sprintf("messages %+v, want %+v", got.Messages, want.Messages)
-	case !bytes.Equal(got.Prompt, want.Prompt):
-		return fmt.Sprintf("prompt %q, want %q", got.Prompt, want.Prompt)
-	case !slices.Equal(got.PromptTokenIDs, want.PromptTokenIDs):
-		return fmt.Sprintf("prompt_token_ids %v, want %v", got.PromptTokenIDs, want.PromptTokenIDs)
-	case (got.AddGenerationPrompt == nil) != (want.AddGenerationPrompt == nil) ||
-		got.AddGenerationPrompt != nil && *got.AddGenerationPrompt != *want.AddGenerationPrompt:
-		return fmt.Sprintf("add_generation_prompt %v, want %v", got.AddGenerationPrompt, want.AddGenerationPrompt)
+	norm := func(b Body) Body {
+		if len(b.Messages) == 0 {
+			b.Messages = nil
+		}
+		if len(b.Prompt) == 0 {
+			b.Prompt = nil
+		}
+		if len(b.PromptTokenIDs) == 0 {
+			b.PromptTokenIDs = nil
+		}
+		return b
+	}
+	if g, w := norm(*got), norm(*want); !reflect.DeepEqual(g, w) {
+		return fmt.Sprintf("ParseBody %s\n json.Unmarshal %s", dumpBody(g), dumpBody(w))
 	}
 	return ""
 }
 
+func dumpBody(b Body) string {
+	agp := "nil"
+	if b.AddGenerationPrompt != nil {
+		agp = fmt.Sprint(*b.AddGenerationPrompt)
+	}
+	return fmt.Sprintf("%+v (prompt %q, add_generation_prompt %s)", b, b.Prompt, agp)
+}
+
+// Every field of Body, found by reflection with its JSON name, is read by
+// ParseBody: a field added to Body or Request and not to the parser fails
+// here rather than being silently dropped for every request.
+func TestParseBodyEveryField(t *testing.T) {
+	samples := map[reflect.Type]string{
+		reflect.TypeFor[string]():          `"x\u00e9"`,
+		reflect.TypeFor[bool]():            `true`,
+		reflect.TypeFor[*bool]():           `false`,
+		reflect.TypeFor[[]Message]():       `[{"role":"user","content":"c"}]`,
+		reflect.TypeFor[json.RawMessage](): `["p"]`,
+		reflect.TypeFor[[]uint32]():        `[7,8]`,
+	}
+	var walk func(reflect.Type)
+	walk = func(ty reflect.Type) {
+		for i := 0; i < ty.NumField(); i++ {
+			f := ty.Field(i)
+			if f.Anonymous {
+				walk(f.Type)
+				continue
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			v, ok := samples[f.Type]
+			if !ok {
+				t.Fatalf("field %s (%s) has a type this test has no sample for", f.Name, f.Type)
+			}
+			raw := []byte(`{"` + name + `":` + v + `}`)
+			var want, got Body
+			if err := json.Unmarshal(raw, &want); err != nil {
+				t.Fatal(err)
+			}
+			if reflect.DeepEqual(want, Body{}) {
+				t.Fatalf("%s: the sample sets nothing", raw)
+			}
+			if err := ParseBody(raw, &got); err != nil {
+				t.Fatalf("%s: %v", raw, err)
+			}
+			if d := diffBody(&got, &want); d != "" {
+				t.Fatalf("%s: field %s not read:\n%s", raw, f.Name, d)
+			}
+		}
+	}
+	walk(reflect.TypeFor[Body]())
+}
+
 var parseBodyCases = []string{
 	`{"model":"m","messages":[{"role":"user","content":"hi"}]}`,
+	`{"model":"m","cache_salt":"tenant-a","cache_salt":null}`,
+	`{"cache_salt":5}`,
 	`{"model":"m","stream":true,"messages":[{"role":"system","content":"a\nb \"q\" \\ \/ \b\f\r\t \u00e9 \ud83d\ude00"},{"role":"user","content":"x","name":"bob"}]}`,
 	`{"Model":"a","MODEL":"b","ſtream":true}`,
 	"{\"mod\\u0065l\":\"esc\", \"\u212aey\":1}",
@@ -240,10 +295,10 @@ func genObject(t *rapid.T, depth int, keys []string, value func(key string) stri
 
 func genBody(t *rapid.T) string {
 	keys := []string{"model", "Model", "MODEL", "stream", "ſtream", "messages", "Messages", "prompt",
-		"prompt_token_ids", "add_generation_prompt", `mod\u0065l`, "temperature", "tools", "modell"}
+		"prompt_token_ids", "add_generation_prompt", `mod\u0065l`, "temperature", "tools", "modell", "cache_salt", "Cache_Salt"}
 	return ws(t) + genObject(t, 0, keys, func(key string) string {
 		switch key {
-		case "model", `mod\u0065l`:
+		case "model", `mod\u0065l`, "cache_salt":
 			return genString(t)
 		case "stream", "ſtream", "add_generation_prompt":
 			return rapid.SampledFrom([]string{"true", "false", "null"}).Draw(t, "bool")
