@@ -11,9 +11,9 @@
 // question differs each time) at a fixed rate, open loop: each request is
 // due at start + i/rate and its latency counts from then, so a proxy that
 // falls behind pays for the queue it builds (no coordinated omission). For
-// each target it measures the backend alone and then through the target,
-// at the same rate, one after the other, and takes the difference of the
-// percentiles as what the target adds. It does that at -rate, then looks
+// each target it measures the backend alone and through the target, at
+// the same rate, in alternating quarter-second slices, and takes the
+// difference of the percentiles as what the target adds. It does that at -rate, then looks
 // for the highest rate the target sustains: at least 95% of the requests
 // offered completed within the phase, and p99 added at most -max-added.
 // It prints one JSON line per target.
@@ -210,22 +210,45 @@ type driver struct {
 	seq            atomic.Int64
 }
 
-// stats of one phase: latency percentiles from each request's due time,
-// and the share of the requests offered that completed within the phase
-// (plus a grace of a tenth of it).
+// stats of one side of a measurement: latency percentiles from each
+// request's due time, and the share of the requests offered that
+// completed (within their slice, plus a grace of a tenth of it and 1 s).
 type stats struct {
 	p50, p99  time.Duration
 	completed float64
 }
 
-// pair measures the backend alone and then through the target, at rate,
-// each after a short warm-up.
+// slice is how long pair offers load to one side before switching.
+const slice = 250 * time.Millisecond
+
+// pair measures the backend alone and through the target at rate, in
+// alternating slices of a quarter second (after a warm-up of each), so
+// that both see the same moments of a busy machine: the difference of
+// their percentiles is then the target's, not the machine's.
 func (d *driver) pair(direct, target string, rate float64) (base, via stats) {
-	d.run(direct, false, rate, d.phase/4)
-	base = d.run(direct, false, rate, d.phase)
-	d.run(target, true, rate, d.phase/4)
-	via = d.run(target, true, rate, d.phase)
-	return base, via
+	d.run(direct, false, rate, slice)
+	d.run(target, true, rate, slice)
+	var bl, vl []time.Duration
+	var bn, vn int
+	for t := time.Duration(0); t < d.phase; t += slice {
+		l, n := d.run(direct, false, rate, slice)
+		bl, bn = append(bl, l...), bn+n
+		l, n = d.run(target, true, rate, slice)
+		vl, vn = append(vl, l...), vn+n
+	}
+	return summarize(bl, bn), summarize(vl, vn)
+}
+
+func summarize(lat []time.Duration, offered int) stats {
+	var s stats
+	if offered == 0 || len(lat) == 0 {
+		return s
+	}
+	slices.Sort(lat)
+	s.p50, s.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
+	// Requests that timed out or failed count as not completed.
+	s.completed = float64(len(lat)) / float64(offered)
+	return s
 }
 
 func (d *driver) check(url string, proxied bool) error {
@@ -254,8 +277,9 @@ func (d *driver) one(ctx context.Context, url string, proxied bool) (int, error)
 	return resp.StatusCode, err
 }
 
-// run offers rate requests per second to url for length, open loop.
-func (d *driver) run(url string, proxied bool, rate float64, length time.Duration) stats {
+// run offers rate requests per second to url for length, open loop, and
+// returns the latencies of those that succeeded and how many it offered.
+func (d *driver) run(url string, proxied bool, rate float64, length time.Duration) ([]time.Duration, int) {
 	n := int(rate * length.Seconds())
 	interval := time.Duration(float64(time.Second) / rate)
 	ctx, cancel := context.WithTimeout(context.Background(), length+length/10+time.Second)
@@ -293,15 +317,7 @@ func (d *driver) run(url string, proxied bool, rate float64, length time.Duratio
 	}
 	close(due)
 	wg.Wait()
-	var s stats
-	if n == 0 || len(lat) == 0 {
-		return s
-	}
-	slices.Sort(lat)
-	s.p50, s.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
-	// Requests that timed out count as not completed; so do errors.
-	s.completed = float64(len(lat)) / float64(n)
-	return s
+	return lat, n
 }
 
 // chatBody returns request n: a system prompt of about 2,000 common words
