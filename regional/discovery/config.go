@@ -29,12 +29,14 @@ const (
 // nanoseconds, and this catches it.
 const minDuration = time.Millisecond
 
-// Config chooses and configures the pod source: dns.name is set. It is the
-// section a controller reads under pods.discovery and the bridge under
-// discovery (see the package doc).
+// Config chooses and configures one pod source: exactly one of dns.name and
+// file.path is set. It is the section a controller reads under
+// pods.discovery and the bridge under discovery (see the package doc).
 type Config struct {
 	// DNS follows a Kubernetes headless Service.
 	DNS DNSConfig `yaml:"dns"`
+	// File follows a YAML or JSON file of pods.
+	File FileConfig `yaml:"file"`
 }
 
 // DNSConfig configures a DNS source. Durations are YAML strings such as
@@ -109,6 +111,19 @@ type DNSConfig struct {
 	ReplayPort int `yaml:"replay_port"`
 }
 
+// FileConfig configures a file source.
+type FileConfig struct {
+	// Path of the YAML or JSON file of pods (see the package doc for its
+	// format). Required.
+	Path string `yaml:"path"`
+	// Interval is how often the file's modification time, size and identity
+	// are checked; it is re-read when one changes. Default 5s.
+	Interval time.Duration `yaml:"interval"`
+	// Model and Profile are given to every pod of the file that names none.
+	Model   string `yaml:"model"`
+	Profile string `yaml:"profile"`
+}
+
 // DefaultConfig returns the defaults documented on the fields (no source
 // chosen).
 func DefaultConfig() Config {
@@ -126,16 +141,18 @@ func DefaultConfig() Config {
 			DropAfterMisses: 2,
 			NameFrom:        NameFromIP,
 		},
+		File: FileConfig{Interval: 5 * time.Second},
 	}
 }
 
 // Enabled reports whether c chooses a source.
-func (c Config) Enabled() bool { return c.DNS.Name != "" }
+func (c Config) Enabled() bool { return c.DNS.Name != "" || c.File.Path != "" }
 
 // withDefaults fills zero fields from DefaultConfig (Grace is taken as
 // given: 0 is a valid grace).
 func (c Config) withDefaults() Config {
 	c.DNS = c.DNS.withDefaults()
+	c.File = c.File.withDefaults()
 	return c
 }
 
@@ -170,14 +187,27 @@ func (c DNSConfig) withDefaults() DNSConfig {
 	return c
 }
 
+func (c FileConfig) withDefaults() FileConfig {
+	if c.Interval == 0 {
+		c.Interval = DefaultConfig().File.Interval
+	}
+	return c
+}
+
 // Validate reports the first invalid field of c (after defaults), naming
-// it and the bad value. It does no I/O: the name need not resolve.
+// it and the bad value. It does no I/O: the file need not exist yet, and
+// the name need not resolve.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if c.DNS.Name != "" {
+	switch {
+	case c.DNS.Name != "" && c.File.Path != "":
+		return errors.New("discovery: dns.name and file.path are both set: choose one source")
+	case c.DNS.Name != "":
 		return c.DNS.validate()
+	case c.File.Path != "":
+		return c.File.validate()
 	}
-	return errors.New("discovery: dns.name is not set")
+	return errors.New("discovery: neither dns.name nor file.path is set")
 }
 
 func (c DNSConfig) validate() error {
@@ -259,6 +289,13 @@ func (c DNSConfig) validate() error {
 	return nil
 }
 
+func (c FileConfig) validate() error {
+	if c.Interval < minDuration {
+		return fmt.Errorf("discovery: file.interval %v: want at least %v (a duration such as \"5s\")", c.Interval, minDuration)
+	}
+	return nil
+}
+
 // checkDomain accepts a DNS name of labels of letters, digits, '-' and '_',
 // each 1..63 bytes, at most 253 bytes without the optional trailing dot.
 func checkDomain(name string) error {
@@ -301,6 +338,12 @@ func (c *Config) UnmarshalYAML(n *yaml.Node) error {
 func (c *DNSConfig) UnmarshalYAML(n *yaml.Node) error {
 	type plain DNSConfig
 	return decodeKnown(n, "discovery.dns", (*plain)(c))
+}
+
+// UnmarshalYAML: see Config.UnmarshalYAML.
+func (c *FileConfig) UnmarshalYAML(n *yaml.Node) error {
+	type plain FileConfig
+	return decodeKnown(n, "discovery.file", (*plain)(c))
 }
 
 // decodeKnown decodes a mapping node into out (a pointer to a struct whose

@@ -14,12 +14,17 @@ func TestDefaultConfigIsValidOnceASourceIsChosen(t *testing.T) {
 	if c.Enabled() {
 		t.Fatal("DefaultConfig chooses a source")
 	}
-	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "dns.name is not set") {
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "neither dns.name nor file.path") {
 		t.Fatalf("Validate of no source = %v", err)
 	}
 	c.DNS.Name = "vllm.inference.svc.cluster.local."
 	if err := c.Validate(); err != nil {
 		t.Fatalf("DNS defaults: %v", err)
+	}
+	c = DefaultConfig()
+	c.File.Path = "/etc/meridian/pods.yaml"
+	if err := c.Validate(); err != nil {
+		t.Fatalf("file defaults: %v", err)
 	}
 	// Zero values take the defaults too (a section decoded from YAML
 	// without DefaultConfig underneath).
@@ -63,6 +68,8 @@ func TestValidateNamesTheField(t *testing.T) {
 		{dns(func(c *DNSConfig) { c.KVEventsPort = 70000 }), "dns.kv_events_port 70000"},
 		{dns(func(c *DNSConfig) { c.KVEventsPort, c.ReplayPort = 5557, 5557 }), "dns.replay_port 5557: also kv_events_port"},
 		{dns(func(c *DNSConfig) { c.Lookup, c.Port, c.KVEventsPort = LookupIP, 8000, 8000 }), "dns.kv_events_port 8000: also port"},
+		{Config{DNS: DNSConfig{Name: "a"}, File: FileConfig{Path: "p"}}, "both set"},
+		{Config{File: FileConfig{Path: "p", Interval: -time.Second}}, "file.interval -1s"},
 	} {
 		err := tc.cfg.Validate()
 		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "discovery: ") {
@@ -157,6 +164,13 @@ func TestNewChoosesTheSource(t *testing.T) {
 		t.Fatal(err)
 	} else if _, ok := src.(*DNS); !ok {
 		t.Fatalf("dns.name set: New returned a %T", src)
+	}
+	c = DefaultConfig()
+	c.File.Path = "pods.yaml"
+	if src, err := New(c, Deps{}); err != nil {
+		t.Fatal(err)
+	} else if _, ok := src.(*File); !ok {
+		t.Fatalf("file.path set: New returned a %T", src)
 	}
 	if _, err := New(DefaultConfig(), Deps{}); err == nil {
 		t.Fatal("New with no source chosen returned no error")

@@ -1,9 +1,9 @@
 // Package discovery finds a region's inference pods without static lists:
-// by following a Kubernetes headless Service through DNS. Its one job:
-// turn lookups into a stream of snapshots of the current pods, each pod
-// with its HTTP endpoint and, for the KV-event bridge, its engine's ZMQ
-// endpoints. What to do with a pod is its consumers' business: the
-// controller's registry and `meridian kv-bridge`.
+// by following a Kubernetes headless Service through DNS, or a file of
+// pods. Its one job: turn lookups into a stream of snapshots of the current
+// pods, each pod with its HTTP endpoint and, for the KV-event bridge, its
+// engine's ZMQ endpoints. What to do with a pod is its consumers' business:
+// the controller's registry and `meridian kv-bridge`.
 //
 // # Sources
 //
@@ -24,13 +24,19 @@
 //     takes the SRV target's first label instead (a StatefulSet's vllm-0).
 //     The endpoint is <scheme>://<ip>:<port>; with kv_events_port and
 //     replay_port the pod also carries tcp://<ip>:<port> for each.
+//   - File reads a YAML or JSON document, either a list of pods or a
+//     mapping {pods: [...]}, each pod {name, endpoint, model, profile,
+//     kv_events, replay} (name and endpoint required). It checks the file's
+//     identity, size and modification time every interval and re-reads it
+//     when one changed, or on Refresh. Write it by renaming a complete file
+//     into place (as Kubernetes updates a mounted ConfigMap).
 //
 // # Invariants
 //
-//   - A failed lookup (timeout, SERVFAIL, refused) changes nothing: the
-//     last good set stands, the failure is counted
-//     (meridian_discovery_lookups_total{result="error"}) and logged once
-//     per distinct error. NXDOMAIN or no records is an answer
+//   - A failed lookup (timeout, SERVFAIL, refused; an unreadable, empty or
+//     invalid file) changes nothing: the last good set stands, the failure
+//     is counted (meridian_discovery_lookups_total{result="error"}) and
+//     logged once per distinct error. NXDOMAIN or no records is an answer
 //     of zero pods (result not_found): Kubernetes' DNS answers one of them
 //     for a Service with no ready pod.
 //   - A pod that a DNS answer lacks is kept until it has been missing from
@@ -39,7 +45,8 @@
 //     from lagging DNS replicas do not drop it, and dropping a pod costs a
 //     controller its index of the pod's cache. Failed lookups are not
 //     answers, so an outage of DNS drops nothing, and the first answer after
-//     it can drop nothing either.
+//     it can drop nothing either. A pod the file no longer lists leaves at
+//     once: the file is written on purpose.
 //   - DNS lookups come every interval (default 5s) or, when the answer's
 //     shortest TTL is shorter, when it runs out, but never more often than
 //     min_interval (default 1s). net.Resolver does not return TTLs: the
@@ -48,8 +55,8 @@
 //     min_interval up to interval.
 //
 // The keep-or-drop rule is a pure state machine (tracker) fed answers and
-// their arrival times from an injected clock; a loop owns the timer and the
-// resolver.
+// their arrival times from an injected clock; the loop that owns the timer,
+// the resolver and the file is shared by both sources.
 //
 // # Use by the controller and the bridge
 //
@@ -81,6 +88,12 @@
 //	      # name_prefix: vllm    # default: the first label of name
 //	      model: meta-llama/Llama-3.1-8B-Instruct
 //	      profile: h100
+//	    # or, instead of dns:
+//	    # file:
+//	    #   path: /etc/meridian/pods.yaml
+//	    #   interval: 5s
+//	    #   model: meta-llama/Llama-3.1-8B-Instruct
+//	    #   profile: h100
 //
 // The bridge reads the same section under discovery, with the engines'
 // ZMQ ports. It subscribes to Pod.KVEvents (replay socket Pod.Replay) of

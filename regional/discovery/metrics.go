@@ -10,7 +10,7 @@ import (
 const (
 	resultOK       = "ok"        // an answer with pods
 	resultNotFound = "not_found" // an answer of none: NXDOMAIN or no records (Kubernetes: no ready pod)
-	resultError    = "error"     // no answer: timeout, SERVFAIL, refused, malformed answer
+	resultError    = "error"     // no answer: timeout, SERVFAIL, refused, unreadable or invalid file
 )
 
 // metrics are a source's series, meridian_discovery_*.
@@ -31,7 +31,7 @@ func newMetrics(r prometheus.Registerer) (*metrics, error) {
 		missing: prometheus.NewGauge(prometheus.GaugeOpts{Name: "meridian_discovery_pods_missing",
 			Help: "Published pods that the last DNS answer lacked, kept until their grace runs out."}),
 		lookups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_discovery_lookups_total",
-			Help: "Lookups (DNS queries), by result: ok; not_found (an answer of no pods); error (no answer: the last set is kept)."},
+			Help: "Lookups (DNS queries, file reads), by result: ok; not_found (an answer of no pods); error (no answer: the last set is kept)."},
 			[]string{"result"}),
 		changes: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_discovery_changes_total",
 			Help: "Times the published set of pods changed (a pod joined, left or changed)."}),

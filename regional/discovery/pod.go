@@ -18,10 +18,11 @@ type Pod struct {
 	// Model and Profile (hardware profile for gorgo) as configured.
 	Model   string `json:"model,omitempty"`
 	Profile string `json:"profile,omitempty"`
-	// Addr is the pod's IP address.
+	// Addr is the pod's IP address: always for the DNS source, for the file
+	// source when the endpoint's host is an IP literal.
 	Addr netip.Addr `json:"addr,omitzero"`
 	// KVEvents is the engine's ZMQ PUB endpoint (tcp://<ip>:<port>) when a
-	// port is configured; empty otherwise.
+	// port or an endpoint is configured; empty otherwise.
 	KVEvents string `json:"kv_events,omitempty"`
 	// Replay is the engine's ZMQ ROUTER replay endpoint, likewise.
 	Replay string `json:"replay,omitempty"`

@@ -14,8 +14,8 @@ import (
 // ErrRunning is returned by a second Run of a source while one runs.
 var ErrRunning = errors.New("discovery: source is already running")
 
-// Source yields the current set of pods. DNS implements it; New builds
-// the one a Config chooses.
+// Source yields the current set of pods. DNS and File are its two
+// implementations; New builds the one a Config chooses.
 type Source interface {
 	// Run looks the pods up until ctx ends, then returns ctx.Err(). It calls
 	// update from its own goroutine, never concurrently: first with the
@@ -49,7 +49,10 @@ func New(cfg Config, deps Deps) (Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return NewDNS(cfg.DNS, deps)
+	if cfg.DNS.Name != "" {
+		return NewDNS(cfg.DNS, deps)
+	}
+	return NewFile(cfg.File, deps)
 }
 
 // answer is the outcome of one lookup.
@@ -58,14 +61,14 @@ type answer struct {
 	ttl      time.Duration // shortest TTL seen, when ttlSeen
 	ttlSeen  bool          // false: no answer record was read (no TTL)
 	notFound bool          // an answer of no pods (result not_found)
-	skipped  bool          // nothing looked up
+	skipped  bool          // nothing looked up (the file did not change)
 }
 
-// runner is the loop of a source: lookups on a timer and on
+// runner is the loop both sources share: lookups on a timer and on
 // request, the tracker, the metrics and the logs. Its fields after refresh
 // belong to the goroutine in run.
 type runner struct {
-	kind    string // "dns": the logs' source
+	kind    string // "dns" or "file": the logs' source
 	what    string // the name or path
 	log     *slog.Logger
 	now     func() time.Time
