@@ -23,6 +23,7 @@ import (
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/auth"
+	"github.com/meridian-llm/meridian/regional/discovery"
 	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
@@ -315,6 +316,10 @@ type Controller struct {
 	mr       *multiRegion
 	stopping chan struct{}
 
+	gate       *podGate
+	discovery  discovery.Source // nil without pods.discovery
+	discovered []discovery.Pod  // the last snapshot applied (the discovery goroutine's)
+
 	tls     *identity.Source // nil without TLS
 	auth    *ClientAuth      // nil without client authentication
 	listenM *listenerMetrics
@@ -376,9 +381,16 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, fmt.Errorf("static pod %s: %w", p.Name, err)
 		}
 	}
+	c.gate = newPodGate(cfg.Pods)
 	if c.Ingester, err = NewIngester(cfg.Kafka, IngestDeps{Index: idx, Pods: c.Registry, Logger: c.log, Metrics: c.Metrics, Clock: now,
-		Announcements: newPodGate(cfg.Pods).check}); err != nil {
+		Announcements: c.gate.check}); err != nil {
 		return nil, err
+	}
+	if cfg.Pods.Discovery.Enabled() {
+		if c.discovery, err = discovery.New(cfg.Pods.Discovery, discovery.Deps{Logger: c.log.With("component", "discovery"),
+			Registerer: c.Metrics, Now: now}); err != nil {
+			return nil, fmt.Errorf("pods.discovery: %w", err)
+		}
 	}
 	if c.Model, err = gorgo.New(cfg.Gorgo); err != nil {
 		return nil, err
@@ -435,10 +447,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
+	if c.discovery != nil {
+		c.goRun("discovery", func() error { return c.discovery.Run(runCtx, c.applyDiscovered) })
+	}
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
 	c.log.Info("controller started", "listen", c.ln.Addr().String(), "url", c.URL(), "tls", c.tls != nil,
 		"client_auth", string(cfg.Auth.Mode), "topic", c.Ingester.Config().Topic,
-		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static))
+		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static), "discovery", c.discovery != nil)
 	ok = true
 	return c, nil
 }
@@ -454,6 +469,28 @@ func (c *Controller) goRun(name string, f func() error) {
 			c.log.Error("controller component stopped", "component", name, "err", err)
 		}
 	}()
+}
+
+// applyDiscovered takes one snapshot of the discovered pods: the gate
+// believes their announcements first, then the registry follows the change.
+func (c *Controller) applyDiscovered(pods []discovery.Pod) {
+	eps := make(map[string]string, len(pods))
+	for _, p := range pods {
+		eps[p.Name] = p.Endpoint
+	}
+	c.gate.setDiscovered(eps)
+	d := discovery.Diff(c.discovered, pods)
+	c.discovered = pods
+	c.Ingester.ApplyDiscovered(d)
+}
+
+// RefreshDiscovery asks the pod discovery to look up now and returns once
+// its answer is applied (nil without pods.discovery).
+func (c *Controller) RefreshDiscovery(ctx context.Context) error {
+	if c.discovery == nil {
+		return nil
+	}
+	return c.discovery.Refresh(ctx)
 }
 
 // Addr is the address the HTTP API listens on.

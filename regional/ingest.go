@@ -126,10 +126,12 @@ type Ingester struct {
 	// so each is logged once (bounded: past maxRejectedLogged, rate-limited).
 	rejectedPods map[string]bool
 
-	mu      sync.Mutex // guards the state below against Stats readers
-	pods    map[string]*podStream
-	applied map[int]int64 // partition -> highest offset applied
-	ops     []kvevents.Op
+	mu   sync.Mutex // guards the state below against Stats readers
+	pods map[string]*podStream
+	// discovered are the pods that discovery currently finds.
+	discovered map[string]bool
+	applied    map[int]int64 // partition -> highest offset applied
+	ops        []kvevents.Op
 
 	notify chan struct{} // closed and replaced after every Apply
 
@@ -205,7 +207,7 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 		return nil, err
 	}
 	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
-		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{}),
+		pods: map[string]*podStream{}, discovered: map[string]bool{}, applied: map[int]int64{}, notify: make(chan struct{}),
 		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
@@ -465,8 +467,9 @@ func (g *Ingester) podDown(e *kvevents.PodDown) {
 	if ok && e.Epoch != 0 && p.Info().Epoch != 0 && e.Epoch < p.Info().Epoch {
 		return // the end of an older incarnation, replayed
 	}
-	if ok && p.Info().Static {
-		// A statically configured pod stays known; its blocks are gone.
+	if ok && (p.Info().Static || g.discovered[e.Pod]) {
+		// A statically configured pod, or one discovery still finds, stays
+		// known (discovery says when it leaves); its blocks are gone.
 		if ps := g.pods[e.Pod]; ps != nil {
 			g.clearPod(e.Pod, ps, "pod_down")
 		}
@@ -856,6 +859,7 @@ type ingestMetrics struct {
 	reconnects    prometheus.Counter
 	podUpRejected *prometheus.CounterVec
 	resets        *prometheus.CounterVec
+	discovered    *prometheus.CounterVec
 }
 
 func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, error) {
@@ -876,6 +880,8 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Kafka consumer reconnects after a failure."}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_resets_total",
 			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
+		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_discovered_pods_total",
+			Help: "Pods that discovery (pods.discovery) registered (joined, including changed) or removed (left)."}, []string{"change"}),
 		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
 			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac)."}, []string{"reason"}),
 	}
@@ -901,7 +907,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		&podAgeCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_last_event_age_seconds",
 			"Seconds since the last KV event of each pod.", []string{"pod"}, nil)},
 	}
-	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets}, gauges...) {
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets, m.discovered}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}

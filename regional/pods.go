@@ -8,9 +8,11 @@ import (
 	"net/url"
 	"path"
 	"strings"
+	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/meridian-llm/meridian/regional/discovery"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
@@ -33,6 +35,14 @@ type PodsConfig struct {
 	// meridian-announce-mac header (kvevents.AnnounceMAC). At least 32
 	// bytes (MERIDIAN_ANNOUNCE_KEY).
 	AnnounceKey string `yaml:"announce_key"`
+	// Discovery follows the pods without static lists: a Kubernetes
+	// headless Service through DNS, or a file (see regional/discovery).
+	// Pods it finds join the registry with their endpoints and leave when
+	// it stops finding them. A discovered pod is allowed by construction:
+	// a PodUp naming it (the bridge announces the same pods) is believed
+	// for its discovered endpoint whatever allowed_endpoints says; other
+	// announcements still need allowed_endpoints. Default: none.
+	Discovery discovery.Config `yaml:"discovery"`
 }
 
 // UnmarshalYAML also accepts the earlier form of the section, a plain list
@@ -46,9 +56,9 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 		// check the keys here, so a misspelt one is still an error.
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i]; k.Value {
-			case "static", "allowed_endpoints", "announce_key":
+			case "static", "allowed_endpoints", "announce_key", "discovery":
 			default:
-				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key)", k.Line, k.Value)
+				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key, discovery)", k.Line, k.Value)
 			}
 		}
 	}
@@ -85,6 +95,11 @@ func (c PodsConfig) Validate() error {
 	if c.AnnounceKey != "" && len(c.AnnounceKey) < 32 {
 		return fmt.Errorf("pods.announce_key: %d bytes, at least 32 are required", len(c.AnnounceKey))
 	}
+	if c.Discovery.Enabled() {
+		if err := c.Discovery.Validate(); err != nil {
+			return fmt.Errorf("pods.%w", err)
+		}
+	}
 	return nil
 }
 
@@ -103,6 +118,9 @@ type podGate struct {
 	prefixes []netip.Prefix
 	patterns []string
 	key      []byte
+	// discovered maps the pods discovery found to their endpoints: a PodUp
+	// of one of them naming that endpoint is allowed (nil: none).
+	discovered atomic.Pointer[map[string]string]
 }
 
 // newPodGate builds the gate of a valid PodsConfig.
@@ -139,13 +157,26 @@ func (g *podGate) check(key string, u *kvevents.PodUp, mac string) string {
 	if err != nil {
 		return rejectBadEndpoint
 	}
-	if !g.allows(host) {
+	if !g.allows(host) && !g.isDiscovered(u.Pod, u.Endpoint) {
 		return rejectNotAllowed
 	}
 	if len(g.key) > 0 && !kvevents.AnnounceMACValid(g.key, u, mac) {
 		return rejectBadMAC
 	}
 	return ""
+}
+
+// setDiscovered replaces the discovered pods (name -> endpoint).
+func (g *podGate) setDiscovered(m map[string]string) { g.discovered.Store(&m) }
+
+// isDiscovered reports whether discovery found pod at endpoint.
+func (g *podGate) isDiscovered(pod, endpoint string) bool {
+	m := g.discovered.Load()
+	if m == nil {
+		return false
+	}
+	ep, ok := (*m)[pod]
+	return ok && strings.TrimRight(ep, "/") == strings.TrimRight(endpoint, "/")
 }
 
 func (g *podGate) allows(host string) bool {
