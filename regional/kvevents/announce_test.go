@@ -1,6 +1,9 @@
 package kvevents
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // Every field takes part in the MAC, and no two announcements that differ
 // share one (length prefixes: "ab"+"c" is not "a"+"bc").
@@ -18,6 +21,7 @@ func TestAnnounceMAC(t *testing.T) {
 		"hardware": func(p *PodUp) { p.Hardware = "b200" },
 		"region":   func(p *PodUp) { p.Region = "eu-west-1" },
 		"epoch":    func(p *PodUp) { p.Epoch = 8 },
+		"ttl":      func(p *PodUp) { p.TTL = time.Minute },
 		"shift":    func(p *PodUp) { p.Pod, p.Endpoint = "pod-1http://10.0.0.7", ":8000" },
 	} {
 		v := u

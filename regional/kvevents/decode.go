@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // DecoderConfig bounds what one message may make a Decoder hold. Every limit
@@ -404,6 +405,10 @@ func (d *Decoder) eventMap(idx, start, n int) error {
 	return d.emit(kind, &u, start)
 }
 
+// maxTTLMs bounds a PodUp's ttl_ms (a year): beyond it the value is
+// nonsense, and its Duration would overflow.
+const maxTTLMs = 365 * 24 * 3600 * 1000
+
 // field ids, shared by every event kind.
 type fieldID uint8
 
@@ -427,12 +432,13 @@ const (
 	fRegion
 	fEpoch
 	fReason
+	fTTL
 )
 
 var (
 	storedFields  = []fieldID{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow}
 	removedFields = []fieldID{fBlockHashes, fMedium, fGroupIdx}
-	podUpFields   = []fieldID{fPod, fEndpoint, fModel, fHardware, fRegion, fEpoch}
+	podUpFields   = []fieldID{fPod, fEndpoint, fModel, fHardware, fRegion, fEpoch, fTTL}
 	podDownFields = []fieldID{fPod, fEpoch, fReason}
 )
 
@@ -457,6 +463,7 @@ var fieldNames = [...]string{
 	fExtraKeys: "extra_keys", fGroupIdx: "group_idx", fSpecKind: "kv_cache_spec_kind",
 	fSlidingWindow: "kv_cache_spec_sliding_window", fPod: "pod", fEndpoint: "endpoint",
 	fModel: "model", fHardware: "hardware", fRegion: "region", fEpoch: "epoch", fReason: "reason",
+	fTTL: "ttl_ms",
 }
 
 // fieldByName returns the field of kind called name; fieldNone for a field the
@@ -490,6 +497,7 @@ type union struct {
 	region    string
 	epoch     uint64
 	reason    string
+	ttlMs     uint64
 }
 
 func (d *Decoder) field(u *union, f fieldID) error {
@@ -537,6 +545,17 @@ func (d *Decoder) field(u *union, f fieldID) error {
 		u.region, err = d.reqStr(name)
 	case fReason:
 		u.reason, err = d.reqStr(name)
+	case fTTL:
+		if !r.nextNil() {
+			off := r.i
+			var v uint64
+			var signed bool
+			v, signed, err = r.intBits(name)
+			if err == nil && (signed && int64(v) < 0 || v > maxTTLMs) {
+				err = r.fail(off, ReasonBadFieldType, "ttl_ms: %d out of range", int64(v))
+			}
+			u.ttlMs = v
+		}
 	case fEpoch:
 		if !r.nextNil() {
 			off := r.i
@@ -573,7 +592,7 @@ func (d *Decoder) emit(kind Kind, u *union, off int) error {
 			return d.r.fail(off, ReasonMissingField, "PodUp without a pod name")
 		}
 		d.podUp = append(d.podUp, PodUp{Pod: u.pod, Endpoint: u.endpoint, Model: u.model,
-			Hardware: u.hardware, Region: u.region, Epoch: u.epoch})
+			Hardware: u.hardware, Region: u.region, Epoch: u.epoch, TTL: time.Duration(u.ttlMs) * time.Millisecond})
 		d.events = append(d.events, &d.podUp[len(d.podUp)-1])
 	case KindPodDown:
 		if u.pod == "" {

@@ -23,7 +23,7 @@
 //     ignored; an unknown tag skips that event only (Batch.Skipped);
 //   - BlockStored has 11 fields, BlockRemoved 3, AllBlocksCleared none, in
 //     vLLM's declaration order; Meridian's lifecycle events PodUp (pod,
-//     endpoint, model, hardware, region, epoch) and PodDown (pod, epoch,
+//     endpoint, model, hardware, region, epoch, ttl_ms) and PodDown (pod, epoch,
 //     reason) use the same two event styles in the same envelope;
 //   - a block hash is an unsigned or signed integer (the same 64 bits) or
 //     bytes (the last 8 bytes big-endian, left-padded with zeros when

@@ -168,7 +168,11 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 	case *AllBlocksCleared:
 		header(TagAllBlocksCleared, 0)
 	case *PodUp:
-		header(TagPodUp, 6)
+		n := 6
+		if ev.TTL > 0 {
+			n = 7
+		}
+		header(TagPodUp, n)
 		for _, f := range []struct {
 			id fieldID
 			v  string
@@ -178,6 +182,10 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 		}
 		w.key(fEpoch)
 		w.dst = appendUint(w.dst, ev.Epoch)
+		if ev.TTL > 0 {
+			w.key(fTTL)
+			w.dst = appendUint(w.dst, uint64(max(ev.TTL.Milliseconds(), 1)))
+		}
 	case *PodDown:
 		header(TagPodDown, 3)
 		w.key(fPod)

@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"strings"
+	"time"
 
 	"github.com/meridian-llm/meridian/index"
 )
@@ -151,6 +152,11 @@ type PodUp struct {
 	Hardware string // hardware profile name, e.g. "h100"
 	Region   string
 	Epoch    uint64 // increases on every engine start
+	// TTL is how long the announcement holds: the pod repeats it well
+	// within the TTL while it serves, and a consumer may drop a pod that
+	// neither repeated it in time nor answers (wire: ttl_ms, a trailing
+	// field older consumers ignore). 0: until a PodDown.
+	TTL time.Duration
 }
 
 // PodDown is Meridian's announcement that a pod stopped serving.

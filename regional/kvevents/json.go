@@ -108,6 +108,10 @@ func appendEventJSON(dst []byte, ev Event) []byte {
 		}
 		key("epoch")
 		dst = strconv.AppendUint(dst, ev.Epoch, 10)
+		if ev.TTL > 0 {
+			key("ttl_ms")
+			dst = strconv.AppendInt(dst, ev.TTL.Milliseconds(), 10)
+		}
 	case *PodDown:
 		key("pod")
 		dst = appendJSONString(dst, ev.Pod)
