@@ -70,7 +70,8 @@ type PodInfo struct {
 	Hardware string
 	Region   string
 	Epoch    uint64
-	Reason   string // PodDown only, e.g. "shutdown"
+	Reason   string        // PodDown only, e.g. "shutdown"
+	TTL      time.Duration // PodUp only: how long it holds (0: until PodDown)
 }
 
 // Batch is one vLLM KVEventBatch plus what Meridian's transport adds: the
