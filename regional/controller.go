@@ -444,9 +444,11 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		}
 	}
 	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
+	scraper.now = now
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
+	c.goRun("pod-leases", func() error { return c.Ingester.RunLeases(runCtx, cfg.SweepInterval) })
 	if c.discovery != nil {
 		c.goRun("discovery", func() error { return c.discovery.Run(runCtx, c.applyDiscovered) })
 	}

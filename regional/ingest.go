@@ -130,8 +130,10 @@ type Ingester struct {
 	pods map[string]*podStream
 	// discovered are the pods that discovery currently finds.
 	discovered map[string]bool
-	applied    map[int]int64 // partition -> highest offset applied
-	ops        []kvevents.Op
+	// leases are the announcements with a TTL (ExpirePods).
+	leases  map[string]*lease
+	applied map[int]int64 // partition -> highest offset applied
+	ops     []kvevents.Op
 
 	notify chan struct{} // closed and replaced after every Apply
 
@@ -207,7 +209,7 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 		return nil, err
 	}
 	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
-		pods: map[string]*podStream{}, discovered: map[string]bool{}, applied: map[int]int64{}, notify: make(chan struct{}),
+		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
 		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
@@ -439,11 +441,12 @@ func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
 			info.Endpoint = old.Info().Endpoint
 		}
 	}
-	_, restarted, err := g.reg.Upsert(info)
+	p, restarted, err := g.reg.Upsert(info)
 	if err != nil {
 		g.reject("registry_full", fmt.Errorf("pod up %s: %w", e.Pod, err))
 		return
 	}
+	g.renewLocked(p, e.TTL)
 	if ps != nil {
 		if e.Model != "" && e.Model != ps.model {
 			// The namespace of its chains changed: start the pod afresh.
@@ -477,6 +480,7 @@ func (g *Ingester) podDown(e *kvevents.PodDown) {
 	}
 	g.reg.Remove(e.Pod)
 	delete(g.pods, e.Pod)
+	delete(g.leases, e.Pod)
 }
 
 func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
@@ -860,6 +864,7 @@ type ingestMetrics struct {
 	podUpRejected *prometheus.CounterVec
 	resets        *prometheus.CounterVec
 	discovered    *prometheus.CounterVec
+	podExpiry     *prometheus.CounterVec
 }
 
 func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, error) {
@@ -882,6 +887,8 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
 		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_discovered_pods_total",
 			Help: "Pods that discovery (pods.discovery) registered (joined, including changed) or removed (left)."}, []string{"change"}),
+		podExpiry: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_expiry_total",
+			Help: "Pods whose announcement ran out (PodUp ttl_ms) while they did not answer: lapsed (no more requests), removed (a further TTL later), restored (announced or answering again)."}, []string{"phase"}),
 		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
 			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac)."}, []string{"reason"}),
 	}
@@ -890,6 +897,9 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	for _, reason := range podUpRejections {
 		m.podUpRejected.WithLabelValues(reason)
+	}
+	for _, phase := range []string{"lapsed", "removed", "restored"} {
+		m.podExpiry.WithLabelValues(phase)
 	}
 	for _, cause := range []string{"offset_regression", "cluster_changed"} {
 		m.resets.WithLabelValues(cause)
@@ -907,7 +917,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		&podAgeCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_last_event_age_seconds",
 			"Seconds since the last KV event of each pod.", []string{"pod"}, nil)},
 	}
-	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets, m.discovered}, gauges...) {
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets, m.discovered, m.podExpiry}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}

@@ -471,7 +471,7 @@ func (c *Controller) publishSummary() error {
 	loads := map[string]*summary.ProfileLoad{}
 	models := map[string]bool{}
 	for _, p := range c.Registry.Pods() {
-		if !c.Index.Alive(p.ID) || p.Ejected(now) {
+		if !c.Index.Alive(p.ID) || p.Ejected(now) || p.Lapsed() {
 			continue
 		}
 		info := p.Info()
@@ -515,7 +515,7 @@ func (c *Controller) observeRegions(context.Context) global.Observations {
 	now := time.Now()
 	healthy := 0
 	for _, p := range c.Registry.Pods() {
-		if c.Index.Alive(p.ID) && !p.Ejected(now) && p.Info().Endpoint != "" {
+		if c.Index.Alive(p.ID) && p.Serving(now) {
 			healthy++
 		}
 	}

@@ -220,6 +220,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name, func(status int) {
 		ttft := s.now().Sub(p.started)
 		ticket.FirstByte(s.now())
+		pod.Contact(s.now())
 		if status == http.StatusOK {
 			s.dec.Speculation().Observe(pod.ID, p.req.Chain, s.now())
 		}

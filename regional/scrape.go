@@ -24,11 +24,12 @@ type Scraper struct {
 	client   *http.Client
 	interval time.Duration
 	log      *slog.Logger
+	now      func() time.Time
 }
 
 // NewScraper builds a scraper over the registry's pods.
 func NewScraper(reg *route.Registry, client *http.Client, interval time.Duration, log *slog.Logger) *Scraper {
-	return &Scraper{reg: reg, client: client, interval: interval, log: log}
+	return &Scraper{reg: reg, client: client, interval: interval, log: log, now: time.Now}
 }
 
 // Run scrapes until ctx is done.
@@ -61,7 +62,10 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, s.interval)
 			defer cancel()
-			u, err := s.scrape(sctx, strings.TrimRight(ep, "/")+"/metrics")
+			u, answered, err := s.scrape(sctx, strings.TrimRight(ep, "/")+"/metrics")
+			if answered {
+				p.Contact(s.now()) // reachable, whatever its metrics say
+			}
 			if err != nil {
 				s.log.Debug("scrape failed", "pod", p.Name, "err", err)
 				u = 0
@@ -72,20 +76,23 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	wg.Wait()
 }
 
-func (s *Scraper) scrape(ctx context.Context, url string) (float64, error) {
+// scrape reads one pod's KV-cache utilisation; answered reports whether
+// the pod answered at all (any HTTP response).
+func (s *Scraper) scrape(ctx context.Context, url string) (u float64, answered bool, err error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+		return 0, true, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return parseKVUsage(io.LimitReader(resp.Body, 8<<20))
+	u, err = parseKVUsage(io.LimitReader(resp.Body, 8<<20))
+	return u, true, err
 }
 
 // parseKVUsage finds vllm:kv_cache_usage_perc (or the older

@@ -449,13 +449,14 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		ready, detail = s.ready()
 	}
 	// Pods count only while they can take a request now: live in the
-	// index (announced, not shut down), with an endpoint, not ejected (a
-	// pod that refuses connections is ejected at its first refusal).
+	// index (announced, not shut down), with an endpoint, not lapsed (its
+	// announcement ran out and it does not answer), not ejected (a pod that
+	// refuses connections is ejected at its first refusal).
 	now := s.now()
 	pods := s.reg.Pods()
 	alive := 0
 	for _, p := range pods {
-		if s.dec.Alive(p) && p.Info().Endpoint != "" && !p.Ejected(now) {
+		if s.dec.Alive(p) && p.Serving(now) {
 			alive++
 		}
 	}

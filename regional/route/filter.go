@@ -41,11 +41,12 @@ func (excludeFilter) apply(c *cycle) {
 // aliveFilter keeps the pods live in the index (a removed pod leaves the
 // index at once, before the registry snapshot a decision read changes) with
 // a known endpoint (a pod known only from its KV events, or whose
-// announcement was not believed, cannot be sent a request).
+// announcement was not believed, cannot be sent a request) that has not
+// lapsed (its announcement ran out and it did not answer).
 type aliveFilter struct{}
 
 func (aliveFilter) apply(c *cycle) {
-	c.keep(FilterAlive, func(p *Pod) bool { return c.d.idx.Alive(p.ID) && p.Info().Endpoint != "" })
+	c.keep(FilterAlive, func(p *Pod) bool { return c.d.idx.Alive(p.ID) && p.Info().Endpoint != "" && !p.Lapsed() })
 }
 
 // modelFilter keeps the pods that serve the requested model (a pod or a

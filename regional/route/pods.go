@@ -36,6 +36,9 @@ type Pod struct {
 
 	ejectedTo atomic.Int64 // unix nanos: ejected until then
 
+	contactAt atomic.Int64 // unix nanos: the pod last answered (a scrape, a request)
+	lapsed    atomic.Bool  // its announcement ran out and it does not answer
+
 	mu        sync.Mutex
 	fails     int // consecutive 5xx or connection failures
 	ejections int // consecutive ejections (the ejection time grows with them)
@@ -139,6 +142,41 @@ func (t *Ticket) Done(now time.Time) {
 // SetKVUtil records a scraped KV-cache utilisation (0..1).
 func (p *Pod) SetKVUtil(u float64) {
 	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
+}
+
+// Contact records that the pod answered at now (any HTTP response: it is
+// reachable, whatever it said).
+func (p *Pod) Contact(now time.Time) {
+	n := now.UnixNano()
+	for {
+		old := p.contactAt.Load()
+		if old >= n || p.contactAt.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// LastContact is when the pod last answered (zero: never).
+func (p *Pod) LastContact() time.Time {
+	if n := p.contactAt.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Lapsed reports whether the pod's announcement ran out while it did not
+// answer: the first phase of its removal. A lapsed pod is no candidate and
+// does not count as serving; a new announcement restores it.
+func (p *Pod) Lapsed() bool { return p.lapsed.Load() }
+
+// SetLapsed marks the pod lapsed or restores it.
+func (p *Pod) SetLapsed(v bool) { p.lapsed.Store(v) }
+
+// Serving reports whether the pod can take a request at now: it has an
+// endpoint, has not lapsed and is not ejected. (Whether it is live in the
+// index is the index's to say.)
+func (p *Pod) Serving(now time.Time) bool {
+	return p.Info().Endpoint != "" && !p.Lapsed() && !p.Ejected(now)
 }
 
 // Ejected reports whether the pod is ejected at now.
