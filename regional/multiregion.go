@@ -88,11 +88,16 @@ type AuditConfig struct {
 	MaxSegmentAge   time.Duration `yaml:"max_segment_age"`
 }
 
-// AutoFailoverConfig is the automatic failover of the Raft leader.
+// AutoFailoverConfig is the automatic failover of the Raft leader. It fails
+// a region only on evidence that its pods cannot serve (its own current
+// report), never because its controllers cannot be reached.
 type AutoFailoverConfig struct {
 	Enabled bool `yaml:"enabled"`
-	// MinHealthyPods fails a region with fewer healthy pods; default 1.
+	// MinHealthyPods fails a region reporting fewer serving pods; default 1.
 	MinHealthyPods int `yaml:"min_healthy_pods"`
+	// ReportMaxAge is how old a region's report (its summary) may be and
+	// still count as evidence; default 30s.
+	ReportMaxAge time.Duration `yaml:"report_max_age"`
 	// Grace a region must stay unhealthy before it is failed; default 10s.
 	Grace time.Duration `yaml:"grace"`
 	// HoldDown a recovered region must stay healthy before it takes traffic
@@ -403,6 +408,9 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.AutoFailover.HoldDown > 0 {
 			acfg.HoldDown = cfg.AutoFailover.HoldDown
 		}
+		if cfg.AutoFailover.ReportMaxAge > 0 {
+			acfg.ReportMaxAge = cfg.AutoFailover.ReportMaxAge
+		}
 		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(run, acfg, c.observeRegions) })
 	}
 	return nil
@@ -471,7 +479,7 @@ func (c *Controller) publishSummary() error {
 	loads := map[string]*summary.ProfileLoad{}
 	models := map[string]bool{}
 	for _, p := range c.Registry.Pods() {
-		if !c.Index.Alive(p.ID) || p.Ejected(now) || p.Lapsed() {
+		if !c.Index.Alive(p.ID) || !p.Serving(now) {
 			continue
 		}
 		info := p.Info()
@@ -507,9 +515,11 @@ func (c *Controller) publishSummary() error {
 	return nil
 }
 
-// observeRegions feeds the automatic failover: per region, its controllers
-// and their liveness (gossip), and its healthy pods (this region from the
-// registry, the others from their summaries).
+// observeRegions feeds the automatic failover: per region, its own report
+// of its serving pods and that report's age (this region from the
+// registry, now; the others from their latest summaries), and its
+// controllers' liveness (gossip), which explains a stale report but is no
+// evidence by itself.
 func (c *Controller) observeRegions(context.Context) global.Observations {
 	obs := global.Observations{}
 	now := time.Now()
@@ -534,7 +544,7 @@ func (c *Controller) observeRegions(context.Context) global.Observations {
 			}
 		}
 		if rv.Summary != nil {
-			o.HealthyPods = rv.Summary.Totals().Pods
+			o.HealthyPods, o.ReportAge = rv.Summary.Totals().Pods, rv.Age(now)
 		}
 		obs[rv.Region] = o
 	}
