@@ -187,8 +187,10 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		return pr, false
 	}
 	if hop != "" {
-		// Forwarded in: served here or nowhere (a request crosses at most once).
-		if !ctl.Routable(t.Region) {
+		// Forwarded in: served here or nowhere (a request crosses at most
+		// once). A recovering region takes what the origin could place
+		// nowhere else (see below).
+		if !ctl.Routable(t.Region) && !ctl.LastResort(t.Region) {
 			s.fail(w, api, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, ctl.RegionState(t.Region))
 			return pr, false
 		}
@@ -208,11 +210,24 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	}
 
 	localOK := rd.Allows(t.Region) && ctl.Routable(t.Region)
+	canForward := t.Remotes != nil && t.Audit != nil && (t.HopByCertificate || t.HopToken != "")
 	var remotes []gorgo.Candidate
-	if t.Remotes != nil && t.Audit != nil && (t.HopByCertificate || t.HopToken != "") {
+	if canForward {
 		remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
+	}
+	if !localOK && len(remotes) == 0 {
+		// No routable region may serve it. The hold-down of a recovering
+		// region keeps away traffic that has a choice, not traffic that
+		// may only be served there: refusing that would turn a healed
+		// partition into an outage.
+		localOK = rd.Allows(t.Region) && ctl.LastResort(t.Region)
+		if canForward {
+			remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
+				return region != t.Region && rd.Allows(region) && ctl.LastResort(region)
+			}, nil)
+		}
 	}
 	pl, err := s.dec.Place(&p.req, t.Region, localOK, remotes, t.Shares)
 	if err != nil {
