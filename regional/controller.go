@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
@@ -121,8 +122,14 @@ type Deps struct {
 	// Metrics is the registry every component of the controller registers
 	// in and /metrics serves; nil: a new one (Controller.Metrics).
 	Metrics *prometheus.Registry
-	// Clock is the decision layer's clock (tests inject one); nil: time.Now.
+	// Clock is the controller's wall clock (tests inject one: a fast
+	// forward, a skew): the decision layer, summaries, gossip's receive
+	// times and ages, the Raft tier's command stamps and the automatic
+	// failover read it. nil: time.Now.
 	Clock func() time.Time
+	// WrapGossipTransport, if set, wraps the gossip pool's transport (tests
+	// partition the pool with it, see gossip/gossiptest); nil: none.
+	WrapGossipTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // DefaultConfig returns the defaults documented on Config (Region and the
@@ -315,6 +322,8 @@ type Controller struct {
 
 	mr       *multiRegion
 	stopping chan struct{}
+	now      func() time.Time
+	deps     Deps
 
 	gate       *podGate
 	discovery  discovery.Source // nil without pods.discovery
@@ -364,7 +373,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: route.NewRegistry(idx),
-		Metrics: metrics, stopping: make(chan struct{})}
+		Metrics: metrics, stopping: make(chan struct{}), now: now, deps: deps}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -564,7 +573,7 @@ func (c *Controller) readiness() (bool, map[string]any) {
 	if gn := c.Gossip(); gn != nil {
 		regions := map[string]any{}
 		for _, rv := range gn.View().Regions {
-			regions[rv.Region] = map[string]any{"live": rv.Live, "summary_age_seconds": rv.Age(time.Now()).Seconds(), "rtt_ms": float64(rv.RTT) / 1e6}
+			regions[rv.Region] = map[string]any{"live": rv.Live, "summary_age_seconds": rv.Age(c.now()).Seconds(), "rtt_ms": float64(rv.RTT) / 1e6}
 		}
 		detail["gossip"] = regions
 	}

@@ -306,6 +306,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Liveness = mr.liveness
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
+		gcfg.Now = c.now
 		gcfg.Insecure = cfg.Insecure
 		if c.tls != nil {
 			// Raft only between controllers of the cluster's CA, both ways.
@@ -373,6 +374,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
+		gcfg.Now, gcfg.WrapTransport = c.now, c.deps.WrapGossipTransport
 		node, err := gossip.Open(ctx, gcfg)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -475,7 +477,7 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 }
 
 func (c *Controller) publishSummary() error {
-	now := time.Now()
+	now := c.now()
 	loads := map[string]*summary.ProfileLoad{}
 	models := map[string]bool{}
 	for _, p := range c.Registry.Pods() {
@@ -522,7 +524,7 @@ func (c *Controller) publishSummary() error {
 // evidence by itself.
 func (c *Controller) observeRegions(context.Context) global.Observations {
 	obs := global.Observations{}
-	now := time.Now()
+	now := c.now()
 	healthy := 0
 	for _, p := range c.Registry.Pods() {
 		if c.Index.Alive(p.ID) && p.Serving(now) {

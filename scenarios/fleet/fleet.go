@@ -94,6 +94,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Controller adjusts each controller's configuration before it starts.
 	Controller func(region string, c *regional.Config)
+	// Deps adjusts what each controller is given (a clock, a gossip
+	// transport wrapper) before it starts.
+	Deps func(region string, d *regional.Deps)
 	// Tenants, when set, authenticate with API keys (Fleet.APIKeys holds
 	// one per tenant). Default: the controllers believe X-Tenant-Id and
 	// X-Data-Class from loopback only, as from a trusted gateway.
@@ -306,7 +309,11 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		if cfg.Controller != nil {
 			cfg.Controller(spec.Name, &rc)
 		}
-		ctl, err := regional.Open(ctx, rc, regional.Deps{Logger: cfg.Logger.With("controller", rc.ControllerID)})
+		deps := regional.Deps{Logger: cfg.Logger.With("controller", rc.ControllerID)}
+		if cfg.Deps != nil {
+			cfg.Deps(spec.Name, &deps)
+		}
+		ctl, err := regional.Open(ctx, rc, deps)
 		if err != nil {
 			return f, fmt.Errorf("controller %s: %w", spec.Name, err)
 		}
