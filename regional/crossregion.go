@@ -290,8 +290,14 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 			}
 			break
 		}
+		left := s.cfg.Forward.Budget - s.now().Sub(p.started)
+		if left <= 0 {
+			lastRemote = fmt.Errorf("region %s not tried: the request's %v budget is spent", c.Region, s.cfg.Forward.Budget)
+			break
+		}
+		lim := s.cfg.Forward.limits(c.RTTMs, pl.Cost.Estimates[ci].TotalMs, s.cfg.FirstByteTimeout, left)
 		s.m.crossRegion.WithLabelValues(c.Region).Inc()
-		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID)
+		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID, lim)
 		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil {
 			switch {
 			case res.wrote && res.err != nil:
@@ -348,8 +354,9 @@ func fallbackOrder(pl *route.Placement) []int {
 
 // forwardRemote relays the request to a controller of region (one hop,
 // marked so it is not forwarded again), trying its live controllers in turn
-// before the first byte.
-func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string) attempt {
+// before the first byte, each within lim (ForwardConfig) and the request's
+// budget.
+func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string, lim limits) attempt {
 	addrs := s.topo.Remotes.ForwardAddrs(region)
 	if len(addrs) == 0 {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("region %s has no live controller with a forward address", region)}
@@ -363,8 +370,15 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	out := http.Header{"X-Meridian-Forwarded-To": {region}}
 	var res attempt
-	for _, addr := range addrs {
-		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, func(int) {})
+	for i, addr := range addrs {
+		if i > 0 {
+			left := s.cfg.Forward.Budget - s.now().Sub(p.started)
+			if left <= 0 {
+				break
+			}
+			lim.firstByte, lim.connect = min(lim.firstByte, left), min(lim.connect, left)
+		}
+		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, lim, func(int) {})
 		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {
 			return res
 		}
