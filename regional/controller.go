@@ -573,7 +573,13 @@ func (c *Controller) readiness() (bool, map[string]any) {
 	if gn := c.Gossip(); gn != nil {
 		regions := map[string]any{}
 		for _, rv := range gn.View().Regions {
-			regions[rv.Region] = map[string]any{"live": rv.Live, "summary_age_seconds": rv.Age(c.now()).Seconds(), "rtt_ms": float64(rv.RTT) / 1e6}
+			r := map[string]any{"live": rv.Live, "summary_age_seconds": rv.Age(c.now()).Seconds(), "rtt_ms": float64(rv.RTT) / 1e6}
+			if rv.SkewKnown {
+				// How far its controllers' clocks are ahead of ours: ages
+				// do not depend on it, but audit times and logs do.
+				r["clock_skew_seconds"] = rv.ClockSkew.Seconds()
+			}
+			regions[rv.Region] = r
 		}
 		detail["gossip"] = regions
 	}

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -70,6 +71,23 @@ type GossipConfig struct {
 	// Fast uses short probe and sync intervals (tests and the demo on
 	// loopback).
 	Fast bool `yaml:"fast"`
+	// StateFile keeps this controller's gossip state across restarts: the
+	// epoch of its summary generations (they keep increasing whatever the
+	// wall clock does) and the controllers it has seen (it rejoins through
+	// them). Default <raft.data_dir>/gossip-state.json with raft, else
+	// <audit.dir>/<controller_id>/gossip-state.json.
+	StateFile string `yaml:"state_file"`
+}
+
+// gossipStateFile is the state file, configured or by default.
+func (c Config) gossipStateFile() string {
+	switch {
+	case c.Gossip.StateFile != "":
+		return c.Gossip.StateFile
+	case c.Raft.DataDir != "":
+		return filepath.Join(c.Raft.DataDir, "gossip-state.json")
+	}
+	return filepath.Join(c.Audit.Dir, c.ControllerID, "gossip-state.json")
 }
 
 // AuditConfig turns on the audit log (package global/audit) when Dir is set.
@@ -118,7 +136,18 @@ type multiRegion struct {
 	adminLn   net.Listener
 	adminS    *http.Server
 	sink      checkpointSink
-	genPrev   uint64
+	// Summary generations: epoch<<generationSeqBits | seq. The epoch is
+	// persisted and incremented at every start (gossipState).
+	genEpoch, genSeq uint64
+	gstate           gossipState
+	gstateFile       string
+}
+
+// nextGeneration is the generation of the next summary this controller
+// publishes: above every one it published before, restarts included.
+func (mr *multiRegion) nextGeneration() uint64 {
+	mr.genSeq++
+	return mr.genEpoch<<generationSeqBits | mr.genSeq
 }
 
 // enabled reports whether any cross-region component is configured.
@@ -345,6 +374,12 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	mr.adminH.Store(&h)
 
 	if len(cfg.Gossip.Keys) > 0 {
+		mr.gstateFile = cfg.gossipStateFile()
+		st, err := nextEpoch(mr.gstateFile)
+		if err != nil {
+			return fmt.Errorf("gossip.state_file: %w", err)
+		}
+		mr.gstate, mr.genEpoch = st, st.Epoch
 		gcfg := gossip.DefaultConfig()
 		if cfg.Gossip.Fast {
 			fastGossip(&gcfg)
@@ -499,7 +534,7 @@ func (c *Controller) publishSummary() error {
 			models[info.Model] = true
 		}
 	}
-	in := summary.Input{Region: c.cfg.Region, Generation: summary.NextGeneration(c.mr.genPrev, now), BuiltAt: now, BlockSize: c.cfg.BlockSize}
+	in := summary.Input{Region: c.cfg.Region, Generation: c.mr.nextGeneration(), BuiltAt: now, BlockSize: c.cfg.BlockSize}
 	for m := range models {
 		in.Models = append(in.Models, m)
 	}
@@ -510,11 +545,7 @@ func (c *Controller) publishSummary() error {
 	if err != nil {
 		return err
 	}
-	if err := c.mr.gossip.Publish(s); err != nil {
-		return err
-	}
-	c.mr.genPrev = in.Generation
-	return nil
+	return c.mr.gossip.Publish(s)
 }
 
 // observeRegions feeds the automatic failover: per region, its own report
