@@ -55,7 +55,7 @@ var importRules = map[string]importRule{
 	"global/identity":        {},
 	"global/audit":           {},
 	"global/audit/audittest": {},
-	"global":                 {imports: []string{"global/audit"}},
+	"global":                 {imports: []string{"global/audit", "global/identity"}},
 	"global/globaltest":      {imports: []string{"global"}},
 
 	// One region's controller.

@@ -66,8 +66,9 @@ type Config struct {
 	// kept; default 10000.
 	SessionTokenCache int `yaml:"session_token_cache"`
 
-	// AdminListen is the admin API's address (the Raft tier's admin API
-	// and audit queries, bearer-authenticated); default ":8081".
+	// AdminListen is the admin API's address (the Raft tier's admin API,
+	// audit queries and gossip key rotation, bearer-authenticated; every
+	// write through it is recorded in the audit log); default ":8081".
 	AdminListen string `yaml:"admin_listen"`
 	// AdminLimits bound what clients can hold of the admin listener,
 	// separately from the API's (a flood on the API leaves the admin API,

@@ -48,13 +48,24 @@ type IngestConfig struct {
 	// PodUp seen, no model header).
 	DefaultModel string `yaml:"default_model"`
 	// MaxEntriesPerPod bounds each pod's engine-hash map (see
-	// kvevents.RekeyConfig.MaxEntries: about 230 bytes each). Default 1<<18,
+	// kvevents.RekeyConfig.MaxEntries: about 80 to 130 bytes each). Default 1<<18,
 	// above the KV capacity of a B200 pod in 16-token blocks (105k).
 	MaxEntriesPerPod int `yaml:"max_entries_per_pod"`
+	// KVBlocksPerPod is the KV-cache capacity, in engine blocks, assumed for
+	// a pod that announces none (PodUp kv_blocks, the kv-blocks header or
+	// pods.static kv_blocks): its re-keyer is sized for it up front instead
+	// of growing as the cache fills. Default 0 (grow).
+	KVBlocksPerPod int `yaml:"kv_blocks_per_pod"`
 	// CommitInterval batches offset commits. Default 200ms.
 	CommitInterval time.Duration `yaml:"commit_interval"`
 	// MaxWait is how long a fetch waits for data. Default 100ms.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// FetchMaxBytes bounds one fetch response (kafka-go's MaxBytes). It
+	// must exceed the largest message (the bridge's max_message_bytes,
+	// default 1 MiB), which a broker may truncate to fit. Default 4 MiB: a
+	// few hundred engine batches per fetch; larger fetches did not ingest
+	// faster and cost the broker more to assemble (BenchmarkIngestKafka).
+	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
 	BackoffMin time.Duration `yaml:"backoff_min"`
@@ -68,7 +79,7 @@ type IngestConfig struct {
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
 func DefaultIngestConfig() IngestConfig {
 	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 18, CommitInterval: 200 * time.Millisecond,
-		MaxWait: 100 * time.Millisecond, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
+		MaxWait: 100 * time.Millisecond, FetchMaxBytes: 4 << 20, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
 		ProbeInterval: 2 * time.Second}
 }
 
@@ -83,8 +94,12 @@ func (c IngestConfig) Validate() error {
 		return fmt.Errorf("ingest config: block_size = %d: want > 0", c.BlockSize)
 	case c.MaxEntriesPerPod <= 0:
 		return fmt.Errorf("ingest config: max_entries_per_pod = %d: want > 0", c.MaxEntriesPerPod)
+	case c.KVBlocksPerPod < 0:
+		return fmt.Errorf("ingest config: kv_blocks_per_pod = %d: want >= 0", c.KVBlocksPerPod)
 	case c.CommitInterval <= 0 || c.MaxWait <= 0:
 		return fmt.Errorf("ingest config: commit_interval and max_wait must be > 0")
+	case c.FetchMaxBytes < 64<<10:
+		return fmt.Errorf("ingest config: fetch_max_bytes = %d: want >= 65536 (above the largest message)", c.FetchMaxBytes)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("ingest config: backoff_min = %v, backoff_max = %v: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
 	case c.ProbeInterval <= 0:
@@ -126,8 +141,9 @@ type Ingester struct {
 	// so each is logged once (bounded: past maxRejectedLogged, rate-limited).
 	rejectedPods map[string]bool
 
-	mu   sync.Mutex // guards the state below against Stats readers
-	pods map[string]*podStream
+	mu      sync.Mutex // guards the state below against Stats readers
+	pods    map[string]*podStream
+	retired kvevents.RekeyStats // of re-keyers no longer in pods
 	// discovered are the pods that discovery currently finds.
 	discovered map[string]bool
 	// leases are the announcements with a TTL (ExpirePods).
@@ -287,8 +303,9 @@ func (g *Ingester) Apply(msg Message) {
 		return
 	}
 	for _, s := range batch.Skipped {
+		// One malformed (or unknown) event is skipped; the rest apply.
 		g.m.decodeErrors.WithLabelValues(string(s.Reason)).Inc()
-		g.warn.Warn(string(s.Reason), "skipped unknown kv event", "pod", name, "tag", s.Tag)
+		g.warn.Warn(string(s.Reason), "skipped kv event", "pod", name, "tag", s.Tag, "index", s.Index, "reason", s.Reason, "detail", s.Detail)
 	}
 	ps := g.stream(name, msg.Headers)
 	if ps == nil {
@@ -369,15 +386,21 @@ func (g *Ingester) stream(name string, hs []kafka.Header) *podStream {
 		g.reject("bad_config", err)
 		return nil
 	}
-	if _, ok := g.reg.Get(name); !ok {
+	kvBlocks, _ := headerU64(hs, kvevents.HeaderKVBlocks)
+	if p, ok := g.reg.Get(name); ok {
+		kvBlocks = max(kvBlocks, uint64(p.Info().KVBlocks))
+	} else {
 		// Events without a PodUp (a vLLM fleet through the ZMQ bridge): the
 		// pod is known from its events; its endpoint comes from static
 		// configuration or a later PodUp.
-		if _, _, err := g.reg.Upsert(route.PodInfo{Name: name, Model: model, Profile: header(hs, kvevents.HeaderHardware)}); err != nil {
+		info := route.PodInfo{Name: name, Model: model, Profile: header(hs, kvevents.HeaderHardware),
+			Engine: header(hs, kvevents.HeaderEngine), KVBlocks: int(min(kvBlocks, math.MaxInt32))}
+		if _, _, err := g.reg.Upsert(info); err != nil {
 			g.reject("registry_full", fmt.Errorf("pod %s: %w", name, err))
 			return nil
 		}
 	}
+	g.reserve(rk, kvBlocks)
 	ps := &podStream{rekey: rk, model: model, seqs: map[int64]uint64{}}
 	g.pods[name] = ps
 	return ps
@@ -434,11 +457,19 @@ func (g *Ingester) clearPod(name string, ps *podStream, why string) {
 }
 
 func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
-	info := route.PodInfo{Name: e.Pod, Endpoint: e.Endpoint, Model: e.Model, Profile: e.Hardware, Epoch: e.Epoch}
+	info := route.PodInfo{Name: e.Pod, Endpoint: e.Endpoint, Model: e.Model, Profile: e.Hardware, Epoch: e.Epoch,
+		Engine: e.Engine, KVBlocks: int(min(e.KVBlocks, math.MaxInt32))}
 	if old, ok := g.reg.Get(e.Pod); ok && old.Info().Static {
+		o := old.Info()
 		info.Static = true
 		if info.Endpoint == "" {
-			info.Endpoint = old.Info().Endpoint
+			info.Endpoint = o.Endpoint
+		}
+		if info.Engine == "" {
+			info.Engine = o.Engine
+		}
+		if info.KVBlocks == 0 {
+			info.KVBlocks = o.KVBlocks
 		}
 	}
 	p, restarted, err := g.reg.Upsert(info)
@@ -452,10 +483,12 @@ func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
 			// The namespace of its chains changed: start the pod afresh.
 			ps.model = e.Model
 			if rk, err := g.newRekeyer(e.Model); err == nil {
+				g.retired = g.retired.Add(ps.rekey.Stats())
 				ps.rekey = rk
 			}
 			restarted = true
 		}
+		g.reserve(ps.rekey, uint64(info.KVBlocks))
 		if restarted || (ps.epoch != 0 && e.Epoch > ps.epoch) {
 			g.clearPod(e.Pod, ps, "pod_up_new_epoch")
 		}
@@ -478,9 +511,19 @@ func (g *Ingester) podDown(e *kvevents.PodDown) {
 		}
 		return
 	}
-	g.reg.Remove(e.Pod)
-	delete(g.pods, e.Pod)
-	delete(g.leases, e.Pod)
+	g.forgetPodLocked(e.Pod)
+}
+
+// forgetPodLocked removes a pod from the registry (and the index: its
+// blocks are swept) and drops its ingestion state and lease, keeping its
+// re-keyer's counts.
+func (g *Ingester) forgetPodLocked(name string) {
+	g.reg.Remove(name)
+	if ps := g.pods[name]; ps != nil {
+		g.retired = g.retired.Add(ps.rekey.Stats())
+	}
+	delete(g.pods, name)
+	delete(g.leases, name)
 }
 
 func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
@@ -749,7 +792,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		GroupID:        group,
 		Topic:          g.cfg.Topic,
 		MinBytes:       1,
-		MaxBytes:       32 << 20,
+		MaxBytes:       g.cfg.FetchMaxBytes,
 		MaxWait:        g.cfg.MaxWait,
 		StartOffset:    kafka.FirstOffset,
 		CommitInterval: g.cfg.CommitInterval,
@@ -917,6 +960,8 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		&podAgeCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_last_event_age_seconds",
 			"Seconds since the last KV event of each pod.", []string{"pod"}, nil)},
 	}
+	gauges = append(gauges, &rekeyCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_rekey_skipped_total",
+		"Engine blocks and events the re-keyers did not index, by reason (see kvevents.RekeyStats).", []string{"reason"}, nil)})
 	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets, m.discovered, m.podExpiry}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)

@@ -167,6 +167,9 @@ func (c Config) validateMulti() error {
 		if c.Raft.Voters != 0 && c.Raft.Voters != 1 && c.Raft.Voters != 3 && c.Raft.Voters != 5 {
 			return fmt.Errorf("config: raft.voters = %d: want 1, 3 or 5", c.Raft.Voters)
 		}
+		if c.Audit.Dir == "" {
+			return errors.New("config: audit.dir is required with raft: policy applies, failovers and membership changes are recorded there")
+		}
 	}
 	if len(c.Gossip.Keys) > 0 {
 		if c.Audit.Dir == "" {
@@ -337,6 +340,11 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
 		gcfg.Now = c.now
 		gcfg.Insecure = cfg.Insecure
+		if mr.audit != nil {
+			// Every privileged action of the admin API, and what the leader
+			// does on its own, goes on this controller's chain first.
+			gcfg.Audit = mr.audit
+		}
 		if c.tls != nil {
 			// Raft only between controllers of the cluster's CA, both ways.
 			gcfg.TLS = identity.RequireControllers(c.tls.ServerConfig(true))
@@ -369,6 +377,20 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	}
 	if mr.audit != nil {
 		admin.Handle("/v1/audit/", bearer(cfg.AdminToken, http.StripPrefix("/v1/audit", audit.Handler(mr.audit))))
+	}
+	if len(cfg.Gossip.Keys) > 0 {
+		// Key rotation (meridian gossip keys): each change is recorded in
+		// the audit log before it takes effect (guardKeyOp).
+		keys := bearer(cfg.AdminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g := mr.gossipRef.Load()
+			if g == nil {
+				writeError(w, http.StatusServiceUnavailable, "starting", "the gossip pool is starting")
+				return
+			}
+			gossip.GuardedKeysHandler(g, c.guardKeyOp).ServeHTTP(w, r)
+		}))
+		admin.Handle(gossip.KeysPath, keys)
+		admin.Handle(gossip.KeysPath+"/", keys)
 	}
 	var h http.Handler = admin
 	mr.adminH.Store(&h)
@@ -451,6 +473,37 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(run, acfg, c.observeRegions) })
 	}
 	return nil
+}
+
+// guardKeyOp records a gossip keyring change asked of the admin API
+// (gossip_key_install, _use, _remove) in the audit log, with the caller's
+// identity, before it takes effect, and refuses it when the record cannot
+// be written (gossip.KeyOpGuard), as the Raft tier does for its writes: a
+// key change on record is what lets an operator tell who could read the
+// pool's traffic when.
+func (c *Controller) guardKeyOp(r *http.Request, op gossip.KeyOp, fingerprint string, refused error,
+	apply func() (gossip.KeyOpResult, error)) (gossip.KeyOpResult, error) {
+	by := global.RequestActor(r)
+	act := audit.AdminAction{Action: "gossip_key_" + string(op), Actor: by.Name, Auth: by.Auth, Args: map[string]string{}}
+	if fingerprint != "" {
+		act.Args["fingerprint"] = fingerprint
+	}
+	if n := c.mr.node; n != nil {
+		act.PolicyVersion = n.State().PolicyVersionString()
+	}
+	var adm audit.Admin
+	if c.mr.audit != nil {
+		adm = audit.Admin{Log: c.mr.audit, Origin: c.cfg.Region}
+	}
+	if refused != nil {
+		return gossip.KeyOpResult{}, adm.Refuse(r.Context(), act, refused)
+	}
+	var res gossip.KeyOpResult
+	err := adm.Run(r.Context(), act, func(context.Context) (err error) {
+		res, err = apply()
+		return err
+	})
+	return res, err
 }
 
 // fastGossip shortens memberlist's intervals for loopback clusters (tests,

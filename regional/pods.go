@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -79,6 +80,12 @@ func (c PodsConfig) Validate() error {
 		}
 		if _, err := endpointHost(p.Endpoint); err != nil {
 			return fmt.Errorf("pods.static[%d] (%s): %w", i, p.Name, err)
+		}
+		if p.Engine != "" && !slices.Contains(kvevents.Engines(), p.Engine) {
+			return fmt.Errorf("pods.static[%d] (%s): engine %q: want one of %s", i, p.Name, p.Engine, strings.Join(kvevents.Engines(), ", "))
+		}
+		if p.KVBlocks < 0 {
+			return fmt.Errorf("pods.static[%d] (%s): kv_blocks = %d: want >= 0", i, p.Name, p.KVBlocks)
 		}
 	}
 	for i, a := range c.AllowedEndpoints {

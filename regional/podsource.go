@@ -51,8 +51,7 @@ func (g *Ingester) ApplyDiscovered(d discovery.Delta) {
 		if old, ok := g.reg.Get(p.Name); ok && old.Info().Static {
 			continue
 		}
-		g.reg.Remove(p.Name)
-		delete(g.pods, p.Name)
+		g.forgetPodLocked(p.Name)
 		g.m.discovered.WithLabelValues("left").Inc()
 	}
 }
@@ -118,9 +117,7 @@ func (g *Ingester) ExpirePods() {
 			g.log.Warn("pod lapsed: not announced and not answering within its TTL; no more requests go to it",
 				"pod", name, "ttl", l.ttl, "announced_ago", now.Sub(l.at))
 		case now.Sub(l.lapsedAt) >= l.ttl:
-			g.reg.Remove(name)
-			delete(g.pods, name)
-			delete(g.leases, name)
+			g.forgetPodLocked(name)
 			g.m.podExpiry.WithLabelValues("removed").Inc()
 			g.log.Warn("pod removed: lapsed for a further TTL", "pod", name, "ttl", l.ttl)
 		}

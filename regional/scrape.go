@@ -12,13 +12,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
 
-// Scraper reads each pod's vLLM metrics every Interval and records its KV
-// cache utilisation (vllm:kv_cache_usage_perc, a 0..1 ratio despite its
-// name). It is a secondary signal: the router's own in-flight accounting is
-// fresher, and engine metrics can be seconds old.
+// Scraper reads each pod's engine metrics every Interval and records its KV
+// cache utilisation (a 0..1 ratio, whatever its name says) and the engine's
+// own running and waiting request counts. It is a secondary signal: the
+// router's own in-flight accounting is fresher, and engine metrics can be
+// seconds old. The metric names depend on the pod's engine kind (PodInfo
+// .Engine, from its PodUp or the static configuration): see EngineMetrics.
 type Scraper struct {
 	reg      *route.Registry
 	client   *http.Client
@@ -48,13 +51,13 @@ func (s *Scraper) Run(ctx context.Context) error {
 
 // ScrapeOnce scrapes every pod with an endpoint, in parallel, each within
 // one interval. A pod whose metrics cannot be read loses its KV-cache
-// utilisation (0: no penalty) rather than keeping a value that grows staler
-// every interval.
+// utilisation (0: no penalty) and its engine counts (unknown) rather than
+// keeping values that grow staler every interval.
 func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, p := range s.reg.Pods() {
-		ep := p.Info().Endpoint
-		if ep == "" {
+		info := p.Info()
+		if info.Endpoint == "" {
 			continue
 		}
 		wg.Add(1)
@@ -62,64 +65,176 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, s.interval)
 			defer cancel()
-			u, answered, err := s.scrape(sctx, strings.TrimRight(ep, "/")+"/metrics")
+			m := EngineMetricsOf(info.Engine)
+			got, answered, err := s.scrape(sctx, strings.TrimRight(info.Endpoint, "/")+"/metrics", m)
 			if answered {
 				p.Contact(s.now()) // reachable, whatever its metrics say
 			}
-			if err != nil {
-				s.log.Debug("scrape failed", "pod", p.Name, "err", err)
-				u = 0
+			if err == nil && !got.kvOK {
+				err = fmt.Errorf("no %s sample", strings.Join(m.KVUsage.names(), " or "))
 			}
-			p.SetKVUtil(u)
+			if err != nil {
+				s.log.Debug("scrape failed", "pod", p.Name, "engine", info.Engine, "err", err)
+			}
+			p.SetKVUtil(got.kv)
+			p.SetEngineQueue(got.running, got.waiting)
 		}()
 	}
 	wg.Wait()
 }
 
-// scrape reads one pod's KV-cache utilisation; answered reports whether
-// the pod answered at all (any HTTP response).
-func (s *Scraper) scrape(ctx context.Context, url string) (u float64, answered bool, err error) {
+// scrape reads one pod's metrics; answered reports whether the pod
+// answered at all (any HTTP response: it is reachable).
+func (s *Scraper) scrape(ctx context.Context, url string, m EngineMetrics) (got scraped, answered bool, err error) {
+	unknown := scraped{running: -1, waiting: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, false, err
+		return unknown, false, err
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, false, err
+		return unknown, false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, true, fmt.Errorf("%s: %s", url, resp.Status)
+		return unknown, true, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	u, err = parseKVUsage(io.LimitReader(resp.Body, 8<<20))
-	return u, true, err
+	got, err = parseEngineMetrics(io.LimitReader(resp.Body, 8<<20), m)
+	return got, true, err
 }
 
-// parseKVUsage finds vllm:kv_cache_usage_perc (or the older
-// vllm:gpu_cache_usage_perc) in Prometheus text exposition format and returns
-// the mean over its series.
-func parseKVUsage(r io.Reader) (float64, error) {
+// Series names one Prometheus series: a metric name and, optionally, one
+// label that must have a value.
+type Series struct {
+	Name, Label, Value string
+}
+
+// Names is a list of series for one signal, the current name first and the
+// names earlier releases used after it: the first one present is read.
+type Names []Series
+
+func (n Names) names() []string {
+	out := make([]string, len(n))
+	for i, s := range n {
+		out[i] = s.Name
+	}
+	return out
+}
+
+// EngineMetrics are the series one engine kind exports for what the scraper
+// reads: KV-cache usage as a 0..1 ratio (the mean over its series, e.g. one
+// per data-parallel engine), and running and waiting requests (summed).
+type EngineMetrics struct {
+	KVUsage, Running, Waiting Names
+}
+
+// EngineMetricsOf returns the metric names of an engine kind; an empty or
+// unknown kind reads vLLM's.
+//
+//	vllm:   vllm:kv_cache_usage_perc (vllm:gpu_cache_usage_perc before v0.9,
+//	        removed later), vllm:num_requests_running, vllm:num_requests_waiting
+//	        (vllm/v1/metrics/loggers.py)
+//	sglang: sglang:token_usage, sglang:num_running_reqs, sglang:num_queue_reqs
+//	        (python/sglang/srt/metrics/collector.py; unchanged since 2024)
+//	trtllm: trtllm-serve's trtllm_kv_cache_utilization,
+//	        trtllm_num_requests_running, trtllm_num_requests_waiting; before
+//	        trtllm-serve, Triton's TensorRT-LLM backend exported
+//	        nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}
+//	        and nv_trt_llm_request_metrics{request_type="scheduled"}
+//
+// (the same table llm-d-router's core metrics extractor uses for these
+// engines, with the previous names added).
+func EngineMetricsOf(kind string) EngineMetrics {
+	switch kind {
+	case kvevents.EngineSGLang:
+		return EngineMetrics{
+			KVUsage: Names{{Name: "sglang:token_usage"}},
+			Running: Names{{Name: "sglang:num_running_reqs"}},
+			Waiting: Names{{Name: "sglang:num_queue_reqs"}},
+		}
+	case kvevents.EngineTRTLLM:
+		return EngineMetrics{
+			KVUsage: Names{{Name: "trtllm_kv_cache_utilization"},
+				{Name: "nv_trt_llm_kv_cache_block_metrics", Label: "kv_cache_block_type", Value: "fraction"}},
+			Running: Names{{Name: "trtllm_num_requests_running"},
+				{Name: "nv_trt_llm_request_metrics", Label: "request_type", Value: "scheduled"}},
+			Waiting: Names{{Name: "trtllm_num_requests_waiting"}},
+		}
+	}
+	return EngineMetrics{
+		KVUsage: Names{{Name: "vllm:kv_cache_usage_perc"}, {Name: "vllm:gpu_cache_usage_perc"}},
+		Running: Names{{Name: "vllm:num_requests_running"}},
+		Waiting: Names{{Name: "vllm:num_requests_waiting"}},
+	}
+}
+
+// scraped is what one scrape found: the KV usage (kvOK: a sample was
+// there) and the engine's counts (-1: none).
+type scraped struct {
+	kv               float64
+	kvOK             bool
+	running, waiting int64
+}
+
+// parseEngineMetrics reads Prometheus text exposition format and returns
+// the signals m names.
+func parseEngineMetrics(r io.Reader, m EngineMetrics) (scraped, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var sum float64
-	var n int
+	kv, run, wait := newAccum(m.KVUsage), newAccum(m.Running), newAccum(m.Waiting)
 	for sc.Scan() {
 		line := sc.Text()
-		var rest string
-		for _, name := range []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} {
-			if r, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(r, "{") || strings.HasPrefix(r, " ")) {
-				rest = r
-			}
-		}
-		if rest == "" {
+		if line == "" || line[0] == '#' {
 			continue
 		}
-		if strings.HasPrefix(rest, "{") {
+		kv.add(line)
+		run.add(line)
+		wait.add(line)
+	}
+	out := scraped{running: -1, waiting: -1}
+	if err := sc.Err(); err != nil {
+		return out, err
+	}
+	if sum, n := kv.first(); n > 0 {
+		out.kv, out.kvOK = sum/float64(n), true
+	}
+	if sum, n := run.first(); n > 0 {
+		out.running = int64(sum)
+	}
+	if sum, n := wait.first(); n > 0 {
+		out.waiting = int64(sum)
+	}
+	return out, nil
+}
+
+// accum sums the samples of each series of a Names.
+type accum struct {
+	names Names
+	sum   []float64
+	n     []int
+}
+
+func newAccum(names Names) *accum {
+	return &accum{names: names, sum: make([]float64, len(names)), n: make([]int, len(names))}
+}
+
+func (a *accum) add(line string) {
+	for i, s := range a.names {
+		rest, ok := strings.CutPrefix(line, s.Name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		if rest[0] == '{' {
 			end := strings.LastIndexByte(rest, '}')
 			if end < 0 {
 				continue
 			}
+			if s.Label != "" && !strings.Contains(rest[:end], s.Label+`="`+s.Value+`"`) {
+				continue
+			}
 			rest = rest[end+1:]
+		} else if s.Label != "" {
+			continue
 		}
 		fields := strings.Fields(rest)
 		if len(fields) == 0 {
@@ -129,14 +244,27 @@ func parseKVUsage(r io.Reader) (float64, error) {
 		if err != nil {
 			continue
 		}
-		sum += v
-		n++
+		a.sum[i] += v
+		a.n[i]++
 	}
-	if err := sc.Err(); err != nil {
-		return 0, err
+}
+
+// first returns the sum and count of the first series that had samples.
+func (a *accum) first() (float64, int) {
+	for i := range a.names {
+		if a.n[i] > 0 {
+			return a.sum[i], a.n[i]
+		}
 	}
-	if n == 0 {
-		return 0, fmt.Errorf("no vllm:kv_cache_usage_perc sample")
+	return 0, 0
+}
+
+// parseKVUsage finds vLLM's KV-cache usage (vllm:kv_cache_usage_perc, or
+// the older vllm:gpu_cache_usage_perc) and returns the mean over its series.
+func parseKVUsage(r io.Reader) (float64, error) {
+	got, err := parseEngineMetrics(r, EngineMetricsOf(kvevents.EngineVLLM))
+	if err == nil && !got.kvOK {
+		err = fmt.Errorf("no vllm:kv_cache_usage_perc sample")
 	}
-	return sum / float64(n), nil
+	return got.kv, err
 }

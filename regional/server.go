@@ -336,7 +336,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 		return nil
 	}
-	p.raw = raw
+	p.raw = dropReportingXargs(raw)
 	if err := json.Unmarshal(raw, &p.body); err != nil {
 		s.fail(w, api, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
 		return nil
@@ -371,7 +371,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 	s.m.tokensReused.Add(float64(prompt.Reused))
 	s.m.tokensEncoded.Add(float64(len(prompt.IDs)))
 	p.req = route.Request{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
-		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id")}
+		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id"), Salted: p.body.CacheSalt != ""}
 	if s.cfg.AllowPolicyOverride {
 		if pol := r.Header.Get("X-Meridian-Policy"); pol != "" {
 			if !slices.Contains(route.Policies, pol) {

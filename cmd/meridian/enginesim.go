@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
@@ -16,19 +17,23 @@ func engineSimCommand() *cli.Command {
 	d := enginesim.DefaultConfig()
 	return &cli.Command{
 		Name:  "engine-sim",
-		Usage: "run a simulated vLLM pod (OpenAI API, prefix cache, KV events to Kafka, vllm: metrics)",
+		Usage: "run a simulated vLLM, SGLang or TensorRT-LLM pod (OpenAI API, prefix cache, KV events to Kafka or ZMQ, engine metrics)",
 		Description: "Serves POST /v1/completions and /v1/chat/completions (SSE with stream: true), GET /v1/models,\n" +
 			"/health and /metrics, POST /reset_prefix_cache, GET/POST /admin/faults and POST\n" +
 			"/admin/faults/release. With --kafka-brokers it publishes its KV events (vLLM msgpack batches,\n" +
 			"key = pod name) to meridian.kv-events.<region>, with PodUp at start and PodDown at exit.\n" +
 			"Give the router the same --tokenizer, --model-dir and --chat-template so both compute the\n" +
-			"same token ids. Timing defaults come from --hardware; see the enginesim package docs.",
+			"same token ids. Timing defaults come from --hardware; see the enginesim package docs.\n" +
+			"--engine vllm|sglang|trtllm chooses whose wire form its KV events take (vLLM's extra_keys salt,\n" +
+			"SGLang's cache_salt and signed hashes, TensorRT-LLM's saltless events) and whose metric names\n" +
+			"/metrics has; the PodUp says which, so a mixed fleet runs from one binary.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8000", Usage: "listen address (port 0 picks one)"},
 			&cli.StringFlag{Name: "name", Usage: "pod name, the Kafka key of its events (default enginesim-<port>)"},
 			&cli.StringFlag{Name: "endpoint", Usage: "base URL announced in PodUp (default http://<listen address>)"},
 			&cli.StringFlag{Name: "region", Usage: "region announced in PodUp; names the default Kafka topic"},
 			&cli.StringFlag{Name: "model", Value: d.Model, Usage: "served model name"},
+			&cli.StringFlag{Name: "engine", Value: kvevents.EngineVLLM, Usage: "engine imitated on the wire and in /metrics: " + strings.Join(kvevents.Engines(), ", ")},
 			&cli.StringSliceFlag{Name: "lora", Usage: "LoRA adapter name also served (repeatable)"},
 			&cli.StringFlag{Name: "tokenizer", Value: d.Tokenizer.Encoding, Usage: "tiktoken encoding: " + strings.Join(tokenize.Encodings(), ", ")},
 			&cli.StringFlag{Name: "model-dir", Usage: "model directory with tokenizer_config.json and/or chat_template.jinja"},
@@ -72,7 +77,8 @@ func engineSimCommand() *cli.Command {
 				return usageError("engine-sim: %w", err)
 			}
 			if ep := c.String("zmq-endpoint"); ep != "" {
-				pub, err := enginesim.NewZMQPublisher(enginesim.ZMQConfig{Endpoint: ep, ReplayEndpoint: c.String("zmq-replay"), Model: cfg.Model})
+				pub, err := enginesim.NewZMQPublisher(enginesim.ZMQConfig{Endpoint: ep, ReplayEndpoint: c.String("zmq-replay"), Model: cfg.Model,
+					Encoding: enginesim.EncodingFor(cfg.Engine)})
 				if err != nil {
 					return usageError("engine-sim: --zmq-endpoint: %w", err)
 				}
@@ -96,6 +102,7 @@ func engineSimConfig(c *cli.Context) (enginesim.Config, error) {
 	cfg.Endpoint = c.String("endpoint")
 	cfg.Region = c.String("region")
 	cfg.Model = c.String("model")
+	cfg.Engine = c.String("engine")
 	cfg.LoRAs = c.StringSlice("lora")
 	cfg.Tokenizer = tokenize.Config{Encoding: c.String("tokenizer"), Dir: c.String("model-dir")}
 	if path := c.String("chat-template"); path != "" {

@@ -114,7 +114,7 @@ func (b *Bridge) announceLoop() {
 // doc), and a PodUp without one changes no epoch and clears nothing.
 func (b *Bridge) podUp(p PodConfig) outMsg {
 	u := &kvevents.PodUp{Pod: p.Name, Endpoint: p.HTTPEndpoint, Model: p.Model, Hardware: p.Hardware, Region: b.cfg.Region,
-		TTL: AnnounceTTLFactor * b.cfg.AnnounceInterval}
+		Engine: p.Engine, KVBlocks: uint64(max(p.KVBlocks, 0)), TTL: AnnounceTTLFactor * b.cfg.AnnounceInterval}
 	hs := b.lifecycleHeaders(p.Name, p.Model, p.Hardware)
 	if b.cfg.AnnounceKey != "" {
 		hs = append(hs, kafka.Header{Key: kvevents.HeaderAnnounceMAC, Value: []byte(kvevents.AnnounceMAC([]byte(b.cfg.AnnounceKey), u))})

@@ -731,6 +731,14 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 			c.malformed++
 		} else {
 			rank = batch.Rank()
+			for _, sk := range batch.Skipped {
+				if sk.Malformed() {
+					// One bad event: the ingester skips it and applies the rest.
+					s.b.m.malformedEvents.WithLabelValues(string(sk.Reason)).Inc()
+					s.b.warn.Warn("malformed event:"+string(sk.Reason), "kv bridge: malformed event (forwarded; the ingester skips it)",
+						"pod", pod, "seq", seq, "index", sk.Index, "tag", sk.Tag, "detail", sk.Detail)
+				}
+			}
 		}
 	}
 	key := streamKey{pod: pod, topic: topic, rank: rank}
@@ -791,6 +799,12 @@ func (s *source) message(key streamKey, model string, rank int64, a action, at t
 	}
 	if s.pod.Hardware != "" {
 		hs = append(hs, kafka.Header{Key: kvevents.HeaderHardware, Value: []byte(s.pod.Hardware)})
+	}
+	if s.pod.Engine != "" {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderEngine, Value: []byte(s.pod.Engine)})
+	}
+	if s.pod.KVBlocks > 0 {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderKVBlocks, Value: binary.BigEndian.AppendUint64(nil, uint64(s.pod.KVBlocks))})
 	}
 	o := outMsg{at: at, replay: a.replayed}
 	switch a.kind {

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -128,6 +129,14 @@ type PodConfig struct {
 	Model string `yaml:"model"`
 	// Hardware goes in the hardware header (e.g. "h100"); empty: none.
 	Hardware string `yaml:"hardware"`
+	// Engine is the engine kind, "vllm", "sglang" or "trtllm", sent in the
+	// engine header: the controller scrapes the pod's metrics by it. Empty:
+	// none (vLLM's names).
+	Engine string `yaml:"engine"`
+	// KVBlocks is the engine's KV-cache capacity in blocks (GPU plus
+	// offload tiers), sent in the kv-blocks header: the controller sizes
+	// the pod's re-keyer by it. 0: none.
+	KVBlocks int `yaml:"kv_blocks"`
 	// Subscribe is the topic prefix subscribed to; default "" (everything).
 	Subscribe string `yaml:"subscribe"`
 	// DataParallelSize subscribes to ranks 0..n-1 of a vLLM data-parallel
@@ -286,6 +295,12 @@ func (c Config) Validate() error {
 		if p.DataParallelSize < 1 || p.DataParallelSize > 1024 {
 			return fmt.Errorf("%s.data_parallel_size %d: want 1..1024", field, p.DataParallelSize)
 		}
+		if p.Engine != "" && !slices.Contains(kvevents.Engines(), p.Engine) {
+			return fmt.Errorf("%s.engine %q: want one of %s", field, p.Engine, strings.Join(kvevents.Engines(), ", "))
+		}
+		if p.KVBlocks < 0 {
+			return fmt.Errorf("%s.kv_blocks %d: want >= 0", field, p.KVBlocks)
+		}
 		for r := 0; r < p.DataParallelSize; r++ {
 			ep, err := parseEndpoint(p.Endpoint, r, p.Bind)
 			if err != nil {
@@ -367,6 +382,14 @@ func ParsePodFlag(s string) (PodConfig, error) {
 			p.Model = v
 		case "hardware":
 			p.Hardware = v
+		case "engine":
+			p.Engine = v
+		case "kv_blocks":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return p, fmt.Errorf("pod %q: kv_blocks=%q: not an integer", s, v)
+			}
+			p.KVBlocks = n
 		case "subscribe":
 			p.Subscribe = v
 		case "dp":
@@ -378,7 +401,7 @@ func ParsePodFlag(s string) (PodConfig, error) {
 		case "bind":
 			p.Bind = v == "" || v == "true"
 		default:
-			return p, fmt.Errorf("pod %q: unknown option %q (want replay, http, model, hardware, subscribe, dp or bind)", s, k)
+			return p, fmt.Errorf("pod %q: unknown option %q (want replay, http, model, hardware, engine, kv_blocks, subscribe, dp or bind)", s, k)
 		}
 	}
 	return p, nil

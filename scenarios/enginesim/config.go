@@ -134,6 +134,10 @@ type Config struct {
 	Region string
 	// Model is the served model name; default "meridian/sim-70b".
 	Model string
+	// Engine is the engine the pod imitates on the wire: "vllm" (default),
+	// "sglang" or "trtllm" (see EncodingFor, Batch.KVBatch and the metrics'
+	// names). The prefix cache, timing and API are the same for all three.
+	Engine string
 	// LoRAs are adapter names also served; a request naming one uses it.
 	LoRAs []string
 	// Tokenizer is how prompts become token ids: give the router the same.
@@ -282,6 +286,9 @@ func (c Config) withDefaults() Config {
 	if c.Model == "" {
 		c.Model = d.Model
 	}
+	if c.Engine == "" {
+		c.Engine = kvevents.EngineVLLM
+	}
 	if c.Tokenizer.Encoding == "" {
 		c.Tokenizer.Encoding = d.Tokenizer.Encoding
 	}
@@ -345,6 +352,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("enginesim config: EventFlushInterval %v: must be > 0", c.EventFlushInterval)
 	case c.MaxPendingEvents < c.EventBatchSize:
 		return fmt.Errorf("enginesim config: MaxPendingEvents %d: must be >= EventBatchSize (%d)", c.MaxPendingEvents, c.EventBatchSize)
+	case !slices.Contains(kvevents.Engines(), c.Engine):
+		return fmt.Errorf("enginesim config: Engine %q: want one of %s", c.Engine, strings.Join(kvevents.Engines(), ", "))
 	case c.DataParallelRank < 0:
 		return fmt.Errorf("enginesim config: DataParallelRank %d: must be >= 0", c.DataParallelRank)
 	case c.Kafka != nil && c.Publisher != nil:

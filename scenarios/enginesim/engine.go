@@ -126,7 +126,7 @@ func newEngine(cfg Config, name string) (*Engine, error) {
 		seed = hex.EncodeToString(b[:])
 	}
 	e.chain = newHashChain(seed)
-	if e.m, err = newMetrics(e.reg, cfg.Model); err != nil {
+	if e.m, err = newMetrics(e.reg, cfg.Model, cfg.Engine); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	e.faults = newFaultState(cfg.Faults, cfg.Seed)
@@ -332,7 +332,7 @@ func (e *Engine) Announcements() int64 { return e.announces.Load() }
 
 func (e *Engine) podInfo() PodInfo {
 	return PodInfo{Name: e.name, Endpoint: e.endpoint, Model: e.cfg.Model, Hardware: e.cfg.Hardware,
-		Region: e.cfg.Region, Epoch: e.epoch, Reason: "shutdown"}
+		Region: e.cfg.Region, Epoch: e.epoch, Reason: "shutdown", Engine: e.cfg.Engine, KVBlocks: uint64(e.cfg.CacheBlocks)}
 }
 
 // URL returns the base URL of the OpenAI-compatible API.
