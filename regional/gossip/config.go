@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -35,10 +36,19 @@ type Config struct {
 	// private address of this host when bound to 0.0.0.0) and the bound port.
 	AdvertiseAddr string
 	AdvertisePort int
-	// Join lists seed controllers ("host:port"). Open tries them once; while
-	// no other controller is known the node retries every RetryJoinInterval.
+	// Join lists seed controllers ("host:port"). Open tries them once.
+	// While the node is isolated from every other region (no controller of
+	// another region alive for it), it rejoins every RetryJoinInterval
+	// through every address it knows: Join, the addresses of every
+	// controller it has seen (Peers), and Rejoin's.
 	Join              []string
 	RetryJoinInterval time.Duration // default 30s
+	// Rejoin, if set, gives more addresses to rejoin through (the
+	// controller's: the Raft configuration's members, the peers it
+	// remembers from before a restart). It is called on the node's worker,
+	// at most once per RetryJoinInterval, and only while isolated; it must
+	// return within RetryJoinInterval.
+	Rejoin func(ctx context.Context) []string
 
 	// Label tags every packet and stream (bound into the encryption as
 	// additional data): pools with different labels never talk. Default

@@ -445,23 +445,94 @@ func (n *Node) sync() {
 	n.mu.Unlock()
 }
 
+// maybeRejoin rejoins, every RetryJoinInterval while the node is isolated
+// from every other region, through every address it knows: the seeds, the
+// controllers it has seen, and Rejoin's. A controller that lost everyone
+// (a long partition after which both sides declared each other dead and
+// stopped gossiping to the dead), or restarted with seeds that point only
+// at itself, finds its way back.
 func (n *Node) maybeRejoin() {
-	if len(n.cfg.Join) == 0 {
+	n.mu.Lock()
+	isolated := n.isolatedLocked()
+	due := n.now().Sub(n.lastJoin) >= n.cfg.RetryJoinInterval
+	n.mu.Unlock()
+	if !isolated || !due {
 		return
 	}
 	n.mu.Lock()
-	alone := true
-	for _, p := range n.peers {
-		if !p.dead {
-			alone = false
-			break
+	n.lastJoin = n.now() // also when there is nowhere to join: retry after the interval
+	n.mu.Unlock()
+	addrs := n.rejoinAddrs()
+	if len(addrs) == 0 {
+		n.warnOnce("isolated-nowhere", "isolated from every other region, and no address to rejoin through")
+		return
+	}
+	n.m.rejoins.Inc()
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RetryJoinInterval)
+	defer cancel()
+	if k, err := n.Join(ctx, addrs); err == nil {
+		n.log.Info("rejoined the pool after being isolated from every other region", "through", addrs, "answered", k)
+	}
+}
+
+// rejoinAddrs is every address to rejoin through, this node's own
+// excluded: the seeds, the controllers seen, then Rejoin's.
+func (n *Node) rejoinAddrs() []string {
+	var extra []string
+	if n.cfg.Rejoin != nil {
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RetryJoinInterval)
+		extra = n.cfg.Rejoin(ctx)
+		cancel()
+	}
+	seen := map[string]bool{n.addr: true}
+	var out []string
+	for _, list := range [][]string{n.cfg.Join, n.Peers(), extra} {
+		for _, a := range list {
+			if a != "" && !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
 		}
 	}
-	due := n.now().Sub(n.lastJoin) >= n.cfg.RetryJoinInterval
-	n.mu.Unlock()
-	if alone && due {
-		_, _ = n.Join(n.ctx, n.cfg.Join)
+	return out
+}
+
+// isolatedLocked reports whether no controller of another region is alive
+// for this node (declared dead or never seen; a suspect one still counts:
+// memberlist has not given up on it).
+func (n *Node) isolatedLocked() bool {
+	for _, p := range n.peers {
+		if !p.dead && p.digestOK && p.digest.Region != n.cfg.Region {
+			return false
+		}
 	}
+	return true
+}
+
+// Isolated reports whether this controller is isolated from every other
+// region: no controller of another region is alive for it. Cross-region
+// work (forwarding, summaries, failover evidence) cannot be done then; it
+// keeps rejoining.
+func (n *Node) Isolated() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.isolatedLocked()
+}
+
+// Peers returns the gossip addresses of the other controllers this node
+// has seen, alive or dead, sorted: a controller rejoins through them, and
+// may keep them across restarts.
+func (n *Node) Peers() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, p := range n.peers {
+		if p.node.Addr != nil && p.node.Port != 0 {
+			out = append(out, net.JoinHostPort(net.IP(p.node.Addr).String(), strconv.Itoa(int(p.node.Port))))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // pulls returns the requests for newer summaries to send: for each remote

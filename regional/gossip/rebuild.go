@@ -127,6 +127,11 @@ func (n *Node) rebuildLocked() {
 	for st, k := range states {
 		n.m.members.WithLabelValues(string(st)).Set(float64(k))
 	}
+	iso := 0.0
+	if n.isolatedLocked() {
+		iso = 1
+	}
+	n.m.isolated.Set(iso)
 	for i := range v.Regions {
 		r := &v.Regions[i]
 		live := 0.0
