@@ -583,6 +583,15 @@ func (c *Controller) readiness() (bool, map[string]any) {
 			regions[rv.Region] = r
 		}
 		detail["gossip"] = regions
+		if gn.Isolated() {
+			// Local traffic is still served (the controller stays ready);
+			// nothing can cross regions until the pool is rejoined.
+			detail["gossip_isolated"] = true
+			detail["cross_region_ready"] = false
+			detail["cross_region_note"] = "isolated from every other region: no summaries, no forwarding, no failover evidence; rejoining through every known address"
+		} else {
+			detail["cross_region_ready"] = true
+		}
 	}
 	return g.CaughtUp(), detail
 }

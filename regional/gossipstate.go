@@ -1,13 +1,18 @@
 package regional
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 )
 
 // gossipState is what a controller keeps of gossip across restarts
@@ -115,4 +120,81 @@ func (st *gossipState) rememberPeers(addrs []string) bool {
 	}
 	st.Peers = next
 	return true
+}
+
+// gossipSelf is GET /v1/gossip/self on the admin API: how other
+// controllers reach this one's gossip pool (they rejoin through it).
+type gossipSelf struct {
+	Controller string `json:"controller"`
+	Region     string `json:"region"`
+	GossipAddr string `json:"gossip_addr"`
+}
+
+// gossipSelfPath is where the admin API serves gossipSelf.
+const gossipSelfPath = "/v1/gossip/self"
+
+// rejoinAddrs gives the gossip pool, while it is isolated from every other
+// region, the addresses it would not know by itself: the peers remembered
+// from before a restart, and the gossip address of every other member of
+// the Raft configuration, asked of its admin API.
+func (c *Controller) rejoinAddrs(ctx context.Context) []string {
+	mr := c.mr
+	mr.gstateMu.Lock()
+	out := slices.Clone(mr.gstate.Peers)
+	mr.gstateMu.Unlock()
+	if mr.node == nil {
+		return out
+	}
+	for _, m := range mr.node.State().Members() {
+		if m.ID == c.cfg.ControllerID || m.AdminAddr == "" {
+			continue
+		}
+		addr, err := c.askGossipAddr(ctx, m.AdminAddr)
+		if err != nil {
+			c.log.Debug("no gossip address from a raft member", "member", m.ID, "err", err)
+			continue
+		}
+		out = append(out, addr)
+	}
+	return out
+}
+
+// askGossipAddr asks a controller's admin API for its gossip address.
+func (c *Controller) askGossipAddr(ctx context.Context, adminURL string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(adminURL, "/")+gossipSelfPath, nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.cfg.AdminToken)
+	resp, err := c.mr.adminClient.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("%s: %s", gossipSelfPath, resp.Status)
+	}
+	var self gossipSelf
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 4096)).Decode(&self); err != nil {
+		return "", err
+	}
+	if _, _, err := net.SplitHostPort(self.GossipAddr); err != nil {
+		return "", fmt.Errorf("gossip address %q: %w", self.GossipAddr, err)
+	}
+	return self.GossipAddr, nil
+}
+
+// rememberGossipPeers keeps the controllers gossip has seen in the state
+// file, when they changed, so that a restart can rejoin through them.
+func (c *Controller) rememberGossipPeers() {
+	mr := c.mr
+	peers := mr.gossip.Peers()
+	mr.gstateMu.Lock()
+	defer mr.gstateMu.Unlock()
+	if !mr.gstate.rememberPeers(peers) {
+		return
+	}
+	if err := mr.gstate.save(mr.gstateFile); err != nil {
+		c.log.Warn("gossip peers not remembered", "err", err)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -139,8 +140,10 @@ type multiRegion struct {
 	// Summary generations: epoch<<generationSeqBits | seq. The epoch is
 	// persisted and incremented at every start (gossipState).
 	genEpoch, genSeq uint64
+	gstateMu         sync.Mutex // guards gstate (the summary loop and gossip's rejoin)
 	gstate           gossipState
 	gstateFile       string
+	adminClient      *http.Client // to other controllers' admin APIs
 }
 
 // nextGeneration is the generation of the next summary this controller
@@ -391,6 +394,14 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}))
 		admin.Handle(gossip.KeysPath, keys)
 		admin.Handle(gossip.KeysPath+"/", keys)
+		admin.Handle("GET "+gossipSelfPath, bearer(cfg.AdminToken, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			g := mr.gossipRef.Load()
+			if g == nil {
+				writeError(w, http.StatusServiceUnavailable, "starting", "the gossip pool is starting")
+				return
+			}
+			writeJSON(w, http.StatusOK, gossipSelf{Controller: cfg.ControllerID, Region: cfg.Region, GossipAddr: g.Addr()})
+		})))
 	}
 	var h http.Handler = admin
 	mr.adminH.Store(&h)
@@ -402,6 +413,11 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			return fmt.Errorf("gossip.state_file: %w", err)
 		}
 		mr.gstate, mr.genEpoch = st, st.Epoch
+		tr := NewPodTransport()
+		if c.tls != nil {
+			tr.TLSClientConfig = c.tls.ClientConfig("")
+		}
+		mr.adminClient = &http.Client{Transport: tr, Timeout: 5 * time.Second}
 		gcfg := gossip.DefaultConfig()
 		if cfg.Gossip.Fast {
 			fastGossip(&gcfg)
@@ -432,6 +448,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
 		gcfg.Now, gcfg.WrapTransport = c.now, c.deps.WrapGossipTransport
+		gcfg.Rejoin = c.rejoinAddrs
 		node, err := gossip.Open(ctx, gcfg)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -556,6 +573,7 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 		if err := c.publishSummary(); err != nil {
 			c.log.Warn("summary not published", "err", err)
 		}
+		c.rememberGossipPeers()
 		select {
 		case <-ctx.Done():
 			return nil
