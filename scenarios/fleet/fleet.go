@@ -142,6 +142,32 @@ type Region struct {
 	Name       string
 	Controller *regional.Controller
 	Engines    []*enginesim.Engine
+	config     regional.Config // what the controller was opened with
+	deps       regional.Deps
+}
+
+// Restart closes a region's controller and opens it again on the same
+// state (Raft data, audit log, gossip state), after mut (if not nil)
+// adjusts its configuration; it waits for the new controller to open, not
+// for the fleet to be ready again.
+func (f *Fleet) Restart(ctx context.Context, region string, mut func(*regional.Config)) error {
+	r := f.Region(region)
+	if r == nil {
+		return fmt.Errorf("restart: no region %q", region)
+	}
+	if err := r.Controller.Close(ctx); err != nil {
+		return fmt.Errorf("restart %s: close: %w", region, err)
+	}
+	cfg := r.config
+	if mut != nil {
+		mut(&cfg)
+	}
+	ctl, err := regional.Open(ctx, cfg, r.deps)
+	if err != nil {
+		return fmt.Errorf("restart %s: %w", region, err)
+	}
+	r.Controller, r.config = ctl, cfg
+	return nil
 }
 
 // Fleet is the running system.
@@ -317,7 +343,7 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		if err != nil {
 			return f, fmt.Errorf("controller %s: %w", spec.Name, err)
 		}
-		r.Controller = ctl
+		r.Controller, r.config, r.deps = ctl, rc, deps
 		if i == 0 {
 			seedAdmin = ctl.AdminURL()
 			seedGossip = ctl.Gossip().Addr()
