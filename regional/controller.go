@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -183,6 +184,7 @@ func (c *Config) ApplyDefaults() {
 	c.Kafka.Region = c.Region
 	c.Kafka.ControllerID = c.ControllerID
 	c.Kafka.BlockSize = c.BlockSize
+	c.Kafka.Insecure = c.Insecure || c.Kafka.Insecure
 	if len(c.Models) == 0 {
 		name := c.Kafka.DefaultModel
 		if name == "" {
@@ -414,6 +416,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	transport := NewPodTransport()
+	if cfg.Pods.TLS != nil {
+		// https pods: scraped and proxied to with the pods' CA (and a
+		// client certificate, if configured).
+		if transport.TLSClientConfig, err = cfg.Pods.TLS.Load("pods.tls"); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
 	var peer http.RoundTripper
 	if c.tls != nil {
 		// Forwarding between controllers: mutual TLS, and the other end
@@ -426,6 +435,11 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
 		return nil, err
 	}
+	scraper, err := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, c.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	scraper.now = now
 	c.Server.Handle("GET /debug/calibration", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, c.Calib.Fits())
 	}))
@@ -453,8 +467,6 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, err
 		}
 	}
-	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
-	scraper.now = now
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
@@ -464,7 +476,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	}
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
 	c.log.Info("controller started", "listen", c.ln.Addr().String(), "url", c.URL(), "tls", c.tls != nil,
-		"client_auth", string(cfg.Auth.Mode), "topic", c.Ingester.Config().Topic,
+		"client_auth", string(cfg.Auth.Mode), "kafka", c.Ingester.Security(), "topic", c.Ingester.Config().Topic,
 		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static), "discovery", c.discovery != nil)
 	ok = true
 	return c, nil
@@ -486,6 +498,15 @@ func (c *Controller) goRun(name string, f func() error) {
 // applyDiscovered takes one snapshot of the discovered pods: the gate
 // believes their announcements first, then the registry follows the change.
 func (c *Controller) applyDiscovered(pods []discovery.Pod) {
+	if c.cfg.Pods.RequireHTTPS {
+		pods = slices.DeleteFunc(pods, func(p discovery.Pod) bool {
+			if httpsEndpoint(p.Endpoint) {
+				return false
+			}
+			c.log.Warn("discovered pod not registered: pods.require_https and its endpoint is plain http", "pod", p.Name, "endpoint", p.Endpoint)
+			return true
+		})
+	}
 	eps := make(map[string]string, len(pods))
 	for _, p := range pods {
 		eps[p.Name] = p.Endpoint
@@ -557,11 +578,12 @@ func (c *Controller) Audit() *audit.Log {
 // readiness: ready once the index has caught up with the topic.
 func (c *Controller) readiness() (bool, map[string]any) {
 	g := c.Ingester
-	detail := map[string]any{
-		"region": c.cfg.Region,
-		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
-			"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding()},
+	ingest := map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
+		"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding(), "kafka": g.Security()}
+	if e := g.LastError(); e != "" {
+		ingest["error"] = e // what to check: a refused SASL user, an untrusted broker
 	}
+	detail := map[string]any{"region": c.cfg.Region, "ingest": ingest}
 	if n := c.Global(); n != nil {
 		h := n.Health()
 		// Without quorum the controller keeps routing on the last committed

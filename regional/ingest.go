@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
@@ -74,6 +75,16 @@ type IngestConfig struct {
 	// "connected" says whether the brokers answer, whether or not events
 	// flow. Default 2s.
 	ProbeInterval time.Duration `yaml:"probe_interval"`
+	// Security is the section's tls and sasl keys (see kafkasec.Config):
+	// TLS to the brokers (their CA, a client certificate) and a SASL user
+	// (SCRAM or PLAIN) whose password is in a file or the environment.
+	// Brokers beyond loopback need tls unless Insecure.
+	Security kafkasec.Config `yaml:",inline"`
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// insecure_skip_verify and PLAIN without TLS: the Kafka-only opt-out
+	// (kafka.insecure), also implied by the controller's insecure. Logged
+	// at every start and exported as meridian_insecure_listeners.
+	Insecure bool `yaml:"insecure"`
 }
 
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
@@ -110,6 +121,9 @@ func (c IngestConfig) Validate() error {
 			return fmt.Errorf("ingest config: brokers: %q is not host:port", b)
 		}
 	}
+	if err := c.Security.Validate("kafka", c.Brokers, c.Insecure); err != nil {
+		return fmt.Errorf("ingest config: %w", err)
+	}
 	return nil
 }
 
@@ -129,6 +143,7 @@ type Message struct {
 // Apply is the single-threaded core; Run owns the Kafka consumer.
 type Ingester struct {
 	cfg  IngestConfig
+	sec  *kafkasec.Client // TLS and SASL of every connection to the brokers
 	idx  *index.Index
 	reg  *route.Registry
 	log  *slog.Logger
@@ -155,6 +170,7 @@ type Ingester struct {
 
 	caughtUp  atomic.Bool
 	connected atomic.Bool
+	lastErr   atomic.Pointer[string] // why the brokers last failed, explained; nil once they answer
 	// Broker and topic resets (the partition's end fell below what was
 	// applied, or the cluster id changed): rebuilding maps each reset
 	// partition to the end offset to reach; groupGen names a fresh consumer
@@ -220,11 +236,15 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	if cfg.GroupID == "" {
 		cfg.GroupID = "meridian-" + cfg.Region + "-" + cfg.ControllerID + "-" + strconv.FormatInt(now().UnixNano(), 36)
 	}
+	sec, err := cfg.Security.Open("kafka", nil)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
 	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
 	if err != nil {
 		return nil, err
 	}
-	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
+	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
 		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
 		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
@@ -244,6 +264,37 @@ func (g *Ingester) CaughtUp() bool { return g.caughtUp.Load() }
 
 // Connected reports whether the last fetch from the broker succeeded.
 func (g *Ingester) Connected() bool { return g.connected.Load() }
+
+// LastError is why the brokers last failed (a refused SASL user, an
+// untrusted certificate, an unreachable broker), with what to check; ""
+// once they answer again.
+func (g *Ingester) LastError() string {
+	if p := g.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Security describes how the brokers are reached ("tls+scram-sha-512 as
+// meridian"), never with the password.
+func (g *Ingester) Security() string { return g.sec.String() }
+
+// brokerUp records that the brokers answered.
+func (g *Ingester) brokerUp() {
+	g.connected.Store(true)
+	g.lastErr.Store(nil)
+}
+
+// brokerDown records a failure to reach the brokers, counted by kind, and
+// returns it explained.
+func (g *Ingester) brokerDown(err error) error {
+	g.connected.Store(false)
+	g.m.brokerErrors.WithLabelValues(g.sec.Kind(err)).Inc()
+	err = g.sec.Explain(err)
+	msg := err.Error()
+	g.lastErr.Store(&msg)
+	return err
+}
 
 // Staleness is the time since the last message was fetched (0 if never).
 func (g *Ingester) Staleness() time.Duration {
@@ -719,7 +770,7 @@ func (g *Ingester) Run(ctx context.Context) error {
 			backoff = g.cfg.BackoffMin
 			continue
 		}
-		g.connected.Store(false)
+		err = g.brokerDown(err)
 		g.m.reconnects.Inc()
 		g.warn.Warn("consume", "kafka consumer failed; reconnecting", "err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
@@ -736,7 +787,7 @@ func (g *Ingester) Run(ctx context.Context) error {
 // probe calls the brokers' metadata every ProbeInterval until ctx is done
 // and records whether they answered.
 func (g *Ingester) probe(ctx context.Context) {
-	tr := &kafka.Transport{DialTimeout: 5 * time.Second}
+	tr := g.sec.Transport("", 5*time.Second)
 	defer tr.CloseIdleConnections()
 	c := &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 5 * time.Second, Transport: tr}
 	t := time.NewTicker(g.cfg.ProbeInterval)
@@ -746,10 +797,10 @@ func (g *Ingester) probe(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		g.connected.Store(err == nil)
 		if err != nil {
-			g.warn.Warn("probe", "kafka brokers do not answer", "err", err)
+			g.warn.Warn("probe", "kafka brokers do not answer", "err", g.brokerDown(err), "kafka", g.sec)
 		} else {
+			g.brokerUp()
 			g.checkEnds(clusterID, ends)
 		}
 		select {
@@ -796,7 +847,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		MaxWait:        g.cfg.MaxWait,
 		StartOffset:    kafka.FirstOffset,
 		CommitInterval: g.cfg.CommitInterval,
-		Dialer:         &kafka.Dialer{Timeout: 5 * time.Second, DualStack: true},
+		Dialer:         g.sec.Dialer(5 * time.Second),
 		// Group session and rebalance timeouts short enough that a
 		// restarted consumer takes over quickly.
 		SessionTimeout:         10 * time.Second,
@@ -819,7 +870,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 			}
 			return err
 		}
-		g.connected.Store(true)
+		g.brokerUp()
 		g.lastFetch.Store(g.now().UnixNano())
 		g.lagMsgs.Store(max(m.HighWaterMark-m.Offset-1, 0))
 		g.Apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
@@ -836,7 +887,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 // highWaterMarks asks the broker for the current end offset of every
 // partition of the topic.
 func (g *Ingester) highWaterMarks(ctx context.Context) (map[int]int64, error) {
-	tr := &kafka.Transport{DialTimeout: 5 * time.Second}
+	tr := g.sec.Transport("", 5*time.Second)
 	defer tr.CloseIdleConnections()
 	_, ends, err := g.endOffsets(ctx, &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr})
 	return ends, err
@@ -904,6 +955,7 @@ type ingestMetrics struct {
 	skipped       *prometheus.CounterVec
 	restarts      *prometheus.CounterVec
 	reconnects    prometheus.Counter
+	brokerErrors  *prometheus.CounterVec
 	podUpRejected *prometheus.CounterVec
 	resets        *prometheus.CounterVec
 	discovered    *prometheus.CounterVec
@@ -926,6 +978,8 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Pods whose blocks were cleared, by cause (engine restart, pod down)."}, []string{"cause"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_reconnects_total",
 			Help: "Kafka consumer reconnects after a failure."}),
+		brokerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_broker_errors_total",
+			Help: "Failures to reach the Kafka brokers (consumer and metadata probe), by kind: auth (SASL refused), tls (handshake: untrusted or misnamed certificate), other."}, []string{"kind"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_resets_total",
 			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
 		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_discovered_pods_total",
@@ -933,7 +987,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		podExpiry: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_expiry_total",
 			Help: "Pods whose announcement ran out (PodUp ttl_ms) while they did not answer: lapsed (no more requests), removed (a further TTL later), restored (announced or answering again)."}, []string{"phase"}),
 		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
-			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac)."}, []string{"reason"}),
+			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac, plaintext_endpoint)."}, []string{"reason"}),
 	}
 	for _, reason := range kvevents.Reasons() {
 		m.decodeErrors.WithLabelValues(string(reason))
@@ -946,6 +1000,9 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	for _, cause := range []string{"offset_regression", "cluster_changed"} {
 		m.resets.WithLabelValues(cause)
+	}
+	for _, kind := range kafkasec.Kinds() {
+		m.brokerErrors.WithLabelValues(kind)
 	}
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_consumer_lag_messages",
@@ -962,7 +1019,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	gauges = append(gauges, &rekeyCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_rekey_skipped_total",
 		"Engine blocks and events the re-keyers did not index, by reason (see kvevents.RekeyStats).", []string{"reason"}, nil)})
-	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets, m.discovered, m.podExpiry}, gauges...) {
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.brokerErrors, m.podUpRejected, m.resets, m.discovered, m.podExpiry}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional/discovery"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
@@ -36,6 +37,16 @@ type PodsConfig struct {
 	// meridian-announce-mac header (kvevents.AnnounceMAC). At least 32
 	// bytes (MERIDIAN_ANNOUNCE_KEY).
 	AnnounceKey string `yaml:"announce_key"`
+	// TLS is how pods with an https endpoint are reached, for scraping
+	// their /metrics and proxying requests: ca (the pods' CA; default the
+	// system's roots), cert and key (a client certificate, for pods that
+	// require one), server_name, insecure_skip_verify (insecure controllers
+	// only), min_version. A pod is https when its endpoint says so.
+	TLS *identity.ClientTLSConfig `yaml:"tls"`
+	// RequireHTTPS refuses pods whose endpoint is plain http: static pods
+	// fail validation, such a PodUp is refused (reason plaintext_endpoint).
+	// Default false: each pod's endpoint decides.
+	RequireHTTPS bool `yaml:"require_https"`
 	// Discovery follows the pods without static lists: a Kubernetes
 	// headless Service through DNS, or a file (see regional/discovery).
 	// Pods it finds join the registry with their endpoints and leave when
@@ -57,9 +68,13 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 		// check the keys here, so a misspelt one is still an error.
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i]; k.Value {
-			case "static", "allowed_endpoints", "announce_key", "discovery":
+			case "static", "allowed_endpoints", "announce_key", "require_https", "discovery":
+			case "tls":
+				if err := knownKeys(n.Content[i+1], "pods.tls", "ca", "cert", "key", "server_name", "insecure_skip_verify", "min_version"); err != nil {
+					return err
+				}
 			default:
-				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key, discovery)", k.Line, k.Value)
+				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key, tls, require_https, discovery)", k.Line, k.Value)
 			}
 		}
 	}
@@ -72,6 +87,19 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// knownKeys refuses a key of the mapping n that is not one of keys.
+func knownKeys(n *yaml.Node, section string, keys ...string) error {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; !slices.Contains(keys, k.Value) {
+			return fmt.Errorf("line %d: %s: unknown key %q (want %s)", k.Line, section, k.Value, strings.Join(keys, ", "))
+		}
+	}
+	return nil
+}
+
 // Validate names the first field that is wrong.
 func (c PodsConfig) Validate() error {
 	for i, p := range c.Static {
@@ -80,6 +108,9 @@ func (c PodsConfig) Validate() error {
 		}
 		if _, err := endpointHost(p.Endpoint); err != nil {
 			return fmt.Errorf("pods.static[%d] (%s): %w", i, p.Name, err)
+		}
+		if c.RequireHTTPS && !httpsEndpoint(p.Endpoint) {
+			return fmt.Errorf("pods.static[%d] (%s): endpoint %q is not https and pods.require_https is set", i, p.Name, p.Endpoint)
 		}
 		if p.Engine != "" && !slices.Contains(kvevents.Engines(), p.Engine) {
 			return fmt.Errorf("pods.static[%d] (%s): engine %q: want one of %s", i, p.Name, p.Engine, strings.Join(kvevents.Engines(), ", "))
@@ -107,7 +138,18 @@ func (c PodsConfig) Validate() error {
 			return fmt.Errorf("pods.%w", err)
 		}
 	}
+	if c.TLS != nil {
+		if err := c.TLS.Validate("pods.tls"); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// httpsEndpoint reports whether a pod's endpoint is an https URL.
+func httpsEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	return err == nil && u.Scheme == "https"
 }
 
 // Why a PodUp was not believed (meridian_ingest_podup_rejected_total).
@@ -116,15 +158,17 @@ const (
 	rejectBadEndpoint = "bad_endpoint"         // not an http(s) URL with a host
 	rejectNotAllowed  = "endpoint_not_allowed" // its host is not in allowed_endpoints
 	rejectBadMAC      = "bad_mac"              // missing or wrong meridian-announce-mac
+	rejectPlaintext   = "plaintext_endpoint"   // http while pods.require_https is set
 )
 
-var podUpRejections = []string{rejectKeyMismatch, rejectBadEndpoint, rejectNotAllowed, rejectBadMAC}
+var podUpRejections = []string{rejectKeyMismatch, rejectBadEndpoint, rejectNotAllowed, rejectBadMAC, rejectPlaintext}
 
 // podGate decides which PodUp announcements to believe.
 type podGate struct {
 	prefixes []netip.Prefix
 	patterns []string
 	key      []byte
+	https    bool
 	// discovered maps the pods discovery found to their endpoints: a PodUp
 	// of one of them naming that endpoint is allowed (nil: none).
 	discovered atomic.Pointer[map[string]string]
@@ -132,7 +176,7 @@ type podGate struct {
 
 // newPodGate builds the gate of a valid PodsConfig.
 func newPodGate(c PodsConfig) *podGate {
-	g := &podGate{key: []byte(c.AnnounceKey)}
+	g := &podGate{key: []byte(c.AnnounceKey), https: c.RequireHTTPS}
 	allowed := c.AllowedEndpoints
 	if len(allowed) == 0 {
 		allowed = []string{"127.0.0.0/8", "::1/128", "localhost"}
@@ -166,6 +210,9 @@ func (g *podGate) check(key string, u *kvevents.PodUp, mac string) string {
 	}
 	if !g.allows(host) && !g.isDiscovered(u.Pod, u.Endpoint) {
 		return rejectNotAllowed
+	}
+	if g.https && !httpsEndpoint(u.Endpoint) {
+		return rejectPlaintext
 	}
 	if len(g.key) > 0 && !kvevents.AnnounceMACValid(g.key, u, mac) {
 		return rejectBadMAC

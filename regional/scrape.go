@@ -3,17 +3,28 @@ package regional
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
+)
+
+// Errors a scrape wraps, for scrapeReason.
+var (
+	errScrapeStatus = errors.New("unexpected status")
+	errScrapeParse  = errors.New("unreadable metrics")
 )
 
 // Scraper reads each pod's engine metrics every Interval and records its KV
@@ -22,17 +33,50 @@ import (
 // router's own in-flight accounting is fresher, and engine metrics can be
 // seconds old. The metric names depend on the pod's engine kind (PodInfo
 // .Engine, from its PodUp or the static configuration): see EngineMetrics.
+//
+// An https pod is scraped with the client's TLS (the controller's
+// pods.tls): a pod whose certificate does not verify is not scraped, and
+// the failure is counted (meridian_scrape_errors_total{reason="tls"}).
 type Scraper struct {
 	reg      *route.Registry
 	client   *http.Client
 	interval time.Duration
 	log      *slog.Logger
 	now      func() time.Time
+	scrapes  prometheus.Counter
+	errors   *prometheus.CounterVec
 }
 
-// NewScraper builds a scraper over the registry's pods.
-func NewScraper(reg *route.Registry, client *http.Client, interval time.Duration, log *slog.Logger) *Scraper {
-	return &Scraper{reg: reg, client: client, interval: interval, log: log, now: time.Now}
+// Why a scrape failed (meridian_scrape_errors_total).
+const (
+	scrapeTLS     = "tls"         // handshake: untrusted or misnamed certificate, not a TLS server
+	scrapeTimeout = "timeout"     // no answer within the interval
+	scrapeConnect = "connect"     // refused, reset, unreachable
+	scrapeStatus  = "http_status" // an answer other than 200
+	scrapeParse   = "parse"       // no KV-cache usage sample in the body
+)
+
+// NewScraper builds a scraper over the registry's pods; metrics receives
+// meridian_scrapes_total and meridian_scrape_errors_total (nil: not
+// exported).
+func NewScraper(reg *route.Registry, client *http.Client, interval time.Duration, log *slog.Logger, metrics prometheus.Registerer) (*Scraper, error) {
+	s := &Scraper{reg: reg, client: client, interval: interval, log: log, now: time.Now,
+		scrapes: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_scrapes_total",
+			Help: "Pod /metrics scrapes attempted (failed ones are meridian_scrape_errors_total)."}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_scrape_errors_total",
+			Help: "Pod /metrics scrapes that failed, by reason: tls (certificate not trusted or not valid for the pod, or no TLS), timeout, connect, http_status, parse."},
+			[]string{"reason"})}
+	for _, r := range []string{scrapeTLS, scrapeTimeout, scrapeConnect, scrapeStatus, scrapeParse} {
+		s.errors.WithLabelValues(r)
+	}
+	if metrics != nil {
+		for _, c := range []prometheus.Collector{s.scrapes, s.errors} {
+			if err := metrics.Register(c); err != nil {
+				return nil, fmt.Errorf("register scrape metrics: %w", err)
+			}
+		}
+	}
+	return s, nil
 }
 
 // Run scrapes until ctx is done.
@@ -65,16 +109,19 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, s.interval)
 			defer cancel()
+			s.scrapes.Inc()
 			m := EngineMetricsOf(info.Engine)
 			got, answered, err := s.scrape(sctx, strings.TrimRight(info.Endpoint, "/")+"/metrics", m)
 			if answered {
 				p.Contact(s.now()) // reachable, whatever its metrics say
 			}
 			if err == nil && !got.kvOK {
-				err = fmt.Errorf("no %s sample", strings.Join(m.KVUsage.names(), " or "))
+				err = fmt.Errorf("%w: no %s sample", errScrapeParse, strings.Join(m.KVUsage.names(), " or "))
 			}
 			if err != nil {
-				s.log.Debug("scrape failed", "pod", p.Name, "engine", info.Engine, "err", err)
+				reason := scrapeReason(err)
+				s.errors.WithLabelValues(reason).Inc()
+				s.log.Debug("scrape failed", "pod", p.Name, "engine", info.Engine, "reason", reason, "err", err)
 			}
 			p.SetKVUtil(got.kv)
 			p.SetEngineQueue(got.running, got.waiting)
@@ -97,10 +144,34 @@ func (s *Scraper) scrape(ctx context.Context, url string, m EngineMetrics) (got 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return unknown, true, fmt.Errorf("%s: %s", url, resp.Status)
+		return unknown, true, fmt.Errorf("%s: %s: %w", url, resp.Status, errScrapeStatus)
 	}
 	got, err = parseEngineMetrics(io.LimitReader(resp.Body, 8<<20), m)
-	return got, true, err
+	if err != nil {
+		return got, true, fmt.Errorf("%s: %w: %w", url, errScrapeParse, err)
+	}
+	return got, true, nil
+}
+
+// scrapeReason classifies a failed scrape.
+func scrapeReason(err error) string {
+	var (
+		verify *tls.CertificateVerificationError
+		record tls.RecordHeaderError
+		alert  tls.AlertError
+		netErr net.Error
+	)
+	switch {
+	case errors.Is(err, errScrapeStatus):
+		return scrapeStatus
+	case errors.Is(err, errScrapeParse):
+		return scrapeParse
+	case errors.As(err, &verify), errors.As(err, &record), errors.As(err, &alert):
+		return scrapeTLS
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return scrapeTimeout
+	}
+	return scrapeConnect
 }
 
 // Series names one Prometheus series: a metric name and, optionally, one

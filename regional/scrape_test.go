@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
@@ -90,12 +92,19 @@ func TestScrapeEngineKinds(t *testing.T) {
 	reg := route.NewRegistry(idx)
 	sg, _, _ := reg.Upsert(route.PodInfo{Name: "sg", Endpoint: srv.URL, Model: "m", Engine: kvevents.EngineSGLang})
 	vl, _, _ := reg.Upsert(route.PodInfo{Name: "vl", Endpoint: srv.URL, Model: "m"})
-	NewScraper(reg, srv.Client(), time.Second, slog.New(slog.DiscardHandler)).ScrapeOnce(context.Background())
+	sc, err := NewScraper(reg, srv.Client(), time.Second, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.ScrapeOnce(context.Background())
 	if l := sg.Load(); l.KVUtil != 0.91 || l.EngineRunning != 5 || l.EngineWaiting != 2 {
 		t.Fatalf("sglang pod: %+v", l)
 	}
 	if l := vl.Load(); l.KVUtil != 0 || l.EngineRunning != -1 || l.EngineWaiting != -1 {
 		t.Fatalf("a vllm pod serving sglang metrics: %+v", l)
+	}
+	if n := testutil.ToFloat64(sc.errors.WithLabelValues(scrapeParse)); n != 1 {
+		t.Fatalf("scrape errors of reason parse: %v, want 1 (the vllm pod's)", n)
 	}
 }
 

@@ -1338,7 +1338,7 @@ func writeFixture(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-const fixtureConfig = "region: us-east-1\nlisten: \":8080\"\nkafka:\n  brokers: [\"kafka:9092\"]\n"
+const fixtureConfig = "region: us-east-1\nlisten: \":8080\"\nkafka:\n  brokers: [\"kafka:9092\"]\n  tls: {ca: /etc/meridian/kafka-ca.pem}\n"
 
 func fixtureCompose(command, config string) map[string]string {
 	return map[string]string{

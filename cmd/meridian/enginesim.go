@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
@@ -21,7 +22,9 @@ func engineSimCommand() *cli.Command {
 		Description: "Serves POST /v1/completions and /v1/chat/completions (SSE with stream: true), GET /v1/models,\n" +
 			"/health and /metrics, POST /reset_prefix_cache, GET/POST /admin/faults and POST\n" +
 			"/admin/faults/release. With --kafka-brokers it publishes its KV events (vLLM msgpack batches,\n" +
-			"key = pod name) to meridian.kv-events.<region>, with PodUp at start and PodDown at exit.\n" +
+			"key = pod name) to meridian.kv-events.<region>, with PodUp at start and PodDown at exit;\n" +
+			"--kafka-ca and --kafka-sasl-* reach brokers that require TLS and SCRAM, and a broker beyond\n" +
+			"loopback without TLS needs --kafka-insecure. --tls-cert/--tls-key serve https.\n" +
 			"Give the router the same --tokenizer, --model-dir and --chat-template so both compute the\n" +
 			"same token ids. Timing defaults come from --hardware; see the enginesim package docs.\n" +
 			"--engine vllm|sglang|trtllm chooses whose wire form its KV events take (vLLM's extra_keys salt,\n" +
@@ -64,7 +67,9 @@ func engineSimCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of fault draws and output text"},
 			&cli.StringFlag{Name: "admin-token", EnvVars: []string{"MERIDIAN_ENGINESIM_ADMIN_TOKEN"},
 				Usage: "bearer token required on /admin/* and /reset_prefix_cache"},
-		}, logFlags()...),
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM `FILE` of a certificate: serve https (the default --endpoint is then https://)"},
+			&cli.StringFlag{Name: "tls-key", Usage: "PEM `FILE` of the certificate's key"},
+		}, append(kafkaSecurityFlags(), logFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if c.String("zmq-endpoint") != "" && c.String("kafka-brokers") != "" {
 				return usageError("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")
@@ -133,8 +138,10 @@ func engineSimConfig(c *cli.Context) (enginesim.Config, error) {
 	cfg.EventBatchSize = c.Int("event-batch-size")
 	cfg.EventFlushInterval = c.Duration("event-flush-interval")
 	if brokers := c.String("kafka-brokers"); brokers != "" {
-		cfg.Kafka = &enginesim.KafkaConfig{Brokers: strings.Split(brokers, ","), Topic: c.String("kafka-topic")}
+		cfg.Kafka = &enginesim.KafkaConfig{Brokers: strings.Split(brokers, ","), Topic: c.String("kafka-topic"),
+			Security: kafkaSecurity(c, kafkasec.Config{}), Insecure: c.Bool("kafka-insecure")}
 	}
+	cfg.TLSCert, cfg.TLSKey = c.String("tls-cert"), c.String("tls-key")
 	cfg.Faults = enginesim.Faults{
 		ErrorRate:      c.Float64("error-rate"),
 		StallRate:      c.Float64("stall-rate"),

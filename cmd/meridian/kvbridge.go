@@ -29,8 +29,10 @@ func kvBridgeCommand() *cli.Command {
 			"Or the engines are discovered (the file's discovery section, or --dns): a headless Service's\n" +
 			"pods, each subscribed to at its address and --kv-events-port, announced with its HTTP\n" +
 			"endpoint (the Service's \"http\" port), and dropped when it leaves. Give the controllers the\n" +
-			"same discovery section. Flags override the file; --check prints the effective configuration\n" +
-			"and exits.",
+			"same discovery section.\n\n" +
+			"The file's kafka section (tls, sasl: as a controller's) or the --kafka-* flags secure the\n" +
+			"brokers; a broker beyond loopback without TLS needs insecure: true (--kafka-insecure). Flags\n" +
+			"override the file; --check prints the effective configuration and exits.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"MERIDIAN_KVBRIDGE_CONFIG"}, Usage: "YAML configuration file"},
 			&cli.GenericFlag{Name: "pod", Value: &podFlags{}, Usage: "an engine to subscribe to (repeatable; syntax above)"},
@@ -44,7 +46,7 @@ func kvBridgeCommand() *cli.Command {
 			&cli.StringFlag{Name: "model", Usage: "with --dns: the model the discovered engines serve"},
 			&cli.DurationFlag{Name: "announce-interval", Usage: "how often pods are announced (default 10s; negative: never)"},
 			&cli.BoolFlag{Name: "check", Usage: "validate the configuration, print it, and exit"},
-		}, logFlags()...),
+		}, append(kafkaSecurityFlags(), logFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := kvBridgeConfig(c)
 			if err != nil {
@@ -89,6 +91,10 @@ func kvBridgeConfig(c *cli.Context) (kvbridge.Config, error) {
 	}
 	if v := c.String("metrics-addr"); v != "" {
 		cfg.MetricsAddr = v
+	}
+	cfg.Kafka = kafkaSecurity(c, cfg.Kafka)
+	if c.Bool("kafka-insecure") {
+		cfg.Insecure = true
 	}
 	if v := c.String("dns"); v != "" {
 		cfg.Discovery.DNS.Name = v

@@ -21,6 +21,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/meridian-llm/meridian/regional/discovery"
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
@@ -103,6 +104,7 @@ type Bridge struct {
 	m    *metrics
 	w    *kafka.Writer
 	tr   *kafka.Transport
+	sec  *kafkasec.Client
 	warn *kvevents.WarnLimiter
 
 	srcMu   sync.Mutex
@@ -172,6 +174,9 @@ func Open(cfg Config) (*Bridge, error) {
 	b := &Bridge{cfg: cfg, log: cfg.Logger, now: cfg.Now, changed: make(chan struct{}), announced: map[string]PodConfig{}}
 	b.warn = kvevents.NewWarnLimiter(b.log, time.Minute, b.now)
 	var err error
+	if b.sec, err = cfg.Kafka.Open("kafka", nil); err != nil {
+		return nil, fmt.Errorf("open kv bridge: %w", err)
+	}
 	if b.m, err = newMetrics(cfg.Registerer, b); err != nil {
 		return nil, err
 	}
@@ -193,7 +198,7 @@ func Open(cfg Config) (*Bridge, error) {
 			return nil, fmt.Errorf("open kv bridge: discovery: %w", err)
 		}
 	}
-	b.tr = &kafka.Transport{ClientID: "meridian-kvbridge", DialTimeout: cfg.DialTimeout}
+	b.tr = b.sec.Transport("meridian-kvbridge", cfg.DialTimeout)
 	b.w = &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Topic:                  cfg.Topic,
@@ -215,6 +220,9 @@ func Open(cfg Config) (*Bridge, error) {
 	for _, s := range b.sources {
 		b.start(s)
 	}
+	if uses := cfg.Kafka.InsecureUses("kafka", cfg.Brokers); len(uses) > 0 {
+		b.log.Warn("INSECURE: this kv bridge runs with insecure: true; anyone on the path to the brokers can read or forge the events", "insecure", uses)
+	}
 	if b.disc != nil {
 		b.bg.Add(1)
 		go func() {
@@ -226,7 +234,7 @@ func Open(cfg Config) (*Bridge, error) {
 		b.bg.Add(1)
 		go b.announceLoop()
 	}
-	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources), "discovery", b.disc != nil)
+	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources), "kafka", b.sec, "discovery", b.disc != nil)
 	return b, nil
 }
 
@@ -875,10 +883,14 @@ func (b *Bridge) produce(ctx context.Context, out []outMsg) {
 				return
 			}
 		}
-		b.m.produceErrors.WithLabelValues("write").Inc()
+		kind := "write"
+		if k := b.sec.Kind(err); k == kafkasec.KindAuth || k == kafkasec.KindTLS {
+			kind = k
+		}
+		b.m.produceErrors.WithLabelValues(kind).Inc()
 		b.update(func(st *Stats) { st.ProduceErrors++ })
 		b.warn.Warn("produce", "kv bridge: kafka write failed; retrying", "topic", b.cfg.Topic,
-			"messages", len(pending), "err", err, "retry_in", backoff)
+			"messages", len(pending), "err", b.sec.Explain(err), "retry_in", backoff)
 		if !sleep(ctx, backoff) {
 			return
 		}

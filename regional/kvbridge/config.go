@@ -16,6 +16,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/regional/discovery"
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
@@ -28,6 +29,14 @@ type Config struct {
 	Brokers []string `yaml:"brokers"`
 	// Topic; default "meridian.kv-events.<Region>".
 	Topic string `yaml:"topic"`
+	// Kafka is how the brokers are reached: its tls and sasl keys are the
+	// controller's kafka.tls and kafka.sasl (see kafkasec.Config). Brokers
+	// beyond loopback need tls unless Insecure.
+	Kafka kafkasec.Config `yaml:"kafka,omitempty"`
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// kafka.tls.insecure_skip_verify and SASL PLAIN without TLS: an explicit
+	// opt-out for development, logged at every start.
+	Insecure bool `yaml:"insecure,omitempty"`
 	// Pods are the engines to subscribe to. At least one, unless Discovery
 	// finds them.
 	Pods []PodConfig `yaml:"pods"`
@@ -233,6 +242,9 @@ func (c Config) Validate() error {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			return fmt.Errorf("kvbridge config: brokers[%d] %q: want host:port", i, b)
 		}
+	}
+	if err := c.Kafka.Validate("kafka", c.Brokers, c.Insecure); err != nil {
+		return fmt.Errorf("kvbridge config: %w", err)
 	}
 	if c.Topic == "" {
 		return errors.New("kvbridge config: region: required to name the topic (or set topic)")

@@ -150,6 +150,9 @@ func TestExampleConfig(t *testing.T) {
 	if len(c.Pods) != 3 || !c.Pods[2].Bind || c.Pods[1].DataParallelSize != 2 {
 		t.Fatalf("loaded %+v", c.Pods)
 	}
+	if k := c.Kafka; k.TLS == nil || k.TLS.CA == "" || k.SASL == nil || k.SASL.Mechanism != "scram-sha-512" || k.SASL.PasswordFile == "" {
+		t.Fatalf("kafka section %+v %+v", k.TLS, k.SASL)
+	}
 }
 
 func TestLoadConfig(t *testing.T) {

@@ -27,7 +27,7 @@ type metrics struct {
 	noReplay        prometheus.Counter
 	reconnects      prometheus.Counter
 	connectErrors   prometheus.Counter
-	produceErrors   *prometheus.CounterVec // kind: write, too_large
+	produceErrors   *prometheus.CounterVec // kind: write, auth, tls, too_large
 	announcements   *prometheus.CounterVec // kind: up, down
 	latency         prometheus.Histogram
 }
@@ -65,7 +65,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 		connectErrors: c("connect_errors_total", "Failed ZMQ connection attempts (each followed by a backoff)."),
 		announcements: cv("announcements_total",
 			"The bridge's own pod announcements written to Kafka, by kind (up: PodUp with a TTL, repeated every announce_interval; down: PodDown of a discovered pod that left).", "kind"),
-		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff) and batches dropped as too large, by kind.", "kind"),
+		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff: write; auth: SASL refused; tls: broker certificate not trusted or no TLS) and batches dropped as too large (too_large), by kind.", "kind"),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_kvbridge_forward_latency_seconds",
 			Help:    "Time from receiving a batch over ZMQ to Kafka acknowledging it.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
@@ -92,7 +92,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	for _, v := range []string{"ok", "failed"} {
 		m.replays.WithLabelValues(v)
 	}
-	for _, v := range []string{"write", "too_large"} {
+	for _, v := range []string{"write", "auth", "tls", "too_large"} {
 		m.produceErrors.WithLabelValues(v)
 	}
 	gauges := []prometheus.Collector{

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
@@ -119,6 +120,13 @@ type KafkaConfig struct {
 	BatchTimeout time.Duration
 	// WriteTimeout bounds one write; default 10s.
 	WriteTimeout time.Duration
+	// Security is TLS to the brokers and a SASL user (kafkasec.Config: the
+	// kafka.tls and kafka.sasl sections of a controller's configuration).
+	// Brokers beyond loopback need TLS unless Insecure.
+	Security kafkasec.Config
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// insecure_skip_verify and PLAIN without TLS (logged at Open).
+	Insecure bool
 }
 
 // Config configures one simulated pod. Zero values take the defaults given.
@@ -128,8 +136,13 @@ type Config struct {
 	// Name is the pod name: the Kafka key of its events and the name in its
 	// lifecycle events. Default "enginesim-<port>".
 	Name string
-	// Endpoint is the base URL announced in PodUp; default http://<listen addr>.
+	// Endpoint is the base URL announced in PodUp; default
+	// http(s)://<listen addr>.
 	Endpoint string
+	// TLSCert and TLSKey are PEM files: with them the pod serves https, as
+	// an inference pod behind TLS does (the router then scrapes and proxies
+	// to it with its pods.tls CA). Both or neither.
+	TLSCert, TLSKey string
 	// Region is announced in PodUp and names the default Kafka topic.
 	Region string
 	// Model is the served model name; default "meridian/sim-70b".
@@ -362,6 +375,13 @@ func (c Config) Validate() error {
 		return errors.New("enginesim config: Kafka.Brokers: empty")
 	case c.Kafka != nil && c.Kafka.Topic == "": // no Region to name the default
 		return errors.New("enginesim config: Region: required to name the default Kafka topic (or set Kafka.Topic)")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("enginesim config: TLSCert %q and TLSKey %q: set both or neither", c.TLSCert, c.TLSKey)
+	}
+	if c.Kafka != nil {
+		if err := c.Kafka.Security.Validate("kafka", c.Kafka.Brokers, c.Kafka.Insecure); err != nil {
+			return fmt.Errorf("enginesim config: %w", err)
+		}
 	}
 	for i, l := range c.LoRAs {
 		if l == "" || l == c.Model {

@@ -3,6 +3,7 @@ package enginesim
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -57,6 +58,7 @@ type Engine struct {
 
 	// Network side, set by Open.
 	ln       net.Listener
+	scheme   string // of URL: http, or https with TLSCert
 	srv      *http.Server
 	endpoint string
 	baseCtx  context.Context
@@ -166,10 +168,18 @@ func Open(cfg Config) (*Engine, error) {
 		ln.Close()
 		return nil, err
 	}
-	e.ln = ln
+	e.ln, e.scheme = ln, "http"
+	if cfg.TLSCert != "" {
+		kp, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("open engine: TLSCert/TLSKey: %w", err)
+		}
+		e.ln, e.scheme = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}), "https"
+	}
 	e.endpoint = cfg.Endpoint
 	if e.endpoint == "" {
-		e.endpoint = "http://" + ln.Addr().String()
+		e.endpoint = e.URL()
 	}
 	pub := cfg.Publisher
 	if cfg.Kafka != nil {
@@ -179,6 +189,9 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("open engine: %w", err)
 		}
 		pub, e.ownedPub = kp, kp
+		if uses := e.cfg.Kafka.Security.InsecureUses("kafka", e.cfg.Kafka.Brokers); len(uses) > 0 {
+			e.log.Warn("INSECURE: the engine's Kafka link is insecure; anyone on the path can read or forge its events", "insecure", uses)
+		}
 	}
 	if pub == nil {
 		pub = discardPublisher{}
@@ -198,7 +211,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.srvDone = make(chan struct{})
 	go func() {
 		defer close(e.srvDone)
-		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := e.srv.Serve(e.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			e.log.Error("engine server stopped", "err", err)
 		}
 	}()
@@ -336,7 +349,7 @@ func (e *Engine) podInfo() PodInfo {
 }
 
 // URL returns the base URL of the OpenAI-compatible API.
-func (e *Engine) URL() string { return "http://" + e.ln.Addr().String() }
+func (e *Engine) URL() string { return e.scheme + "://" + e.ln.Addr().String() }
 
 // Name returns the pod name.
 func (e *Engine) Name() string { return e.name }

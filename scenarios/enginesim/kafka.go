@@ -10,6 +10,7 @@ import (
 
 	"github.com/segmentio/kafka-go"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
@@ -127,11 +128,12 @@ func EncodingFor(engine string) kvevents.Encoding {
 // KafkaPublisher writes each batch as one Kafka message: value = the
 // KVEventBatch in msgpack as the pod's engine writes it (EncodingFor), key =
 // pod name, headers pod/model/hardware/engine/kv-blocks/seq/epoch.
-// It uses its own kafka-go Transport (closed with it) and a Hash balancer
-// with RequireAll acks.
+// It uses its own kafka-go Transport (closed with it), with the TLS and
+// SASL of cfg.Security, and a Hash balancer with RequireAll acks.
 type KafkaPublisher struct {
 	w       *kafka.Writer
 	tr      *kafka.Transport
+	sec     *kafkasec.Client
 	key     []byte
 	headers []kafka.Header
 	enc     kvevents.Encoding
@@ -146,7 +148,14 @@ func NewKafkaPublisher(cfg KafkaConfig, pod PodInfo) (*KafkaPublisher, error) {
 	if cfg.Topic == "" {
 		return nil, errors.New("new kafka publisher: no topic")
 	}
-	tr := &kafka.Transport{ClientID: "meridian-enginesim-" + pod.Name}
+	if err := cfg.Security.Validate("kafka", cfg.Brokers, cfg.Insecure); err != nil {
+		return nil, fmt.Errorf("new kafka publisher: %w", err)
+	}
+	sec, err := cfg.Security.Open("kafka", nil)
+	if err != nil {
+		return nil, fmt.Errorf("new kafka publisher: %w", err)
+	}
+	tr := sec.Transport("meridian-enginesim-"+pod.Name, 0)
 	w := &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Topic:                  cfg.Topic,
@@ -158,7 +167,7 @@ func NewKafkaPublisher(cfg KafkaConfig, pod PodInfo) (*KafkaPublisher, error) {
 		Transport:              tr,
 	}
 	return &KafkaPublisher{
-		w: w, tr: tr, key: []byte(pod.Name),
+		w: w, tr: tr, sec: sec, key: []byte(pod.Name),
 		headers: []kafka.Header{
 			{Key: HeaderPod, Value: []byte(pod.Name)},
 			{Key: HeaderModel, Value: []byte(pod.Model)},
@@ -183,7 +192,7 @@ func (p *KafkaPublisher) Publish(ctx context.Context, b Batch) error {
 		kafka.Header{Key: HeaderEpoch, Value: binary.BigEndian.AppendUint64(nil, b.Epoch)})
 	msg := kafka.Message{Key: p.key, Value: slices.Clone(p.buf), Headers: headers}
 	if err := p.w.WriteMessages(ctx, msg); err != nil {
-		return fmt.Errorf("publish kv events to %s: %w", p.w.Topic, err)
+		return fmt.Errorf("publish kv events to %s: %w", p.w.Topic, p.sec.Explain(err))
 	}
 	return nil
 }
