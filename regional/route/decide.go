@@ -181,14 +181,16 @@ func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and
-// their expected prefill time at the pod profile's current rate, and its
-// session as begun there (pinning the session to the pod). The ticket's
-// Done undoes both.
+// their expected prefill time at the pod profile's current rate, its prompt
+// tokens as outstanding, and its session as begun there (pinning the
+// session to the pod). The ticket's Done undoes all three.
 func (d *Decider) Admit(dec *Decision) *Ticket {
 	rate, _ := d.model.Rate(dec.Pod.Info().Profile)
 	work := time.Duration(float64(dec.Uncached) * rate * float64(time.Millisecond))
 	now := d.now()
 	t := dec.Pod.Admit(dec.Uncached, work, now)
+	t.tokens = int64(dec.Uncached + dec.CachedTokens)
+	dec.Pod.outstanding.Add(t.tokens)
 	if dec.session != "" {
 		d.sessions.Begin(dec.session, dec.PodName, now)
 		t.sessions, t.session = d.sessions, dec.session

@@ -18,7 +18,13 @@ type fixture struct {
 	clock time.Time
 }
 
-func newFixture(t *testing.T, pods int, mut func(*Config)) *fixture {
+// fataler is what the fixtures need of a test: *testing.T or *rapid.T.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+func newFixture(t fataler, pods int, mut func(*Config)) *fixture {
 	t.Helper()
 	idx, err := index.New(index.DefaultConfig())
 	if err != nil {

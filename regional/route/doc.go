@@ -30,9 +30,16 @@
 //     no prefix anywhere requests spread by load, never pile on the first pod.
 //
 // Baseline pickers (round_robin, least_loaded, session_hash) run behind the
-// same filters, so operators can compare like with like. The explanation of
-// a decision (POST /v1/route) is produced by the same pipeline as the
-// decision itself.
+// same filters, so operators can compare like with like, and so do the fair
+// baselines, which know each pod's hardware: weighted_round_robin (stride
+// scheduling by prefill speed), weighted_least_loaded and
+// least_outstanding_tokens (in flight, or prompt tokens in flight, per unit
+// of speed), bounded_affinity (consistent hashing with bounded loads,
+// speed-weighted; its ring has a naive reference in the tests) and
+// precise_prefix (llm-d's precise prefix-cache scorer with its KV and queue
+// scorers and default weights; it reads the waiting queue the scraper sets
+// with Pod.SetWaiting). The explanation of a decision (POST /v1/route) is
+// produced by the same pipeline as the decision itself.
 //
 // # Invariants
 //

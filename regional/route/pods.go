@@ -32,6 +32,8 @@ type Pod struct {
 	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
 	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done
 	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
+	waiting        atomic.Int64  // scraped vllm:num_requests_waiting (0 until scraped)
+	outstanding    atomic.Int64  // prompt tokens of requests routed here and not finished
 	routed         atomic.Int64  // requests routed here, ever
 
 	ejectedTo atomic.Int64 // unix nanos: ejected until then
@@ -49,16 +51,24 @@ type Load struct {
 	InFlight       int64   `json:"in_flight"`
 	PendingPrefill int64   `json:"pending_prefill_tokens"` // uncached tokens of requests before their first byte
 	KVUtil         float64 `json:"kv_util"`
-	Routed         int64   `json:"routed"`
+	// OutstandingTokens are the prompt tokens of requests routed here and
+	// not finished (admitted through Decider.Admit).
+	OutstandingTokens int64 `json:"outstanding_tokens"`
+	// Waiting is the engine's queue of requests not yet scheduled, as last
+	// scraped (SetWaiting); 0 until scraped.
+	Waiting int64 `json:"waiting"`
+	Routed  int64 `json:"routed"`
 }
 
 // Load returns the pod's current load.
 func (p *Pod) Load() Load {
 	return Load{
-		InFlight:       p.inflight.Load(),
-		PendingPrefill: p.pendingPrefill.Load(),
-		KVUtil:         math.Float64frombits(p.kvUtil.Load()),
-		Routed:         p.routed.Load(),
+		InFlight:          p.inflight.Load(),
+		PendingPrefill:    p.pendingPrefill.Load(),
+		KVUtil:            math.Float64frombits(p.kvUtil.Load()),
+		OutstandingTokens: p.outstanding.Load(),
+		Waiting:           p.waiting.Load(),
+		Routed:            p.routed.Load(),
 	}
 }
 
@@ -94,6 +104,7 @@ type Ticket struct {
 	sessions *Sessions // when the request belongs to a session
 	session  string
 	pending  int64
+	tokens   int64 // prompt tokens counted in the pod's outstanding tokens
 	due      int64 // unix nanos: when the backlog model expects its prefill done
 	first    bool
 	done     bool
@@ -131,6 +142,7 @@ func (t *Ticket) Done(now time.Time) {
 	t.FirstByte(now)
 	t.done = true
 	t.pod.inflight.Add(-1)
+	t.pod.outstanding.Add(-t.tokens)
 	if t.sessions != nil {
 		t.sessions.End(t.session, now)
 	}
@@ -140,6 +152,11 @@ func (t *Ticket) Done(now time.Time) {
 func (p *Pod) SetKVUtil(u float64) {
 	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
 }
+
+// SetWaiting records the engine's scraped count of requests waiting to be
+// scheduled (vllm:num_requests_waiting), the signal llm-d's queue scorer
+// reads (precise_prefix).
+func (p *Pod) SetWaiting(n int64) { p.waiting.Store(max(n, 0)) }
 
 // Ejected reports whether the pod is ejected at now.
 func (p *Pod) Ejected(now time.Time) bool { return now.UnixNano() < p.ejectedTo.Load() }
