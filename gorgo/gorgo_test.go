@@ -183,7 +183,12 @@ func naiveChoose(cfg Config, profiles map[string]Profile, cands []Candidate, sha
 		if c.Running >= p.MaxConcurrency {
 			q += float64(c.Running-p.MaxConcurrency+1) * (p.OverheadMs + float64(p.MeanOutputTokens)*p.DecodeMsPerToken) / float64(p.MaxConcurrency)
 		}
-		total = cfg.QueueWeight*q + math.Max(float64(c.PromptTokens)-cached, 0)*p.PrefillMsPerToken + p.OverheadMs + cfg.RTTWeight*math.Max(c.RTTMs, 0) + c.ExtraMs
+		u := math.Max(float64(c.PromptTokens)-cached, 0)
+		prefill := u * p.PrefillMsPerToken
+		if p.AttnTokens > 0 {
+			prefill *= 1 + (cached+u/2)/p.AttnTokens
+		}
+		total = cfg.QueueWeight*q + prefill + p.OverheadMs + cfg.RTTWeight*math.Max(c.RTTMs, 0) + c.ExtraMs
 		if c.Remote && c.EgressBytes > 0 {
 			total += float64(c.EgressBytes) / 1e9 * cfg.EgressUSDPerGB * cfg.MsPerUSD
 		}
@@ -266,10 +271,17 @@ func TestChooseMatchesNaive(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.EgressUSDPerGB = 0.02
 		cfg.MsPerUSD = float64(rapid.IntRange(0, 1e6).Draw(t, "msPerUSD"))
-		m := mustModel(t, cfg)
+		attn := rapid.SampledFrom([]float64{0, 26900, 5000}).Draw(t, "attn_tokens")
 		profiles := map[string]Profile{}
+		var list []Profile
 		for _, p := range DefaultProfiles() {
+			p.AttnTokens = attn
 			profiles[p.Name] = p
+			list = append(list, p)
+		}
+		m, err := New(cfg, list...)
+		if err != nil {
+			t.Fatal(err)
 		}
 		var cands []Candidate
 		for i := rapid.IntRange(0, 6).Draw(t, "locals"); i > 0; i-- {
