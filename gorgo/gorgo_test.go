@@ -358,37 +358,6 @@ func TestShareTrackerMatchesNaive(t *testing.T) {
 	})
 }
 
-// Samples from a known linear TTFT model: the fit recovers it; a burst of
-// outliers cannot push the rate outside its band.
-func TestCalibratorRecoversRate(t *testing.T) {
-	m := mustModel(t, DefaultConfig())
-	c := NewCalibrator(m, DefaultCalibratorConfig())
-	rng := rand.New(rand.NewPCG(1, 2))
-	const trueRate, trueOverhead = 0.5, 60.0
-	for i := 0; i < 2000; i++ {
-		u := rng.IntN(20000)
-		q := rng.IntN(5000)
-		y := trueOverhead + trueRate*float64(u+q) + rng.NormFloat64()*20
-		c.Observe(Observation{Profile: "h100", UncachedTokens: u, PendingPrefillTokens: q, TTFTMs: y + 65, RTTMs: 65})
-	}
-	rate, overhead := m.Rate("h100")
-	if math.Abs(rate-trueRate) > 0.01 || math.Abs(overhead-trueOverhead) > 10 {
-		t.Fatalf("fitted rate %.4f overhead %.1f, want %.2f and %.0f", rate, overhead, trueRate, trueOverhead)
-	}
-	if fits := c.Fits(); len(fits) != 1 || fits[0].Samples != 2000 {
-		t.Fatalf("fits %+v", fits)
-	}
-	for i := 0; i < 5000; i++ {
-		c.Observe(Observation{Profile: "h100", UncachedTokens: rng.IntN(100), TTFTMs: 60000 + float64(rng.IntN(100000))})
-	}
-	if rate, _ := m.Rate("h100"); rate > 0.36*4+1e-9 || rate < 0.36*0.25-1e-9 {
-		t.Fatalf("rate %.3f escaped its band", rate)
-	}
-	if r, _ := m.Rate("b200"); r != 0.158 {
-		t.Fatalf("uncalibrated profile changed: %v", r)
-	}
-}
-
 func benchCandidates(locals, remotes int) []Candidate {
 	rng := rand.New(rand.NewPCG(3, 4))
 	var cands []Candidate
