@@ -161,7 +161,7 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 		// A baseline does not price its choice; explain it with the same
 		// terms the cost model would use.
 		dec.CachedTokens = c.cached(p)
-		rate, _ := d.model.Rate(info.Profile)
+		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
 			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.inflight.Load())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
@@ -181,12 +181,12 @@ func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and
-// their expected prefill time at the pod profile's current rate, its prompt
-// tokens as outstanding, and its session as begun there (pinning the
-// session to the pod). The ticket's Done undoes all three.
+// their expected prefill time on the pod (gorgo's prefill model: the pod's
+// current rate, attention included), its prompt tokens as outstanding, and
+// its session as begun there (pinning the session to the pod). The
+// ticket's Done undoes all three.
 func (d *Decider) Admit(dec *Decision) *Ticket {
-	rate, _ := d.model.Rate(dec.Pod.Info().Profile)
-	work := time.Duration(float64(dec.Uncached) * rate * float64(time.Millisecond))
+	work := time.Duration(d.model.PrefillMs(dec.Pod.Info().Profile, dec.Pod.Name, dec.CachedTokens, dec.Uncached) * float64(time.Millisecond))
 	now := d.now()
 	t := dec.Pod.Admit(dec.Uncached, work, now)
 	t.tokens = int64(dec.Uncached + dec.CachedTokens)

@@ -214,7 +214,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 	dec.MatchedBlocks = int(s.bySlot[p.ID.Slot()])
 	if policy != PolicyTTFT {
 		dec.CachedTokens = min(dec.MatchedBlocks*req.BlockSize, req.PromptTokens)
-		rate, _ := d.model.Rate(info.Profile)
+		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
 			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, now, rate), Running: int(p.inflight.Load())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
@@ -242,7 +242,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 		if u := math.Float64frombits(p.kvUtil.Load()); u > 0.8 {
 			extra += wKV * d.cfg.KVUtilPenaltyMs * (u - 0.8) / 0.2
 		}
-		rate, _ := d.model.Rate(info.Profile)
+		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		if hasPin && p.Name == pinned && sessInflight < d.cfg.ThickSession {
 			extra -= wAff * (d.cfg.AffinityBonusMs + d.cfg.AffinityCacheWeight*float64(cached)*rate)
 		}
