@@ -172,12 +172,17 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 }
 
 // BacklogTokens expresses the pod's remaining prefill backlog in tokens at
-// the profile's current rate (gorgo multiplies it back).
+// the profile's current rate (gorgo multiplies it back): the backlog model's
+// remaining work, but never less than the uncached tokens of the requests
+// that have not had their first byte (the model drains with time; work a
+// stalled pod has not done, waiting for KV blocks behind long decodes say,
+// must not look done), and nothing when every request has had it.
 func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
-	if rateMs <= 0 {
-		return int(p.pendingPrefill.Load())
+	pending := int(p.pendingPrefill.Load())
+	if rateMs <= 0 || pending <= 0 {
+		return max(pending, 0) // nothing before its first byte: nothing ahead
 	}
-	return int(float64(p.PrefillBacklog(now)) / float64(time.Millisecond) / rateMs)
+	return max(int(float64(p.PrefillBacklog(now))/float64(time.Millisecond)/rateMs), pending)
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and

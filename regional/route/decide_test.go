@@ -357,7 +357,9 @@ func TestDecideAffinityCacheWeight(t *testing.T) {
 			t.Fatalf("first turn: %+v, %v", first, err)
 		}
 		f.dec.Admit(first).Done(f.clock)
-		warm.Admit(0, time.Duration(queueMs/qw*float64(time.Millisecond)), f.clock)
+		// Work routed ahead of it that has not had its first byte (one
+		// pending token: a backlog with nothing pending is no backlog).
+		warm.Admit(1, time.Duration(queueMs/qw*float64(time.Millisecond)), f.clock)
 		d, err := f.dec.Decide(r)
 		if err != nil {
 			t.Fatal(err)

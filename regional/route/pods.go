@@ -30,13 +30,16 @@ type Pod struct {
 
 	inflight       atomic.Int64  // requests routed here and not finished
 	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
-	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done
+	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
 	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
 	waiting        atomic.Int64  // scraped vllm:num_requests_waiting (0 until scraped)
 	outstanding    atomic.Int64  // prompt tokens of requests routed here and not finished
 	routed         atomic.Int64  // requests routed here, ever
 
 	ejectedTo atomic.Int64 // unix nanos: ejected until then
+
+	backlogMu sync.Mutex
+	shift     int64 // nanos the backlog model has been shifted by first bytes, in all
 
 	mu        sync.Mutex
 	fails     int // consecutive 5xx or connection failures
@@ -81,15 +84,11 @@ func (p *Pod) Admit(uncached int, work time.Duration, now time.Time) *Ticket {
 	p.inflight.Add(1)
 	p.pendingPrefill.Add(int64(uncached))
 	p.routed.Add(1)
-	var done int64
-	for {
-		old := p.prefillBusy.Load()
-		done = max(old, now.UnixNano()) + int64(work)
-		if p.prefillBusy.CompareAndSwap(old, done) {
-			break
-		}
-	}
-	return &Ticket{pod: p, pending: int64(uncached), due: done}
+	p.backlogMu.Lock()
+	defer p.backlogMu.Unlock()
+	done := max(p.prefillBusy.Load(), now.UnixNano()) + int64(work)
+	p.prefillBusy.Store(done)
+	return &Ticket{pod: p, pending: int64(uncached), due: done, shiftAt: p.shift}
 }
 
 // PrefillBacklog is how much prefill work routed to the pod should still be
@@ -105,7 +104,8 @@ type Ticket struct {
 	session  string
 	pending  int64
 	tokens   int64 // prompt tokens counted in the pod's outstanding tokens
-	due      int64 // unix nanos: when the backlog model expects its prefill done
+	due      int64 // unix nanos: when the backlog model expected its prefill done at admission
+	shiftAt  int64 // the pod's shift then
 	first    bool
 	done     bool
 }
@@ -113,23 +113,26 @@ type Ticket struct {
 // FirstByte marks the end of the request's prefill at now: its tokens leave
 // the pending count, and the backlog model learns how far off it was — the
 // prefill work routed after this request shifts by the same amount (FIFO).
+// The request's expected end is read on the model as already shifted by
+// earlier first bytes, so a wave of late requests shifts it once, not once
+// per request (which piled up minutes of phantom backlog on idle pods).
 func (t *Ticket) FirstByte(now time.Time) {
 	if t.first || t.done {
 		return
 	}
 	t.first = true
-	t.pod.pendingPrefill.Add(-t.pending)
-	delta := now.UnixNano() - t.due
-	for {
-		old := t.pod.prefillBusy.Load()
-		if old <= now.UnixNano() && delta < 0 {
-			return // drained already
-		}
-		nv := max(old+delta, now.UnixNano())
-		if t.pod.prefillBusy.CompareAndSwap(old, nv) {
-			return
-		}
+	p := t.pod
+	p.pendingPrefill.Add(-t.pending)
+	p.backlogMu.Lock()
+	defer p.backlogMu.Unlock()
+	delta := now.UnixNano() - (t.due + p.shift - t.shiftAt)
+	old := p.prefillBusy.Load()
+	if old <= now.UnixNano() && delta < 0 {
+		return // drained already
 	}
+	nv := max(old+delta, now.UnixNano())
+	p.prefillBusy.Store(nv)
+	p.shift += nv - old
 }
 
 // Done marks the request finished at now, successfully or not (a request
