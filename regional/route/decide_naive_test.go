@@ -542,6 +542,9 @@ func TestDecideMatchesNaive(t *testing.T) {
 		for _, name := range knownScorers {
 			cfg.Weights[name] = rapid.SampledFrom([]float64{0, 0.5, 1}).Draw(rt, "w_"+name)
 		}
+		if rapid.Bool().Draw(rt, "new_session") {
+			cfg.Filters = append(cfg.Filters, FilterNewSession)
+		}
 		if rapid.Bool().Draw(rt, "shuffle_filters") {
 			cfg.Filters = rapid.Permutation(cfg.Filters).Draw(rt, "filters")
 		}

@@ -16,7 +16,8 @@
 //     healthy (not ejected by outlier detection), bounded_load (no pod may take
 //     more than BoundedLoadFactor x its fair share of in-flight requests, so a
 //     hot shared prefix never piles everything onto one pod), new_session
-//     (a session's first request goes to the least loaded pods);
+//     (a session's first request goes to the least loaded pods; off by
+//     default);
 //   - scorers, all in milliseconds: prefix (the exact cached prefix from the
 //     index, weighted by tier for the best candidates, shortens prefill),
 //     queue (prefill tokens already routed to the pod and not yet past their
