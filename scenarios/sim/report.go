@@ -76,9 +76,12 @@ type Result struct {
 	// LoadDispersion is the mean over samples of variance / mean of the
 	// per-pod concurrency (requests queued or running).
 	LoadDispersion float64 `json:"load_dispersion"`
-	Requests       int     `json:"requests"`
-	Completed      int     `json:"completed"`
-	Rejected       int     `json:"rejected"`
+	// Utilization is the achieved prefill utilisation: the time the pods
+	// spent on prefill over their time (see load.go).
+	Utilization float64 `json:"utilization"`
+	Requests    int     `json:"requests"`
+	Completed   int     `json:"completed"`
+	Rejected    int     `json:"rejected"`
 	// Reasons counts Place's reasons (meridian only).
 	Reasons map[string]int `json:"reasons,omitempty"`
 	// SimulatedS is the virtual time the run covered; WallS what it took.
@@ -140,7 +143,10 @@ type Report struct {
 	Regions  []string `json:"regions"`
 	Pods     int      `json:"pods"`
 	Seed     uint64   `json:"seed"`
-	Results  []Result `json:"results"`
+	// OfferedLoad is the offered prefill utilisation of the open-loop
+	// requests (0 for the closed-loop coding workload).
+	OfferedLoad float64  `json:"offered_load"`
+	Results     []Result `json:"results"`
 }
 
 // Result returns the named policy's result.
