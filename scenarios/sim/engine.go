@@ -161,6 +161,8 @@ type engine struct {
 	chunk     float64 // prefill tokens per step while the state holds
 	gen       uint64  // invalidates a scheduled wake-up
 
+	unscheduled int // admitted requests whose prefill has not started
+
 	prefillTime float64 // ms spent on prefill (utilisation)
 	busyTime    float64 // ms with anything to do
 }
@@ -210,8 +212,16 @@ func (e *engine) advance(now time.Duration) {
 		j.prefillLeft -= take
 		j.prefillPos += take
 		done -= take
+		if !j.scheduled {
+			j.scheduled = true
+			e.unscheduled--
+		}
 	}
 }
+
+// waiting is what vLLM reports as num_requests_waiting of the admitted
+// requests: those whose prefill has not had its first chunk yet.
+func (e *engine) waiting() int { return e.unscheduled }
 
 // plan sets the step time and chunk for the current state, and returns the
 // time until the next completion (the head's prefill, or a decode's end),
@@ -254,6 +264,8 @@ func (e *engine) plan() time.Duration {
 // in place.
 func (e *engine) enqueue(j *job, cached, uncached int) {
 	j.prefillPos, j.prefillLeft = float64(cached), float64(max(uncached, 1))
+	j.scheduled = false
+	e.unscheduled++
 	e.prefill = append(e.prefill, j)
 }
 
@@ -264,6 +276,10 @@ func (e *engine) popPrefilled() *job {
 		return nil
 	}
 	j := e.prefill[e.phead]
+	if !j.scheduled {
+		j.scheduled = true
+		e.unscheduled--
+	}
 	e.prefill[e.phead] = nil
 	e.phead++
 	if e.phead == len(e.prefill) {

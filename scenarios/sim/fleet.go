@@ -116,13 +116,15 @@ type job struct {
 
 	// Engine state.
 	prefillPos, prefillLeft float64 // tokens computed (cached included) and still to compute
+	scheduled               bool    // its prefill has had a chunk
 	decodeStart, endStep    float64 // engine steps
 	context                 float64 // prompt tokens in the KV cache when decoding started
 }
 
 // waiting is the engine's count of requests not yet scheduled
-// (vllm:num_requests_waiting).
-func (p *pod) waiting() int { return len(p.queue) - p.qhead }
+// (vllm:num_requests_waiting): queued for a slot or KV blocks, or admitted
+// with their prefill not started.
+func (p *pod) waiting() int { return len(p.queue) - p.qhead + p.eng.waiting() }
 
 func (p *pod) submit(w *world, j *job) {
 	p.inflight++
