@@ -80,7 +80,7 @@ func simCommand() *cli.Command {
 				return usageError("sim: %w", err)
 			}
 			// A batch run of short-lived worlds: trade memory for less GC.
-			defer debug.SetGCPercent(debug.SetGCPercent(400))
+			defer debug.SetGCPercent(debug.SetGCPercent(200))
 			out := sim.Output{Stdout: c.App.Writer, JSON: c.Bool("json"), Charts: c.String("charts"), Report: c.String("report")}
 			if !c.Bool("quiet") {
 				out.Stderr = c.App.ErrWriter

@@ -184,6 +184,10 @@ func runTasks(ctx context.Context, tasks []*task, opts Options) error {
 				r := w.stats.result(&t.in.cfg, w.now)
 				r.Utilization = w.utilization()
 				r.WallS = time.Since(t0).Seconds()
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				r.HeapMB = float64(ms.HeapInuse) / (1 << 20)
+				runtime.KeepAlive(w)
 				t.res = &r
 			}
 		}()

@@ -377,6 +377,7 @@ func (w *world) nearestAllowed(from *region, allowed residency.Decision) *region
 // allows, and the decision layer's Place compares them with the best local
 // pod under gorgo's guardrails.
 func (w *world) place(r *request, origin *region, allowed residency.Decision) {
+	t0 := time.Now() // the decision's wall time, remote candidates included
 	rr := w.routeRequest(r)
 	remotes := origin.view.Candidates(w.wall(), "", r.chain, r.input, func(name string) bool {
 		return name != origin.name && allowed.Allows(name)
@@ -388,6 +389,7 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 		}
 	}
 	pl, err := origin.dec.Place(rr, origin.name, allowed.Allows(origin.name) && !origin.failed, remotes, origin.shares)
+	w.stats.decided(time.Since(t0))
 	if err != nil {
 		w.stats.rejected++
 		why := "no_candidate"
@@ -429,7 +431,9 @@ func (w *world) forward(r *request, from, dst *region, allowed residency.Decisio
 
 // decideAt runs the region's in-region decision and dispatches.
 func (w *world) decideAt(r *request, reg *region, allowed residency.Decision, netBack time.Duration) {
+	t0 := time.Now()
 	dec, err := reg.dec.Decide(w.routeRequest(r))
+	w.stats.decided(time.Since(t0))
 	if err != nil {
 		w.stats.rejected++
 		return
