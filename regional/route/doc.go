@@ -42,6 +42,12 @@
 // with Pod.SetWaiting). The explanation of a decision (POST /v1/route) is
 // produced by the same pipeline as the decision itself.
 //
+// Forwarded counts the prefill work a controller has sent to each remote
+// region that the region's latest summary cannot show yet; Adjust adds it
+// to the remote candidates before Place, so requests placed between two
+// summaries do not all go to a region that looked idle when it last
+// published.
+//
 // # Invariants
 //
 //   - A pod removed from the registry, dead in the index or without an
@@ -51,7 +57,8 @@
 //     ejected at once.
 //   - Deciding and placing change no accounting: only Admit counts a request
 //     (and its session) on a pod, until its ticket is done; only
-//     Placement.Record counts a placement in the remote-share guardrail.
+//     Placement.Record counts a placement in the remote-share guardrail, and
+//     only Forwarded.Add a forward.
 //   - Decisions read snapshots (index, registry) and a given clock; they
 //     never wait on I/O and never call time.Now themselves.
 //
