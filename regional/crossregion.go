@@ -41,6 +41,13 @@ type RemoteSource interface {
 	Serves(model string) (serves, known bool)
 }
 
+// unseenSource is a RemoteSource that can also say when each region's
+// summary arrived, the RTT to it and its pod count, for
+// route.Forwarded.Adjust.
+type unseenSource interface {
+	Unseen(region string) (route.Unseen, bool)
+}
+
 // Auditor records cross-region decisions and residency denials. Append
 // returns only once the record is durable; an error means it is not.
 type Auditor interface {
@@ -187,6 +194,9 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
+		if u, ok := t.Remotes.(unseenSource); ok {
+			s.fwd.Adjust(remotes, u.Unseen)
+		}
 	}
 	pl, err := s.dec.Place(&p.req, t.Region, localOK, remotes, t.Shares)
 	if err != nil {
@@ -250,7 +260,10 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 			break
 		}
 		s.m.crossRegion.WithLabelValues(c.Region).Inc()
-		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID)
+		id := s.fwd.Add(c.Region, s.now(), pl.Cost.Estimates[ci].Uncached)
+		landed := func() { s.fwd.Landed(c.Region, id) }
+		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID, landed)
+		landed()
 		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil {
 			switch {
 			case res.wrote && res.err != nil:
@@ -308,7 +321,7 @@ func fallbackOrder(pl *route.Placement) []int {
 // forwardRemote relays the request to a controller of region (one hop,
 // marked so it is not forwarded again), trying its live controllers in turn
 // before the first byte.
-func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string) attempt {
+func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string, firstByte func()) attempt {
 	addrs := s.topo.Remotes.ForwardAddrs(region)
 	if len(addrs) == 0 {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("region %s has no live controller with a forward address", region)}
@@ -317,7 +330,7 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	out := http.Header{"X-Meridian-Forwarded-To": {region}}
 	var res attempt
 	for _, addr := range addrs {
-		res = s.relay(ctx, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, func(int) {})
+		res = s.relay(ctx, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, func(int) { firstByte() })
 		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {
 			return res
 		}
