@@ -17,7 +17,9 @@
 // built from their index every SummaryInterval; the other regions receive
 // them half an RTT later and read remote candidates through
 // gossip.RegionsView.Candidates, so remote estimates are as stale as in
-// production. Residency is a real residency.Policy (ResidencyPolicy for the
+// production; as the controller does, an origin adds the prefill it has
+// forwarded that a summary cannot show yet (route.Forwarded), and releases
+// it at the first byte. Residency is a real residency.Policy (ResidencyPolicy for the
 // default regions decides exactly as deploy/policies/example.yaml).
 //
 // Modelled: the network (a static RTT matrix; a forwarded request pays half

@@ -33,6 +33,7 @@ type region struct {
 	shares *gorgo.ShareTracker
 	pods   []*pod
 	view   *gossip.RegionsView // remote regions' summaries as received here
+	fwd    route.Forwarded     // prefill sent to remote regions, not yet landed
 	gen    uint64
 	failed bool // every pod down (Workload.FailRegion)
 }
@@ -55,6 +56,17 @@ type world struct {
 	clock   atomic.Int64 // now, published for the progress bar
 	pool    *kvCache     // upper_bound's one cache, shared by every pod
 	reqs    int64
+	// landing releases a forwarded request from its origin's Forwarded
+	// when its prefill is over (first byte) or it is refused.
+	landing map[int64]func()
+}
+
+// landed releases r from its origin's count of forwarded prefill work.
+func (w *world) landed(r *request) {
+	if f, ok := w.landing[r.id]; ok {
+		delete(w.landing, r.id)
+		f()
+	}
 }
 
 func (w *world) wall() time.Time { return epoch.Add(w.now) }
@@ -382,6 +394,7 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 	remotes := origin.view.Candidates(w.wall(), "", r.chain, r.input, func(name string) bool {
 		return name != origin.name && allowed.Allows(name)
 	}, nil)
+	origin.fwd.Adjust(remotes, origin.unseen)
 	for i := range remotes {
 		remotes[i].EgressBytes = int64(float64(r.input) * w.cfg.PromptBytesPerToken)
 		if w.policy == AblationNoCache {
@@ -409,11 +422,27 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 	}
 	for _, o := range w.regions {
 		if o.name == pl.Region {
+			id := origin.fwd.Add(o.name, w.wall(), pl.Cost.Estimates[pl.Cost.Winner].Uncached)
+			if w.landing == nil {
+				w.landing = map[int64]func(){}
+			}
+			w.landing[r.id] = func() { origin.fwd.Landed(o.name, id) }
 			w.forward(r, origin, o, allowed)
 			return
 		}
 	}
 	w.stats.rejected++
+}
+
+// unseen tells Forwarded.Adjust when region's summary arrived here, the
+// RTT to it and its pod count.
+func (r *region) unseen(name string) (route.Unseen, bool) {
+	for i := range r.view.Regions {
+		if v := &r.view.Regions[i]; v.Region == name && v.Summary != nil {
+			return route.Unseen{ReceivedAt: v.ReceivedAt, RTT: v.RTT, Pods: v.Summary.Totals().Pods}, true
+		}
+	}
+	return route.Unseen{}, false
 }
 
 // forward sends r from its origin to dst's controller: it arrives half an
@@ -423,6 +452,7 @@ func (w *world) forward(r *request, from, dst *region, allowed residency.Decisio
 	w.at(w.now+oneWay, func() {
 		if !allowed.Allows(dst.name) {
 			w.stats.denied++ // the receiving region refuses it
+			w.landed(r)
 			return
 		}
 		w.decideAt(r, dst, allowed, oneWay)
@@ -436,9 +466,9 @@ func (w *world) decideAt(r *request, reg *region, allowed residency.Decision, ne
 	w.stats.decided(time.Since(t0))
 	if err != nil {
 		w.stats.rejected++
+		w.landed(r)
 		return
 	}
-
 	w.dispatch(r, reg, dec, netBack)
 }
 
@@ -488,6 +518,7 @@ func (w *world) dispatchAdmitted(r *request, reg *region, dec *route.Decision, t
 // firstByte is the serving controller seeing the answer's first byte.
 func (w *world) firstByte(j *job) {
 	now := w.wall()
+	w.landed(j.req)
 	j.ticket.FirstByte(now)
 	j.region.dec.Speculation().Observe(j.pod.rp.ID, j.req.chain, now)
 	if !w.cfg.NoCalibration {
