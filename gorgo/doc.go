@@ -14,6 +14,11 @@
 //	RTT(c)      = 0 at home; the measured (or configured) round trip to c's region
 //	egress(c)   = bytes leaving the region x $/GB x (ms a dollar is worth)
 //
+// When remote regions are among the candidates, each one also pays
+// w_cold x (prefill(c) - the warmest candidate's prefill): work the fleet
+// would redo by sending the request where its prefix is not, which delays
+// the requests behind it (Config.ColdWorkWeight). Within a region it is off.
+//
 // rate(c) is the prefill time per token of c's hardware profile (measured
 // by the operator: Config.Profiles, else DefaultProfiles), times the pod's
 // own correction when a Calibrator has learnt one from observed TTFTs. The
