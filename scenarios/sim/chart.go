@@ -244,18 +244,29 @@ type barGroup struct {
 	values []float64
 }
 
-// writeBars draws grouped bars: a group per category, a bar per series.
-func writeBars(w io.Writer, title, yLabel string, yFormat func(float64) string, series []string, styles []seriesStyle, groups []barGroup) error {
-	hi := 0.0
+// writeBars draws grouped bars: a group per category, a bar per series,
+// on a linear y axis from 0 or (logY) a logarithmic one whose bars rise
+// from the axis' lowest decade, so values orders of magnitude apart stay
+// readable side by side.
+func writeBars(w io.Writer, title, yLabel string, logY bool, yFormat func(float64) string, series []string, styles []seriesStyle, groups []barGroup) error {
+	lo, hi := math.Inf(1), 0.0
 	for _, g := range groups {
 		for _, v := range g.values {
 			hi = max(hi, v)
+			if v > 0 {
+				lo = min(lo, v)
+			}
 		}
 	}
 	if hi <= 0 {
 		hi = 1
 	}
-	y := newAxis(0, hi*1.08, false, chartH-padB, padT, yLabel, yFormat)
+	var y *axis
+	if logY && lo <= hi {
+		y = newAxis(lo, hi, true, chartH-padB, padT, yLabel, yFormat)
+	} else {
+		y = newAxis(0, hi*1.08, false, chartH-padB, padT, yLabel, yFormat)
+	}
 	x := &axis{lo: 0, hi: 1, p0: padL, p1: chartW - padR, label: "", format: func(float64) string { return "" }}
 	svgOpen(w, title)
 	// y axis and grid; category labels below each group.
@@ -354,7 +365,7 @@ func (r *Report) charts() []namedWriter {
 	}
 	bars := func(title, y string, f func(float64) string, v func(Result) float64) func(io.Writer) error {
 		return func(w io.Writer) error {
-			return writeBars(w, title, y, f, []string{""}, []seriesStyle{{color: "#4c78a8"}}, one(v))
+			return writeBars(w, title, y, false, f, []string{""}, []seriesStyle{{color: "#4c78a8"}}, one(v))
 		}
 	}
 	return []namedWriter{
@@ -366,7 +377,7 @@ func (r *Report) charts() []namedWriter {
 			for _, x := range r.Results {
 				g = append(g, barGroup{label: x.Policy, values: []float64{100 * share(x.CrossRegionRequests, x.Requests), 1000 * x.EgressGB}})
 			}
-			return writeBars(w, "Served outside the origin region (% of requests) and egress (MB)", "% of requests / MB", numTick,
+			return writeBars(w, "Served outside the origin region (% of requests) and egress (MB)", "% of requests / MB", false, numTick,
 				[]string{"cross-region %", "egress MB"}, []seriesStyle{styleOf(10), styleOf(1)}, g)
 		}},
 		{"residency.svg", bars("Residency violations (requests served where their rule forbids)", "violations", numTick, func(x Result) float64 { return float64(x.ResidencyViolations) })},

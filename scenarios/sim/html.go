@@ -69,7 +69,7 @@ func (r *SweepReport) crossShare(li int, p string) float64 {
 }
 
 func (r *SweepReport) charts() []namedWriter {
-	title := func(s string) string { return fmt.Sprintf("%s (%s, %d seeds)", s, r.Workload, r.Seeds) }
+	title := func(s string) string { return fmt.Sprintf("%s (%s, %s)", s, r.Workload, plural(r.Seeds, "seed")) }
 	out := []namedWriter{
 		{"ttft_p95_vs_load.svg", func(w io.Writer) error {
 			return writeLines(w, title("TTFT p95 vs load, mean and 95% CI"), "offered prefill load", "TTFT p95 (log scale)", true, msTick,
@@ -109,7 +109,7 @@ func (r *SweepReport) charts() []namedWriter {
 				}
 				g = append(g, barGroup{label: p, values: []float64{float64(n)}})
 			}
-			return writeBars(w, title("Residency violations, all loads and seeds"), "violations", numTick,
+			return writeBars(w, title("Residency violations, all loads and seeds"), "violations", false, numTick,
 				[]string{""}, []seriesStyle{{color: "#c44e52"}}, g)
 		}},
 	}
@@ -121,7 +121,7 @@ func (r *SweepReport) charts() []namedWriter {
 				styles = append(styles, styleFor(p))
 				name := p
 				if p == PolicyCacheLocal {
-					name = "meridian-no-cross-region (cache_local)"
+					name = "cache_local (no global)"
 				}
 				names = append(names, name)
 			}
@@ -134,7 +134,7 @@ func (r *SweepReport) charts() []namedWriter {
 				}
 				g = append(g, grp)
 			}
-			return writeBars(w, title("Ablations: Meridian's TTFT p95 with one part off"), "TTFT p95", msTick, names, styles, g)
+			return writeBars(w, title("Ablations: Meridian's TTFT p95 with one part off"), "TTFT p95 (log scale)", true, msTick, names, styles, g)
 		}})
 	}
 	return out
@@ -191,7 +191,7 @@ func (r *SweepReport) Against(policy string, baselines []string) []Comparison {
 // against cache_local at each load, every chart inline, and every row.
 func (r *SweepReport) WriteHTML(w io.Writer) error {
 	var b bytes.Buffer
-	pageOpen(&b, fmt.Sprintf("meridian sim: %s, %d loads x %d policies x %d seeds", r.Workload, len(r.Loads), len(r.Policies), r.Seeds))
+	pageOpen(&b, fmt.Sprintf("meridian sim: %s, %s x %s x %s", r.Workload, plural(len(r.Loads), "load"), plural(len(r.Policies), "policy"), plural(r.Seeds, "seed")))
 	paramsTable(&b, r.Params)
 	if slices.Contains(r.Policies, PolicyMeridian) {
 		b.WriteString("<h2>Meridian against the baselines (ratio of mean TTFT p95)</h2>\n<table><tr><th>load</th><th>achieved (meridian)</th>")
@@ -220,6 +220,17 @@ func (r *SweepReport) WriteHTML(w io.Writer) error {
 	b.WriteString("</table>\n</body></html>\n")
 	_, err := w.Write(b.Bytes())
 	return err
+}
+
+// plural is "1 seed", "5 seeds", "2 policies".
+func plural(n int, word string) string {
+	switch {
+	case n == 1:
+		return "1 " + word
+	case strings.HasSuffix(word, "y"):
+		return fmt.Sprintf("%d %sies", n, strings.TrimSuffix(word, "y"))
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 func cmpCells(cs []Comparison, i int, named bool) string {
