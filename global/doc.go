@@ -28,7 +28,9 @@
 //     validator change cannot make replicas diverge.
 //
 // It must not import the other packages of Meridian except its own
-// sub-packages (global/audit, for the checkpoint types): above all not
+// sub-packages (global/audit, for the checkpoint types and the records of
+// privileged actions; global/identity, for the certificate identity of an
+// admin API caller): above all not
 // regional, which reads this tier and never the reverse (the controller
 // hands in what the state machine needs, such as Config.PolicyValidator and
 // the observations of the automatic failover). regional, dr/drill,
@@ -93,6 +95,25 @@
 // give equal bytes ("applied", the index of the last command applied, is
 // optional: a snapshot without it reads as "index"). A change of either encoding bumps its version; all
 // controllers must run a version that reads the new one before any writes it.
+//
+// # Privileged actions on record
+//
+// Every change an operator or the node itself makes to the replicated
+// state (policy apply, failover trigger and recover, failover targets,
+// membership join, removal, the leader's own record and promotions, a
+// checkpoint posted to the admin API) is an admin_action record in
+// Config.Audit, the controller's audit log (see global/audit), on the
+// chain of the node that accepted it, with the actor (RequestActor: the
+// caller's certificate identity, else the admin token; "controller:<id>"
+// for the node's own changes). The record is written before the change is
+// proposed, and a change that cannot be recorded is refused
+// (ErrAuditUnavailable, 503 audit_unavailable): a state change without a
+// record is what the audit log exists to rule out, and it could not be
+// taken back, while a refused change can simply be retried once the log is
+// writable. A request forwarded to the leader is recorded once, where it
+// was accepted; over TLS a forwarded request is believed only with a
+// member controller's certificate (Node.hopOf). The audit log's own
+// checkpoints (AppendCheckpoint) are not recorded.
 //
 // # Failover
 //

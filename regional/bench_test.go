@@ -1,18 +1,27 @@
 package regional
 
 import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/global/identity"
+	"github.com/meridian-llm/meridian/regional/auth"
 	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/route/routetest"
 	"github.com/meridian-llm/meridian/regional/tokenize"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // BenchmarkTokenizeAndDecide is an 8k-token chat prompt, tokenized and
@@ -101,37 +110,68 @@ func BenchmarkSessionTokenization(b *testing.B) {
 // straight to a pod and through the proxy, and reports each path's p50 and
 // p99 latency and the p99 the proxy adds. The pod answers at once, so the
 // difference is the router's own cost (parse, tokenize, decide, proxy).
+//
+// tls=off is a plain-http controller that believes headers; tls=on is the
+// secure default: https on the controller's own listener (certificate from
+// the development PKI, TLS 1.3) and an API key checked on every request.
+// The pods are plain http in both, so the two sub-benchmarks' added-p99
+// differ by what TLS and authentication cost on the request path.
+// Connections are kept alive, as a client pool or a gateway keeps them.
 func BenchmarkProxyOverhead(b *testing.B) {
+	for _, secure := range []bool{false, true} {
+		name := "tls=off"
+		if secure {
+			name = "tls=on"
+		}
+		b.Run(name, func(b *testing.B) { benchProxyOverhead(b, secure) })
+	}
+}
+
+func benchProxyOverhead(b *testing.B, secure bool) {
 	pod := func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}],"usage":{"prompt_tokens":600,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":576}}}`)
 	}
-	f := newServerFixture(b, []http.HandlerFunc{pod, pod, pod, pod}, nil)
+	proxyTransport := &http.Transport{MaxIdleConnsPerHost: 64}
+	var key string
+	f := newServerFixture(b, []http.HandlerFunc{pod, pod, pod, pod}, func(fc *fixtureConfig) {
+		if !secure {
+			return
+		}
+		fc.tls, proxyTransport.TLSClientConfig, fc.auth, key = secureFixture(b)
+	})
 	body := `{"model":"m","messages":[{"role":"system","content":"` + strings.Repeat("You are a helpful assistant. ", 80) + `"},{"role":"user","content":"What is the capital of France?"}]}`
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
-	do := func(url string) time.Duration {
+	directClient := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	proxyClient := &http.Client{Transport: proxyTransport}
+	do := func(c *http.Client, url string) time.Duration {
 		t0 := time.Now()
-		resp, err := client.Post(url, "application/json", strings.NewReader(body))
+		req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		if key != "" && c == proxyClient {
+			req.Header.Set("Authorization", "Bearer "+key)
+		}
+		resp, err := c.Do(req)
 		if err != nil {
 			b.Fatal(err)
 		}
 		_, _ = io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		if resp.StatusCode != 200 {
-			b.Fatalf("status %d", resp.StatusCode)
+			b.Fatalf("%s: status %d", url, resp.StatusCode)
 		}
 		return time.Since(t0)
 	}
 	direct := f.pods[0].srv.URL + "/v1/chat/completions"
 	proxied := f.url + "/v1/chat/completions"
-	do(direct)
-	do(proxied)
+	do(directClient, direct)
+	do(proxyClient, proxied)
 	var mu sync.Mutex
 	var dl, pl []time.Duration
 	var wg sync.WaitGroup
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		<-tick.C
@@ -139,12 +179,12 @@ func BenchmarkProxyOverhead(b *testing.B) {
 		go func(i int) {
 			defer wg.Done()
 			if i%2 == 0 {
-				d := do(direct)
+				d := do(directClient, direct)
 				mu.Lock()
 				dl = append(dl, d)
 				mu.Unlock()
 			} else {
-				d := do(proxied)
+				d := do(proxyClient, proxied)
 				mu.Lock()
 				pl = append(pl, d)
 				mu.Unlock()
@@ -158,4 +198,44 @@ func BenchmarkProxyOverhead(b *testing.B) {
 	if len(dl) > 0 && len(pl) > 0 {
 		b.ReportMetric(float64(pl[len(pl)*99/100]-dl[len(dl)*99/100]), "added-p99-ns")
 	}
+}
+
+// secureFixture is a secure controller's API side: a server TLS config
+// from a fresh development PKI, the client's TLS config trusting its CA,
+// and api_keys authentication with one key (returned) for tenant acme.
+func secureFixture(tb testing.TB) (server, client *tls.Config, a *ClientAuth, key string) {
+	tb.Helper()
+	dir := tb.TempDir()
+	pki, err := identity.InitDevPKI(filepath.Join(dir, "pki"), []string{"us-east-1"}, identity.PKIOptions{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	cfg := identity.DefaultTLSConfig()
+	cfg.Cert, cfg.Key, cfg.ClientCA = pki.Controllers[0].Cert, pki.Controllers[0].Key, pki.CACert
+	src, err := identity.Open(context.Background(), cfg, identity.Deps{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = src.Close(context.Background()) })
+	caPEM, err := os.ReadFile(pki.CACert)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	key, digest, err := auth.GenerateKey()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	keys := filepath.Join(dir, "keys.yaml")
+	if err := os.WriteFile(keys, []byte("keys:\n  - {name: bench, tenant: acme, sha256: "+digest+", rate_limit: {requests_per_second: 100000, burst: 100000}}\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	ac := AuthConfig{Config: auth.DefaultConfig()}
+	ac.Mode, ac.APIKeys.File = auth.ModeAPIKeys, keys
+	if a, err = OpenClientAuth(context.Background(), ac, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = a.Close(context.Background()) })
+	return src.ServerConfig(false), &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS13}, a, key
 }

@@ -3,6 +3,7 @@ package regional
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,8 +19,10 @@ import (
 
 	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/global/audit"
+	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/auth"
 	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
@@ -61,20 +64,41 @@ type Config struct {
 	// kept; default 10000.
 	SessionTokenCache int `yaml:"session_token_cache"`
 
-	// AdminListen is the admin API's address (the Raft tier's admin API
-	// and audit queries, bearer-authenticated); default ":8081".
+	// AdminListen is the admin API's address (the Raft tier's admin API,
+	// audit queries and gossip key rotation, bearer-authenticated; every
+	// write through it is recorded in the audit log); default ":8081".
 	AdminListen string `yaml:"admin_listen"`
+	// AdminLimits bound what clients can hold of the admin listener,
+	// separately from the API's (a flood on the API leaves the admin API,
+	// /readyz included, answering); see ListenerConfig.
+	AdminLimits ListenerConfig `yaml:"admin_limits"`
 	// AdminURL is how other controllers reach this controller's admin API;
-	// default http://<admin listen address>.
+	// default http(s)://<admin listen address>.
 	AdminURL string `yaml:"admin_url"`
-	// AdminToken authenticates the admin API (MERIDIAN_ADMIN_TOKEN).
+	// AdminToken authenticates the admin API (MERIDIAN_ADMIN_TOKEN); at
+	// least 32 bytes.
 	AdminToken string `yaml:"admin_token"`
 	// PublicURL is how other controllers reach this controller's API to
 	// forward requests; default http://<listen address>.
 	PublicURL string `yaml:"public_url"`
-	// HopToken authenticates controller-to-controller forwarding
-	// (MERIDIAN_HOP_TOKEN); default AdminToken.
+	// HopToken authenticates controller-to-controller forwarding without
+	// TLS (MERIDIAN_HOP_TOKEN; at least 32 bytes; insecure controllers
+	// only). With TLS a hop is authenticated by the sending controller's
+	// certificate: its identity must be a member of the Raft configuration.
 	HopToken string `yaml:"hop_token"`
+	// TLS is this controller's certificate and the CA its peers' chain to.
+	// It turns on https for the API and the admin API, and mutual TLS for
+	// Raft and for forwarding between controllers. Required for any of
+	// those on a non-loopback address, unless Insecure.
+	TLS *identity.TLSConfig `yaml:"tls"`
+	// Insecure accepts plaintext Raft, admin API and forwarding on
+	// non-loopback addresses, and client identity from headers without
+	// authentication: an explicit opt-out for development, logged at every
+	// start and exported as meridian_insecure_listeners.
+	Insecure bool `yaml:"insecure"`
+	// Auth is how clients are authenticated (their tenant and data class
+	// come from it). Required where residency is decided, unless Insecure.
+	Auth AuthConfig `yaml:"auth"`
 	// PolicyFile is a residency policy: the policy of a controller without
 	// Raft, and the first policy of a new Raft cluster (applied by the
 	// bootstrapping controller). Empty: the shipped default (stay in the
@@ -118,6 +142,7 @@ func DefaultConfig() Config {
 		SweepInterval:     time.Second,
 		SessionTokenCache: 10000,
 		AdminListen:       ":8081",
+		AdminLimits:       DefaultAdminListener(),
 		SummaryInterval:   5 * time.Second,
 	}
 }
@@ -143,13 +168,14 @@ func LoadConfig(path string) (Config, error) {
 
 // ApplyDefaults fills the defaults that derive from other fields: the
 // ingest section's region, controller id, block size, topic and default
-// model; one model when none is configured; the hop token (the admin
-// token); the admin listen address; the Raft bind address. Call it before
+// model; one model when none is configured; the admin listen address; the
+// Raft bind address; the auth section's own defaults. Call it before
 // Validate; Open calls both.
 func (c *Config) ApplyDefaults() {
 	c.Kafka.Region = c.Region
 	c.Kafka.ControllerID = c.ControllerID
 	c.Kafka.BlockSize = c.BlockSize
+	c.Kafka.Insecure = c.Insecure
 	if len(c.Models) == 0 {
 		name := c.Kafka.DefaultModel
 		if name == "" {
@@ -163,14 +189,32 @@ func (c *Config) ApplyDefaults() {
 	if c.Kafka.Topic == "" && c.Region != "" {
 		c.Kafka.Topic = kvevents.TopicFor(c.Region)
 	}
-	if c.HopToken == "" {
-		c.HopToken = c.AdminToken
-	}
 	if c.AdminListen == "" {
 		c.AdminListen = ":8081"
 	}
 	if c.Raft.DataDir != "" && c.Raft.Bind == "" {
 		c.Raft.Bind = "0.0.0.0:7400"
+	}
+	if c.Auth.enabled() {
+		d := auth.DefaultConfig()
+		if c.Auth.APIKeys.ReloadInterval == 0 {
+			c.Auth.APIKeys.ReloadInterval = d.APIKeys.ReloadInterval
+		}
+		if len(c.Auth.JWT.Algorithms) == 0 {
+			c.Auth.JWT.Algorithms = d.JWT.Algorithms
+		}
+		if c.Auth.DefaultRateLimit == (auth.RateLimit{}) {
+			c.Auth.DefaultRateLimit = d.DefaultRateLimit
+		}
+	}
+	if c.TLS != nil {
+		t := identity.DefaultTLSConfig()
+		if c.TLS.MinVersion == "" {
+			c.TLS.MinVersion = t.MinVersion
+		}
+		if c.TLS.ReloadInterval == 0 {
+			c.TLS.ReloadInterval = t.ReloadInterval
+		}
 	}
 }
 
@@ -210,7 +254,13 @@ func (c Config) Validate() error {
 	if c.AdminListen == "" {
 		return errors.New("config: admin_listen: an address is required")
 	}
-	return c.validateMulti()
+	if err := c.AdminLimits.Validate("config: admin_limits"); err != nil {
+		return err
+	}
+	if err := c.validateMulti(); err != nil {
+		return err
+	}
+	return c.validateSecurity()
 }
 
 // LoadPolicy reads and parses PolicyFile (nil without one), with errors
@@ -267,13 +317,17 @@ type Controller struct {
 	mr       *multiRegion
 	stopping chan struct{}
 
-	ln     net.Listener
-	http   *http.Server
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	once   sync.Once
-	errs   []error
-	errMu  sync.Mutex
+	tls     *identity.Source // nil without TLS
+	auth    *ClientAuth      // nil without client authentication
+	listenM *listenerMetrics
+	ln      net.Listener // the API listener (TLS and capped)
+	rawLn   net.Listener // its TCP listener
+	http    *http.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	once    sync.Once
+	errs    []error
+	errMu   sync.Mutex
 }
 
 // Open builds the controller and starts its goroutines: Kafka ingestion, the
@@ -309,6 +363,15 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: route.NewRegistry(idx),
 		Metrics: metrics, stopping: make(chan struct{})}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	ok := false
+	defer func() {
+		if !ok {
+			c.closeSecurity(context.WithoutCancel(ctx))
+		}
+	}()
+	if err := c.openSecurity(ctx); err != nil {
+		return nil, err
+	}
 	for _, p := range cfg.Pods.Static {
 		p.Static = true
 		if _, _, err := c.Registry.Upsert(p); err != nil {
@@ -331,16 +394,42 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	transport := NewPodTransport()
+	if cfg.Pods.TLS != nil {
+		// https pods: scraped and proxied to with the pods' CA (and a
+		// client certificate, if configured).
+		if transport.TLSClientConfig, err = cfg.Pods.TLS.Load("pods.tls"); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
+	var peer http.RoundTripper
+	if c.tls != nil {
+		// Forwarding between controllers: mutual TLS, and the other end
+		// must present a controller identity of the cluster's CA.
+		pt := NewPodTransport()
+		pt.TLSClientConfig = c.tls.ClientConfig("")
+		peer = pt
+	}
 	if c.Server, err = NewServer(cfg.Server, ServerDeps{Decider: c.Decider, Prompts: prompts, Calibrator: c.Calib,
-		Transport: transport, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
+		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
+		return nil, err
+	}
+	scraper, err := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, c.Metrics)
+	if err != nil {
 		return nil, err
 	}
 	c.Server.Handle("GET /debug/calibration", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, c.Calib.Fits())
 	}))
-	if c.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+	if c.rawLn, err = net.Listen("tcp", cfg.Listen); err != nil {
 		return nil, fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
+	var apiTLS *tls.Config
+	if c.tls != nil {
+		// Clients need no certificate; a controller forwarding a request
+		// presents its own, verified (VerifyClientCertIfGiven).
+		apiTLS = c.tls.ServerConfig(false)
+	}
+	c.http, c.ln = serve("api", c.rawLn, cfg.Server.Limits, apiTLS, c.Server, c.listenM, c.log)
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	if cfg.multiRegion() {
@@ -355,19 +444,14 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, err
 		}
 	}
-	c.http = &http.Server{Handler: c.Server, ReadHeaderTimeout: 10 * time.Second}
-	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
-	c.goRun("http", func() error {
-		if err := c.http.Serve(c.ln); !errors.Is(err, http.ErrServerClosed) {
-			return err
-		}
-		return nil
-	})
-	c.log.Info("controller started", "listen", c.ln.Addr().String(), "topic", c.Ingester.Config().Topic,
+	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
+	c.log.Info("controller started", "listen", c.ln.Addr().String(), "url", c.URL(), "tls", c.tls != nil,
+		"client_auth", string(cfg.Auth.Mode), "kafka", c.Ingester.Security(), "topic", c.Ingester.Config().Topic,
 		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static))
+	ok = true
 	return c, nil
 }
 
@@ -385,10 +469,10 @@ func (c *Controller) goRun(name string, f func() error) {
 }
 
 // Addr is the address the HTTP API listens on.
-func (c *Controller) Addr() string { return c.ln.Addr().String() }
+func (c *Controller) Addr() string { return c.rawLn.Addr().String() }
 
-// URL is the base URL of the HTTP API.
-func (c *Controller) URL() string { return "http://" + c.Addr() }
+// URL is the base URL of the HTTP API (https with TLS).
+func (c *Controller) URL() string { return c.cfg.scheme() + "://" + c.Addr() }
 
 // PublicURL is the URL other controllers forward requests to.
 func (c *Controller) PublicURL() string {
@@ -406,7 +490,7 @@ func (c *Controller) AdminURL() string {
 	if c.mr == nil || c.mr.adminLn == nil {
 		return ""
 	}
-	return "http://" + c.mr.adminLn.Addr().String()
+	return c.cfg.scheme() + "://" + c.mr.adminLn.Addr().String()
 }
 
 // Global returns the Raft node, or nil when the controller runs without one.
@@ -436,11 +520,12 @@ func (c *Controller) Audit() *audit.Log {
 // readiness: ready once the index has caught up with the topic.
 func (c *Controller) readiness() (bool, map[string]any) {
 	g := c.Ingester
-	detail := map[string]any{
-		"region": c.cfg.Region,
-		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
-			"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding()},
+	ingest := map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
+		"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding(), "kafka": g.Security()}
+	if e := g.LastError(); e != "" {
+		ingest["error"] = e // what to check: a refused SASL user, an untrusted broker
 	}
+	detail := map[string]any{"region": c.cfg.Region, "ingest": ingest}
 	if n := c.Global(); n != nil {
 		h := n.Health()
 		// Without quorum the controller keeps routing on the last committed
@@ -470,6 +555,7 @@ func (c *Controller) Close(ctx context.Context) error {
 		c.cancel()
 		err = errors.Join(err, c.closeMulti(ctx))
 		c.wg.Wait()
+		c.closeSecurity(ctx)
 		c.errMu.Lock()
 		err = errors.Join(append([]error{err}, c.errs...)...)
 		c.errMu.Unlock()

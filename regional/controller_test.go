@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meridian-llm/meridian/global/identity"
+	"github.com/meridian-llm/meridian/regional/auth"
 	"github.com/meridian-llm/meridian/regional/route"
 )
 
@@ -52,6 +54,7 @@ func TestValidateIsPure(t *testing.T) {
 	cfg.Region, cfg.Listen = "us-east-1", "127.0.0.1:0"
 	cfg.Kafka.Brokers = []string{"127.0.0.1:9092"}
 	cfg.PolicyFile = filepath.Join(t.TempDir(), "missing.yaml")
+	cfg.Insecure = true // no client authentication: this test is about purity
 	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "models") {
 		t.Fatalf("before ApplyDefaults: %v, want the missing models named", err)
 	}
@@ -68,5 +71,60 @@ func TestValidateIsPure(t *testing.T) {
 	}
 	if _, err := cfg.LoadPolicy(); err == nil || !strings.Contains(err.Error(), "policy_file") {
 		t.Fatalf("LoadPolicy of a missing file: %v", err)
+	}
+}
+
+// TestSecureByDefault: plaintext Raft, admin API or forwarding beyond
+// loopback, residency decided on unauthenticated headers, and short
+// secrets are refused, naming what to do, unless insecure is set.
+func TestSecureByDefault(t *testing.T) {
+	base := func() Config {
+		c := DefaultConfig()
+		c.Region, c.ControllerID = "us-east-1", "ctl-1"
+		c.Kafka.Brokers = []string{"127.0.0.1:9092"}
+		c.Raft = RaftConfig{DataDir: t.TempDir(), Bind: "10.0.0.5:7400"}
+		c.Audit = AuditConfig{Dir: t.TempDir(), HMACKey: strings.Repeat("h", 32)}
+		c.AdminToken = strings.Repeat("a", 32)
+		c.Auth.Config = auth.DefaultConfig()
+		c.Auth.Mode, c.Auth.APIKeys.File = auth.ModeAPIKeys, "keys.yaml"
+		c.ApplyDefaults()
+		return c
+	}
+	for _, tc := range []struct {
+		name string
+		mut  func(*Config)
+		want string // "" = valid
+	}{
+		{"plaintext raft and admin beyond loopback", func(*Config) {}, "raft.bind 10.0.0.5:7400, admin_listen :8081"},
+		{"insecure opt-out", func(c *Config) { c.Insecure = true }, ""},
+		{"TLS", func(c *Config) {
+			c.TLS = &identity.TLSConfig{Cert: "c.pem", Key: "k.pem", ClientCA: "ca.pem"}
+			c.ApplyDefaults()
+		}, ""},
+		{"loopback only", func(c *Config) { c.Raft.Bind, c.AdminListen = "127.0.0.1:7400", "127.0.0.1:8081" }, ""},
+		{"forwarding beyond loopback", func(c *Config) {
+			c.Raft.Bind, c.AdminListen = "127.0.0.1:7400", "127.0.0.1:8081"
+			c.Gossip.Keys, c.Audit = []string{"k"}, AuditConfig{Dir: t.TempDir(), HMACKey: strings.Repeat("h", 32)}
+			c.HopToken = strings.Repeat("t", 32)
+		}, "listen :8080 (forwarding between controllers)"},
+		{"headers believed", func(c *Config) {
+			c.TLS = &identity.TLSConfig{Cert: "c", Key: "k", ClientCA: "ca"}
+			c.Auth = AuthConfig{}
+		}, "auth.mode is required"},
+		{"short admin token", func(c *Config) { c.Insecure, c.AdminToken = true, "a" }, "admin_token: 1 bytes, at least 32"},
+		{"raft without an audit log", func(c *Config) { c.Insecure, c.Audit = true, AuditConfig{} }, "audit.dir is required with raft"},
+		{"short audit key", func(c *Config) {
+			c.Insecure, c.Audit = true, AuditConfig{Dir: t.TempDir(), HMACKey: strings.Repeat("h", 20)}
+		}, "audit.hmac_key: at least 32"},
+	} {
+		c := base()
+		tc.mut(&c)
+		err := c.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%s: %v, want an error naming %q", tc.name, err, tc.want)
+		}
 	}
 }

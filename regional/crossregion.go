@@ -3,6 +3,7 @@ package regional
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -68,8 +69,17 @@ type Topology struct {
 	// Audit records decisions; without it no request is sent to another
 	// region (a crossing must be recorded first).
 	Audit Auditor
-	// HopToken authenticates controller-to-controller forwarding; empty:
-	// forwarded requests are refused and none are sent.
+	// HopByCertificate: forwarding between controllers is authenticated by
+	// the sending controller's TLS certificate (see authHop), and requests
+	// are forwarded over mutual TLS. Otherwise (an insecure controller)
+	// HopToken authenticates it; with neither, forwarded requests are
+	// refused and none are sent.
+	HopByCertificate bool
+	// IsMember reports whether a controller id is a member of the Raft
+	// configuration (a hop's sender must be); nil: any controller
+	// certificate of the cluster's CA.
+	IsMember func(controllerID string) bool
+	// HopToken authenticates forwarding without TLS (insecure only).
 	HopToken string
 	// Shares is the state of the remote-share guardrail.
 	Shares *gorgo.ShareTracker
@@ -127,22 +137,29 @@ func (s *Server) routeAndServe(w http.ResponseWriter, r *http.Request, p *parsed
 // A dry run (POST /v1/route) explains and records nothing.
 func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed, api string, dry bool) (placed, bool) {
 	t := s.topo
+	hop := r.Header.Get(HeaderHop)
 	if t.Control == nil {
-		if r.Header.Get(HeaderHop) != "" {
+		if hop != "" {
 			s.fail(w, api, http.StatusUnauthorized, "invalid_hop", "this controller does not accept forwarded requests")
+			return placed{}, false
+		}
+		if _, ok := s.identify(w, r, api, false); !ok {
 			return placed{}, false
 		}
 		return placed{decisionID: newDecisionID()}, true
 	}
 	origin := t.Region
-	hop := r.Header.Get(HeaderHop)
 	if hop != "" {
-		if t.HopToken == "" || subtle.ConstantTimeCompare([]byte(r.Header.Get(HeaderHopAuth)), []byte(t.HopToken)) != 1 {
-			s.fail(w, api, http.StatusUnauthorized, "invalid_hop", "forwarded request without a valid %s", HeaderHopAuth)
+		if !s.authHop(w, r, api, hop) {
 			return placed{}, false
 		}
 		origin = hop
 	}
+	who, ok := s.identify(w, r, api, hop != "")
+	if !ok {
+		return placed{}, false
+	}
+	p.tenant, p.class = who.tenant, who.class
 	decisionID := r.Header.Get(HeaderDecisionID)
 	if hop == "" || decisionID == "" {
 		decisionID = newDecisionID()
@@ -155,9 +172,18 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		s.fail(w, api, http.StatusServiceUnavailable, "residency_policy_unavailable", "no usable residency policy, so nothing is served: %v", err)
 		return placed{}, false
 	}
-	attrs := residency.Attributes{Tenant: r.Header.Get(HeaderTenant), DataClass: r.Header.Get(HeaderDataClass),
+	attrs := residency.Attributes{Tenant: who.tenant, DataClass: who.class,
 		OriginRegion: origin, Session: p.req.SessionID, Model: p.body.Model}
-	rd := pol.Evaluate(attrs)
+	var rd residency.Decision
+	if attrs.DataClass == "" {
+		// No data class, and no default for the identity: the policy's
+		// strictest treatment (its origin zone only), not a refusal naming
+		// whichever rule needed a data class.
+		rd = pol.EvaluateUnclassified(attrs)
+		attrs.DataClass = residency.Unclassified
+	} else {
+		rd = pol.Evaluate(attrs)
+	}
 	entry := audit.Entry{DecisionID: decisionID, RequestID: p.req.RequestID, Tenant: attrs.Tenant, Session: attrs.Session,
 		Origin: origin, DataClass: attrs.DataClass, Rule: ruleName(rd), PolicyVersion: version}
 	pr := placed{entry: entry, decisionID: decisionID}
@@ -190,7 +216,7 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 
 	localOK := rd.Allows(t.Region) && ctl.Routable(t.Region)
 	var remotes []gorgo.Candidate
-	if t.Remotes != nil && t.Audit != nil && t.HopToken != "" {
+	if t.Remotes != nil && t.Audit != nil && (t.HopByCertificate || t.HopToken != "") {
 		remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
@@ -326,11 +352,17 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	if len(addrs) == 0 {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("region %s has no live controller with a forward address", region)}
 	}
-	add := http.Header{HeaderHop: {origin}, HeaderHopAuth: {s.topo.HopToken}, HeaderDecisionID: {decisionID}}
+	// The identity this controller established travels with the hop (the
+	// client's own credential does not: the other region trusts this
+	// controller's certificate, not the client).
+	add := http.Header{HeaderHop: {origin}, HeaderDecisionID: {decisionID}, HeaderTenant: {p.tenant}, HeaderDataClass: {p.class}}
+	if !s.topo.HopByCertificate {
+		add[HeaderHopAuth] = []string{s.topo.HopToken}
+	}
 	out := http.Header{"X-Meridian-Forwarded-To": {region}}
 	var res attempt
 	for _, addr := range addrs {
-		res = s.relay(ctx, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, func(int) { firstByte() })
+		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, func(int) { firstByte() })
 		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {
 			return res
 		}
@@ -434,4 +466,14 @@ func costJSON(pl *route.Placement, chosen int) json.RawMessage {
 		return json.RawMessage(`{}`)
 	}
 	return b
+}
+
+// hopTokenValid compares a hop token in constant time (of SHA-256
+// digests, so the comparison does not leak the token's length).
+func hopTokenValid(want, got string) bool {
+	if want == "" {
+		return false
+	}
+	w, g := sha256.Sum256([]byte(want)), sha256.Sum256([]byte(got))
+	return subtle.ConstantTimeCompare(w[:], g[:]) == 1
 }

@@ -372,11 +372,13 @@ func TestIngestSequenceResetClearsPod(t *testing.T) {
 
 func TestIngestConfigValidate(t *testing.T) {
 	for name, mut := range map[string]func(*IngestConfig){
-		"brokers":    func(c *IngestConfig) { c.Brokers = nil },
-		"region":     func(c *IngestConfig) { c.Region = "" },
-		"block_size": func(c *IngestConfig) { c.BlockSize = 0 },
-		"host:port":  func(c *IngestConfig) { c.Brokers = []string{"localhost"} },
-		"backoff":    func(c *IngestConfig) { c.BackoffMax = time.Millisecond },
+		"brokers":           func(c *IngestConfig) { c.Brokers = nil },
+		"region":            func(c *IngestConfig) { c.Region = "" },
+		"block_size":        func(c *IngestConfig) { c.BlockSize = 0 },
+		"host:port":         func(c *IngestConfig) { c.Brokers = []string{"localhost"} },
+		"backoff":           func(c *IngestConfig) { c.BackoffMax = time.Millisecond },
+		"kv_blocks_per_pod": func(c *IngestConfig) { c.KVBlocksPerPod = -1 },
+		"fetch_max_bytes":   func(c *IngestConfig) { c.FetchMaxBytes = 1 << 10 },
 	} {
 		c := DefaultIngestConfig()
 		c.Brokers, c.Region = []string{"127.0.0.1:9092"}, "r"

@@ -34,6 +34,9 @@ type routerMetrics struct {
 	auditFailures     prometheus.Counter
 	fallbacks         prometheus.Counter
 	truncated         *prometheus.CounterVec // what: stream, body
+	authRefused       *prometheus.CounterVec // code
+	rateLimited       prometheus.Counter
+	hopsRefused       *prometheus.CounterVec // reason
 }
 
 func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() time.Time) (*routerMetrics, error) {
@@ -80,11 +83,23 @@ func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() t
 			Help: "Audit records that could not be written (a cross-region decision that fails to record does not cross)."}),
 		fallbacks: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_fallbacks_total",
 			Help: "Requests served elsewhere after the chosen remote region failed before answering."}),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_auth_refused_total",
+			Help: "Requests refused by client authentication, by code (missing_credentials, invalid_credentials, tenant_mismatch, data_class_not_allowed)."}, []string{"code"}),
+		rateLimited: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_router_rate_limited_total",
+			Help: "Requests refused (429) because their identity was over its rate limit."}),
+		hopsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_hops_refused_total",
+			Help: "Requests forwarded by another controller and refused, by reason (no_controller_certificate, not_a_member, region_mismatch, bad_token)."}, []string{"reason"}),
 		truncated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_truncated_total",
 			Help: "Answers whose upstream failed part way: a stream ended with an error event and aborted, or a body refused with 502."}, []string{"what"}),
 	}
 	for _, what := range []string{"stream", "body"} {
 		m.truncated.WithLabelValues(what)
+	}
+	for _, code := range []string{"missing_credentials", "invalid_credentials", "tenant_mismatch", "data_class_not_allowed"} {
+		m.authRefused.WithLabelValues(code)
+	}
+	for _, reason := range []string{"no_controller_certificate", "not_a_member", "region_mismatch", "bad_token"} {
+		m.hopsRefused.WithLabelValues(reason)
 	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_router_inflight_requests",
 		Help: "Requests in flight through this controller."}, func() float64 {
@@ -104,7 +119,7 @@ func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() t
 	for _, c := range []prometheus.Collector{m.requests, m.decisions, m.decisionTime, m.tokenizeTime, m.ttft, m.retries,
 		m.upstreamErrors, m.ejections, m.promptTokens, m.predicted, m.reported, m.predictionErr, m.tokensReused,
 		m.tokensEncoded, m.crossRegion, m.forwardedIn, m.residencyDenials, m.residencyNoRegion, m.auditFailures,
-		m.fallbacks, m.truncated, inflight, pods} {
+		m.fallbacks, m.truncated, m.authRefused, m.rateLimited, m.hopsRefused, inflight, pods} {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register router metrics: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/global/audit"
+	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/route"
@@ -41,6 +43,11 @@ type RaftConfig struct {
 	Voters int `yaml:"voters"`
 	// WAN uses Raft timings for cross-region links (global.WANTiming).
 	WAN bool `yaml:"wan"`
+	// ElectionTimeout, when set, replaces the timing's heartbeat and
+	// election timeouts (the leader lease is half of it): longer for
+	// voters on a heavily loaded host, where a starved leader would
+	// otherwise be deposed over and over. 0: the timing's (LAN 1s, WAN 5s).
+	ElectionTimeout time.Duration `yaml:"election_timeout"`
 }
 
 // GossipConfig turns on the WAN gossip pool (package gossip) when Keys are set.
@@ -120,21 +127,22 @@ func (c Config) validateMulti() error {
 		if c.AdminToken == "" {
 			return errors.New("config: admin_token (or MERIDIAN_ADMIN_TOKEN) is required with raft")
 		}
+		if d := c.Raft.ElectionTimeout; d != 0 && (d < 100*time.Millisecond || d > time.Minute) {
+			return fmt.Errorf("config: raft.election_timeout = %v: want 100ms..1m (0: the timing's default)", d)
+		}
 		if c.Raft.Voters != 0 && c.Raft.Voters != 1 && c.Raft.Voters != 3 && c.Raft.Voters != 5 {
 			return fmt.Errorf("config: raft.voters = %d: want 1, 3 or 5", c.Raft.Voters)
+		}
+		if c.Audit.Dir == "" {
+			return errors.New("config: audit.dir is required with raft: policy applies, failovers and membership changes are recorded there")
 		}
 	}
 	if len(c.Gossip.Keys) > 0 {
 		if c.Audit.Dir == "" {
 			return errors.New("config: audit.dir is required with gossip: cross-region decisions must be recorded")
 		}
-		if c.HopToken == "" {
-			return errors.New("config: hop_token (or MERIDIAN_HOP_TOKEN, or admin_token) is required with gossip")
-		}
-	}
-	if c.Audit.Dir != "" {
-		if len(c.auditKey()) < audit.MinKeyBytes {
-			return fmt.Errorf("config: audit.hmac_key: at least %d bytes are required (or MERIDIAN_AUDIT_KEY)", audit.MinKeyBytes)
+		if c.TLS == nil && c.HopToken == "" {
+			return errors.New("config: without tls, hop_token (or MERIDIAN_HOP_TOKEN) is required with gossip: it authenticates forwarding between controllers")
 		}
 	}
 	return nil
@@ -210,9 +218,11 @@ func (g gossipRemotes) ForwardAddrs(region string) []string {
 		return nil
 	}
 	// Controllers answering pings first; then the suspect ones, which may
-	// only have missed a few pings (under load, or a short partition).
+	// only have missed a few pings (under load, or a short partition); then
+	// those this node's failure detector declared dead, which may yet
+	// refute it (a refused connection costs little).
 	var out []string
-	for _, st := range []gossip.ControllerState{gossip.StateAlive, gossip.StateSuspect} {
+	for _, st := range []gossip.ControllerState{gossip.StateAlive, gossip.StateSuspect, gossip.StateDead} {
 		for _, c := range rv.Controllers {
 			if c.ForwardAddr != "" && c.State == st {
 				out = append(out, c.ForwardAddr)
@@ -239,6 +249,12 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		mr.adminLn = ln
 		mux := http.NewServeMux()
+		// Health answers here too, under the admin listener's own limits:
+		// probes keep answering while the API listener is flooded.
+		mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		})
+		mux.HandleFunc("GET /readyz", c.Server.serveReady)
 		mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 			if h := mr.adminH.Load(); h != nil {
 				(*h).ServeHTTP(w, r)
@@ -246,13 +262,16 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			}
 			writeError(w, http.StatusServiceUnavailable, "starting", "the admin API is starting")
 		})
-		mr.adminS = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		c.goRun("admin-http", func() error {
-			if err := mr.adminS.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-				return err
-			}
-			return nil
-		})
+		var adminTLS *tls.Config
+		if c.tls != nil {
+			// Operators and controllers may present a certificate (its
+			// identity names them in audit records); the bearer token is
+			// required either way.
+			adminTLS = c.tls.ServerConfig(false)
+		}
+		var served net.Listener
+		mr.adminS, served = serve("admin", ln, cfg.AdminLimits, adminTLS, mux, c.listenM, c.log)
+		c.goRun("admin-http", func() error { return servedUntilClosed(mr.adminS.Serve(served)) })
 	}
 
 	if cfg.Audit.Dir != "" {
@@ -287,9 +306,24 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Raft.WAN {
 			gcfg.Timing = global.WANTiming()
 		}
+		if d := cfg.Raft.ElectionTimeout; d > 0 {
+			gcfg.Timing.HeartbeatTimeout, gcfg.Timing.ElectionTimeout, gcfg.Timing.LeaderLeaseTimeout = d, d, d/2
+		}
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Liveness = mr.liveness
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
+		gcfg.Insecure = cfg.Insecure
+		if mr.audit != nil {
+			// Every privileged action of the admin API, and what the leader
+			// does on its own, goes on this controller's chain first.
+			gcfg.Audit = mr.audit
+		}
+		if c.tls != nil {
+			// Raft only between controllers of the cluster's CA, both ways.
+			gcfg.TLS = identity.RequireControllers(c.tls.ServerConfig(true))
+			gcfg.TLSClient = c.tls.ClientConfig("")
+			gcfg.AdminTLS = c.tls.ClientConfig("")
+		}
 		node, err := global.Open(ctx, gcfg)
 		if err != nil {
 			return fmt.Errorf("raft: %w", err)
@@ -316,6 +350,20 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	}
 	if mr.audit != nil {
 		admin.Handle("/v1/audit/", bearer(cfg.AdminToken, http.StripPrefix("/v1/audit", audit.Handler(mr.audit))))
+	}
+	if len(cfg.Gossip.Keys) > 0 {
+		// Key rotation (meridian gossip keys): each change is recorded in
+		// the audit log before it takes effect (guardKeyOp).
+		keys := bearer(cfg.AdminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g := mr.gossipRef.Load()
+			if g == nil {
+				writeError(w, http.StatusServiceUnavailable, "starting", "the gossip pool is starting")
+				return
+			}
+			gossip.GuardedKeysHandler(g, c.guardKeyOp).ServeHTTP(w, r)
+		}))
+		admin.Handle(gossip.KeysPath, keys)
+		admin.Handle(gossip.KeysPath+"/", keys)
 	}
 	var h http.Handler = admin
 	mr.adminH.Store(&h)
@@ -359,7 +407,13 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		c.goRun("summary", func() error { return c.runSummaries(run, cfg.SummaryInterval) })
 	}
 
-	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken}
+	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken, HopByCertificate: c.tls != nil}
+	if n := mr.node; n != nil {
+		topo.IsMember = func(id string) bool {
+			_, ok := n.State().Member(id)
+			return ok
+		}
+	}
 	if mr.audit != nil {
 		topo.Audit = mr.audit
 	}
@@ -384,13 +438,46 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	return nil
 }
 
-// fastGossip shortens memberlist's intervals for loopback clusters.
+// guardKeyOp records a gossip keyring change asked of the admin API
+// (gossip_key_install, _use, _remove) in the audit log, with the caller's
+// identity, before it takes effect, and refuses it when the record cannot
+// be written (gossip.KeyOpGuard), as the Raft tier does for its writes: a
+// key change on record is what lets an operator tell who could read the
+// pool's traffic when.
+func (c *Controller) guardKeyOp(r *http.Request, op gossip.KeyOp, fingerprint string, refused error,
+	apply func() (gossip.KeyOpResult, error)) (gossip.KeyOpResult, error) {
+	by := global.RequestActor(r)
+	act := audit.AdminAction{Action: "gossip_key_" + string(op), Actor: by.Name, Auth: by.Auth, Args: map[string]string{}}
+	if fingerprint != "" {
+		act.Args["fingerprint"] = fingerprint
+	}
+	if n := c.mr.node; n != nil {
+		act.PolicyVersion = n.State().PolicyVersionString()
+	}
+	var adm audit.Admin
+	if c.mr.audit != nil {
+		adm = audit.Admin{Log: c.mr.audit, Origin: c.cfg.Region}
+	}
+	if refused != nil {
+		return gossip.KeyOpResult{}, adm.Refuse(r.Context(), act, refused)
+	}
+	var res gossip.KeyOpResult
+	err := adm.Run(r.Context(), act, func(context.Context) (err error) {
+		res, err = apply()
+		return err
+	})
+	return res, err
+}
+
+// fastGossip shortens memberlist's intervals for loopback clusters (tests,
+// the demo): summaries and liveness spread in well under a second, while
+// probe timeouts stay long enough for a loaded machine.
 func fastGossip(g *gossip.Config) {
-	g.ProbeInterval, g.ProbeTimeout = 200*time.Millisecond, 150*time.Millisecond
+	g.ProbeInterval, g.ProbeTimeout = 400*time.Millisecond, 300*time.Millisecond
 	g.GossipInterval, g.PushPullInterval = 50*time.Millisecond, time.Second
 	g.SyncInterval, g.PullRetry = 100*time.Millisecond, 500*time.Millisecond
 	g.RetryJoinInterval = 500 * time.Millisecond
-	g.SuspicionMult = 4
+	g.SuspicionMult = 6
 }
 
 // applyBootstrapPolicy applies the configured policy once the new cluster

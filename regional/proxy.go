@@ -20,6 +20,11 @@ import (
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
+// credentialHeaders carry a client's credential for this controller: with
+// client authentication on, they go neither to pods nor to other regions'
+// controllers.
+var credentialHeaders = map[string]bool{"Authorization": true, "X-Api-Key": true}
+
 // hopHeaders are not forwarded (RFC 9110 section 7.6.1).
 var hopHeaders = map[string]bool{
 	"Connection": true, "Proxy-Connection": true, "Keep-Alive": true, "Proxy-Authenticate": true,
@@ -212,7 +217,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	hdr := http.Header{"X-Meridian-Pod": {pod.Name}}
 	out := http.Header{"X-Meridian-Pod": {pod.Name}, "X-Meridian-Predicted-Cached-Tokens": {strconv.Itoa(d.CachedTokens)},
 		"X-Meridian-Region": {s.topo.Region}}
-	return s.relay(ctx, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name, func(status int) {
+	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name, func(status int) {
 		ttft := s.now().Sub(p.started)
 		ticket.FirstByte(s.now())
 		if status == http.StatusOK {
@@ -232,7 +237,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // body byte has arrived (firstByte is called then), so an upstream that
 // fails or stalls before answering can be retried elsewhere; from then on
 // the client sees the upstream's answer byte for byte, flushed as it comes.
-func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, url string, add, out http.Header, who string, firstByte func(status int)) (res attempt) {
+func (s *Server) relay(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, p *parsed, url string, add, out http.Header, who string, firstByte func(status int)) (res attempt) {
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timer := time.AfterFunc(s.cfg.FirstByteTimeout, cancel)
@@ -243,14 +248,14 @@ func (s *Server) relay(ctx context.Context, w http.ResponseWriter, r *http.Reque
 		return attempt{kind: "connect", err: err}
 	}
 	for k, vs := range r.Header {
-		if !hopHeaders[k] && !strings.HasPrefix(k, "X-Meridian-Hop") {
+		if !hopHeaders[k] && !strings.HasPrefix(k, "X-Meridian-Hop") && !(s.auth != nil && credentialHeaders[k]) {
 			ureq.Header[k] = vs
 		}
 	}
 	for k, vs := range add {
 		ureq.Header[k] = vs
 	}
-	resp, err := s.client.Do(ureq)
+	resp, err := client.Do(ureq)
 	if err != nil {
 		return s.upstreamErr(ctx, timer, err)
 	}

@@ -40,12 +40,15 @@ type ServerConfig struct {
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
 	// Outlier is the passive health check.
 	Outlier route.OutlierConfig `yaml:"outlier"`
+	// Limits bound what clients can hold of the API listener (timeouts,
+	// open connections); see ListenerConfig.
+	Limits ListenerConfig `yaml:"limits"`
 }
 
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{MaxBodyBytes: 16 << 20, MaxRetries: 2, RetryBackoff: 10 * time.Millisecond,
-		FirstByteTimeout: 120 * time.Second, Outlier: route.DefaultOutlierConfig()}
+		FirstByteTimeout: 120 * time.Second, Outlier: route.DefaultOutlierConfig(), Limits: DefaultAPIListener()}
 }
 
 // Validate names the first field that is wrong.
@@ -60,7 +63,7 @@ func (c ServerConfig) Validate() error {
 	case c.Outlier.ConsecutiveFailures < 1 || c.Outlier.BaseEjection <= 0 || c.Outlier.MaxEjectionPercent < 0 || c.Outlier.MaxEjectionPercent > 100:
 		return fmt.Errorf("server config: outlier: consecutive_failures >= 1, base_ejection > 0, max_ejection_percent 0..100")
 	}
-	return nil
+	return c.Limits.Validate("server config: limits")
 }
 
 // ReadinessFunc reports whether the controller is ready and why not, with
@@ -75,13 +78,16 @@ type Server struct {
 	reg     *route.Registry
 	prompts *Prompts
 	calib   *gorgo.Calibrator
-	client  *http.Client
-	log     *slog.Logger
-	m       *routerMetrics
-	ready   ReadinessFunc
-	now     func() time.Time
-	mux     *http.ServeMux
-	topo    Topology
+	client  *http.Client // to the pods
+	// peerClient forwards to other regions' controllers.
+	peerClient *http.Client
+	auth       *ClientAuth
+	log        *slog.Logger
+	m          *routerMetrics
+	ready      ReadinessFunc
+	now        func() time.Time
+	mux        *http.ServeMux
+	topo       Topology
 	// auditHealth: how the audit log's writes have been going (/readyz).
 	auditHealth auditHealth
 	// fwd is the prefill this controller forwarded to other regions that
@@ -107,6 +113,12 @@ type ServerDeps struct {
 	Ready ReadinessFunc
 	// Clock; nil: time.Now.
 	Clock func() time.Time
+	// Auth authenticates clients; nil: none (X-Tenant-Id and X-Data-Class
+	// are believed as sent: an insecure controller only).
+	Auth *ClientAuth
+	// PeerTransport carries requests forwarded to other regions'
+	// controllers (mutual TLS when the controller has TLS); nil: Transport.
+	PeerTransport http.RoundTripper
 }
 
 // NewServer builds the API.
@@ -134,8 +146,13 @@ func NewServer(cfg ServerConfig, deps ServerDeps) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	peer := deps.PeerTransport
+	if peer == nil {
+		peer = transport
+	}
 	s := &Server{cfg: cfg, dec: deps.Decider, reg: reg, prompts: deps.Prompts, calib: deps.Calibrator, log: log, m: m,
-		ready: deps.Ready, now: now, client: &http.Client{Transport: transport}, mux: http.NewServeMux()}
+		ready: deps.Ready, now: now, client: &http.Client{Transport: transport}, peerClient: &http.Client{Transport: peer},
+		auth: deps.Auth, mux: http.NewServeMux()}
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })
 	s.mux.HandleFunc("POST /v1/route", s.serveRoute)
@@ -226,6 +243,9 @@ type parsed struct {
 	// abort: part of an answer reached the client before its upstream
 	// failed; the handler ends the response abnormally.
 	abort bool
+	// tenant and class are the identity residency decided on (from
+	// authentication, or a hop's origin), forwarded with a hop.
+	tenant, class string
 }
 
 // parse reads, validates and tokenizes a request; on failure it has written
@@ -242,7 +262,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 		return nil
 	}
-	p.raw = raw
+	p.raw = dropReportingXargs(raw)
 	if err := json.Unmarshal(raw, &p.body); err != nil {
 		s.fail(w, api, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
 		return nil
@@ -261,7 +281,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		writeJSON(w, http.StatusNotFound, e)
 		return nil
 	}
-	sessionID := r.Header.Get("X-Session-Id")
+	sessionID := capSessionID(r.Header.Get(HeaderSession))
 	t0 := time.Now()
 	prompt, err := s.prompts.Encode(p.body.Model, k, &p.body.Request, sessionID)
 	s.m.tokenizeTime.Observe(time.Since(t0).Seconds())
@@ -277,7 +297,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 	s.m.tokensReused.Add(float64(prompt.Reused))
 	s.m.tokensEncoded.Add(float64(len(prompt.IDs)))
 	p.req = route.Request{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
-		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id")}
+		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id"), Salted: p.body.CacheSalt != ""}
 	if s.cfg.AllowPolicyOverride {
 		if pol := r.Header.Get("X-Meridian-Policy"); pol != "" {
 			if !slices.Contains(route.Policies, pol) {

@@ -3,10 +3,12 @@ package regional
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -65,6 +67,11 @@ type serverFixture struct {
 type fixtureConfig struct {
 	server   ServerConfig
 	decision route.Config
+	// auth authenticates clients (nil: headers are believed); tls, when
+	// set, serves the API over it through the controller's own listener
+	// (serve), as a secure controller does.
+	auth *ClientAuth
+	tls  *tls.Config
 }
 
 func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtureConfig)) *serverFixture {
@@ -97,9 +104,25 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	f.prom = prometheus.NewRegistry()
 	f.ready.Store(true)
 	f.srv, err = NewServer(cfg, ServerDeps{Decider: f.dec, Prompts: prompts, Metrics: f.prom,
-		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: func() time.Time { return f.clock }})
+		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: func() time.Time { return f.clock },
+		Auth: fc.auth})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if fc.tls != nil {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lm, err := newListenerMetrics(prometheus.NewRegistry())
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs, l := serve("api", ln, DefaultAPIListener(), fc.tls, f.srv, lm, slog.New(slog.DiscardHandler))
+		go func() { _ = hs.Serve(l) }()
+		t.Cleanup(func() { _ = hs.Close() })
+		f.url = "https://" + ln.Addr().String()
+		return f
 	}
 	hs := httptest.NewServer(f.srv)
 	t.Cleanup(hs.Close)
@@ -365,7 +388,10 @@ func TestScrapeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := NewScraper(reg, srv.Client(), time.Second, slog.New(slog.DiscardHandler))
+	sc, err := NewScraper(reg, srv.Client(), time.Second, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sc.ScrapeOnce(context.Background())
 	if got := p.Load().KVUtil; got != 0.93 {
 		t.Fatalf("after a scrape: kv util %v, want 0.93", got)

@@ -77,3 +77,27 @@ func (p *Policy) Stranded(down func(region string) bool) []Stranded {
 	check(&p.def)
 	return out
 }
+
+// Unclassified is the data class a request without one is evaluated with.
+// A policy that declares its data classes and not this one treats it as an
+// unknown class (rules that constrain data_class skip it); a policy may
+// also declare it and write rules for it.
+const Unclassified = "unclassified"
+
+// EvaluateUnclassified decides a request that carries no data class and
+// whose identity has no default: the strictest treatment, not a refusal
+// naming whatever rule needed the class. It is evaluated as a request of
+// data class Unclassified (for a policy that does not declare it, an
+// unknown data class: rules that constrain data_class do not match it;
+// rules that do not still apply, deny rules included), and what that allows
+// is confined to the origin region's zone.
+func (p *Policy) EvaluateUnclassified(a Attributes) Decision {
+	a.DataClass = Unclassified
+	d := p.Evaluate(a)
+	if i, ok := p.regionIndex[a.OriginRegion]; ok {
+		d.Allowed = d.Allowed.Intersect(p.originSet[i])
+	} else {
+		d.Allowed = RegionSet{}
+	}
+	return d
+}

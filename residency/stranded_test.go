@@ -99,3 +99,32 @@ func TestTenantCaseInsensitive(t *testing.T) {
 		t.Errorf("EMBARGOED-9 allowed %v", d.Regions())
 	}
 }
+
+// A request without a data class is served in its origin zone only, under
+// the rules that do not look at the data class (deny rules too), instead of
+// failing closed on the first rule that needs a data class.
+func TestEvaluateUnclassified(t *testing.T) {
+	src, err := os.ReadFile("../deploy/policies/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("example.yaml", src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := p.Evaluate(Attributes{Tenant: "acme", OriginRegion: "eu-west-1"}); d.Outcome != OutcomeMissingAttribute {
+		t.Fatalf("plain Evaluate without a class: %v", d.Reason())
+	}
+	for origin, want := range map[string][]string{"eu-west-1": {"eu-west-1"}, "us-east-1": {"us-east-1", "us-west-2"}} {
+		d := p.EvaluateUnclassified(Attributes{Tenant: "acme", OriginRegion: origin})
+		if !slices.Equal(d.Regions(), want) || !d.UnknownDataClass || d.Rule.Name != "default" && d.Rule.Name != "" {
+			t.Errorf("acme from %s: %v (%s), want %v", origin, d.Regions(), d.Reason(), want)
+		}
+	}
+	if d := p.EvaluateUnclassified(Attributes{Tenant: "embargoed-3", OriginRegion: "us-east-1"}); !d.Allowed.Empty() {
+		t.Errorf("an embargoed tenant without a class: %v", d.Regions())
+	}
+	if d := p.EvaluateUnclassified(Attributes{Tenant: "acme", OriginRegion: "mars-1"}); !d.Allowed.Empty() {
+		t.Errorf("an unknown origin: %v", d.Regions())
+	}
+}

@@ -21,7 +21,7 @@ const auditVerifyFailed = 3
 func auditCommand(extra ...*cli.Command) *cli.Command {
 	return &cli.Command{
 		Name:  "audit",
-		Usage: "query, follow and verify the hash-chained audit log of cross-region decisions",
+		Usage: "query, follow and verify the hash-chained audit log of cross-region decisions and privileged actions",
 		Subcommands: append([]*cli.Command{
 			auditQueryCommand(), auditTailCommand(), auditVerifyCommand(), auditHashCommand(),
 		}, extra...),
@@ -31,19 +31,19 @@ func auditCommand(extra ...*cli.Command) *cli.Command {
 // auditSourceFlags select where records are read from: a directory, or the
 // admin APIs of controllers (fanned out, merged in time order).
 func auditSourceFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
 		&cli.StringSliceFlag{Name: "controllers", EnvVars: []string{"MERIDIAN_CONTROLLERS"}, Usage: "admin URLs of controllers to ask instead of --dir (repeat or comma-separate); records are merged in time order"},
 		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token for --controllers"},
 		&cli.StringFlag{Name: "hmac-key-file", EnvVars: []string{"MERIDIAN_AUDIT_HMAC_KEY_FILE"}, Usage: "file holding the audit HMAC key (needed for --tenant)"},
-	}
+	}, tlsClientFlags()...)
 }
 
 func auditFilterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "region", Usage: "records whose origin or chosen region is `REGION`"},
 		&cli.StringFlag{Name: "tenant", Usage: "records of raw tenant id `ID` (compared by its HMAC)"},
-		&cli.StringSliceFlag{Name: "kind", Usage: "decision kind (cross_region, residency_denied, forwarded_in, fallback); repeat or comma-separate"},
+		&cli.StringSliceFlag{Name: "kind", Usage: "record kind (cross_region, residency_denied, forwarded_in, fallback, or admin_action: policy applies, failovers, membership changes, key rotation); repeat or comma-separate"},
 		&cli.StringFlag{Name: "controller", Usage: "only this controller's chain"},
 		&cli.BoolFlag{Name: "json", Usage: "print each record as its canonical JSON line"},
 	}
@@ -66,11 +66,15 @@ func auditSource(c *cli.Context) (audit.Source, error) {
 		if c.String("dir") != "" {
 			return nil, usageError("audit %s: give --dir or --controllers, not both", c.Command.Name)
 		}
+		hc, err := tlsHTTPClient(c)
+		if err != nil {
+			return nil, err
+		}
 		var m audit.Multi
 		for _, u := range urls {
 			for _, one := range strings.Split(u, ",") {
 				if one = strings.TrimSpace(one); one != "" {
-					m = append(m, &audit.HTTPSource{BaseURL: strings.TrimRight(one, "/") + "/v1/audit", Token: c.String("token")})
+					m = append(m, &audit.HTTPSource{BaseURL: strings.TrimRight(one, "/") + "/v1/audit", Token: c.String("token"), Client: hc})
 				}
 			}
 		}
@@ -206,13 +210,13 @@ func auditVerifyCommand() *cli.Command {
 			"swapped segment with its file and line. Without --checkpoints, a cut tail or a chain rewritten\n" +
 			"to its end cannot be detected. Exit status: 0 when intact, 3 when problems are found,\n" +
 			"1 when the log cannot be read, 2 on a usage error.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
 			&cli.StringFlag{Name: "checkpoints", Usage: "checkpoints as JSON lines (exported from the Raft tier)"},
 			&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin URL of a controller: read the checkpoints from the Raft tier (instead of --checkpoints)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token for --admin"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
-		},
+		}, tlsClientFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.NArg() > 0 {
 				return usageError("audit verify takes no arguments, got %q", c.Args().Slice())
@@ -226,7 +230,11 @@ func auditVerifyCommand() *cli.Command {
 			case path != "" && admin != "":
 				return usageError("audit verify: give --checkpoints or --admin, not both")
 			case admin != "":
-				l, err := global.NewClient(admin, c.String("token"), nil).Checkpoints(c.Context, "", global.ReadOptions{Consistent: true})
+				hc, err := tlsHTTPClient(c)
+				if err != nil {
+					return err
+				}
+				l, err := global.NewClient(admin, c.String("token"), hc).Checkpoints(c.Context, "", global.ReadOptions{Consistent: true})
 				if err != nil {
 					return fmt.Errorf("audit verify: checkpoints from %s: %w", admin, err)
 				}

@@ -34,6 +34,7 @@ func TestAgainstFleet(t *testing.T) {
 			t.Errorf("fleet close: %v", err)
 		}
 	})
+	t.Setenv("MERIDIAN_CA_CERT", f.PKI.CACert) // https, with the fleet's CA
 	var urls []string
 	for _, r := range f.Regions {
 		urls = append(urls, r.Controller.AdminURL())
@@ -59,7 +60,7 @@ func testAuditQueryFansOut(t *testing.T, f *fleet.Fleet, urls []string) {
 	req, _ := http.NewRequest(http.MethodPost, f.Region("us-east-1").Controller.URL()+"/v1/chat/completions", bytes.NewReader(body))
 	req.Header.Set(regional.HeaderTenant, "eu-health")
 	req.Header.Set(regional.HeaderDataClass, "phi")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := f.HTTP.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

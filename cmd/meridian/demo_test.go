@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net/http"
+	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -33,7 +36,7 @@ func (s *demoBuffer) String() string {
 	return s.b.String()
 }
 
-var demoRegionLine = regexp.MustCompile(`^(us-east-1|us-west-2|eu-west-1)=(http://127\.0\.0\.1:[0-9]+)$`)
+var demoRegionLine = regexp.MustCompile(`^(us-east-1|us-west-2|eu-west-1)=(https://127\.0\.0\.1:[0-9]+)$`)
 
 // meridian demo --no-traffic prints exactly one region=URL line per
 // controller on stdout (everything else on stderr), serves until
@@ -54,7 +57,7 @@ func TestDemoNoTraffic(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
-	for strings.Count(out.String(), "\n") < 3 {
+	for !strings.Contains(out.String(), "apikey.embargoed-9=") {
 		select {
 		case err := <-done:
 			t.Fatalf("demo ended early: %v\nstderr: %s", err, errw.String())
@@ -64,14 +67,29 @@ func TestDemoNoTraffic(t *testing.T) {
 			t.Fatalf("no region lines; stdout %q stderr %q", out.String(), errw.String())
 		}
 	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	var hc *http.Client
 	seen := map[string]bool{}
-	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+	for _, l := range lines {
+		if ca, ok := strings.CutPrefix(l, "ca="); ok {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				t.Fatal(err)
+			}
+			roots := x509.NewCertPool()
+			roots.AppendCertsFromPEM(pem)
+			hc = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+			continue
+		}
+		if strings.HasPrefix(l, "raft.") || strings.HasPrefix(l, "apikey.") {
+			continue
+		}
 		m := demoRegionLine.FindStringSubmatch(l)
-		if m == nil {
-			t.Fatalf("stdout line %q is not region=URL", l)
+		if m == nil || hc == nil {
+			t.Fatalf("stdout line %q is not region=URL (after the ca= line)", l)
 		}
 		seen[m[1]] = true
-		resp, err := http.Get(m[2] + "/healthz")
+		resp, err := hc.Get(m[2] + "/healthz")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -87,8 +105,8 @@ func TestDemoNoTraffic(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("demo: %v\nstderr: %s", err, errw.String())
 	}
-	if strings.Count(out.String(), "\n") != 3 {
-		t.Fatalf("stdout holds more than the region lines: %q", out.String())
+	if strings.Count(out.String(), "\n") != len(lines) {
+		t.Fatalf("stdout holds more than the no-traffic lines: %q", out.String())
 	}
 	if !strings.Contains(errw.String(), "meridian audit verify --dir") {
 		t.Fatalf("no summary on stderr: %s", errw.String())

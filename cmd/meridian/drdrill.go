@@ -50,7 +50,7 @@ func drDrillCommand() *cli.Command {
 			&cli.StringFlag{Name: "report-md", Usage: "write the Markdown report to `FILE`"},
 			&cli.StringFlag{Name: "report-json", Usage: "write the JSON report to `FILE`"},
 			&cli.BoolFlag{Name: "json", Usage: "print the JSON report instead of the Markdown one"},
-		}, logFlags()...),
+		}, append(tlsClientFlags(), logFlags()...)...),
 		Action: runDRDrill,
 	}
 }
@@ -66,6 +66,11 @@ func drDrillConfig(c *cli.Context) (drill.Config, error) {
 	cfg.Region = c.String("region")
 	cfg.Drain = c.Bool("drain")
 	cfg.Force = c.Bool("force")
+	hc, err := tlsHTTPClient(c)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.HTTP = hc
 	cfg.DefaultProbes = !c.Bool("no-default-probes")
 	cfg.Controllers = map[string]string{}
 	for _, s := range c.StringSlice("controller") {

@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -45,7 +42,9 @@ func gossipKeysCommand() *cli.Command {
 			"Check with `list` that every controller has the key before `use`, and uses it before `remove`.\n" +
 			"Make a key with: head -c 32 /dev/urandom | base64. Keys are never printed, only fingerprints.\n" +
 			"The exit status is 1 when any controller refused or did not answer (run the step again: every\n" +
-			"step is idempotent).",
+			"step is idempotent). Each step is recorded (admin_action, with the key's fingerprint and the caller's\n" +
+			"certificate identity or the admin token) in the audit log of the controller asked, before it takes\n" +
+			"effect; a step that cannot be recorded is refused (audit_unavailable) and changes nothing.",
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "show every controller's key fingerprints", Flags: gossipAdminFlags(), Action: runGossipKeysList},
 			{Name: "install", Usage: "add a key for decryption on every controller", Flags: keyFlags(), Action: runGossipKeyOp(gossip.KeyInstall)},
@@ -59,15 +58,12 @@ func gossipKeysCommand() *cli.Command {
 // admin API; --ca-cert, --client-cert and --client-key reach an https admin
 // listener of the dev PKI (meridian certs init: ca.pem, operator.pem).
 func gossipAdminFlags() []cli.Flag {
-	return []cli.Flag{
+	return append([]cli.Flag{
 		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
 		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
-		&cli.StringFlag{Name: "ca-cert", EnvVars: []string{"MERIDIAN_CA_CERT"}, Usage: "PEM `FILE` of the CA the admin API's certificate chains to"},
-		&cli.StringFlag{Name: "client-cert", EnvVars: []string{"MERIDIAN_CLIENT_CERT"}, Usage: "PEM `FILE` of a client certificate, for a mutual-TLS admin API"},
-		&cli.StringFlag{Name: "client-key", EnvVars: []string{"MERIDIAN_CLIENT_KEY"}, Usage: "PEM `FILE` of the client certificate's key"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
 		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
-	}
+	}, tlsClientFlags()...)
 }
 
 // gossipKeysClient builds the keyring API client from the flags, with a
@@ -84,43 +80,12 @@ func gossipKeysClient(c *cli.Context) (*gossip.KeysClient, context.Context, cont
 	if token == "" {
 		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
 	}
-	tc, err := adminTLS(c)
+	hc, err := tlsHTTPClient(c)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc, Proxy: http.ProxyFromEnvironment}}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	return &gossip.KeysClient{BaseURL: admin, Token: token, HTTP: hc}, ctx, func() { cancel(); hc.CloseIdleConnections() }, nil
-}
-
-// adminTLS is the client TLS config the flags ask for (nil: the defaults).
-func adminTLS(c *cli.Context) (*tls.Config, error) {
-	ca, cert, key := c.String("ca-cert"), c.String("client-cert"), c.String("client-key")
-	if ca == "" && cert == "" && key == "" {
-		return nil, nil
-	}
-	if (cert == "") != (key == "") {
-		return nil, usageError("%s: --client-cert and --client-key go together", cmdPath(c))
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		b, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, usageError("%s: --ca-cert: %w", cmdPath(c), err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(b) {
-			return nil, usageError("%s: --ca-cert %s holds no PEM certificate", cmdPath(c), ca)
-		}
-	}
-	if cert != "" {
-		kp, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, usageError("%s: --client-cert/--client-key: %w", cmdPath(c), err)
-		}
-		tc.Certificates = []tls.Certificate{kp}
-	}
-	return tc, nil
 }
 
 // gossipKeysError names the operation and, for an unreachable controller,

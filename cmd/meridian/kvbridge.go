@@ -23,7 +23,9 @@ func kvBridgeCommand() *cli.Command {
 			"Pods come from --config (YAML, see kvbridge.Config) and/or repeated --pod flags:\n" +
 			"  --pod NAME=tcp://HOST:5557[,replay=tcp://HOST:5558][,model=M][,hardware=H][,dp=N][,subscribe=PREFIX]\n" +
 			"  --pod tcp://*:5557,bind    (listen for engines that connect; pod names from topics kv@<pod>@<model>)\n" +
-			"An empty NAME takes pod names from the topics. Flags override the file; --check prints the\n" +
+			"An empty NAME takes pod names from the topics. The file's kafka section (tls, sasl: as a\n" +
+			"controller's) or the --kafka-* flags secure the brokers; a broker beyond loopback without TLS\n" +
+			"needs insecure: true (--kafka-insecure). Flags override the file; --check prints the\n" +
 			"effective configuration and exits.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"MERIDIAN_KVBRIDGE_CONFIG"}, Usage: "YAML configuration file"},
@@ -33,7 +35,7 @@ func kvBridgeCommand() *cli.Command {
 			&cli.StringFlag{Name: "topic", Usage: "Kafka topic (default meridian.kv-events.<region>)"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics, /healthz, /readyz and /streams on this address"},
 			&cli.BoolFlag{Name: "check", Usage: "validate the configuration, print it, and exit"},
-		}, logFlags()...),
+		}, append(kafkaSecurityFlags(), logFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := kvBridgeConfig(c)
 			if err != nil {
@@ -78,6 +80,10 @@ func kvBridgeConfig(c *cli.Context) (kvbridge.Config, error) {
 	}
 	if v := c.String("metrics-addr"); v != "" {
 		cfg.MetricsAddr = v
+	}
+	cfg.Kafka = kafkaSecurity(c, cfg.Kafka)
+	if c.Bool("kafka-insecure") {
+		cfg.Insecure = true
 	}
 	if cfg.Topic == "" && cfg.Region != "" {
 		cfg.Topic = kvevents.TopicFor(cfg.Region)

@@ -26,8 +26,9 @@ func routeCommand() *cli.Command {
 			"cost of each candidate region), pod, matched blocks and tokens, and the top candidates\n" +
 			"with each term of their expected time to first token. A decision that crosses regions is\n" +
 			"recorded in the audit log, as it would be for a served request.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "controller", Value: "http://127.0.0.1:8080", EnvVars: []string{"MERIDIAN_CONTROLLER"}, Usage: "controller base URL"},
+			&cli.StringFlag{Name: "api-key", EnvVars: []string{"MERIDIAN_API_KEY"}, Usage: "API key to authenticate with (the controller's auth.mode api_keys): it says the tenant and data classes"},
 			&cli.StringFlag{Name: "model", Value: "meridian/sim-70b", Usage: "model name"},
 			&cli.StringFlag{Name: "file", Usage: "read the prompt from this file (- for standard input)"},
 			&cli.StringFlag{Name: "system", Usage: "a system message before the prompt"},
@@ -35,7 +36,7 @@ func routeCommand() *cli.Command {
 			&cli.StringFlag{Name: "data-class", Usage: "X-Data-Class (phi, pii, public, ...)"},
 			&cli.StringFlag{Name: "session", Usage: "X-Session-Id"},
 			&cli.BoolFlag{Name: "json", Usage: "print the decision as JSON"},
-		},
+		}, tlsClientFlags()...),
 		Action: func(c *cli.Context) error {
 			prompt := strings.Join(c.Args().Slice(), " ")
 			if f := c.String("file"); f != "" {
@@ -64,7 +65,15 @@ func routeCommand() *cli.Command {
 					req.Header.Set(h, v)
 				}
 			}
-			resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+			if k := c.String("api-key"); k != "" {
+				req.Header.Set("Authorization", "Bearer "+k)
+			}
+			hc, err := tlsHTTPClient(c)
+			if err != nil {
+				return err
+			}
+			hc.Timeout = 30 * time.Second
+			resp, err := hc.Do(req)
 			if err != nil {
 				return fmt.Errorf("route: %w", err)
 			}

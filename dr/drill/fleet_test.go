@@ -75,8 +75,12 @@ func fleetDrillConfig(f *fleet.Fleet, region, admin string) Config {
 		cfg.Controllers[r.Name] = r.Controller.URL()
 	}
 	cfg.Region = region
+	cfg.HTTP = f.HTTP // https, with the fleet's CA
 	cfg.Hold = time.Second
 	cfg.MovedTimeout, cfg.BackTimeout = 30*time.Second, 30*time.Second
+	// A probe is a TLS request through the race detector on a loaded
+	// machine: give it room (the default 5 s is for real fleets).
+	cfg.ProbeTimeout = 20 * time.Second
 	// The drill's timing targets (5 s to move, 10 s to come back) are
 	// wall-clock figures for a real fleet; on a loaded test machine they
 	// measure the machine. Here they are only the outer bound: the test
@@ -215,7 +219,7 @@ func TestDrillOnFleet(t *testing.T) {
 		cfg := fleetDrillConfig(f, "eu-west-1", "us-east-1")
 		// Failing eu-west-1 empties the EU zone: the cluster refuses
 		// unless forced, naming the stranded traffic; the drill forces it.
-		_, err := global.NewClient(cfg.Admin, cfg.Token, nil).Trigger(context.Background(), global.FailoverRequest{Region: "eu-west-1"})
+		_, err := global.NewClient(cfg.Admin, cfg.Token, f.HTTP).Trigger(context.Background(), global.FailoverRequest{Region: "eu-west-1"})
 		if !errors.Is(err, global.ErrStrandsTraffic) || !strings.Contains(err.Error(), "eu-health-phi") {
 			t.Fatalf("emptying the EU zone without force: %v", err)
 		}

@@ -144,6 +144,11 @@ func (l *Log) Hasher() *Hasher { return l.hasher }
 // *AppendError otherwise (closed log, write, fsync or rotation failure,
 // context done).
 func (l *Log) Append(ctx context.Context, e Entry) error {
+	if err := ctx.Err(); err != nil {
+		// Done already: nothing is written (the selects below would pick
+		// the send or the wait at random when both are ready).
+		return &AppendError{Op: "append", Err: err}
+	}
 	body, err := prepare(&e, l.hasher, nil)
 	if err != nil {
 		return err

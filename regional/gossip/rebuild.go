@@ -84,6 +84,8 @@ func (n *Node) rebuildLocked() {
 			r.Alive++
 		case StateSuspect:
 			r.Suspect++
+		case StateDead:
+			r.Dead++
 		}
 	}
 	v := &RegionsView{Local: n.cfg.Region, At: now, byName: map[string]int{}}
@@ -135,10 +137,14 @@ func (n *Node) rttLocked(r *RegionView) {
 	var direct, vivaldi, used []time.Duration
 	allDirect := true
 	// From the live controllers; a region whose controllers are all
-	// suspect keeps their last measurements.
+	// suspect (or all dead) keeps their last measurements.
 	from := StateAlive
-	if r.Alive == 0 {
+	switch {
+	case r.Alive > 0:
+	case r.Suspect > 0:
 		from = StateSuspect
+	default:
+		from = StateDead
 	}
 	for _, c := range r.Controllers {
 		if c.State != from {
@@ -161,7 +167,9 @@ func (n *Node) rttLocked(r *RegionView) {
 	r.DirectRTT, r.VivaldiRTT = median(direct), median(vivaldi)
 	static, hasStatic := n.static[r.Region]
 	switch {
-	case hasStatic && n.cfg.StaticRTTOverride:
+	case hasStatic && (n.cfg.StaticRTTOverride || from == StateDead):
+		// The configured entry overrides measurements, and is preferred
+		// to what controllers declared dead measured before.
 		r.RTT, r.RTTSource = static, RTTStatic
 	case len(used) > 0:
 		r.RTT, r.RTTSource = median(used), RTTVivaldi

@@ -383,7 +383,8 @@ func TestSuspectAndLive(t *testing.T) {
 func TestRegionCandidate(t *testing.T) {
 	s := buildSummary(t, "us-west-2", 1, 1000)
 	recv := s.BuiltAt.Add(-2 * time.Second) // the remote clock is 2s ahead
-	r := RegionView{Region: "us-west-2", Summary: s, ReceivedAt: recv, Live: true, Alive: 1, RTT: 65 * time.Millisecond, RTTSource: RTTDirect}
+	r := RegionView{Region: "us-west-2", Summary: s, ReceivedAt: recv, Live: true, Alive: 1, RTT: 65 * time.Millisecond, RTTSource: RTTDirect,
+		Controllers: []Controller{{Name: "ctl-us-west-2", State: StateAlive}}}
 	now := recv.Add(5 * time.Second)
 	c, ok := r.Candidate(now, hashesFor("us-west-2", 1000)[:10], 10*64)
 	if !ok || c.RTTMs != 65 || c.SummaryAge != 5*time.Second || !c.Remote || c.Region != "us-west-2" {
@@ -435,11 +436,20 @@ func TestRegionCandidate(t *testing.T) {
 	if c, ok := sus.Candidate(now, nil, 10); !ok || !c.Suspect {
 		t.Fatalf("suspect region: %+v ok %v", c, ok)
 	}
-	// Every controller dead: no candidate.
+	// Every controller declared dead by this node's failure detector:
+	// still a Suspect candidate (the region's state is the Raft tier's to
+	// say), for traffic with nowhere else to go.
 	dead := sus
-	dead.Suspect = 0
-	if _, ok := dead.Candidate(now, nil, 10); ok {
-		t.Fatal("a region with every controller dead became a candidate")
+	dead.Suspect, dead.Dead = 0, 1
+	dead.Controllers = []Controller{{Name: "ctl-us-west-2", State: StateDead}}
+	if c, ok := dead.Candidate(now, nil, 10); !ok || !c.Suspect {
+		t.Fatalf("a region whose controllers are declared dead: %+v ok %v", c, ok)
+	}
+	// No controller known at all: no candidate.
+	gone := dead
+	gone.Dead, gone.Controllers = 0, nil
+	if _, ok := gone.Candidate(now, nil, 10); ok {
+		t.Fatal("a region with no controller became a candidate")
 	}
 }
 

@@ -51,6 +51,7 @@ type RegionView struct {
 	Controllers []Controller
 	Alive       int  // controllers alive and answering pings
 	Suspect     int  // controllers alive for memberlist but not answering pings
+	Dead        int  // controllers memberlist declared dead (they may refute it and come back)
 	Live        bool // Alive > 0; a region whose controllers are all dead or suspect is not Live
 
 	// RTT is the round trip used for decisions: with StaticRTTOverride and a
@@ -116,13 +117,15 @@ func (v *RegionsView) Serves(model string) (serves, known bool) {
 
 // Candidate turns the region into a gorgo candidate for a request whose
 // chain of block hashes is chain (see summary.Summary.Candidate), with the
-// region's RTT and the summary's age. A region that is not Live but has
-// suspect controllers is a Suspect candidate: a missed ping is not a
-// failure, and traffic that only that region may serve still goes there.
-// ok is false when the region cannot be a candidate: no summary yet, every
-// controller dead, or RTT unknown.
+// region's RTT and the summary's age. A region that is not Live (its
+// controllers suspect, or declared dead by this node's failure detector)
+// is a Suspect candidate: what one controller's gossip saw is not a
+// failure (the Raft tier's region state says that), so traffic that only
+// that region may serve still goes there, and fails fast if nobody is
+// there. ok is false when the region cannot be a candidate: no summary
+// yet, no controller known, or RTT unknown.
 func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int) (c gorgo.Candidate, ok bool) {
-	if r.Summary == nil || (!r.Live && r.Suspect == 0) || r.RTTSource == RTTNone {
+	if r.Summary == nil || (!r.Live && r.Suspect == 0 && r.Dead == 0) || r.RTTSource == RTTNone {
 		return gorgo.Candidate{}, false
 	}
 	c = r.Summary.Candidate(now, chain, promptTokens)

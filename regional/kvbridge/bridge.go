@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
@@ -100,6 +101,7 @@ type Bridge struct {
 	m       *metrics
 	w       *kafka.Writer
 	tr      *kafka.Transport
+	sec     *kafkasec.Client
 	sources []*source
 	warn    *kvevents.WarnLimiter
 
@@ -156,6 +158,9 @@ func Open(cfg Config) (*Bridge, error) {
 	b := &Bridge{cfg: cfg, log: cfg.Logger, now: cfg.Now, changed: make(chan struct{})}
 	b.warn = kvevents.NewWarnLimiter(b.log, time.Minute, b.now)
 	var err error
+	if b.sec, err = cfg.Kafka.Open("kafka", nil); err != nil {
+		return nil, fmt.Errorf("open kv bridge: %w", err)
+	}
 	if b.m, err = newMetrics(cfg.Registerer, b); err != nil {
 		return nil, err
 	}
@@ -181,7 +186,7 @@ func Open(cfg Config) (*Bridge, error) {
 			b.sources = append(b.sources, s)
 		}
 	}
-	b.tr = &kafka.Transport{ClientID: "meridian-kvbridge", DialTimeout: cfg.DialTimeout}
+	b.tr = b.sec.Transport("meridian-kvbridge", cfg.DialTimeout)
 	b.w = &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Topic:                  cfg.Topic,
@@ -209,7 +214,10 @@ func Open(cfg Config) (*Bridge, error) {
 		b.procs.Add(1)
 		go s.process(b.procCtx)
 	}
-	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources))
+	if uses := cfg.Kafka.InsecureUses("kafka", cfg.Brokers); len(uses) > 0 {
+		b.log.Warn("INSECURE: this kv bridge runs with insecure: true; anyone on the path to the brokers can read or forge the events", "insecure", uses)
+	}
+	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources), "kafka", b.sec)
 	return b, nil
 }
 
@@ -640,6 +648,14 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 			c.malformed++
 		} else {
 			rank = batch.Rank()
+			for _, sk := range batch.Skipped {
+				if sk.Malformed() {
+					// One bad event: the ingester skips it and applies the rest.
+					s.b.m.malformedEvents.WithLabelValues(string(sk.Reason)).Inc()
+					s.b.warn.Warn("malformed event:"+string(sk.Reason), "kv bridge: malformed event (forwarded; the ingester skips it)",
+						"pod", pod, "seq", seq, "index", sk.Index, "tag", sk.Tag, "detail", sk.Detail)
+				}
+			}
 		}
 	}
 	key := streamKey{pod: pod, topic: topic, rank: rank}
@@ -700,6 +716,12 @@ func (s *source) message(key streamKey, model string, rank int64, a action, at t
 	}
 	if s.pod.Hardware != "" {
 		hs = append(hs, kafka.Header{Key: kvevents.HeaderHardware, Value: []byte(s.pod.Hardware)})
+	}
+	if s.pod.Engine != "" {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderEngine, Value: []byte(s.pod.Engine)})
+	}
+	if s.pod.KVBlocks > 0 {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderKVBlocks, Value: binary.BigEndian.AppendUint64(nil, uint64(s.pod.KVBlocks))})
 	}
 	o := outMsg{at: at, replay: a.replayed}
 	switch a.kind {
@@ -770,10 +792,14 @@ func (b *Bridge) produce(ctx context.Context, out []outMsg) {
 				return
 			}
 		}
-		b.m.produceErrors.WithLabelValues("write").Inc()
+		kind := "write"
+		if k := b.sec.Kind(err); k == kafkasec.KindAuth || k == kafkasec.KindTLS {
+			kind = k
+		}
+		b.m.produceErrors.WithLabelValues(kind).Inc()
 		b.update(func(st *Stats) { st.ProduceErrors++ })
 		b.warn.Warn("produce", "kv bridge: kafka write failed; retrying", "topic", b.cfg.Topic,
-			"messages", len(pending), "err", err, "retry_in", backoff)
+			"messages", len(pending), "err", b.sec.Explain(err), "retry_in", backoff)
 		if !sleep(ctx, backoff) {
 			return
 		}

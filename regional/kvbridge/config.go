@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
@@ -25,6 +27,14 @@ type Config struct {
 	Brokers []string `yaml:"brokers"`
 	// Topic; default "meridian.kv-events.<Region>".
 	Topic string `yaml:"topic"`
+	// Kafka is how the brokers are reached: its tls and sasl keys are the
+	// controller's kafka.tls and kafka.sasl (see kafkasec.Config). Brokers
+	// beyond loopback need tls unless Insecure.
+	Kafka kafkasec.Config `yaml:"kafka,omitempty"`
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// kafka.tls.insecure_skip_verify and SASL PLAIN without TLS: an explicit
+	// opt-out for development, logged at every start.
+	Insecure bool `yaml:"insecure,omitempty"`
 	// Pods are the engines to subscribe to. At least one.
 	Pods []PodConfig `yaml:"pods"`
 
@@ -105,6 +115,14 @@ type PodConfig struct {
 	Model string `yaml:"model"`
 	// Hardware goes in the hardware header (e.g. "h100"); empty: none.
 	Hardware string `yaml:"hardware"`
+	// Engine is the engine kind, "vllm", "sglang" or "trtllm", sent in the
+	// engine header: the controller scrapes the pod's metrics by it. Empty:
+	// none (vLLM's names).
+	Engine string `yaml:"engine"`
+	// KVBlocks is the engine's KV-cache capacity in blocks (GPU plus
+	// offload tiers), sent in the kv-blocks header: the controller sizes
+	// the pod's re-keyer by it. 0: none.
+	KVBlocks int `yaml:"kv_blocks"`
 	// Subscribe is the topic prefix subscribed to; default "" (everything).
 	Subscribe string `yaml:"subscribe"`
 	// DataParallelSize subscribes to ranks 0..n-1 of a vLLM data-parallel
@@ -191,6 +209,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("kvbridge config: brokers[%d] %q: want host:port", i, b)
 		}
 	}
+	if err := c.Kafka.Validate("kafka", c.Brokers, c.Insecure); err != nil {
+		return fmt.Errorf("kvbridge config: %w", err)
+	}
 	if c.Topic == "" {
 		return errors.New("kvbridge config: region: required to name the topic (or set topic)")
 	}
@@ -240,6 +261,12 @@ func (c Config) Validate() error {
 		}
 		if p.DataParallelSize < 1 || p.DataParallelSize > 1024 {
 			return fmt.Errorf("%s.data_parallel_size %d: want 1..1024", field, p.DataParallelSize)
+		}
+		if p.Engine != "" && !slices.Contains(kvevents.Engines(), p.Engine) {
+			return fmt.Errorf("%s.engine %q: want one of %s", field, p.Engine, strings.Join(kvevents.Engines(), ", "))
+		}
+		if p.KVBlocks < 0 {
+			return fmt.Errorf("%s.kv_blocks %d: want >= 0", field, p.KVBlocks)
 		}
 		for r := 0; r < p.DataParallelSize; r++ {
 			ep, err := parseEndpoint(p.Endpoint, r, p.Bind)
@@ -312,6 +339,14 @@ func ParsePodFlag(s string) (PodConfig, error) {
 			p.Model = v
 		case "hardware":
 			p.Hardware = v
+		case "engine":
+			p.Engine = v
+		case "kv_blocks":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return p, fmt.Errorf("pod %q: kv_blocks=%q: not an integer", s, v)
+			}
+			p.KVBlocks = n
 		case "subscribe":
 			p.Subscribe = v
 		case "dp":
@@ -323,7 +358,7 @@ func ParsePodFlag(s string) (PodConfig, error) {
 		case "bind":
 			p.Bind = v == "" || v == "true"
 		default:
-			return p, fmt.Errorf("pod %q: unknown option %q (want replay, model, hardware, subscribe, dp or bind)", s, k)
+			return p, fmt.Errorf("pod %q: unknown option %q (want replay, model, hardware, engine, kv_blocks, subscribe, dp or bind)", s, k)
 		}
 	}
 	return p, nil

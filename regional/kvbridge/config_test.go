@@ -42,6 +42,8 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"replay_timeout -1s":         func(c *Config) { c.ReplayTimeout = -time.Second },
 		"connecting needs a host":    func(c *Config) { c.Pods[0].Endpoint = "tcp://:5557" },
 		"is also pods[0]'s PUB":      func(c *Config) { c.Pods[0].DataParallelSize = 2 },
+		`pods[0].engine "tgi"`:       func(c *Config) { c.Pods[0].Engine = "tgi" },
+		"pods[0].kv_blocks -5":       func(c *Config) { c.Pods[0].KVBlocks = -5 },
 	} {
 		c := validConfig()
 		mut(&c)
@@ -87,19 +89,19 @@ func TestParseEndpointRanks(t *testing.T) {
 }
 
 func TestParsePodFlag(t *testing.T) {
-	p, err := ParsePodFlag("pod-a=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5558,model=llama,hardware=h100,dp=2")
+	p, err := ParsePodFlag("pod-a=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5558,model=llama,hardware=h100,dp=2,engine=sglang,kv_blocks=70112")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := PodConfig{Name: "pod-a", Endpoint: "tcp://10.0.0.7:5557", ReplayEndpoint: "tcp://10.0.0.7:5558",
-		Model: "llama", Hardware: "h100", DataParallelSize: 2}
+		Model: "llama", Hardware: "h100", DataParallelSize: 2, Engine: "sglang", KVBlocks: 70112}
 	if p != want {
 		t.Fatalf("got %+v", p)
 	}
 	if p, err := ParsePodFlag("tcp://*:5557,bind"); err != nil || p.Name != "" || !p.Bind || p.Endpoint != "tcp://*:5557" {
 		t.Fatalf("unnamed bind: %+v %v", p, err)
 	}
-	for _, bad := range []string{"a=", "a=tcp://h:1,dp=x", "a=tcp://h:1,colour=red"} {
+	for _, bad := range []string{"a=", "a=tcp://h:1,dp=x", "a=tcp://h:1,colour=red", "a=tcp://h:1,kv_blocks=many"} {
 		if _, err := ParsePodFlag(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -134,6 +136,9 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if len(c.Pods) != 3 || !c.Pods[2].Bind || c.Pods[1].DataParallelSize != 2 {
 		t.Fatalf("loaded %+v", c.Pods)
+	}
+	if k := c.Kafka; k.TLS == nil || k.TLS.CA == "" || k.SASL == nil || k.SASL.Mechanism != "scram-sha-512" || k.SASL.PasswordFile == "" {
+		t.Fatalf("kafka section %+v %+v", k.TLS, k.SASL)
 	}
 }
 

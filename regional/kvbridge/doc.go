@@ -71,7 +71,8 @@
 // synchronous Dial and racy auto-reconnect are not used, only its ZMTP
 // connection layer) and one processor that owns the streams, asks for
 // replays and writes to Kafka (kafka-go Writer, Hash balancer, RequireAll;
-// failed writes are retried with backoff, preserving order). Close stops
+// TLS and SASL from the kafka section, as the controller's; failed writes
+// are retried with backoff, preserving order). Close stops
 // reading, forwards what was received, and waits for every goroutine.
 //
 // # Known limits
@@ -86,8 +87,9 @@
 //     duplicates batches, which the ingester applies twice (kafka-go has no
 //     idempotent producer).
 //
-// It imports regional/kvevents and its own regional/kvbridge/zmtp of ours
-// and nothing else of Meridian's; it must not import regional (the
+// It imports regional/kvevents, regional/kafkasec (the Kafka clients'
+// TLS and SASL) and its own regional/kvbridge/zmtp of ours and nothing else
+// of Meridian's; it must not import regional (the
 // ingester), index, global or cmd: the topic is the only contract between
 // the bridge and the controllers.
 package kvbridge

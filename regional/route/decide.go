@@ -27,6 +27,9 @@ type Request struct {
 	RequestID    string
 	Policy       string // override of the configured policy (if allowed), or ""
 	Exclude      []*Pod // pods already tried for this request (retries)
+	// Salted says the request carries a cache salt: it avoids pods whose
+	// KV events cannot carry one (PodInfo.SaltBlind) while others remain.
+	Salted bool
 }
 
 // CandidateScore explains one candidate of a decision.
@@ -144,6 +147,9 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 
 	if len(req.Exclude) > 0 {
 		d.retried.apply(c)
+	}
+	if req.Salted {
+		saltFilter{}.apply(c)
 	}
 	for _, f := range d.filters {
 		f.apply(c)

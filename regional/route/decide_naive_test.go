@@ -468,7 +468,7 @@ func naivePrecisePrefix(d *Decider, s *naiveScratch, pods []*Pod) int {
 		if m := s.bySlot[p.ID.Slot()]; m > 0 {
 			matched = append(matched, m)
 		}
-		queues = append(queues, p.waiting.Load())
+		queues = append(queues, max(p.engineWaiting.Load(), 0))
 	}
 	cfg := d.cfg.PrecisePrefix
 	cost := func(p *Pod) float64 {
@@ -483,7 +483,7 @@ func naivePrecisePrefix(d *Decider, s *naiveScratch, pods []*Pod) int {
 		}
 		queue := 1.0
 		if lo, hi := slices.Min(queues), slices.Max(queues); hi != lo {
-			queue = float64(hi-p.waiting.Load()) / float64(hi-lo)
+			queue = float64(hi-max(p.engineWaiting.Load(), 0)) / float64(hi-lo)
 		}
 		kv := 1 - p.Load().KVUtil
 		return -(cfg.PrefixWeight*prefix + cfg.KVUtilWeight*kv + cfg.QueueWeight*queue)
@@ -588,7 +588,7 @@ func TestDecideMatchesNaive(t *testing.T) {
 				if p, ok := reg.Get(podName(rt)); ok {
 					switch rapid.IntRange(0, 3).Draw(rt, "what") {
 					case 3:
-						p.SetWaiting(int64(rapid.IntRange(0, 5).Draw(rt, "waiting")))
+						p.SetEngineQueue(-1, int64(rapid.IntRange(-1, 5).Draw(rt, "waiting")))
 					case 0:
 						pipeline.spec.Observe(p.ID, rapid.SampledFrom(chains).Draw(rt, "chain"), clock)
 					case 1:

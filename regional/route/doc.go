@@ -39,7 +39,7 @@
 // speed-weighted; its ring has a naive reference in the tests) and
 // precise_prefix (llm-d's precise prefix-cache scorer with its KV and queue
 // scorers and default weights; it reads the waiting queue the scraper sets
-// with Pod.SetWaiting). The explanation of a decision (POST /v1/route) is
+// with Pod.SetEngineQueue). The explanation of a decision (POST /v1/route) is
 // produced by the same pipeline as the decision itself.
 //
 // Forwarded counts the prefill work a controller has sent to each remote

@@ -152,7 +152,7 @@ func (pp precisePrefixPicker) pick(c *cycle, dec *Decision) int {
 		if m := c.bySlot[p.ID.Slot()]; m > 0 {
 			minM, maxM = min(minM, m), max(maxM, m)
 		}
-		q := p.waiting.Load()
+		q := p.engineQueue()
 		minQ, maxQ = min(minQ, q), max(maxQ, q)
 	}
 	score := func(p *Pod) float64 {
@@ -165,7 +165,7 @@ func (pp precisePrefixPicker) pick(c *cycle, dec *Decision) int {
 		}
 		queue := 1.0
 		if maxQ > minQ {
-			queue = float64(maxQ-p.waiting.Load()) / float64(maxQ-minQ)
+			queue = float64(maxQ-p.engineQueue()) / float64(maxQ-minQ)
 		}
 		kv := 1 - math.Float64frombits(p.kvUtil.Load())
 		return pp.cfg.PrefixWeight*prefix + pp.cfg.KVUtilWeight*kv + pp.cfg.QueueWeight*queue

@@ -257,7 +257,7 @@ func TestPrecisePrefixPicker(t *testing.T) {
 	}
 	// A long waiting queue and a full KV cache cancel the longest prefix
 	// (pod-1's match is the minimum, so its prefix score is 0):
-	f.pod(t, "pod-0").SetWaiting(8)
+	f.pod(t, "pod-0").SetEngineQueue(-1, 8)
 	f.pod(t, "pod-0").SetKVUtil(1)
 	f.pod(t, "pod-2").SetKVUtil(0.5)
 	// pod-0: 2+0+0 = 2; pod-1: 0+1+1 = 2; pod-2: 0+0.5+1 = 1.5.

@@ -17,9 +17,22 @@ type PodInfo struct {
 	Endpoint string `json:"endpoint" yaml:"endpoint"` // base URL of its OpenAI-compatible API
 	Model    string `json:"model" yaml:"model"`
 	Profile  string `json:"profile" yaml:"profile"` // hardware profile (gorgo)
+	// Engine is the engine kind, "vllm", "sglang" or "trtllm": which metric
+	// names its /metrics has. Empty: vLLM's.
+	Engine string `json:"engine,omitempty" yaml:"engine"`
+	// KVBlocks is the pod's KV-cache capacity in engine blocks (GPU plus
+	// offload tiers); 0: unknown. It sizes the pod's re-keyer.
+	KVBlocks int    `json:"kv_blocks,omitempty" yaml:"kv_blocks"`
 	Epoch    uint64 `json:"epoch" yaml:"-"`
 	Static   bool   `json:"static,omitempty" yaml:"-"`
 }
+
+// SaltBlind reports whether the pod's KV events cannot carry a cache salt:
+// TensorRT-LLM's streaming events have no salt field (its KV cache manager
+// v2 salts its block keys, but salt-aware event keys are out of the
+// publisher's scope, TensorRT-LLM #13589), so a salted block is announced
+// like an unsalted one.
+func (i PodInfo) SaltBlind() bool { return i.Engine == "trtllm" }
 
 // Pod is one pod with its live load accounting and health. Load counters are
 // the router's own in-flight accounting — fresher than any engine metric.
@@ -31,8 +44,9 @@ type Pod struct {
 	inflight       atomic.Int64  // requests routed here and not finished
 	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
 	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
-	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
-	waiting        atomic.Int64  // scraped vllm:num_requests_waiting (0 until scraped)
+	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
+	engineRunning  atomic.Int64  // scraped: requests the engine says it runs (-1: unknown)
+	engineWaiting  atomic.Int64  // scraped: requests the engine says are queued (-1: unknown)
 	outstanding    atomic.Int64  // prompt tokens of requests routed here and not finished
 	routed         atomic.Int64  // requests routed here, ever
 
@@ -57,10 +71,13 @@ type Load struct {
 	// OutstandingTokens are the prompt tokens of requests routed here and
 	// not finished (admitted through Decider.Admit).
 	OutstandingTokens int64 `json:"outstanding_tokens"`
-	// Waiting is the engine's queue of requests not yet scheduled, as last
-	// scraped (SetWaiting); 0 until scraped.
-	Waiting int64 `json:"waiting"`
-	Routed  int64 `json:"routed"`
+	Routed            int64 `json:"routed"`
+	// EngineRunning and EngineWaiting are the engine's own scraped counts
+	// (-1 when unknown): seconds old, so the decision uses the router's
+	// in-flight accounting (precise_prefix, as llm-d does, reads the
+	// waiting count); they are shown for operators.
+	EngineRunning int64 `json:"engine_running"`
+	EngineWaiting int64 `json:"engine_waiting"`
 }
 
 // Load returns the pod's current load.
@@ -70,8 +87,9 @@ func (p *Pod) Load() Load {
 		PendingPrefill:    p.pendingPrefill.Load(),
 		KVUtil:            math.Float64frombits(p.kvUtil.Load()),
 		OutstandingTokens: p.outstanding.Load(),
-		Waiting:           p.waiting.Load(),
 		Routed:            p.routed.Load(),
+		EngineRunning:     p.engineRunning.Load(),
+		EngineWaiting:     p.engineWaiting.Load(),
 	}
 }
 
@@ -156,10 +174,16 @@ func (p *Pod) SetKVUtil(u float64) {
 	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
 }
 
-// SetWaiting records the engine's scraped count of requests waiting to be
-// scheduled (vllm:num_requests_waiting), the signal llm-d's queue scorer
-// reads (precise_prefix).
-func (p *Pod) SetWaiting(n int64) { p.waiting.Store(max(n, 0)) }
+// SetEngineQueue records the engine's scraped running and waiting request
+// counts (-1: unknown). The waiting count is the signal llm-d's queue
+// scorer reads (precise_prefix).
+func (p *Pod) SetEngineQueue(running, waiting int64) {
+	p.engineRunning.Store(running)
+	p.engineWaiting.Store(waiting)
+}
+
+// engineQueue is the engine's scraped waiting count, 0 when unknown.
+func (p *Pod) engineQueue() int64 { return max(p.engineWaiting.Load(), 0) }
 
 // Ejected reports whether the pod is ejected at now.
 func (p *Pod) Ejected(now time.Time) bool { return now.UnixNano() < p.ejectedTo.Load() }
@@ -218,6 +242,8 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 		return nil, false, err
 	}
 	p = &Pod{Name: info.Name, ID: id}
+	p.engineRunning.Store(-1)
+	p.engineWaiting.Store(-1)
 	p.info.Store(&info)
 	r.pods[info.Name] = p
 	r.publish()

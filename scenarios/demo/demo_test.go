@@ -3,7 +3,10 @@ package demo
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -18,7 +21,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/meridian-llm/meridian/global/audit"
-	"github.com/meridian-llm/meridian/regional"
 )
 
 func TestMain(m *testing.M) {
@@ -181,11 +183,15 @@ func TestRunJSON(t *testing.T) {
 	}
 }
 
-var regionLine = regexp.MustCompile(`^(us-east-1|us-west-2|eu-west-1)=(http://127\.0\.0\.1:[0-9]+)$`)
+// noTrafficLine is one line of --no-traffic's output: the CA, a region's
+// https URL, a region's Raft address, or a demo tenant's API key.
+var noTrafficLine = regexp.MustCompile(`^(?:ca=(/\S+\.pem)|(us-east-1|us-west-2|eu-west-1)=(https://127\.0\.0\.1:[0-9]+)|raft\.(us-east-1|us-west-2|eu-west-1)=(127\.0\.0\.1:[0-9]+)|apikey\.([a-z0-9-]+)=(\S{43,}))$`)
 
-// --no-traffic: one region=URL line per controller on the output and nothing
-// else; the controllers serve what the user sends, and the status page shows
-// the audit log's cross-region decisions.
+// --no-traffic: the secure system a user talks to: the CA to trust, one
+// https URL and one Raft address per region, one API key per demo tenant,
+// and nothing else on the output; the controllers serve what the user sends
+// with a key (no identity headers), and the status page shows the audit
+// log's cross-region decisions.
 func TestNoTrafficAndStatusPage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a 3-region system")
@@ -203,22 +209,44 @@ func TestNoTrafficAndStatusPage(t *testing.T) {
 		_, err := Run(ctx, cfg, &out)
 		done <- err
 	}()
-	waitFor(t, 90*time.Second, "three region=URL lines", func() bool { return strings.Count(out.String(), "\n") >= 3 })
-	urls := map[string]string{}
-	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
-		m := regionLine.FindStringSubmatch(l)
-		if m == nil {
-			t.Fatalf("output line %q is not region=URL", l)
+	lastKey := fmt.Sprintf("apikey.embargoed-%d=", embargoedTenants)
+	waitFor(t, 90*time.Second, "the no-traffic lines", func() bool { return strings.Contains(out.String(), lastKey) })
+	var caFile string
+	urls, rafts, keys := map[string]string{}, map[string]string{}, map[string]string{}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	for _, l := range lines {
+		m := noTrafficLine.FindStringSubmatch(l)
+		switch {
+		case m == nil:
+			t.Fatalf("output line %q is none of ca=, REGION=URL, raft.REGION=ADDR, apikey.TENANT=KEY", l)
+		case m[1] != "":
+			caFile = m[1]
+		case m[2] != "":
+			urls[m[2]] = m[3]
+		case m[4] != "":
+			rafts[m[4]] = m[5]
+		default:
+			keys[m[6]] = m[7]
 		}
-		urls[m[1]] = m[2]
 	}
-	if len(urls) != 3 {
-		t.Fatalf("regions %v", urls)
+	if caFile == "" || len(urls) != 3 || len(rafts) != 3 || len(keys) != len(demoTenants()) {
+		t.Fatalf("ca %q, %d regions, %d raft addresses, %d keys:\n%s", caFile, len(urls), len(rafts), len(keys), out.String())
 	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", caFile)
+	}
+	hc := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	for r, u := range urls {
-		if code, _, b := get(t, u+"/healthz"); code != 200 {
-			t.Fatalf("%s %s/healthz: %d %s", r, u, code, b)
+		resp, err := hc.Get(u + "/healthz")
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("%s %s/healthz over https with the printed CA: %v %v", r, u, resp, err)
 		}
+		resp.Body.Close()
 	}
 	m := statusURLRe.FindStringSubmatch(info.String())
 	if m == nil {
@@ -237,9 +265,8 @@ func TestNoTrafficAndStatusPage(t *testing.T) {
 	// decision appears on the status page.
 	body := `{"model":"meridian/sim-70b","max_tokens":2,"messages":[{"role":"user","content":"patient note"}]}`
 	req, _ := http.NewRequest(http.MethodPost, urls["us-east-1"]+"/v1/chat/completions", strings.NewReader(body))
-	req.Header.Set(regional.HeaderTenant, "eu-health")
-	req.Header.Set(regional.HeaderDataClass, "phi")
-	resp, err := http.DefaultClient.Do(req)
+	req.Header.Set("Authorization", "Bearer "+keys["eu-health"])
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,16 +291,22 @@ func TestNoTrafficAndStatusPage(t *testing.T) {
 	if len(snap.Regions) != 3 || len(snap.Regions[0].Pods) != cfg.PodsPerRegion || snap.Regions[1].State != "active" || !strings.HasSuffix(snap.Regions[2].MetricsURL, "/metrics") {
 		t.Fatalf("status snapshot regions: %+v", snap.Regions)
 	}
-	if code, _, b := get(t, snap.Regions[0].MetricsURL); code != 200 || !bytes.Contains(b, []byte("meridian_router_cross_region_total")) {
-		t.Fatalf("metrics URL %s: %d", snap.Regions[0].MetricsURL, code)
+	mresp, err := hc.Get(snap.Regions[0].MetricsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := io.ReadAll(mresp.Body)
+	mresp.Body.Close()
+	if mresp.StatusCode != 200 || !bytes.Contains(mb, []byte("meridian_router_cross_region_total")) {
+		t.Fatalf("metrics URL %s: %d", snap.Regions[0].MetricsURL, mresp.StatusCode)
 	}
 
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if strings.Count(out.String(), "\n") != 3 {
-		t.Fatalf("more output than the region lines: %q", out.String())
+	if strings.Count(out.String(), "\n") != len(lines) {
+		t.Fatalf("more output than the no-traffic lines: %q", out.String())
 	}
 	if !strings.Contains(info.String(), "audit: ") || !strings.Contains(info.String(), "verified against the checkpoints") {
 		t.Fatalf("no verified audit in the summary: %s", info.String())

@@ -178,7 +178,7 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	f, err := fleet.Start(sctx, fleet.Config{Regions: specs, Dir: r.dir, TimeScale: r.cfg.TimeScale, Logger: r.log})
+	f, err := fleet.Start(sctx, fleet.Config{Regions: specs, Dir: r.dir, TimeScale: r.cfg.TimeScale, Logger: r.log, Tenants: demoTenants()})
 	if err != nil {
 		return err
 	}
@@ -223,12 +223,19 @@ func (r *runner) snapshot() Snapshot {
 // wait prints the controllers' URLs (no-traffic mode) and waits for the
 // duration or the interruption.
 func (r *runner) wait(ctx context.Context) {
+	fmt.Fprintf(r.out, "ca=%s\n", r.f.PKI.CACert)
 	for _, ri := range r.infos {
 		fmt.Fprintf(r.out, "%s=%s\n", ri.name, ri.url)
 	}
-	fmt.Fprintf(r.info, "Try:\n  curl -N %s/v1/chat/completions -H 'X-Tenant-Id: eu-health' -H 'X-Data-Class: phi' -H 'Content-Type: application/json' \\\n"+
+	for _, reg := range r.f.Regions {
+		fmt.Fprintf(r.out, "raft.%s=%s\n", reg.Name, reg.Controller.Global().RaftAddr())
+	}
+	for _, t := range demoTenants() {
+		fmt.Fprintf(r.out, "apikey.%s=%s\n", t.Name, r.f.APIKeys[t.Name])
+	}
+	fmt.Fprintf(r.info, "Try:\n  curl -N --cacert %s %s/v1/chat/completions -H 'Authorization: Bearer %s' -H 'Content-Type: application/json' \\\n"+
 		"    -d '{\"model\":\"%s\",\"max_tokens\":8,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}' -D -\n",
-		r.urls["us-east-1"], enginesim.DefaultConfig().Model)
+		r.f.PKI.CACert, r.urls["us-east-1"], r.f.APIKeys["eu-health"], enginesim.DefaultConfig().Model)
 	fmt.Fprintln(r.info, "Waiting; interrupt (Ctrl-C) to stop.")
 	if r.cfg.Duration <= 0 {
 		<-ctx.Done()
@@ -247,9 +254,15 @@ func (r *runner) wait(ctx context.Context) {
 // flight finish). It returns the failover's error.
 func (r *runner) traffic(ctx context.Context) error {
 	cfg := r.cfg
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, DisableCompression: true, IdleConnTimeout: 30 * time.Second}}
+	base, ok := r.f.HTTP.Transport.(*http.Transport)
+	if !ok {
+		base = http.DefaultTransport.(*http.Transport)
+	}
+	tr := base.Clone()
+	tr.MaxIdleConnsPerHost, tr.DisableCompression = 256, true
+	hc := &http.Client{Transport: tr}
 	defer hc.CloseIdleConnections()
-	cl := &client{hc: hc, urls: r.urls, model: enginesim.DefaultConfig().Model, now: time.Now}
+	cl := &client{hc: hc, urls: r.urls, keys: r.f.APIKeys, model: enginesim.DefaultConfig().Model, now: time.Now}
 	gen := &generator{c: cl, st: r.st, apps: newApps(cfg.Seed), regions: regionNames, seed: cfg.Seed,
 		think: [2]time.Duration{300 * time.Millisecond, 2 * time.Second}}
 	stop := make(chan struct{})

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
 
 // app is an application whose sessions share one system prompt.
@@ -112,6 +113,7 @@ func pickWeighted[K any](rng *rand.Rand, keys []K, weight func(K) int) K {
 type client struct {
 	hc    *http.Client
 	urls  map[string]string // region -> controller URL
+	keys  map[string]string // tenant -> API key
 	model string
 	now   func() time.Time
 }
@@ -168,8 +170,10 @@ func (c *client) chat(ctx context.Context, region, tenant, class, session string
 		x.err = err.Error()
 		return x, ""
 	}
+	// Who the client is comes from its API key (the tenant, and the data
+	// classes it may send); the data class header only says which of them.
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(regional.HeaderTenant, tenant)
+	req.Header.Set("Authorization", "Bearer "+c.keys[tenant])
 	req.Header.Set(regional.HeaderDataClass, class)
 	if session != "" {
 		req.Header.Set(regional.HeaderSession, session)
@@ -345,7 +349,7 @@ func (g *generator) embargoed(ctx context.Context, stop <-chan struct{}) {
 			return
 		}
 		entry := g.regions[rng.IntN(len(g.regions))]
-		tenant := fmt.Sprintf("embargoed-%d", 1+rng.IntN(9))
+		tenant := fmt.Sprintf("embargoed-%d", 1+rng.IntN(embargoedTenants))
 		x, _ := g.c.chat(ctx, entry, tenant, "public", "", []message{{Role: "user", Content: text(rng, 30)}}, 8)
 		if ctx.Err() != nil {
 			return
@@ -353,3 +357,23 @@ func (g *generator) embargoed(ctx context.Context, stop <-chan struct{}) {
 		g.st.record(x)
 	}
 }
+
+// demoTenants are the API key holders of the demo: each workload's tenant
+// with its data class, and the embargoed tenants.
+func demoTenants() []fleet.Tenant {
+	var out []fleet.Tenant
+	seen := map[string]bool{}
+	for _, w := range workloads {
+		if !seen[w.tenant] {
+			seen[w.tenant] = true
+			out = append(out, fleet.Tenant{Name: w.tenant, DataClasses: []string{w.class}, DefaultDataClass: w.class})
+		}
+	}
+	for i := 1; i <= embargoedTenants; i++ {
+		out = append(out, fleet.Tenant{Name: fmt.Sprintf("embargoed-%d", i), DataClasses: []string{"public"}, DefaultDataClass: "public"})
+	}
+	return out
+}
+
+// embargoedTenants are embargoed-1 .. embargoed-N.
+const embargoedTenants = 9

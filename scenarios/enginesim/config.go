@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
@@ -119,6 +120,13 @@ type KafkaConfig struct {
 	BatchTimeout time.Duration
 	// WriteTimeout bounds one write; default 10s.
 	WriteTimeout time.Duration
+	// Security is TLS to the brokers and a SASL user (kafkasec.Config: the
+	// kafka.tls and kafka.sasl sections of a controller's configuration).
+	// Brokers beyond loopback need TLS unless Insecure.
+	Security kafkasec.Config
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// insecure_skip_verify and PLAIN without TLS (logged at Open).
+	Insecure bool
 }
 
 // Config configures one simulated pod. Zero values take the defaults given.
@@ -128,12 +136,21 @@ type Config struct {
 	// Name is the pod name: the Kafka key of its events and the name in its
 	// lifecycle events. Default "enginesim-<port>".
 	Name string
-	// Endpoint is the base URL announced in PodUp; default http://<listen addr>.
+	// Endpoint is the base URL announced in PodUp; default
+	// http(s)://<listen addr>.
 	Endpoint string
+	// TLSCert and TLSKey are PEM files: with them the pod serves https, as
+	// an inference pod behind TLS does (the router then scrapes and proxies
+	// to it with its pods.tls CA). Both or neither.
+	TLSCert, TLSKey string
 	// Region is announced in PodUp and names the default Kafka topic.
 	Region string
 	// Model is the served model name; default "meridian/sim-70b".
 	Model string
+	// Engine is the engine the pod imitates on the wire: "vllm" (default),
+	// "sglang" or "trtllm" (see EncodingFor, Batch.KVBatch and the metrics'
+	// names). The prefix cache, timing and API are the same for all three.
+	Engine string
 	// LoRAs are adapter names also served; a request naming one uses it.
 	LoRAs []string
 	// Tokenizer is how prompts become token ids: give the router the same.
@@ -269,6 +286,9 @@ func (c Config) withDefaults() Config {
 	if c.Model == "" {
 		c.Model = d.Model
 	}
+	if c.Engine == "" {
+		c.Engine = kvevents.EngineVLLM
+	}
 	if c.Tokenizer.Encoding == "" {
 		c.Tokenizer.Encoding = d.Tokenizer.Encoding
 	}
@@ -332,6 +352,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("enginesim config: EventFlushInterval %v: must be > 0", c.EventFlushInterval)
 	case c.MaxPendingEvents < c.EventBatchSize:
 		return fmt.Errorf("enginesim config: MaxPendingEvents %d: must be >= EventBatchSize (%d)", c.MaxPendingEvents, c.EventBatchSize)
+	case !slices.Contains(kvevents.Engines(), c.Engine):
+		return fmt.Errorf("enginesim config: Engine %q: want one of %s", c.Engine, strings.Join(kvevents.Engines(), ", "))
 	case c.DataParallelRank < 0:
 		return fmt.Errorf("enginesim config: DataParallelRank %d: must be >= 0", c.DataParallelRank)
 	case c.Kafka != nil && c.Publisher != nil:
@@ -340,6 +362,13 @@ func (c Config) Validate() error {
 		return errors.New("enginesim config: Kafka.Brokers: empty")
 	case c.Kafka != nil && c.Kafka.Topic == "": // no Region to name the default
 		return errors.New("enginesim config: Region: required to name the default Kafka topic (or set Kafka.Topic)")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("enginesim config: TLSCert %q and TLSKey %q: set both or neither", c.TLSCert, c.TLSKey)
+	}
+	if c.Kafka != nil {
+		if err := c.Kafka.Security.Validate("kafka", c.Kafka.Brokers, c.Kafka.Insecure); err != nil {
+			return fmt.Errorf("enginesim config: %w", err)
+		}
 	}
 	for i, l := range c.LoRAs {
 		if l == "" || l == c.Model {

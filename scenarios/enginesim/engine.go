@@ -3,6 +3,7 @@ package enginesim
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -53,6 +54,7 @@ type Engine struct {
 
 	// Network side, set by Open.
 	ln       net.Listener
+	scheme   string // of URL: http, or https with TLSCert
 	srv      *http.Server
 	endpoint string
 	baseCtx  context.Context
@@ -122,7 +124,7 @@ func newEngine(cfg Config, name string) (*Engine, error) {
 		seed = hex.EncodeToString(b[:])
 	}
 	e.chain = newHashChain(seed)
-	if e.m, err = newMetrics(e.reg, cfg.Model); err != nil {
+	if e.m, err = newMetrics(e.reg, cfg.Model, cfg.Engine); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	e.faults = newFaultState(cfg.Faults, cfg.Seed)
@@ -162,10 +164,18 @@ func Open(cfg Config) (*Engine, error) {
 		ln.Close()
 		return nil, err
 	}
-	e.ln = ln
+	e.ln, e.scheme = ln, "http"
+	if cfg.TLSCert != "" {
+		kp, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("open engine: TLSCert/TLSKey: %w", err)
+		}
+		e.ln, e.scheme = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}), "https"
+	}
 	e.endpoint = cfg.Endpoint
 	if e.endpoint == "" {
-		e.endpoint = "http://" + ln.Addr().String()
+		e.endpoint = e.URL()
 	}
 	pub := cfg.Publisher
 	if cfg.Kafka != nil {
@@ -175,6 +185,9 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("open engine: %w", err)
 		}
 		pub, e.ownedPub = kp, kp
+		if uses := e.cfg.Kafka.Security.InsecureUses("kafka", e.cfg.Kafka.Brokers); len(uses) > 0 {
+			e.log.Warn("INSECURE: the engine's Kafka link is insecure; anyone on the path can read or forge its events", "insecure", uses)
+		}
 	}
 	if pub == nil {
 		pub = discardPublisher{}
@@ -194,7 +207,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.srvDone = make(chan struct{})
 	go func() {
 		defer close(e.srvDone)
-		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := e.srv.Serve(e.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			e.log.Error("engine server stopped", "err", err)
 		}
 	}()
@@ -282,11 +295,11 @@ func Run(ctx context.Context, cfg Config) error {
 
 func (e *Engine) podInfo() PodInfo {
 	return PodInfo{Name: e.name, Endpoint: e.endpoint, Model: e.cfg.Model, Hardware: e.cfg.Hardware,
-		Region: e.cfg.Region, Epoch: e.epoch, Reason: "shutdown"}
+		Region: e.cfg.Region, Epoch: e.epoch, Reason: "shutdown", Engine: e.cfg.Engine, KVBlocks: uint64(e.cfg.CacheBlocks)}
 }
 
 // URL returns the base URL of the OpenAI-compatible API.
-func (e *Engine) URL() string { return "http://" + e.ln.Addr().String() }
+func (e *Engine) URL() string { return e.scheme + "://" + e.ln.Addr().String() }
 
 // Name returns the pod name.
 func (e *Engine) Name() string { return e.name }

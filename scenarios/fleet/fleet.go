@@ -29,6 +29,8 @@ package fleet
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	_ "embed"
 	"encoding/base64"
 	"encoding/hex"
@@ -36,6 +38,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +47,9 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/auth"
 	"github.com/meridian-llm/meridian/residency"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 	"github.com/meridian-llm/meridian/scenarios/sim"
@@ -89,6 +94,22 @@ type Config struct {
 	Logger *slog.Logger
 	// Controller adjusts each controller's configuration before it starts.
 	Controller func(region string, c *regional.Config)
+	// Tenants, when set, authenticate with API keys (Fleet.APIKeys holds
+	// one per tenant). Default: the controllers believe X-Tenant-Id and
+	// X-Data-Class from loopback only, as from a trusted gateway.
+	Tenants []Tenant
+	// Insecure runs the controllers without TLS and without client
+	// authentication (insecure: true). Default: the secure path, mutual TLS
+	// between controllers with certificates of a fleet CA, https
+	// everywhere.
+	Insecure bool
+}
+
+// Tenant is an API key's holder: a tenant and the data classes it may send.
+type Tenant struct {
+	Name             string
+	DataClasses      []string
+	DefaultDataClass string
 }
 
 // DefaultRTT returns the multi-region simulator's round trips between the
@@ -131,6 +152,13 @@ type Fleet struct {
 	// Policy is the residency policy the controllers start with.
 	Policy *residency.Policy
 	Dir    string
+	// PKI is the fleet's CA and certificates (zero when Insecure).
+	PKI identity.PKIResult
+	// APIKeys maps each Config.Tenants entry to its API key.
+	APIKeys map[string]string
+	// HTTP is a client of the controllers' APIs and admin APIs: it trusts
+	// the fleet's CA.
+	HTTP   *http.Client
 	ownDir bool
 }
 
@@ -192,7 +220,7 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	f = &Fleet{AdminToken: randomHex(16), AuditKey: randomHex(32), Policy: policy, Dir: cfg.Dir}
+	f = &Fleet{AdminToken: randomHex(16), AuditKey: randomHex(32), Policy: policy, Dir: cfg.Dir, HTTP: &http.Client{}}
 	if f.Dir == "" {
 		if f.Dir, err = os.MkdirTemp("", "meridian-fleet-"); err != nil {
 			return nil, err
@@ -215,6 +243,10 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		return f, err
 	}
 	gossipKey := base64.StdEncoding.EncodeToString([]byte(randomHex(16)))
+	sec, err := f.security(cfg)
+	if err != nil {
+		return f, err
+	}
 
 	var seedAdmin, seedGossip string
 	for i, spec := range cfg.Regions {
@@ -246,11 +278,14 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		rc.Listen, rc.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
 		rc.Kafka.Brokers = f.Broker.ListenAddrs()
 		rc.Models = []regional.ModelConfig{{Name: cfg.Model, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
-		rc.AdminToken, rc.HopToken = f.AdminToken, f.AdminToken
 		rc.PolicyFile = policyFile
 		rc.ScrapeInterval = 200 * time.Millisecond
 		rc.SummaryInterval = 500 * time.Millisecond
-		rc.Raft = regional.RaftConfig{DataDir: filepath.Join(f.Dir, spec.Name, "raft"), Bind: "127.0.0.1:0", Bootstrap: i == 0, Voters: 3}
+		// A 2 s election timeout: loopback is fast, but a fleet runs beside
+		// tests and builds on a loaded machine, where a 1 s one deposes
+		// starved leaders over and over.
+		rc.Raft = regional.RaftConfig{DataDir: filepath.Join(f.Dir, spec.Name, "raft"), Bind: "127.0.0.1:0", Bootstrap: i == 0, Voters: 3,
+			ElectionTimeout: 2 * time.Second}
 		if i > 0 {
 			rc.Raft.Join = []string{seedAdmin}
 		}
@@ -267,6 +302,7 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			rc.Gossip.StaticRTT[a][b] = d
 		}
 		rc.Audit = regional.AuditConfig{Dir: f.AuditDir(), HMACKey: f.AuditKey, CheckpointInterval: 10 * time.Second}
+		sec(&rc)
 		if cfg.Controller != nil {
 			cfg.Controller(spec.Name, &rc)
 		}
@@ -359,4 +395,74 @@ func (f *Fleet) Close(ctx context.Context) error {
 		errs = append(errs, os.RemoveAll(f.Dir))
 	}
 	return errors.Join(errs...)
+}
+
+// security sets the fleet up for the secure path: a CA and a certificate
+// per controller (https, mutual TLS between controllers), and client
+// authentication (API keys for Config.Tenants, else a trusted gateway on
+// loopback). It returns what to apply to each controller's config.
+func (f *Fleet) security(cfg Config) (func(*regional.Config), error) {
+	if cfg.Insecure {
+		return func(rc *regional.Config) {
+			rc.Insecure = true
+			rc.AdminToken, rc.HopToken = f.AdminToken, f.AdminToken
+		}, nil
+	}
+	var regions []string
+	for _, r := range cfg.Regions {
+		regions = append(regions, r.Name)
+	}
+	pki, err := identity.InitDevPKI(filepath.Join(f.Dir, "pki"), regions, identity.PKIOptions{Operator: "operator"})
+	if err != nil {
+		return nil, fmt.Errorf("fleet pki: %w", err)
+	}
+	f.PKI = pki
+	caPEM, err := os.ReadFile(pki.CACert)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
+	f.HTTP = &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS13},
+		MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
+
+	ac := auth.DefaultConfig()
+	if len(cfg.Tenants) == 0 {
+		ac.Mode = auth.ModeTrustedHeaders
+		ac.TrustedHeaders.CIDRs = []string{"127.0.0.0/8", "::1/128"}
+	} else {
+		ac.Mode = auth.ModeAPIKeys
+		ac.APIKeys.File = filepath.Join(f.Dir, "api-keys.yaml")
+		f.APIKeys = map[string]string{}
+		var b strings.Builder
+		b.WriteString("version: 1\nkeys:\n")
+		for _, t := range cfg.Tenants {
+			key, digest, err := auth.GenerateKey()
+			if err != nil {
+				return nil, err
+			}
+			f.APIKeys[t.Name] = key
+			fmt.Fprintf(&b, "  - name: %s\n    sha256: %s\n    tenant: %s\n", t.Name, digest, t.Name)
+			if len(t.DataClasses) > 0 {
+				fmt.Fprintf(&b, "    data_classes: [%s]\n", strings.Join(t.DataClasses, ", "))
+			}
+			if t.DefaultDataClass != "" {
+				fmt.Fprintf(&b, "    default_data_class: %s\n", t.DefaultDataClass)
+			}
+			b.WriteString("    rate_limit: {requests_per_second: 1000, burst: 2000}\n")
+		}
+		if err := os.WriteFile(ac.APIKeys.File, []byte(b.String()), 0o600); err != nil {
+			return nil, err
+		}
+	}
+	certs := map[string]identity.IssuedCert{}
+	for _, c := range pki.Controllers {
+		certs[c.Identity.ControllerID] = c
+	}
+	return func(rc *regional.Config) {
+		c := certs[rc.ControllerID]
+		rc.TLS = &identity.TLSConfig{Cert: c.Cert, Key: c.Key, ClientCA: pki.CACert}
+		rc.Auth = regional.AuthConfig{Config: ac}
+		rc.AdminToken = f.AdminToken
+	}, nil
 }

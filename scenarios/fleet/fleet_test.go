@@ -59,7 +59,7 @@ type chatResult struct {
 	body   string
 }
 
-func chat(t *testing.T, url string, hdr map[string]string, content string) chatResult {
+func chat(t *testing.T, hc *http.Client, url string, hdr map[string]string, content string) chatResult {
 	t.Helper()
 	body, _ := json.Marshal(map[string]any{"model": "meridian/sim-70b", "max_tokens": 2,
 		"messages": []map[string]string{{"role": "user", "content": content}}})
@@ -67,7 +67,7 @@ func chat(t *testing.T, url string, hdr map[string]string, content string) chatR
 	for k, v := range hdr {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := hc.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,17 +91,17 @@ func TestFleetSmoke(t *testing.T) {
 		}
 	}()
 	us := f.Region("us-east-1").Controller.URL()
-	r := chat(t, us, map[string]string{"X-Tenant-Id": "acme", "X-Data-Class": "public"}, "hello")
+	r := chat(t, f.HTTP, us, map[string]string{"X-Tenant-Id": "acme", "X-Data-Class": "public"}, "hello")
 	t.Logf("public from us: %+v", r)
 	if r.status != 200 || r.region != "us-east-1" {
 		t.Fatalf("public request from us-east-1: %+v", r)
 	}
-	r = chat(t, us, map[string]string{"X-Tenant-Id": "eu-health", "X-Data-Class": "phi"}, "patient data")
+	r = chat(t, f.HTTP, us, map[string]string{"X-Tenant-Id": "eu-health", "X-Data-Class": "phi"}, "patient data")
 	t.Logf("eu phi from us: %+v", r)
 	if r.status != 200 || r.region != "eu-west-1" || r.to != "eu-west-1" {
 		t.Fatalf("EU PHI entering in us-east-1 must be served in eu-west-1: %+v", r)
 	}
-	r = chat(t, us, map[string]string{"X-Tenant-Id": "embargoed-x", "X-Data-Class": "public"}, "x")
+	r = chat(t, f.HTTP, us, map[string]string{"X-Tenant-Id": "embargoed-x", "X-Data-Class": "public"}, "x")
 	t.Logf("embargoed: %+v", r)
 	if r.status != 451 {
 		t.Fatalf("embargoed tenant: %+v", r)

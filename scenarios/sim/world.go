@@ -243,7 +243,7 @@ func (w *world) utilization() float64 {
 func (w *world) scrape() {
 	for _, p := range w.pods {
 		p.rp.SetKVUtil(p.cache.Usage())
-		p.rp.SetWaiting(int64(p.waiting()))
+		p.rp.SetEngineQueue(-1, int64(p.waiting()))
 	}
 }
 
