@@ -42,6 +42,13 @@ type RemoteSource interface {
 	Serves(model string) (serves, known bool)
 }
 
+// unseenSource is a RemoteSource that can also say when each region's
+// summary arrived, the RTT to it and its pod count, for
+// route.Forwarded.Adjust.
+type unseenSource interface {
+	Unseen(region string) (route.Unseen, bool)
+}
+
 // Auditor records cross-region decisions and residency denials. Append
 // returns only once the record is durable; an error means it is not.
 type Auditor interface {
@@ -216,6 +223,9 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
+		if u, ok := t.Remotes.(unseenSource); ok {
+			s.fwd.Adjust(remotes, u.Unseen)
+		}
 	}
 	if !localOK && len(remotes) == 0 {
 		// No routable region may serve it. The hold-down of a recovering
@@ -297,7 +307,10 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 		}
 		lim := s.cfg.Forward.limits(c.RTTMs, pl.Cost.Estimates[ci].TotalMs, s.cfg.FirstByteTimeout, left)
 		s.m.crossRegion.WithLabelValues(c.Region).Inc()
-		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID, lim)
+		id := s.fwd.Add(c.Region, s.now(), pl.Cost.Estimates[ci].Uncached)
+		landed := func() { s.fwd.Landed(c.Region, id) }
+		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID, lim, landed)
+		landed()
 		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil {
 			switch {
 			case res.wrote && res.err != nil:
@@ -355,8 +368,8 @@ func fallbackOrder(pl *route.Placement) []int {
 // forwardRemote relays the request to a controller of region (one hop,
 // marked so it is not forwarded again), trying its live controllers in turn
 // before the first byte, each within lim (ForwardConfig) and the request's
-// budget.
-func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string, lim limits) attempt {
+// budget; firstByte runs when the first byte of the answer arrives.
+func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string, lim limits, firstByte func()) attempt {
 	addrs := s.topo.Remotes.ForwardAddrs(region)
 	if len(addrs) == 0 {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("region %s has no live controller with a forward address", region)}
@@ -378,7 +391,7 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 			}
 			lim.firstByte, lim.connect = min(lim.firstByte, left), min(lim.connect, left)
 		}
-		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, lim, func(int) {})
+		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, lim, func(int) { firstByte() })
 		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {
 			return res
 		}

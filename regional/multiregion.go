@@ -241,6 +241,14 @@ func (g gossipRemotes) Candidates(now time.Time, model string, chain []uint64, p
 
 func (g gossipRemotes) Serves(model string) (serves, known bool) { return g.node.View().Serves(model) }
 
+func (g gossipRemotes) Unseen(region string) (route.Unseen, bool) {
+	rv, ok := g.node.View().Region(region)
+	if !ok || rv.Summary == nil {
+		return route.Unseen{}, false
+	}
+	return route.Unseen{ReceivedAt: rv.ReceivedAt, RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
+}
+
 func (g gossipRemotes) ForwardAddrs(region string) []string {
 	rv, ok := g.node.View().Region(region)
 	if !ok {

@@ -167,6 +167,9 @@ type Server struct {
 	topo       Topology
 	// auditHealth: how the audit log's writes have been going (/readyz).
 	auditHealth auditHealth
+	// fwd is the prefill this controller forwarded to other regions that
+	// their summaries cannot show yet.
+	fwd route.Forwarded
 }
 
 // ServerDeps is what a Server is given: the decision core, the prompt
