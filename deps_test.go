@@ -72,9 +72,14 @@ var importRules = map[string]importRule{
 	"regional/kafkasec":              {imports: []string{"global/identity"}},
 	"regional/kafkasec/kafkasectest": {imports: []string{"regional/kafkasec", "global/identity"}},
 	"regional/kvbridge/zmtp":         {},
-	"regional/kvbridge":              {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp", "regional/kafkasec"}},
+	"regional/kvbridge":              {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp", "regional/kafkasec", "regional/discovery"}},
+	// Pod discovery feeds both the controller and the bridge, so it
+	// imports nothing of ours: not route, whose decision core the bridge
+	// must not pull in.
+	"regional/discovery":               {},
+	"regional/discovery/discoverytest": {},
 	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit", "global/identity", "regional/auth",
-		"regional/route", "regional/tokenize", "regional/kvevents", "regional/summary", "regional/gossip", "regional/kafkasec"}},
+		"regional/discovery", "regional/route", "regional/tokenize", "regional/kvevents", "regional/summary", "regional/gossip", "regional/kafkasec"}},
 
 	// Disaster recovery: the check reads folders and needs nothing of the
 	// running system; the drill needs the admin API client and the policy.

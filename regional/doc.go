@@ -61,8 +61,8 @@
 //     never the default one, so several regions run in one process.
 //
 // It may import index, gorgo, residency, global, global/audit and its own
-// sub-packages route, tokenize, kvevents, summary and gossip. It must not
-// import regional/kvbridge (a separate process that shares only the Kafka
+// sub-packages route, tokenize, kvevents, summary, gossip, auth and
+// discovery. It must not import regional/kvbridge (a separate process that shares only the Kafka
 // topic), dr, scenarios, cmd or any test-scaffolding package; global must
 // not import it. Only the scenarios and cmd import it (tests aside).
 package regional

@@ -159,7 +159,11 @@ type Ingester struct {
 	mu      sync.Mutex // guards the state below against Stats readers
 	pods    map[string]*podStream
 	retired kvevents.RekeyStats // of re-keyers no longer in pods
-	applied map[int]int64       // partition -> highest offset applied
+	// discovered are the pods that discovery currently finds.
+	discovered map[string]bool
+	// leases are the announcements with a TTL (ExpirePods).
+	leases  map[string]*lease
+	applied map[int]int64 // partition -> highest offset applied
 	ops     []kvevents.Op
 
 	notify chan struct{} // closed and replaced after every Apply
@@ -241,7 +245,7 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 		return nil, err
 	}
 	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
-		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{}),
+		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
 		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
@@ -519,11 +523,12 @@ func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
 			info.KVBlocks = o.KVBlocks
 		}
 	}
-	_, restarted, err := g.reg.Upsert(info)
+	p, restarted, err := g.reg.Upsert(info)
 	if err != nil {
 		g.reject("registry_full", fmt.Errorf("pod up %s: %w", e.Pod, err))
 		return
 	}
+	g.renewLocked(p, e.TTL)
 	if ps != nil {
 		if e.Model != "" && e.Model != ps.model {
 			// The namespace of its chains changed: start the pod afresh.
@@ -549,18 +554,27 @@ func (g *Ingester) podDown(e *kvevents.PodDown) {
 	if ok && e.Epoch != 0 && p.Info().Epoch != 0 && e.Epoch < p.Info().Epoch {
 		return // the end of an older incarnation, replayed
 	}
-	if ok && p.Info().Static {
-		// A statically configured pod stays known; its blocks are gone.
+	if ok && (p.Info().Static || g.discovered[e.Pod]) {
+		// A statically configured pod, or one discovery still finds, stays
+		// known (discovery says when it leaves); its blocks are gone.
 		if ps := g.pods[e.Pod]; ps != nil {
 			g.clearPod(e.Pod, ps, "pod_down")
 		}
 		return
 	}
-	g.reg.Remove(e.Pod)
-	if ps := g.pods[e.Pod]; ps != nil {
+	g.forgetPodLocked(e.Pod)
+}
+
+// forgetPodLocked removes a pod from the registry (and the index: its
+// blocks are swept) and drops its ingestion state and lease, keeping its
+// re-keyer's counts.
+func (g *Ingester) forgetPodLocked(name string) {
+	g.reg.Remove(name)
+	if ps := g.pods[name]; ps != nil {
 		g.retired = g.retired.Add(ps.rekey.Stats())
 	}
-	delete(g.pods, e.Pod)
+	delete(g.pods, name)
+	delete(g.leases, name)
 }
 
 func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
@@ -944,6 +958,8 @@ type ingestMetrics struct {
 	brokerErrors  *prometheus.CounterVec
 	podUpRejected *prometheus.CounterVec
 	resets        *prometheus.CounterVec
+	discovered    *prometheus.CounterVec
+	podExpiry     *prometheus.CounterVec
 }
 
 func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, error) {
@@ -966,6 +982,10 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Failures to reach the Kafka brokers (consumer and metadata probe), by kind: auth (SASL refused), tls (handshake: untrusted or misnamed certificate), other."}, []string{"kind"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_resets_total",
 			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
+		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_discovered_pods_total",
+			Help: "Pods that discovery (pods.discovery) registered (joined, including changed) or removed (left)."}, []string{"change"}),
+		podExpiry: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_expiry_total",
+			Help: "Pods whose announcement ran out (PodUp ttl_ms) while they did not answer: lapsed (no more requests), removed (a further TTL later), restored (announced or answering again)."}, []string{"phase"}),
 		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
 			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac, plaintext_endpoint)."}, []string{"reason"}),
 	}
@@ -974,6 +994,9 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	for _, reason := range podUpRejections {
 		m.podUpRejected.WithLabelValues(reason)
+	}
+	for _, phase := range []string{"lapsed", "removed", "restored"} {
+		m.podExpiry.WithLabelValues(phase)
 	}
 	for _, cause := range []string{"offset_regression", "cluster_changed"} {
 		m.resets.WithLabelValues(cause)
@@ -996,7 +1019,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	gauges = append(gauges, &rekeyCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_rekey_skipped_total",
 		"Engine blocks and events the re-keyers did not index, by reason (see kvevents.RekeyStats).", []string{"reason"}, nil)})
-	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.brokerErrors, m.podUpRejected, m.resets}, gauges...) {
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.brokerErrors, m.podUpRejected, m.resets, m.discovered, m.podExpiry}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}

@@ -10,8 +10,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +72,23 @@ type GossipConfig struct {
 	// Fast uses short probe and sync intervals (tests and the demo on
 	// loopback).
 	Fast bool `yaml:"fast"`
+	// StateFile keeps this controller's gossip state across restarts: the
+	// epoch of its summary generations (they keep increasing whatever the
+	// wall clock does) and the controllers it has seen (it rejoins through
+	// them). Default <raft.data_dir>/gossip-state.json with raft, else
+	// <audit.dir>/<controller_id>/gossip-state.json.
+	StateFile string `yaml:"state_file"`
+}
+
+// gossipStateFile is the state file, configured or by default.
+func (c Config) gossipStateFile() string {
+	switch {
+	case c.Gossip.StateFile != "":
+		return c.Gossip.StateFile
+	case c.Raft.DataDir != "":
+		return filepath.Join(c.Raft.DataDir, "gossip-state.json")
+	}
+	return filepath.Join(c.Audit.Dir, c.ControllerID, "gossip-state.json")
 }
 
 // AuditConfig turns on the audit log (package global/audit) when Dir is set.
@@ -88,11 +107,16 @@ type AuditConfig struct {
 	MaxSegmentAge   time.Duration `yaml:"max_segment_age"`
 }
 
-// AutoFailoverConfig is the automatic failover of the Raft leader.
+// AutoFailoverConfig is the automatic failover of the Raft leader. It fails
+// a region only on evidence that its pods cannot serve (its own current
+// report), never because its controllers cannot be reached.
 type AutoFailoverConfig struct {
 	Enabled bool `yaml:"enabled"`
-	// MinHealthyPods fails a region with fewer healthy pods; default 1.
+	// MinHealthyPods fails a region reporting fewer serving pods; default 1.
 	MinHealthyPods int `yaml:"min_healthy_pods"`
+	// ReportMaxAge is how old a region's report (its summary) may be and
+	// still count as evidence; default 30s.
+	ReportMaxAge time.Duration `yaml:"report_max_age"`
 	// Grace a region must stay unhealthy before it is failed; default 10s.
 	Grace time.Duration `yaml:"grace"`
 	// HoldDown a recovered region must stay healthy before it takes traffic
@@ -113,7 +137,20 @@ type multiRegion struct {
 	adminLn   net.Listener
 	adminS    *http.Server
 	sink      checkpointSink
-	genPrev   uint64
+	// Summary generations: epoch<<generationSeqBits | seq. The epoch is
+	// persisted and incremented at every start (gossipState).
+	genEpoch, genSeq uint64
+	gstateMu         sync.Mutex // guards gstate (the summary loop and gossip's rejoin)
+	gstate           gossipState
+	gstateFile       string
+	adminClient      *http.Client // to other controllers' admin APIs
+}
+
+// nextGeneration is the generation of the next summary this controller
+// publishes: above every one it published before, restarts included.
+func (mr *multiRegion) nextGeneration() uint64 {
+	mr.genSeq++
+	return mr.genEpoch<<generationSeqBits | mr.genSeq
 }
 
 // enabled reports whether any cross-region component is configured.
@@ -203,6 +240,14 @@ func (g gossipRemotes) Candidates(now time.Time, model string, chain []uint64, p
 }
 
 func (g gossipRemotes) Serves(model string) (serves, known bool) { return g.node.View().Serves(model) }
+
+func (g gossipRemotes) Unseen(region string) (route.Unseen, bool) {
+	rv, ok := g.node.View().Region(region)
+	if !ok || rv.Summary == nil {
+		return route.Unseen{}, false
+	}
+	return route.Unseen{ReceivedAt: rv.ReceivedAt, RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
+}
 
 func (g gossipRemotes) ForwardAddrs(region string) []string {
 	rv, ok := g.node.View().Region(region)
@@ -304,6 +349,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Liveness = mr.liveness
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
+		gcfg.Now = c.now
 		gcfg.Insecure = cfg.Insecure
 		if mr.audit != nil {
 			// Every privileged action of the admin API, and what the leader
@@ -356,11 +402,30 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}))
 		admin.Handle(gossip.KeysPath, keys)
 		admin.Handle(gossip.KeysPath+"/", keys)
+		admin.Handle("GET "+gossipSelfPath, bearer(cfg.AdminToken, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			g := mr.gossipRef.Load()
+			if g == nil {
+				writeError(w, http.StatusServiceUnavailable, "starting", "the gossip pool is starting")
+				return
+			}
+			writeJSON(w, http.StatusOK, gossipSelf{Controller: cfg.ControllerID, Region: cfg.Region, GossipAddr: g.Addr()})
+		})))
 	}
 	var h http.Handler = admin
 	mr.adminH.Store(&h)
 
 	if len(cfg.Gossip.Keys) > 0 {
+		mr.gstateFile = cfg.gossipStateFile()
+		st, err := nextEpoch(mr.gstateFile)
+		if err != nil {
+			return fmt.Errorf("gossip.state_file: %w", err)
+		}
+		mr.gstate, mr.genEpoch = st, st.Epoch
+		tr := NewPodTransport()
+		if c.tls != nil {
+			tr.TLSClientConfig = c.tls.ClientConfig("")
+		}
+		mr.adminClient = &http.Client{Transport: tr, Timeout: 5 * time.Second}
 		gcfg := gossip.DefaultConfig()
 		if cfg.Gossip.Fast {
 			fastGossip(&gcfg)
@@ -390,6 +455,8 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
+		gcfg.Now, gcfg.WrapTransport = c.now, c.deps.WrapGossipTransport
+		gcfg.Rejoin = c.rejoinAddrs
 		node, err := gossip.Open(ctx, gcfg)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -424,6 +491,9 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		if cfg.AutoFailover.HoldDown > 0 {
 			acfg.HoldDown = cfg.AutoFailover.HoldDown
+		}
+		if cfg.AutoFailover.ReportMaxAge > 0 {
+			acfg.ReportMaxAge = cfg.AutoFailover.ReportMaxAge
 		}
 		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(run, acfg, c.observeRegions) })
 	}
@@ -511,6 +581,7 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 		if err := c.publishSummary(); err != nil {
 			c.log.Warn("summary not published", "err", err)
 		}
+		c.rememberGossipPeers()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -520,11 +591,11 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 }
 
 func (c *Controller) publishSummary() error {
-	now := time.Now()
+	now := c.now()
 	loads := map[string]*summary.ProfileLoad{}
 	models := map[string]bool{}
 	for _, p := range c.Registry.Pods() {
-		if !c.Index.Alive(p.ID) || p.Ejected(now) {
+		if !c.Index.Alive(p.ID) || !p.Serving(now) {
 			continue
 		}
 		info := p.Info()
@@ -542,7 +613,7 @@ func (c *Controller) publishSummary() error {
 			models[info.Model] = true
 		}
 	}
-	in := summary.Input{Region: c.cfg.Region, Generation: summary.NextGeneration(c.mr.genPrev, now), BuiltAt: now, BlockSize: c.cfg.BlockSize}
+	in := summary.Input{Region: c.cfg.Region, Generation: c.mr.nextGeneration(), BuiltAt: now, BlockSize: c.cfg.BlockSize}
 	for m := range models {
 		in.Models = append(in.Models, m)
 	}
@@ -553,22 +624,20 @@ func (c *Controller) publishSummary() error {
 	if err != nil {
 		return err
 	}
-	if err := c.mr.gossip.Publish(s); err != nil {
-		return err
-	}
-	c.mr.genPrev = in.Generation
-	return nil
+	return c.mr.gossip.Publish(s)
 }
 
-// observeRegions feeds the automatic failover: per region, its controllers
-// and their liveness (gossip), and its healthy pods (this region from the
-// registry, the others from their summaries).
+// observeRegions feeds the automatic failover: per region, its own report
+// of its serving pods and that report's age (this region from the
+// registry, now; the others from their latest summaries), and its
+// controllers' liveness (gossip), which explains a stale report but is no
+// evidence by itself.
 func (c *Controller) observeRegions(context.Context) global.Observations {
 	obs := global.Observations{}
-	now := time.Now()
+	now := c.now()
 	healthy := 0
 	for _, p := range c.Registry.Pods() {
-		if c.Index.Alive(p.ID) && !p.Ejected(now) && p.Info().Endpoint != "" {
+		if c.Index.Alive(p.ID) && p.Serving(now) {
 			healthy++
 		}
 	}
@@ -587,7 +656,7 @@ func (c *Controller) observeRegions(context.Context) global.Observations {
 			}
 		}
 		if rv.Summary != nil {
-			o.HealthyPods = rv.Summary.Totals().Pods
+			o.HealthyPods, o.ReportAge = rv.Summary.Totals().Pods, rv.Age(now)
 		}
 		obs[rv.Region] = o
 	}

@@ -9,10 +9,12 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/global/identity"
+	"github.com/meridian-llm/meridian/regional/discovery"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
@@ -45,6 +47,14 @@ type PodsConfig struct {
 	// fail validation, such a PodUp is refused (reason plaintext_endpoint).
 	// Default false: each pod's endpoint decides.
 	RequireHTTPS bool `yaml:"require_https"`
+	// Discovery follows the pods without static lists: a Kubernetes
+	// headless Service through DNS, or a file (see regional/discovery).
+	// Pods it finds join the registry with their endpoints and leave when
+	// it stops finding them. A discovered pod is allowed by construction:
+	// a PodUp naming it (the bridge announces the same pods) is believed
+	// for its discovered endpoint whatever allowed_endpoints says; other
+	// announcements still need allowed_endpoints. Default: none.
+	Discovery discovery.Config `yaml:"discovery"`
 }
 
 // UnmarshalYAML also accepts the earlier form of the section, a plain list
@@ -58,13 +68,13 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 		// check the keys here, so a misspelt one is still an error.
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i]; k.Value {
-			case "static", "allowed_endpoints", "announce_key", "require_https":
+			case "static", "allowed_endpoints", "announce_key", "require_https", "discovery":
 			case "tls":
 				if err := knownKeys(n.Content[i+1], "pods.tls", "ca", "cert", "key", "server_name", "insecure_skip_verify", "min_version"); err != nil {
 					return err
 				}
 			default:
-				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key, tls, require_https)", k.Line, k.Value)
+				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key, tls, require_https, discovery)", k.Line, k.Value)
 			}
 		}
 	}
@@ -123,6 +133,11 @@ func (c PodsConfig) Validate() error {
 	if c.AnnounceKey != "" && len(c.AnnounceKey) < 32 {
 		return fmt.Errorf("pods.announce_key: %d bytes, at least 32 are required", len(c.AnnounceKey))
 	}
+	if c.Discovery.Enabled() {
+		if err := c.Discovery.Validate(); err != nil {
+			return fmt.Errorf("pods.%w", err)
+		}
+	}
 	if c.TLS != nil {
 		if err := c.TLS.Validate("pods.tls"); err != nil {
 			return err
@@ -154,6 +169,9 @@ type podGate struct {
 	patterns []string
 	key      []byte
 	https    bool
+	// discovered maps the pods discovery found to their endpoints: a PodUp
+	// of one of them naming that endpoint is allowed (nil: none).
+	discovered atomic.Pointer[map[string]string]
 }
 
 // newPodGate builds the gate of a valid PodsConfig.
@@ -190,7 +208,7 @@ func (g *podGate) check(key string, u *kvevents.PodUp, mac string) string {
 	if err != nil {
 		return rejectBadEndpoint
 	}
-	if !g.allows(host) {
+	if !g.allows(host) && !g.isDiscovered(u.Pod, u.Endpoint) {
 		return rejectNotAllowed
 	}
 	if g.https && !httpsEndpoint(u.Endpoint) {
@@ -200,6 +218,19 @@ func (g *podGate) check(key string, u *kvevents.PodUp, mac string) string {
 		return rejectBadMAC
 	}
 	return ""
+}
+
+// setDiscovered replaces the discovered pods (name -> endpoint).
+func (g *podGate) setDiscovered(m map[string]string) { g.discovered.Store(&m) }
+
+// isDiscovered reports whether discovery found pod at endpoint.
+func (g *podGate) isDiscovered(pod, endpoint string) bool {
+	m := g.discovered.Load()
+	if m == nil {
+		return false
+	}
+	ep, ok := (*m)[pod]
+	return ok && strings.TrimRight(ep, "/") == strings.TrimRight(endpoint, "/")
 }
 
 func (g *podGate) allows(host string) bool {

@@ -42,6 +42,7 @@ type Scraper struct {
 	client   *http.Client
 	interval time.Duration
 	log      *slog.Logger
+	now      func() time.Time
 	scrapes  prometheus.Counter
 	errors   *prometheus.CounterVec
 }
@@ -59,7 +60,7 @@ const (
 // meridian_scrapes_total and meridian_scrape_errors_total (nil: not
 // exported).
 func NewScraper(reg *route.Registry, client *http.Client, interval time.Duration, log *slog.Logger, metrics prometheus.Registerer) (*Scraper, error) {
-	s := &Scraper{reg: reg, client: client, interval: interval, log: log,
+	s := &Scraper{reg: reg, client: client, interval: interval, log: log, now: time.Now,
 		scrapes: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_scrapes_total",
 			Help: "Pod /metrics scrapes attempted (failed ones are meridian_scrape_errors_total)."}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_scrape_errors_total",
@@ -110,7 +111,10 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 			defer cancel()
 			s.scrapes.Inc()
 			m := EngineMetricsOf(info.Engine)
-			got, err := s.scrape(sctx, strings.TrimRight(info.Endpoint, "/")+"/metrics", m)
+			got, answered, err := s.scrape(sctx, strings.TrimRight(info.Endpoint, "/")+"/metrics", m)
+			if answered {
+				p.Contact(s.now()) // reachable, whatever its metrics say
+			}
 			if err == nil && !got.kvOK {
 				err = fmt.Errorf("%w: no %s sample", errScrapeParse, strings.Join(m.KVUsage.names(), " or "))
 			}
@@ -126,25 +130,27 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	wg.Wait()
 }
 
-func (s *Scraper) scrape(ctx context.Context, url string, m EngineMetrics) (scraped, error) {
+// scrape reads one pod's metrics; answered reports whether the pod
+// answered at all (any HTTP response: it is reachable).
+func (s *Scraper) scrape(ctx context.Context, url string, m EngineMetrics) (got scraped, answered bool, err error) {
 	unknown := scraped{running: -1, waiting: -1}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return unknown, err
+		return unknown, false, err
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return unknown, err
+		return unknown, false, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return unknown, fmt.Errorf("%s: %s: %w", url, resp.Status, errScrapeStatus)
+		return unknown, true, fmt.Errorf("%s: %s: %w", url, resp.Status, errScrapeStatus)
 	}
-	got, err := parseEngineMetrics(io.LimitReader(resp.Body, 8<<20), m)
+	got, err = parseEngineMetrics(io.LimitReader(resp.Body, 8<<20), m)
 	if err != nil {
-		return got, fmt.Errorf("%s: %w: %w", url, errScrapeParse, err)
+		return got, true, fmt.Errorf("%s: %w: %w", url, errScrapeParse, err)
 	}
-	return got, nil
+	return got, true, nil
 }
 
 // scrapeReason classifies a failed scrape.

@@ -54,7 +54,9 @@
 //     other outcome is an *AppendError (or an *EntryError for bad input), and
 //     the caller must not let the request cross regions (fail closed).
 //   - Per controller, seq is 1, 2, 3, ... without gaps and record times never
-//     decrease (the log clamps a clock that steps back).
+//     decrease: a clock that steps back is clamped to the last record's
+//     time, and counted (meridian_audit_clock_regressions_total, with the
+//     step in meridian_audit_clock_regression_seconds) and logged.
 //   - Segment files are named after the seq of their first record and never
 //     rewritten. Only bytes that were never acknowledged are ever cut: a
 //     batch whose write or fsync failed (if even that cut fails, the log

@@ -28,6 +28,7 @@ type metrics struct {
 	reconnects      prometheus.Counter
 	connectErrors   prometheus.Counter
 	produceErrors   *prometheus.CounterVec // kind: write, auth, tls, too_large
+	announcements   *prometheus.CounterVec // kind: up, down
 	latency         prometheus.Histogram
 }
 
@@ -62,6 +63,8 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 			"Repairs not attempted because the pod has no replay endpoint: a gap (then lost), a mid-stream join (then partial), or a restarted engine's history."),
 		reconnects:    c("reconnects_total", "ZMQ connections re-established after one was lost."),
 		connectErrors: c("connect_errors_total", "Failed ZMQ connection attempts (each followed by a backoff)."),
+		announcements: cv("announcements_total",
+			"The bridge's own pod announcements written to Kafka, by kind (up: PodUp with a TTL, repeated every announce_interval; down: PodDown of a discovered pod that left).", "kind"),
 		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff: write; auth: SASL refused; tls: broker certificate not trusted or no TLS) and batches dropped as too large (too_large), by kind.", "kind"),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_kvbridge_forward_latency_seconds",
 			Help:    "Time from receiving a batch over ZMQ to Kafka acknowledging it.",
@@ -79,6 +82,9 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	for _, r := range kvevents.Reasons() {
 		m.malformed.WithLabelValues(string(r))
 		m.malformedEvents.WithLabelValues(string(r))
+	}
+	for _, v := range []string{"up", "down"} {
+		m.announcements.WithLabelValues(v)
 	}
 	for _, v := range []string{"full", "partial"} {
 		m.joins.WithLabelValues(v)
@@ -99,7 +105,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	}
 	for _, col := range append([]prometheus.Collector{m.received, m.forwarded, m.markers, m.duplicates, m.dropped,
 		m.malformed, m.malformedEvents, m.gapsDetected, m.gapsRecovered, m.gapsLost, m.batchesLost, m.restarts, m.joins, m.replays,
-		m.noReplay, m.reconnects, m.connectErrors, m.produceErrors, m.latency}, gauges...) {
+		m.noReplay, m.reconnects, m.connectErrors, m.produceErrors, m.announcements, m.latency}, gauges...) {
 		if err := r.Register(col); err != nil {
 			return nil, fmt.Errorf("register kvbridge metrics: %w", err)
 		}

@@ -18,13 +18,16 @@ const HeaderAnnounceMAC = "meridian-announce-mac"
 // a version label, so no two different announcements share an input; then
 // the engine kind and KV capacity when either is set (so announcements
 // without them keep the MAC they had, and neither can be added or changed
-// without the key).
+// without the key); then the TTL when set (likewise).
 func AnnounceMAC(key []byte, u *PodUp) string {
 	m := hmac.New(sha256.New, key)
 	b := []byte("meridian-podup-v1")
 	fields := []string{u.Pod, u.Endpoint, u.Model, u.Hardware, u.Region, strconv.FormatUint(u.Epoch, 10)}
 	if u.Engine != "" || u.KVBlocks != 0 {
 		fields = append(fields, u.Engine, strconv.FormatUint(u.KVBlocks, 10))
+	}
+	if u.TTL > 0 {
+		fields = append(fields, "ttl_ms="+strconv.FormatInt(u.TTL.Milliseconds(), 10))
 	}
 	for _, f := range fields {
 		b = strconv.AppendInt(append(b, 0), int64(len(f)), 10)

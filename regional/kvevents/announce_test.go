@@ -1,6 +1,9 @@
 package kvevents
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 // Every field takes part in the MAC, and no two announcements that differ
 // share one (length prefixes: "ab"+"c" is not "a"+"bc").
@@ -21,6 +24,7 @@ func TestAnnounceMAC(t *testing.T) {
 		"shift":     func(p *PodUp) { p.Pod, p.Endpoint = "pod-1http://10.0.0.7", ":8000" },
 		"engine":    func(p *PodUp) { p.Engine = "sglang" },
 		"kv_blocks": func(p *PodUp) { p.KVBlocks = 1 << 20 },
+		"ttl":       func(p *PodUp) { p.TTL = time.Minute },
 	} {
 		v := u
 		mut(&v)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // DecoderConfig bounds what one message may make a Decoder hold. Every limit
@@ -445,6 +446,10 @@ func (d *Decoder) eventMap(idx, start, n int) error {
 	return d.emit(kind, &u, start)
 }
 
+// maxTTLMs bounds a PodUp's ttl_ms (a year): beyond it the value is
+// nonsense, and its Duration would overflow.
+const maxTTLMs = 365 * 24 * 3600 * 1000
+
 // field ids, shared by every event kind.
 type fieldID uint8
 
@@ -474,6 +479,7 @@ const (
 	fMetadata
 	fEngine
 	fKVBlocks
+	fTTL
 	numFields
 )
 
@@ -486,7 +492,7 @@ const (
 var (
 	storedFields  = []fieldID{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow, fLocality, fMMKeys}
 	removedFields = []fieldID{fBlockHashes, fMedium, fGroupIdx, fLocality}
-	podUpFields   = []fieldID{fPod, fEndpoint, fModel, fHardware, fRegion, fEpoch, fEngine, fKVBlocks}
+	podUpFields   = []fieldID{fPod, fEndpoint, fModel, fHardware, fRegion, fEpoch, fEngine, fKVBlocks, fTTL}
 	podDownFields = []fieldID{fPod, fEpoch, fReason}
 )
 
@@ -525,7 +531,7 @@ var fieldNames = [...]string{
 	fSlidingWindow: "kv_cache_spec_sliding_window", fPod: "pod", fEndpoint: "endpoint",
 	fModel: "model", fHardware: "hardware", fRegion: "region", fEpoch: "epoch", fReason: "reason",
 	fLocality: "locality", fMMKeys: "mm_keys", fCacheSalt: "cache_salt", fMetadata: "metadata",
-	fEngine: "engine", fKVBlocks: "kv_blocks",
+	fEngine: "engine", fKVBlocks: "kv_blocks", fTTL: "ttl_ms",
 }
 
 // fieldIDs maps a field name to its id.
@@ -578,6 +584,7 @@ type union struct {
 	pairNext  uint32
 	engine    string
 	kvBlocks  uint64
+	ttlMs     uint64
 }
 
 func (d *Decoder) field(u *union, f fieldID) error {
@@ -642,6 +649,17 @@ func (d *Decoder) field(u *union, f fieldID) error {
 		u.region, err = d.reqStr(name)
 	case fReason:
 		u.reason, err = d.reqStr(name)
+	case fTTL:
+		if !r.nextNil() {
+			off := r.i
+			var v uint64
+			var signed bool
+			v, signed, err = r.intBits(name)
+			if err == nil && (signed && int64(v) < 0 || v > maxTTLMs) {
+				err = r.fail(off, ReasonBadFieldType, "ttl_ms: %d out of range", int64(v))
+			}
+			u.ttlMs = v
+		}
 	case fEpoch:
 		u.epoch, err = d.uint(name)
 	default:
@@ -682,7 +700,8 @@ func (d *Decoder) emit(kind Kind, u *union, off int) error {
 			return d.r.fail(off, ReasonMissingField, "PodUp without a pod name")
 		}
 		d.podUp = append(d.podUp, PodUp{Pod: u.pod, Endpoint: u.endpoint, Model: u.model,
-			Hardware: u.hardware, Region: u.region, Epoch: u.epoch, Engine: u.engine, KVBlocks: u.kvBlocks})
+			Hardware: u.hardware, Region: u.region, Epoch: u.epoch, Engine: u.engine, KVBlocks: u.kvBlocks,
+			TTL: time.Duration(u.ttlMs) * time.Millisecond})
 		d.events = append(d.events, &d.podUp[len(d.podUp)-1])
 	case KindPodDown:
 		if u.pod == "" {

@@ -26,7 +26,7 @@
 //     #48281, TensorRT-LLM), mm_keys (TensorRT-LLM) and cache_salt (SGLang
 //     #37482); session_id and ownership are ignored. Meridian's lifecycle
 //     events PodUp (pod, endpoint, model, hardware, region, epoch, engine,
-//     kv_blocks) and PodDown (pod, epoch, reason) use the same two event
+//     kv_blocks, ttl_ms) and PodDown (pod, epoch, reason) use the same two event
 //     styles in the same envelope;
 //   - SGLang >= 0.5.18 writes a {cache_salt[, session_id]} map at position
 //     7, where vLLM has lora_name (BlockStoredWithMetadata): a string or

@@ -175,7 +175,7 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 	case *AllBlocksCleared:
 		header(TagAllBlocksCleared, 0)
 	case *PodUp:
-		n := 6 + countTrailing([]bool{ev.Engine != "", ev.KVBlocks != 0}, w.isMap)
+		n := 6 + countTrailing([]bool{ev.Engine != "", ev.KVBlocks != 0, ev.TTL > 0}, w.isMap)
 		header(TagPodUp, n)
 		for _, f := range []struct {
 			id fieldID
@@ -193,6 +193,10 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 		if (w.isMap && ev.KVBlocks != 0) || (!w.isMap && n > 7) {
 			w.key(fKVBlocks)
 			w.dst = appendUint(w.dst, ev.KVBlocks)
+		}
+		if (w.isMap && ev.TTL > 0) || (!w.isMap && n > 8) {
+			w.key(fTTL)
+			w.dst = appendUint(w.dst, uint64(max(ev.TTL.Milliseconds(), 1)))
 		}
 	case *PodDown:
 		header(TagPodDown, 3)

@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"strings"
+	"time"
 
 	"github.com/meridian-llm/meridian/index"
 )
@@ -196,6 +197,11 @@ type PodUp struct {
 	// KVBlocks is the pod's KV-cache capacity in engine blocks, GPU plus
 	// offload tiers; 0: unknown. It sizes the pod's re-keyer.
 	KVBlocks uint64
+	// TTL is how long the announcement holds: the pod repeats it well
+	// within the TTL while it serves, and a consumer may drop a pod that
+	// neither repeated it in time nor answers (wire: ttl_ms, a trailing
+	// field older consumers ignore). 0: until a PodDown.
+	TTL time.Duration
 }
 
 // The engine kinds a PodUp (or a pod's configuration) names.

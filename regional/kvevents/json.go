@@ -107,6 +107,10 @@ func appendEventJSON(dst []byte, ev Event) []byte {
 		dst = appendJSONString(dst, ev.Engine)
 		key("kv_blocks")
 		dst = strconv.AppendUint(dst, ev.KVBlocks, 10)
+		if ev.TTL > 0 {
+			key("ttl_ms")
+			dst = strconv.AppendInt(dst, ev.TTL.Milliseconds(), 10)
+		}
 	case *PodDown:
 		key("pod")
 		dst = appendJSONString(dst, ev.Pod)

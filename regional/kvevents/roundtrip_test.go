@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -112,7 +113,8 @@ func genEvent(t *rapid.T) Event {
 		return &PodUp{Pod: rapid.StringN(1, 20, -1).Draw(t, "pod"), Endpoint: str.Draw(t, "endpoint"),
 			Model: str.Draw(t, "model"), Hardware: str.Draw(t, "hw"), Region: str.Draw(t, "region"),
 			Epoch: rapid.Uint64().Draw(t, "epoch"), Engine: rapid.SampledFrom([]string{"", "vllm", "sglang", "trtllm"}).Draw(t, "engine"),
-			KVBlocks: rapid.Uint64().Draw(t, "kv blocks")}
+			KVBlocks: rapid.Uint64().Draw(t, "kv blocks"),
+			TTL:      time.Duration(rapid.IntRange(0, 1e6).Draw(t, "ttl_ms")) * time.Millisecond}
 	default:
 		return &PodDown{Pod: rapid.StringN(1, 20, -1).Draw(t, "pod"), Epoch: rapid.Uint64().Draw(t, "epoch"),
 			Reason: str.Draw(t, "reason")}
@@ -158,6 +160,7 @@ func TestRoundTripFixed(t *testing.T) {
 		&BlockRemoved{BlockHashes: []uint64{1}, Medium: Some("GPU")},
 		&AllBlocksCleared{},
 		&PodUp{Pod: "p", Endpoint: "http://127.0.0.1:1", Model: "m", Hardware: "h100", Region: "eu", Epoch: 9},
+		&PodUp{Pod: "p", Endpoint: "http://127.0.0.1:1", Model: "m", Hardware: "h100", Region: "eu", Epoch: 9, TTL: 30 * time.Second},
 		&PodDown{Pod: "p", Epoch: 9, Reason: "drain"},
 	}}
 	for _, enc := range allEncodings() {

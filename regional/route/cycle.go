@@ -34,7 +34,10 @@ type cycle struct {
 	// needs of each hardware profile: read from the cost model once per
 	// decision, not once per pod.
 	profs []profTerms
-	cat   *catalog
+	// minFactor is the smallest correction of any pod's rate (at most 1):
+	// a pod not priced yet runs at least at its profile's rate times it.
+	minFactor float64
+	cat       *catalog
 
 	// The ttft picker's working set, by position in order (the candidates
 	// in the order they are offered to the cost model): for the candidates
@@ -70,8 +73,9 @@ type cycle struct {
 // profTerms is one hardware profile as a decision sees it.
 type profTerms struct {
 	name     string
-	rate     float64 // calibrated prefill ms per token, now
+	rate     float64 // calibrated prefill ms per token, now (a pod's is this times its own factor)
 	overhead float64 // calibrated overhead ms, now
+	attn     float64 // gorgo.Profile.AttnTokens: the attention term's scale (0: none)
 	speed    float64 // nominal tokens per ms (see cycle.speedOf)
 	limit    int64   // the bounded_load filter's bound on in flight + 1
 }
@@ -82,6 +86,7 @@ type profTerms struct {
 type terms struct {
 	slot    int
 	prof    int
+	rate    float64 // the pod's calibrated prefill ms per token (its profile's x its factor)
 	running int     // requests in flight
 	busy    int64   // unix nanos: when its prefill work should be done
 	kv      float64 // scraped KV-cache utilisation
@@ -116,11 +121,14 @@ func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time) {
 	for i, name := range c.cat.profiles {
 		pt := profTerms{name: name, speed: 1}
 		pt.rate, pt.overhead = d.model.Rate(name)
-		if r := d.model.Nominal(name).PrefillMsPerToken; r > 0 {
+		nominal := d.model.Nominal(name)
+		if r := nominal.PrefillMsPerToken; r > 0 {
 			pt.speed = 1 / r
 		}
+		pt.attn = nominal.AttnTokens
 		c.profs[i] = pt
 	}
+	c.minFactor = d.model.MinPodFactor()
 }
 
 // speculated is the speculation's callback: a pod that recently computed
@@ -198,4 +206,16 @@ func grow[T any](s []T, n int) []T {
 		return make([]T, n)
 	}
 	return s[:n]
+}
+
+// speed is a pod's relative prefill speed: tokens per ms at its profile's
+// nominal rate (not the calibrated one, which moves with load and noise and
+// would make the bounds built on it move). Within a decision, speedOf reads
+// the same from the cycle's profile table.
+func (d *Decider) speed(p *Pod) float64 {
+	rate := d.model.Nominal(p.Info().Profile).PrefillMsPerToken
+	if rate <= 0 {
+		return 1
+	}
+	return 1 / rate
 }

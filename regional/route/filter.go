@@ -73,7 +73,8 @@ const (
 	// checkAlive keeps the pods live in the index (a removed pod leaves
 	// the index at once, before the registry snapshot a decision read
 	// changes) with a known endpoint (a pod known only from its KV events,
-	// or whose announcement was not believed, cannot be sent a request).
+	// or whose announcement was not believed, cannot be sent a request)
+	// that has not lapsed (its announcement ran out and it did not answer).
 	checkAlive check = iota
 	// checkModel keeps the pods that serve the requested model (a pod or a
 	// request that names none matches any).
@@ -104,7 +105,7 @@ pods:
 			var ok bool
 			switch k {
 			case checkAlive:
-				ok = c.d.idx.Alive(p.ID) && p.hasEndpoint()
+				ok = c.d.idx.Alive(p.ID) && p.hasEndpoint() && !p.lapsed.Load()
 			case checkModel:
 				m := p.model()
 				ok = anyModel || m == 0 || m == model

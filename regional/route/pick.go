@@ -18,6 +18,12 @@ func newPickers(cfg Config, scorers []scorer) map[string]picker {
 		PolicyRoundRobin:  roundRobinPicker{},
 		PolicyLeastLoaded: leastLoadedPicker{},
 		PolicySessionHash: sessionHashPicker{},
+
+		PolicyWeightedRoundRobin:     &weightedRoundRobinPicker{},
+		PolicyWeightedLeastLoaded:    weightedLeastLoadedPicker{},
+		PolicyLeastOutstandingTokens: leastOutstandingTokensPicker{},
+		PolicyBoundedAffinity:        &boundedAffinityPicker{cfg: cfg.BoundedAffinity},
+		PolicyPrecisePrefix:          precisePrefixPicker{cfg: cfg.PrecisePrefix},
 	}
 }
 

@@ -80,9 +80,11 @@ func (c *cycle) priceAt(i int) {
 	}
 	p := c.order[i]
 	t := &c.terms[i]
+	prof := p.profile()
 	*t = terms{
 		slot:    p.ID.Slot(),
-		prof:    p.profile(),
+		prof:    prof,
+		rate:    c.profs[prof].rate * c.d.model.PodFactor(p.Name),
 		running: int(p.inflight.Load()),
 		busy:    p.prefillBusy.Load(),
 		kv:      math.Float64frombits(p.kvUtil.Load()),
@@ -120,7 +122,8 @@ func (c *cycle) priceAll() {
 
 // floorAt is a lower bound of the total estimate of every candidate not
 // priced yet: the bound of a pod at the next group's depth (0 after the
-// last group) with no load, no extra cost and the cheapest profile. The
+// last group) with no load, no extra cost, the cheapest profile and the
+// smallest calibrated factor of any pod. The
 // queue, running and kv_util terms are never negative, and the only
 // negative one, the affinity bonus, goes to a pod priced up front.
 func (c *cycle) floorAt() float64 {
@@ -134,13 +137,14 @@ func (c *cycle) floorAt() float64 {
 	}
 	floor := math.Inf(1)
 	for prof := range c.profs {
-		floor = min(floor, c.lowerBound(&terms{prof: prof, cached: cached}))
+		rate := c.profs[prof].rate * c.minFactor
+		floor = min(floor, c.lowerBound(&terms{prof: prof, rate: rate, cached: cached}))
 	}
 	return floor
 }
 
 // rate is the calibrated prefill rate of candidate i.
-func (c *cycle) rate(i int) float64 { return c.profs[c.terms[i].prof].rate }
+func (c *cycle) rate(i int) float64 { return c.terms[i].rate }
 
 // candidate is candidate i as the cost model sees it.
 func (c *cycle) candidate(i int) gorgo.Candidate {
@@ -150,22 +154,32 @@ func (c *cycle) candidate(i int) gorgo.Candidate {
 }
 
 // lowerBound is a lower bound of the total estimate of the candidate
-// whose terms are t, from its terms and its profile's rates alone: gorgo's
-// estimate of a local candidate without the term for a pod past its
-// concurrency limit, which only adds. Every operation is the estimate's
-// own, in the same order, and floating-point addition and multiplication
-// by a non-negative number are monotone, so the bound never exceeds the
-// estimate (TestLowerBoundUnderEstimate). Where no pod is saturated it
-// equals it.
+// whose terms are t, from its terms, its rate and its profile alone:
+// gorgo's estimate of a local candidate without the term for a pod past
+// its concurrency limit, which only adds. Every operation is the
+// estimate's own, in the same order, and floating-point addition and
+// multiplication by a non-negative number are monotone, so the bound never
+// exceeds the estimate (TestLowerBoundUnderEstimate), and with a lower
+// rate (floorAt's) it is lower still. Where no pod is saturated it equals
+// it.
 func (c *cycle) lowerBound(t *terms) float64 {
 	pt := &c.profs[t.prof]
 	prompt := c.req.PromptTokens
 	// gorgo floors the cached tokens times a staleness weight, 1 here.
 	cached := min(max(t.cached, 0), prompt)
 	uncached := max(prompt-cached, 0)
-	queue := c.d.queueWeight * (float64(max(t.pending, 0)) * pt.rate)
-	prefill := float64(uncached) * pt.rate
-	return queue + prefill + pt.overhead + 0 + 0 + t.extra
+	queue := c.d.queueWeight * (float64(max(t.pending, 0)) * t.rate)
+	return queue + prefillMs(pt.attn, t.rate, cached, uncached) + pt.overhead + 0 + 0 + t.extra
+}
+
+// prefillMs is gorgo's prefill time, operation for operation: rate x u x
+// (1 + (c + u/2) / attn), linear when attn is 0.
+func prefillMs(attn, rate float64, cached, uncached int) float64 {
+	u := float64(max(uncached, 0))
+	if attn <= 0 {
+		return u * rate
+	}
+	return u * rate * (1 + (float64(max(cached, 0))+u/2)/attn)
 }
 
 // evaluate estimates candidate i with the cost model.

@@ -17,19 +17,21 @@ import (
 // TestLowerBoundUnderEstimate: the bound the ttft picker prunes with never
 // exceeds gorgo's estimate of the same candidate, and equals it when the
 // pod is not past its concurrency limit; the floor of a depth never
-// exceeds the bound of a pod at that depth, whatever its load.
+// exceeds the bound of a pod at that depth, whatever its load and its own
+// speed. Profiles may have an attention term, pods a calibrated factor.
 func TestLowerBoundUnderEstimate(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		cfg := gorgo.DefaultConfig()
 		cfg.QueueWeight = rapid.SampledFrom([]float64{0, 0.5, 0.75, 1, 3}).Draw(rt, "qw")
-		model, err := gorgo.New(cfg)
-		if err != nil {
-			rt.Fatal(err)
+		var infos []PodInfo
+		for _, prof := range []string{"h100", "b200", "unknown"} {
+			infos = append(infos, PodInfo{Name: prof, Endpoint: "http://" + prof, Profile: prof})
 		}
+		model := drawModel(rt, cfg, infos)
 		f := newFixtureT(rt, 0)
 		f.dec.model, f.dec.queueWeight = model, cfg.QueueWeight
-		for _, prof := range []string{"h100", "b200", "unknown"} {
-			_, _, _ = f.reg.Upsert(PodInfo{Name: prof, Endpoint: "http://" + prof, Profile: prof})
+		for _, info := range infos {
+			_, _, _ = f.reg.Upsert(info)
 		}
 		prompt := rapid.IntRange(0, 200_000).Draw(rt, "prompt")
 		c := newCycle(64)
@@ -37,14 +39,16 @@ func TestLowerBoundUnderEstimate(t *testing.T) {
 		defer c.end()
 		c.scoring = &scoring{prefix: &prefixScorer{weight: rapid.SampledFrom([]float64{0.5, 1}).Draw(rt, "w")}}
 		prof := rapid.IntRange(0, len(c.profs)-1).Draw(rt, "prof")
+		pod := infos[rapid.IntRange(0, len(infos)-1).Draw(rt, "pod")].Name
 		tm := terms{
 			prof:    prof,
+			rate:    c.profs[prof].rate * model.PodFactor(pod),
 			cached:  rapid.IntRange(-10, 250_000).Draw(rt, "cached"),
 			pending: rapid.IntRange(-10, 1_000_000).Draw(rt, "pending"),
 			running: rapid.IntRange(0, 600).Draw(rt, "running"),
 			extra:   rapid.Float64Range(-500, 500).Draw(rt, "extra"),
 		}
-		cand := gorgo.Candidate{Profile: c.profs[prof].name, PromptTokens: prompt, CachedTokens: tm.cached,
+		cand := gorgo.Candidate{Pod: pod, Profile: c.profs[prof].name, PromptTokens: prompt, CachedTokens: tm.cached,
 			PendingPrefillTokens: tm.pending, Running: tm.running, ExtraMs: tm.extra}
 		est := model.Estimate(&cand).TotalMs
 		lb := c.lowerBound(&tm)
@@ -151,6 +155,35 @@ func TestLowestMatchesSort(t *testing.T) {
 }
 
 // newFixtureT is newFixture for a rapid check.
+// drawModel is a cost model whose profiles may have an attention term,
+// and whose pods may run at their own calibrated speed: for each of pods a
+// drawn factor is published by feeding a Calibrator exact observations of
+// a pod that much slower or faster than its profile.
+func drawModel(rt *rapid.T, cfg gorgo.Config, pods []PodInfo) *gorgo.Model {
+	profiles := gorgo.DefaultProfiles()
+	for i := range profiles {
+		profiles[i].AttnTokens = rapid.SampledFrom([]float64{0, 8000, 53800}).Draw(rt, "attn_"+profiles[i].Name)
+	}
+	model, err := gorgo.New(cfg, profiles...)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	cal := gorgo.NewCalibrator(model, gorgo.CalibratorConfig{MinSamples: 3, MaxStep: 1, RateBand: [2]float64{0.5, 2}, MaxRelSE: 1})
+	for _, p := range pods {
+		factor := rapid.SampledFrom([]float64{1, 1, 0.6, 0.8, 1.3}).Draw(rt, "factor_"+p.Name)
+		if factor == 1 {
+			continue
+		}
+		nominal := model.Nominal(p.Profile)
+		for i := 1; i <= 40; i++ {
+			u := 500 * i
+			cal.Observe(gorgo.Observation{Profile: p.Profile, Pod: p.Name, UncachedTokens: u,
+				TTFTMs: nominal.OverheadMs + model.PrefillMs(p.Profile, "", 0, u)*factor})
+		}
+	}
+	return model
+}
+
 func newFixtureT(rt *rapid.T, pods int) *fixture {
 	idx, err := index.New(index.DefaultConfig())
 	if err != nil {

@@ -96,11 +96,7 @@ func (s prefixScorer) term(c *cycle, _ int, t *terms) {
 type queueScorer struct{ weight float64 }
 
 func (s queueScorer) term(c *cycle, i int, t *terms) {
-	rate := c.profs[t.prof].rate
-	if t.busy <= c.nowNs && rate > 0 {
-		return // no backlog: 0 tokens (pending starts at 0)
-	}
-	t.pending = int(float64(backlogTokens(c.order[i], t.busy, c.now, rate)) * s.weight)
+	t.pending = int(float64(backlogTokens(c.order[i], t.busy, c.now, t.rate)) * s.weight)
 }
 
 // runningScorer costs each request in flight on the pod a little: each one
@@ -135,5 +131,5 @@ func (s affinityScorer) term(c *cycle, i int, t *terms) {
 	if !c.pin.ok || c.pin.inflight >= s.thick || c.order[i].Name != c.pin.pod {
 		return
 	}
-	t.extra -= s.weight * (s.bonusMs + s.cacheWeight*float64(c.cachedAt(t.slot))*c.profs[t.prof].rate)
+	t.extra -= s.weight * (s.bonusMs + s.cacheWeight*float64(c.cachedAt(t.slot))*t.rate)
 }

@@ -188,6 +188,12 @@ type Config struct {
 	// the first of them; default 20ms (about one vLLM engine step). Not
 	// scaled by TimeScale.
 	EventFlushInterval time.Duration
+	// AnnounceInterval is how often the pod repeats its PodUp (same epoch,
+	// with a TTL of AnnounceTTLFactor intervals), so that a controller that
+	// lost the first one (a topic rebuilt without it) learns the pod's
+	// endpoint within one interval. Default 10s; negative: announce once,
+	// at Open, without a TTL (as pods did before). Not scaled by TimeScale.
+	AnnounceInterval time.Duration
 	// MaxPendingEvents bounds events held while the publisher fails; beyond
 	// it they are dropped and counted, and the batch sequence skips one so
 	// consumers see a gap. Default 100000.
@@ -220,6 +226,11 @@ type Config struct {
 	Clock Clock
 }
 
+// AnnounceTTLFactor is the TTL of a repeated PodUp in announce intervals:
+// a controller drops the pod only after three announcements in a row are
+// missing (and the pod does not answer).
+const AnnounceTTLFactor = 3
+
 // DefaultConfig returns a loopback h100 pod with an ephemeral port. Timing,
 // CacheBlocks and MaxConcurrency are left zero, to be taken from the
 // Hardware profile when the engine opens: setting Hardware alone changes
@@ -237,6 +248,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:       64 << 20,
 		EventBatchSize:     16,
 		EventFlushInterval: 20 * time.Millisecond,
+		AnnounceInterval:   10 * time.Second,
 		MaxPendingEvents:   100000,
 		Seed:               1,
 	}
@@ -262,6 +274,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.Timing.PrefillPerToken, p.Timing.PrefillPerToken)
 	setDur(&c.Timing.DecodeInterval, p.Timing.DecodeInterval)
 	setDur(&c.EventFlushInterval, d.EventFlushInterval)
+	setDur(&c.AnnounceInterval, d.AnnounceInterval)
 	if c.Timing.PrefillSlots == 0 {
 		c.Timing.PrefillSlots = 1
 	}

@@ -36,8 +36,10 @@
 //     in vLLM batches ([ts, events, dp_rank]) when EventBatchSize events are
 //     pending or EventFlushInterval after the first pending one, each batch
 //     with a sequence number from 0, plus Meridian's PodUp at Open (with
-//     the engine kind and the KV capacity) and PodDown at Close carrying the
-//     epoch of this process start.
+//     the engine kind and the KV capacity), repeated every AnnounceInterval
+//     with a TTL of AnnounceTTLFactor intervals (a controller that lost the
+//     first learns the endpoint within one interval), and PodDown at Close,
+//     all carrying the epoch of this process start.
 //   - Timing: TTFT = queueing (at most MaxConcurrency requests run; the rest
 //     wait FIFO) + PrefillOverhead + PrefillPerToken x uncached tokens; then
 //     one token per DecodeInterval; all scaled by TimeScale and, under load,

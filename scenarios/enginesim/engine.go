@@ -52,6 +52,10 @@ type Engine struct {
 	pipe     *eventPipe
 	ownedPub io.Closer // the Kafka publisher when the engine built it
 
+	announces    atomic.Int64  // PodUps emitted
+	stopAnnounce chan struct{} // closed to stop the announcer
+	announceDone chan struct{} // closed when it stopped
+
 	// Network side, set by Open.
 	ln       net.Listener
 	scheme   string // of URL: http, or https with TLSCert
@@ -193,9 +197,9 @@ func Open(cfg Config) (*Engine, error) {
 		pub = discardPublisher{}
 	}
 	e.startPipe(pub)
-	e.mu.Lock()
-	e.emitLocked(Event{Kind: PodUp, Pod: e.podInfo()})
-	e.mu.Unlock()
+	e.announce()
+	e.stopAnnounce, e.announceDone = make(chan struct{}), make(chan struct{})
+	go e.announceLoop()
 
 	e.baseCtx, e.cancel = context.WithCancel(context.Background())
 	e.srv = &http.Server{
@@ -232,6 +236,7 @@ func (e *Engine) Close(ctx context.Context) error {
 			}
 			<-e.srvDone
 		}
+		e.stopAnnouncing()
 		if e.pipe != nil {
 			e.mu.Lock()
 			e.emitLocked(Event{Kind: PodDown, Pod: e.podInfo()})
@@ -264,6 +269,7 @@ func (e *Engine) Kill(ctx context.Context) error {
 			_ = e.srv.Close()
 			<-e.srvDone
 		}
+		e.stopAnnouncing()
 		if e.pipe != nil {
 			if err := e.pipe.close(ctx); err != nil {
 				errs = append(errs, err)
@@ -292,6 +298,50 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	return e.Close(cctx)
 }
+
+// announce emits the pod's PodUp: with a TTL when it is repeated.
+func (e *Engine) announce() {
+	info := e.podInfo()
+	if e.cfg.AnnounceInterval > 0 {
+		info.TTL = AnnounceTTLFactor * e.cfg.AnnounceInterval
+	}
+	e.mu.Lock()
+	e.emitLocked(Event{Kind: PodUp, Pod: info})
+	e.mu.Unlock()
+	e.announces.Add(1)
+}
+
+// announceLoop repeats the PodUp every AnnounceInterval until
+// stopAnnouncing.
+func (e *Engine) announceLoop() {
+	defer close(e.announceDone)
+	if e.cfg.AnnounceInterval <= 0 {
+		return
+	}
+	for {
+		t := e.clock.NewTimer(e.cfg.AnnounceInterval)
+		select {
+		case <-e.stopAnnounce:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		e.announce()
+	}
+}
+
+// stopAnnouncing stops the announcer (before a PodDown, or on a kill) and
+// waits for it.
+func (e *Engine) stopAnnouncing() {
+	if e.stopAnnounce == nil {
+		return
+	}
+	close(e.stopAnnounce)
+	<-e.announceDone
+}
+
+// Announcements returns how many PodUps the pod has emitted.
+func (e *Engine) Announcements() int64 { return e.announces.Load() }
 
 func (e *Engine) podInfo() PodInfo {
 	return PodInfo{Name: e.name, Endpoint: e.endpoint, Model: e.cfg.Model, Hardware: e.cfg.Hardware,

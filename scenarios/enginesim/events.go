@@ -72,9 +72,10 @@ type PodInfo struct {
 	Hardware string
 	Region   string
 	Epoch    uint64
-	Reason   string // PodDown only, e.g. "shutdown"
-	Engine   string // PodUp only: the engine kind
-	KVBlocks uint64 // PodUp only: the KV-cache capacity in blocks
+	Reason   string        // PodDown only, e.g. "shutdown"
+	Engine   string        // PodUp only: the engine kind
+	KVBlocks uint64        // PodUp only: the KV-cache capacity in blocks
+	TTL      time.Duration // PodUp only: how long it holds (0: until PodDown)
 }
 
 // Batch is one vLLM KVEventBatch plus what Meridian's transport adds: the

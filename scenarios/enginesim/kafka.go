@@ -75,7 +75,7 @@ func (b Batch) KVBatch() kvevents.Batch {
 		case PodUp:
 			p := ev.Pod
 			out.Events = append(out.Events, &kvevents.PodUp{Pod: p.Name, Endpoint: p.Endpoint, Model: p.Model,
-				Hardware: p.Hardware, Region: p.Region, Epoch: p.Epoch, Engine: p.Engine, KVBlocks: p.KVBlocks})
+				Hardware: p.Hardware, Region: p.Region, Epoch: p.Epoch, Engine: p.Engine, KVBlocks: p.KVBlocks, TTL: p.TTL})
 		case PodDown:
 			out.Events = append(out.Events, &kvevents.PodDown{Pod: ev.Pod.Name, Epoch: ev.Pod.Epoch, Reason: ev.Pod.Reason})
 		}
