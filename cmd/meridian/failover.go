@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -80,23 +81,32 @@ func readOptions(c *cli.Context) global.ReadOptions {
 // globalClient builds the admin API client from the flags, with a context
 // bounded by --timeout.
 func globalClient(c *cli.Context) (*global.Client, context.Context, context.CancelFunc, error) {
-	admin := strings.TrimRight(c.String("admin"), "/")
-	if admin == "" {
-		return nil, nil, nil, usageError("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
-	}
-	if u, err := url.Parse(admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
-	}
-	token := c.String("token")
-	if token == "" {
-		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
-	}
-	hc, err := tlsHTTPClient(c)
+	admin, token, hc, err := adminTarget(c)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	return global.NewClient(admin, token, hc), ctx, cancel, nil
+}
+
+// adminTarget checks --admin and --token and builds the HTTP client of
+// the TLS flags: what every command that calls a controller's admin API
+// needs.
+func adminTarget(c *cli.Context) (admin, token string, hc *http.Client, err error) {
+	admin = strings.TrimRight(c.String("admin"), "/")
+	if admin == "" {
+		return "", "", nil, usageError("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
+	}
+	if u, err := url.Parse(admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", "", nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
+	}
+	if token = c.String("token"); token == "" {
+		return "", "", nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
+	}
+	if hc, err = tlsHTTPClient(c); err != nil {
+		return "", "", nil, err
+	}
+	return admin, token, hc, nil
 }
 
 // cmdPath is the command's path under the app ("failover trigger").

@@ -69,18 +69,7 @@ func gossipAdminFlags() []cli.Flag {
 // gossipKeysClient builds the keyring API client from the flags, with a
 // context bounded by --timeout.
 func gossipKeysClient(c *cli.Context) (*gossip.KeysClient, context.Context, context.CancelFunc, error) {
-	admin := strings.TrimRight(c.String("admin"), "/")
-	if admin == "" {
-		return nil, nil, nil, usageError("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
-	}
-	if u, err := url.Parse(admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
-	}
-	token := c.String("token")
-	if token == "" {
-		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
-	}
-	hc, err := tlsHTTPClient(c)
+	admin, token, hc, err := adminTarget(c)
 	if err != nil {
 		return nil, nil, nil, err
 	}
