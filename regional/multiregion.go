@@ -246,7 +246,9 @@ func (g gossipRemotes) Unseen(region string) (route.Unseen, bool) {
 	if !ok || rv.Summary == nil {
 		return route.Unseen{}, false
 	}
-	return route.Unseen{ReceivedAt: rv.ReceivedAt, RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
+	// A summary that was already SentAge old when sent counts as received
+	// that much earlier: it shows the region as it was then.
+	return route.Unseen{ReceivedAt: rv.ReceivedAt.Add(-rv.SentAge), RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
 }
 
 func (g gossipRemotes) ForwardAddrs(region string) []string {
