@@ -84,6 +84,7 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	closed    atomic.Bool
+	killed    atomic.Bool // Kill: shut down without leaving the pool
 }
 
 type peer struct {
@@ -636,8 +637,10 @@ func (n *Node) Close() error {
 		n.wg.Wait()
 		n.joins.Wait()
 		n.keySends.Wait()
-		if err := n.ml.Leave(n.cfg.LeaveTimeout); err != nil {
-			n.log.Warn("leave not broadcast", "err", err)
+		if !n.killed.Load() {
+			if err := n.ml.Leave(n.cfg.LeaveTimeout); err != nil {
+				n.log.Warn("leave not broadcast", "err", err)
+			}
 		}
 		n.closeErr = n.ml.Shutdown()
 		if n.closeErr != nil {
@@ -645,6 +648,14 @@ func (n *Node) Close() error {
 		}
 	})
 	return n.closeErr
+}
+
+// Kill stops the node as a crash would (drills and tests): it does not
+// leave the pool, so the other controllers find it dead by probing. Close
+// after Kill does nothing.
+func (n *Node) Kill() error {
+	n.killed.Store(true)
+	return n.Close()
 }
 
 // peerLocked returns the entry of a controller, creating it.
