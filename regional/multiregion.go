@@ -209,12 +209,17 @@ func (g gossipRemotes) ForwardAddrs(region string) []string {
 	// Controllers answering pings first; then the suspect ones, which may
 	// only have missed a few pings (under load, or a short partition); then
 	// those this node's failure detector declared dead, which may yet
-	// refute it (a refused connection costs little).
+	// refute it (a refused connection costs little). In each group those
+	// that have published a summary come first: a controller publishes
+	// only once its index has caught up with its topic (a replica that has
+	// just started is still rebuilding it, and is tried last).
 	var out []string
 	for _, st := range []gossip.ControllerState{gossip.StateAlive, gossip.StateSuspect, gossip.StateDead} {
-		for _, c := range rv.Controllers {
-			if c.ForwardAddr != "" && c.State == st {
-				out = append(out, c.ForwardAddr)
+		for _, ready := range []bool{true, false} {
+			for _, c := range rv.Controllers {
+				if c.ForwardAddr != "" && c.State == st && (c.Digest.Generation > 0) == ready {
+					out = append(out, c.ForwardAddr)
+				}
 			}
 		}
 	}
@@ -455,8 +460,15 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if err := c.publishSummary(); err != nil {
-			c.log.Warn("summary not published", "err", err)
+		// A summary of an index still catching up with the topic would
+		// tell the other regions this region holds less than it does, and
+		// with several replicas per region the newest summary wins: publish
+		// only once caught up (which also marks this controller, in its
+		// digest, as one to forward to).
+		if c.Ingester.CaughtUp() {
+			if err := c.publishSummary(); err != nil {
+				c.log.Warn("summary not published", "err", err)
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -569,6 +581,34 @@ func (c *Controller) closeMulti(ctx context.Context) error {
 	}
 	if mr.adminS != nil {
 		errs = append(errs, mr.adminS.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// killMulti stops the cross-region components as a crash would: gossip
+// without leaving the pool, Raft without handing leadership over, the
+// audit log without publishing its last checkpoint.
+func (c *Controller) killMulti() error {
+	mr := c.mr
+	if mr == nil {
+		return nil
+	}
+	var errs []error
+	if mr.gossip != nil {
+		errs = append(errs, mr.gossip.Kill())
+	}
+	mr.sink.node.Store(nil)
+	if mr.node != nil {
+		errs = append(errs, mr.node.Kill())
+	}
+	if mr.audit != nil {
+		// Its segment is closed as the process's exit would close it; the
+		// checkpoint it would publish has nowhere to go (the sink is
+		// cleared), which is what a crash leaves too.
+		_ = mr.audit.Close()
+	}
+	if mr.adminS != nil {
+		errs = append(errs, mr.adminS.Close())
 	}
 	return errors.Join(errs...)
 }

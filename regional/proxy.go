@@ -217,6 +217,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	hdr := http.Header{"X-Meridian-Pod": {pod.Name}}
 	out := http.Header{"X-Meridian-Pod": {pod.Name}, "X-Meridian-Predicted-Cached-Tokens": {strconv.Itoa(d.CachedTokens)},
 		"X-Meridian-Region": {s.topo.Region}}
+	if s.id != "" {
+		out[HeaderController] = []string{s.id}
+	}
 	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name, func(status int) {
 		ttft := s.now().Sub(p.started)
 		ticket.FirstByte(s.now())
