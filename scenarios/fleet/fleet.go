@@ -1,8 +1,13 @@
 // Package fleet starts a whole multi-region Meridian system in one process
 // on loopback: a Kafka-protocol broker (franz-go's kfake), engine simulators
-// per region publishing their KV events to it, and one controller per region
-// forming the Raft and gossip clusters, with a residency policy and an audit
-// log. The demo, the failover drill and the cross-region tests run on it.
+// per region publishing their KV events to it, and one or several
+// controllers (replicas) per region forming the Raft and gossip clusters,
+// with a residency policy and an audit log per controller. The demo, the
+// failover drill and the cross-region and replica tests run on it. A
+// replica can be killed (as a crash), stopped gracefully (as on SIGTERM)
+// and started again on its addresses and state; a Balancer spreads
+// requests over a region's replicas as a load balancer in front of them
+// would.
 //
 // Its one job is to assemble the real components as an operator would
 // deploy them, through their public configuration (regional.Config,
@@ -15,8 +20,9 @@
 //     fleets in one process do not collide.
 //   - Start returns only once every controller is ready (the Raft cluster
 //     has a leader with every controller a member, the residency policy is
-//     committed, every pod is registered, and every region has every other
-//     region's summary), or an error after closing what it started.
+//     committed, every pod is registered, every controller's index has
+//     caught up with its topic, and every region has every other region's
+//     summary), or an error after closing what it started.
 //   - Close stops everything, traffic first: controllers, then engines, then
 //     the broker, then the directory it created.
 //
@@ -68,6 +74,7 @@ type RegionSpec struct {
 	Pods        int    // engine simulators; default 2
 	Hardware    string // engine profile; default "h100"
 	CacheBlocks int    // per pod, 16-token blocks; default the profile's
+	Replicas    int    // controllers; default Config.Replicas
 }
 
 // Config describes the fleet.
@@ -103,6 +110,10 @@ type Config struct {
 	// between controllers with certificates of a fleet CA, https
 	// everywhere.
 	Insecure bool
+	// Replicas is the number of controllers per region (RegionSpec.Replicas
+	// overrides it); default 1. With one, a region's controller is
+	// ctl-<region>; with n, ctl-<region>-1 .. ctl-<region>-n.
+	Replicas int
 }
 
 // Tenant is an API key's holder: a tenant and the data classes it may send.
@@ -136,9 +147,37 @@ func key(a, b string) string {
 
 // Region is one running region.
 type Region struct {
-	Name       string
+	Name string
+	// Controller is the region's first replica as it was started: with
+	// one replica, the region's controller. After that replica is killed
+	// or stopped it stays the closed controller; use Replicas (and
+	// Replica.Controller) to follow restarts.
 	Controller *regional.Controller
-	Engines    []*enginesim.Engine
+	// Replicas are the region's controllers, in id order.
+	Replicas []*Replica
+	Engines  []*enginesim.Engine
+}
+
+// Live returns the controllers of the region's replicas that are running
+// (started and not killed or stopped), in replica order.
+func (r *Region) Live() []*regional.Controller {
+	var out []*regional.Controller
+	for _, rep := range r.Replicas {
+		if c := rep.Controller(); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Replica returns the replica with the given controller id, or nil.
+func (r *Region) Replica(id string) *Replica {
+	for _, rep := range r.Replicas {
+		if rep.ID == id {
+			return rep
+		}
+	}
+	return nil
 }
 
 // Fleet is the running system.
@@ -189,9 +228,15 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			cfg.Regions = append(cfg.Regions, RegionSpec{Name: name})
 		}
 	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
 	for i := range cfg.Regions {
 		if cfg.Regions[i].Pods == 0 {
 			cfg.Regions[i].Pods = 2
+		}
+		if cfg.Regions[i].Replicas == 0 {
+			cfg.Regions[i].Replicas = cfg.Replicas
 		}
 	}
 	if cfg.Policy == nil {
@@ -248,8 +293,12 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		return f, err
 	}
 
-	var seedAdmin, seedGossip string
-	for i, spec := range cfg.Regions {
+	maxReplicas := 1
+	for _, spec := range cfg.Regions {
+		maxReplicas = max(maxReplicas, spec.Replicas)
+	}
+	first := true
+	for _, spec := range cfg.Regions {
 		r := &Region{Name: spec.Name}
 		f.Regions = append(f.Regions, r)
 		for p := 0; p < spec.Pods; p++ {
@@ -273,47 +322,57 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			r.Engines = append(r.Engines, e)
 		}
 
-		rc := regional.DefaultConfig()
-		rc.Region, rc.ControllerID = spec.Name, "ctl-"+spec.Name
-		rc.Listen, rc.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-		rc.Kafka.Brokers = f.Broker.ListenAddrs()
-		rc.Models = []regional.ModelConfig{{Name: cfg.Model, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
-		rc.PolicyFile = policyFile
-		rc.ScrapeInterval = 200 * time.Millisecond
-		rc.SummaryInterval = 500 * time.Millisecond
-		// A 2 s election timeout: loopback is fast, but a fleet runs beside
-		// tests and builds on a loaded machine, where a 1 s one deposes
-		// starved leaders over and over.
-		rc.Raft = regional.RaftConfig{DataDir: filepath.Join(f.Dir, spec.Name, "raft"), Bind: "127.0.0.1:0", Bootstrap: i == 0, Voters: 3,
-			ElectionTimeout: 2 * time.Second}
-		if i > 0 {
-			rc.Raft.Join = []string{seedAdmin}
-		}
-		rc.Gossip = regional.GossipConfig{Bind: "127.0.0.1:0", Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
-			StaticRTT: map[string]map[string]time.Duration{}, StaticRTTOverride: true}
-		if i > 0 {
-			rc.Gossip.Join = []string{seedGossip}
-		}
-		for k, d := range cfg.RTT {
-			a, b, _ := strings.Cut(k, "|")
-			if rc.Gossip.StaticRTT[a] == nil {
-				rc.Gossip.StaticRTT[a] = map[string]time.Duration{}
+		// The ids the fleet's PKI issues certificates for (it issues as
+		// many per region as the largest region has replicas).
+		for _, id := range identity.ControllerIDs(spec.Name, maxReplicas)[:spec.Replicas] {
+			rc := regional.DefaultConfig()
+			rc.Region, rc.ControllerID = spec.Name, id
+			rc.Listen, rc.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+			rc.Kafka.Brokers = f.Broker.ListenAddrs()
+			rc.Models = []regional.ModelConfig{{Name: cfg.Model, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
+			rc.PolicyFile = policyFile
+			rc.ScrapeInterval = 200 * time.Millisecond
+			rc.SummaryInterval = 500 * time.Millisecond
+			dataDir := filepath.Join(f.Dir, spec.Name, "raft")
+			if maxReplicas > 1 {
+				dataDir = filepath.Join(f.Dir, spec.Name, id, "raft")
 			}
-			rc.Gossip.StaticRTT[a][b] = d
-		}
-		rc.Audit = regional.AuditConfig{Dir: f.AuditDir(), HMACKey: f.AuditKey, CheckpointInterval: 10 * time.Second}
-		sec(&rc)
-		if cfg.Controller != nil {
-			cfg.Controller(spec.Name, &rc)
-		}
-		ctl, err := regional.Open(ctx, rc, regional.Deps{Logger: cfg.Logger.With("controller", rc.ControllerID)})
-		if err != nil {
-			return f, fmt.Errorf("controller %s: %w", spec.Name, err)
-		}
-		r.Controller = ctl
-		if i == 0 {
-			seedAdmin = ctl.AdminURL()
-			seedGossip = ctl.Gossip().Addr()
+			// A 2 s election timeout: loopback is fast, but a fleet runs
+			// beside tests and builds on a loaded machine, where a 1 s one
+			// deposes starved leaders over and over.
+			rc.Raft = regional.RaftConfig{DataDir: dataDir, Bind: "127.0.0.1:0", Bootstrap: first, Voters: 3,
+				ElectionTimeout: 2 * time.Second}
+			rc.Gossip = regional.GossipConfig{Bind: "127.0.0.1:0", Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
+				StaticRTT: map[string]map[string]time.Duration{}, StaticRTTOverride: true}
+			if !first {
+				rc.Raft.Join, rc.Gossip.Join = f.joinAddrs(nil)
+			}
+			for k, d := range cfg.RTT {
+				a, b, _ := strings.Cut(k, "|")
+				if rc.Gossip.StaticRTT[a] == nil {
+					rc.Gossip.StaticRTT[a] = map[string]time.Duration{}
+				}
+				rc.Gossip.StaticRTT[a][b] = d
+			}
+			rc.Audit = regional.AuditConfig{Dir: f.AuditDir(), HMACKey: f.AuditKey, CheckpointInterval: 10 * time.Second}
+			// A graceful stop keeps taking requests for a while after
+			// /readyz turned 503: long enough for a Balancer's probe to
+			// notice on a loaded machine, so that no new request races the
+			// closing of the replica's idle connections.
+			rc.Shutdown.DrainDelay = 4 * BalancerProbeInterval
+			sec(&rc)
+			if cfg.Controller != nil {
+				cfg.Controller(spec.Name, &rc)
+			}
+			rep := &Replica{ID: id, Region: spec.Name, f: f, log: cfg.Logger.With("controller", id), cfg: rc}
+			r.Replicas = append(r.Replicas, rep)
+			if err := rep.open(ctx); err != nil {
+				return f, fmt.Errorf("controller %s: %w", id, err)
+			}
+			if r.Controller == nil {
+				r.Controller = rep.Controller()
+			}
+			first = false
 		}
 	}
 	return f, f.WaitReady(ctx)
@@ -339,48 +398,101 @@ func (f *Fleet) WaitReady(ctx context.Context) error {
 }
 
 func (f *Fleet) notReady() string {
+	total := 0
 	for _, r := range f.Regions {
-		c := r.Controller
-		h := c.Global().Health()
-		if h.Leader == "" {
-			return r.Name + ": no raft leader"
-		}
-		st := c.Global().State()
-		if _, ok := st.Policy(); !ok {
-			return r.Name + ": no policy committed"
-		}
-		if len(st.Members()) < len(f.Regions) {
-			return fmt.Sprintf("%s: %d raft members", r.Name, len(st.Members()))
-		}
-		n := 0
-		for _, p := range c.Registry.Pods() {
-			if p.Info().Endpoint != "" {
-				n++
+		total += len(r.Replicas)
+	}
+	for _, r := range f.Regions {
+		for _, rep := range r.Replicas {
+			c := rep.Controller()
+			if c == nil {
+				return rep.ID + ": down"
 			}
-		}
-		if n < len(r.Engines) {
-			return fmt.Sprintf("%s: %d of %d pods registered", r.Name, n, len(r.Engines))
-		}
-		view := c.Gossip().View()
-		for _, o := range f.Regions {
-			if o.Name == r.Name {
-				continue
+			if why := f.replicaNotReady(r, c); why != "" {
+				return rep.ID + ": " + why
 			}
-			rv, ok := view.Region(o.Name)
-			if !ok || rv.Summary == nil || !rv.Live {
-				return fmt.Sprintf("%s: no summary of %s yet", r.Name, o.Name)
+			if n := len(c.Global().State().Members()); n < total {
+				return fmt.Sprintf("%s: %d of %d raft members", rep.ID, n, total)
 			}
 		}
 	}
 	return ""
 }
 
+// replicaNotReady says why one controller cannot serve as the fleet
+// expects yet ("" when it can): a Raft leader known, the policy
+// committed, every pod of its region registered with its endpoint, its
+// index caught up with the topic, and every other region's summary held.
+func (f *Fleet) replicaNotReady(r *Region, c *regional.Controller) string {
+	h := c.Global().Health()
+	if h.Leader == "" {
+		return "no raft leader"
+	}
+	st := c.Global().State()
+	if _, ok := st.Policy(); !ok {
+		return "no policy committed"
+	}
+	n := 0
+	for _, p := range c.Registry.Pods() {
+		if p.Info().Endpoint != "" {
+			n++
+		}
+	}
+	if n < len(r.Engines) {
+		return fmt.Sprintf("%d of %d pods registered", n, len(r.Engines))
+	}
+	if !c.Ready() {
+		return "not ready (index catching up)"
+	}
+	view := c.Gossip().View()
+	for _, o := range f.Regions {
+		if o.Name == r.Name {
+			continue
+		}
+		rv, ok := view.Region(o.Name)
+		if !ok || rv.Summary == nil || !rv.Live {
+			return "no summary of " + o.Name + " yet"
+		}
+	}
+	return ""
+}
+
+// Controllers returns every running controller, region by region.
+func (f *Fleet) Controllers() []*regional.Controller {
+	var out []*regional.Controller
+	for _, r := range f.Regions {
+		out = append(out, r.Live()...)
+	}
+	return out
+}
+
+// joinAddrs are the admin URLs and gossip addresses of the running
+// controllers other than except, for a controller joining (or rejoining)
+// the Raft and gossip clusters.
+func (f *Fleet) joinAddrs(except *Replica) (admin, gossipAddrs []string) {
+	for _, r := range f.Regions {
+		for _, rep := range r.Replicas {
+			if rep == except {
+				continue
+			}
+			if c := rep.Controller(); c != nil {
+				admin = append(admin, c.AdminURL())
+				gossipAddrs = append(gossipAddrs, c.Gossip().Addr())
+			}
+		}
+	}
+	return admin, gossipAddrs
+}
+
 // Close stops the controllers, then the engines, then the broker.
 func (f *Fleet) Close(ctx context.Context) error {
 	var errs []error
 	for _, r := range slices.Backward(f.Regions) {
+		for _, rep := range slices.Backward(r.Replicas) {
+			errs = append(errs, rep.close(ctx))
+		}
 		if r.Controller != nil {
-			errs = append(errs, r.Controller.Close(ctx))
+			errs = append(errs, r.Controller.Close(ctx)) // already closed: a no-op
 		}
 	}
 	for _, r := range f.Regions {
@@ -412,7 +524,11 @@ func (f *Fleet) security(cfg Config) (func(*regional.Config), error) {
 	for _, r := range cfg.Regions {
 		regions = append(regions, r.Name)
 	}
-	pki, err := identity.InitDevPKI(filepath.Join(f.Dir, "pki"), regions, identity.PKIOptions{Operator: "operator"})
+	replicas := 1
+	for _, r := range cfg.Regions {
+		replicas = max(replicas, r.Replicas)
+	}
+	pki, err := identity.InitDevPKI(filepath.Join(f.Dir, "pki"), regions, identity.PKIOptions{Operator: "operator", ReplicasPerRegion: replicas})
 	if err != nil {
 		return nil, fmt.Errorf("fleet pki: %w", err)
 	}
