@@ -163,7 +163,7 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 		dec.CachedTokens = c.cached(p)
 		rate, _ := d.model.Rate(info.Profile)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
-			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.inflight.Load())}
+			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.InFlight())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
 	}
 	dec.Uncached = req.PromptTokens - dec.CachedTokens
@@ -172,12 +172,15 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 }
 
 // BacklogTokens expresses the pod's remaining prefill backlog in tokens at
-// the profile's current rate (gorgo multiplies it back).
+// the profile's current rate (gorgo multiplies it back): this replica's
+// modelled backlog, plus the uncached tokens the region's other replicas
+// last reported waiting for their first byte there.
 func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
+	peers := int(p.peerPending.Load())
 	if rateMs <= 0 {
-		return int(p.pendingPrefill.Load())
+		return int(p.pendingPrefill.Load()) + peers
 	}
-	return int(float64(p.PrefillBacklog(now)) / float64(time.Millisecond) / rateMs)
+	return int(float64(p.PrefillBacklog(now))/float64(time.Millisecond)/rateMs) + peers
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and
