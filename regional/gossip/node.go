@@ -256,6 +256,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	for range senders {
 		go n.sender()
 	}
+	if cfg.Replicas != nil {
+		n.wg.Add(1)
+		go n.replicaLoop()
+	}
 	if len(cfg.Join) > 0 {
 		if _, err := n.Join(ctx, cfg.Join); err != nil && ctx.Err() != nil {
 			_ = n.Close()

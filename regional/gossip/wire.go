@@ -19,7 +19,9 @@ import (
 //     length, region load totals, forwarding address;
 //   - user messages over TCP (SendReliable): a pull request naming the
 //     requester, a region and the generation it wants; a summary body; a
-//     keyring operation and its answer (keyring.go);
+//     keyring operation and its answer (keyring.go); between the
+//     controllers of one region, their replica state (replicas.go; over
+//     UDP when it is best-effort and fits a packet);
 //   - the push/pull state (LocalState): the sender's own summary body;
 //   - the ping ack payload: the sender's Vivaldi coordinate.
 
@@ -43,6 +45,7 @@ const (
 	msgSummary    = 2
 	msgKeyOp      = 3
 	msgKeyAck     = 4
+	msgReplica    = 5 // replicas.go: a region's controllers' exchange
 	stateVersion  = 1
 	wireVersion   = 1
 	pingVersion   = 1
