@@ -571,6 +571,15 @@ func (c *Controller) readiness() (bool, map[string]any) {
 		}
 		detail["gossip"] = regions
 	}
+	if reps := c.Registry.PeerReports(); len(reps) > 0 {
+		// The region's other replicas whose load this one counts, and how
+		// old their last report is (a stale one keeps its pods busy).
+		peers := map[string]any{}
+		for _, r := range reps {
+			peers[r.Peer] = map[string]any{"report_age_seconds": time.Since(r.At).Seconds(), "in_flight": r.InFlight, "pods": r.Pods}
+		}
+		detail["replicas"] = peers
+	}
 	if c.draining.Load() {
 		detail["draining"] = true
 		return false, detail

@@ -70,6 +70,12 @@ type GossipConfig struct {
 	// Fast uses short probe and sync intervals (tests and the demo on
 	// loopback).
 	Fast bool `yaml:"fast"`
+	// ReplicaInterval is how often this controller sends the other
+	// controllers of its region its own in-flight accounting and session
+	// pins (see replicaShare); default 200ms (100ms with Fast). The longer
+	// it is, the longer a request another replica just sent to a pod goes
+	// unseen here.
+	ReplicaInterval time.Duration `yaml:"replica_interval"`
 }
 
 // AuditConfig turns on the audit log (package global/audit) when Dir is set.
@@ -372,6 +378,14 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			}
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
+		share, err := newReplicaShare(c.Registry, c.Decider.Sessions(), time.Now, c.log.With("component", "replicas"), c.Metrics)
+		if err != nil {
+			return err
+		}
+		gcfg.Replicas = share
+		if cfg.Gossip.ReplicaInterval > 0 {
+			gcfg.ReplicaInterval = cfg.Gossip.ReplicaInterval
+		}
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
 		node, err := gossip.Open(ctx, gcfg)
 		if err != nil {
@@ -422,6 +436,7 @@ func fastGossip(g *gossip.Config) {
 	g.SyncInterval, g.PullRetry = 100*time.Millisecond, 500*time.Millisecond
 	g.RetryJoinInterval = 500 * time.Millisecond
 	g.SuspicionMult = 6
+	g.ReplicaInterval = 100 * time.Millisecond
 }
 
 // applyBootstrapPolicy applies the configured policy once the new cluster

@@ -17,8 +17,12 @@ import (
 
 // Scraper reads each pod's vLLM metrics every Interval and records its KV
 // cache utilisation (vllm:kv_cache_usage_perc, a 0..1 ratio despite its
-// name). It is a secondary signal: the router's own in-flight accounting is
-// fresher, and engine metrics can be seconds old.
+// name) and its own queue (vllm:num_requests_running +
+// vllm:num_requests_waiting). They are secondary signals: the router's own
+// in-flight accounting is fresher, and engine metrics can be seconds old;
+// the engine's queue is a floor under it (with several replicas per
+// region, one that has not heard of the others' requests yet still sees
+// the pod busy).
 type Scraper struct {
 	reg      *route.Registry
 	client   *http.Client
@@ -47,8 +51,8 @@ func (s *Scraper) Run(ctx context.Context) error {
 
 // ScrapeOnce scrapes every pod with an endpoint, in parallel, each within
 // one interval. A pod whose metrics cannot be read loses its KV-cache
-// utilisation (0: no penalty) rather than keeping a value that grows staler
-// every interval.
+// utilisation and queue (0: no penalty, no floor) rather than keeping
+// values that grow staler every interval.
 func (s *Scraper) ScrapeOnce(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, p := range s.reg.Pods() {
@@ -61,47 +65,76 @@ func (s *Scraper) ScrapeOnce(ctx context.Context) {
 			defer wg.Done()
 			sctx, cancel := context.WithTimeout(ctx, s.interval)
 			defer cancel()
-			u, err := s.scrape(sctx, strings.TrimRight(ep, "/")+"/metrics")
+			m, err := s.scrape(sctx, strings.TrimRight(ep, "/")+"/metrics")
 			if err != nil {
 				s.log.Debug("scrape failed", "pod", p.Name, "err", err)
-				u = 0
+				m = engineMetrics{}
 			}
-			p.SetKVUtil(u)
+			p.SetKVUtil(m.kvUsage)
+			p.SetEngineQueue(m.queue)
 		}()
 	}
 	wg.Wait()
 }
 
-func (s *Scraper) scrape(ctx context.Context, url string) (float64, error) {
+func (s *Scraper) scrape(ctx context.Context, url string) (engineMetrics, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return 0, err
+		return engineMetrics{}, err
 	}
 	resp, err := s.client.Do(req)
 	if err != nil {
-		return 0, err
+		return engineMetrics{}, err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("%s: %s", url, resp.Status)
+		return engineMetrics{}, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return parseKVUsage(io.LimitReader(resp.Body, 8<<20))
+	m, err := parseEngineMetrics(io.LimitReader(resp.Body, 8<<20))
+	if err == nil && !m.hasKV {
+		err = fmt.Errorf("no vllm:kv_cache_usage_perc sample")
+	}
+	return m, err
+}
+
+// engineMetrics is what the scraper reads of a pod's metrics.
+type engineMetrics struct {
+	kvUsage float64 // mean of vllm:kv_cache_usage_perc over its series
+	hasKV   bool
+	queue   int64 // sum of vllm:num_requests_running and _waiting over their series
 }
 
 // parseKVUsage finds vllm:kv_cache_usage_perc (or the older
 // vllm:gpu_cache_usage_perc) in Prometheus text exposition format and returns
 // the mean over its series.
 func parseKVUsage(r io.Reader) (float64, error) {
+	m, err := parseEngineMetrics(r)
+	if err != nil {
+		return 0, err
+	}
+	if !m.hasKV {
+		return 0, fmt.Errorf("no vllm:kv_cache_usage_perc sample")
+	}
+	return m.kvUsage, nil
+}
+
+// parseEngineMetrics reads the KV-cache usage (vllm:kv_cache_usage_perc,
+// or the older vllm:gpu_cache_usage_perc) and the queue
+// (vllm:num_requests_running, vllm:num_requests_waiting) from Prometheus
+// text exposition format.
+func parseEngineMetrics(r io.Reader) (engineMetrics, error) {
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	var sum float64
+	var m engineMetrics
+	var sum, queue float64
 	var n int
 	for sc.Scan() {
 		line := sc.Text()
 		var rest string
-		for _, name := range []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"} {
+		kv := false
+		for _, name := range []string{"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:num_requests_running", "vllm:num_requests_waiting"} {
 			if r, ok := strings.CutPrefix(line, name); ok && (strings.HasPrefix(r, "{") || strings.HasPrefix(r, " ")) {
-				rest = r
+				rest, kv = r, strings.HasSuffix(name, "_perc")
 			}
 		}
 		if rest == "" {
@@ -122,14 +155,19 @@ func parseKVUsage(r io.Reader) (float64, error) {
 		if err != nil {
 			continue
 		}
-		sum += v
-		n++
+		if kv {
+			sum += v
+			n++
+		} else if v > 0 {
+			queue += v
+		}
 	}
 	if err := sc.Err(); err != nil {
-		return 0, err
+		return m, err
 	}
-	if n == 0 {
-		return 0, fmt.Errorf("no vllm:kv_cache_usage_perc sample")
+	if n > 0 {
+		m.kvUsage, m.hasKV = sum/float64(n), true
 	}
-	return sum / float64(n), nil
+	m.queue = int64(queue)
+	return m, nil
 }
