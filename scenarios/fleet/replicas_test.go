@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,12 +39,19 @@ func (o outcome) failed() bool { return o.err != "" }
 // every region, as clients behind each region's load balancer would, and
 // records every request.
 type loadgen struct {
-	b      *Balancer
-	policy *residency.Policy
-	mu     sync.Mutex
-	out    []outcome
-	stop   chan struct{}
-	wg     sync.WaitGroup
+	b        *Balancer
+	policy   *residency.Policy
+	mu       sync.Mutex
+	out      []outcome
+	sessions map[string]convo // the history of each session's answered turns
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// convo is a session's history so far.
+type convo struct {
+	tenant, class, origin string
+	msgs                  []map[string]string
 }
 
 // loadWorkloads: who sends from where. EU PHI entering in the US must be
@@ -59,7 +67,7 @@ var loadWorkloads = []struct{ tenant, class, origin string }{
 }
 
 func startLoad(f *Fleet, workers int) *loadgen {
-	g := &loadgen{b: f.NewBalancer(f.HTTP), policy: f.Policy, stop: make(chan struct{})}
+	g := &loadgen{b: f.NewBalancer(f.HTTP), policy: f.Policy, stop: make(chan struct{}), sessions: map[string]convo{}}
 	for w := range workers {
 		g.wg.Go(func() { g.worker(w) })
 	}
@@ -88,6 +96,9 @@ func (g *loadgen) worker(w int) {
 				break
 			}
 			msgs = append(msgs, map[string]string{"role": "assistant", "content": "ok"})
+			g.mu.Lock()
+			g.sessions[session] = convo{wl.tenant, wl.class, wl.origin, slices.Clone(msgs)}
+			g.mu.Unlock()
 		}
 	}
 }
@@ -365,4 +376,132 @@ func TestReplicasSurviveKillsAndRollingRestart(t *testing.T) {
 		t.Errorf("%d answers served where the policy forbids, e.g. %+v", len(v), v[0])
 	}
 	t.Logf("in all: %d requests, 0 residency violations", len(g.since(began)))
+}
+
+// routeAt asks a controller where it would send a request (/v1/route):
+// the region and pod it decided.
+func routeAt(hc *http.Client, url string, c convo, session string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"model": "meridian/sim-70b", "max_tokens": 8, "messages": c.msgs})
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/route", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set(regional.HeaderTenant, c.tenant)
+	req.Header.Set(regional.HeaderDataClass, c.class)
+	if session != "" {
+		req.Header.Set(regional.HeaderSession, session)
+	}
+	req.Header.Set(regional.HeaderRequestID, "agree-"+session)
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	var rr regional.RouteResponse
+	if err := json.NewDecoder(resp.Body).Decode(&rr); err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("route: status %d: %v", resp.StatusCode, err)
+	}
+	if rr.Remote {
+		return rr.Region, nil
+	}
+	return rr.Region + "/" + rr.PodName, nil
+}
+
+// agreement sends samples (the next turn of sessions the load generator
+// ran, new sessions, and requests without a session) to both replicas of
+// their entry region at once, and returns the share that got the same
+// decision (region and pod) from both.
+func agreement(t *testing.T, f *Fleet, g *loadgen, samples int, rng *rand.Rand) (rate float64, kinds map[string][2]int) {
+	t.Helper()
+	g.mu.Lock()
+	var names []string
+	for s := range g.sessions {
+		names = append(names, s)
+	}
+	g.mu.Unlock()
+	slices.Sort(names)
+	kinds = map[string][2]int{}
+	same := 0
+	for i := range samples {
+		var c convo
+		var session, kind string
+		switch i % 4 {
+		case 0, 1: // the next turn of a running session
+			session = names[rng.IntN(len(names))]
+			g.mu.Lock()
+			c = g.sessions[session]
+			g.mu.Unlock()
+			c.msgs = append(slices.Clone(c.msgs), map[string]string{"role": "user", "content": text(rng, 40)})
+			kind = "next_turn"
+		case 2: // a new session
+			wl := loadWorkloads[rng.IntN(len(loadWorkloads))]
+			c = convo{wl.tenant, wl.class, wl.origin, []map[string]string{{"role": "user", "content": text(rng, 200)}}}
+			session, kind = fmt.Sprintf("agree-new-%d", i), "new_session"
+		default: // no session
+			wl := loadWorkloads[rng.IntN(len(loadWorkloads))]
+			c = convo{wl.tenant, wl.class, wl.origin, []map[string]string{{"role": "user", "content": text(rng, 200)}}}
+			kind = "no_session"
+		}
+		reps := f.Region(c.origin).Replicas
+		var got [2]string
+		var errs [2]error
+		var wg sync.WaitGroup
+		for j := range 2 {
+			wg.Go(func() { got[j], errs[j] = routeAt(f.HTTP, reps[j].URL(), c, session) })
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatalf("route %s: %v %v", kind, errs[0], errs[1])
+		}
+		k := kinds[kind]
+		k[1]++
+		if got[0] == got[1] {
+			same++
+			k[0]++
+		}
+		kinds[kind] = k
+	}
+	return float64(same) / float64(samples), kinds
+}
+
+// Issue 13: the same request sent to two replicas of a region picks the
+// same pod (decision agreement), on a steady fleet after sessions ran
+// through both replicas, and also while load runs. The replicas see each
+// other's requests in flight (the shared load) and each other's session
+// pins.
+func TestReplicasDecideAlike(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region, multi-replica")
+	}
+	f := startFleet(t, Config{Replicas: 2})
+	g := startLoad(f, 8)
+	began := time.Now()
+	g.waitServed(t, began, 150, 2*time.Minute)
+
+	// While load runs, every replica hears the others' in-flight counts.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		seen := 0
+		for _, c := range f.Controllers() {
+			if len(c.Registry.PeerReports()) > 0 {
+				seen++
+			}
+		}
+		if seen == len(f.Controllers()) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d controllers have a replica's load report", seen, len(f.Controllers()))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	loaded, loadedKinds := agreement(t, f, g, 200, rng)
+	g.halt()
+	steady, steadyKinds := agreement(t, f, g, 400, rng)
+	t.Logf("decision agreement between the two replicas of a region: %.1f%% on a steady fleet %v, %.1f%% under load %v",
+		100*steady, steadyKinds, 100*loaded, loadedKinds)
+	if steady < 0.95 {
+		t.Errorf("replicas agree on %.1f%% of decisions on a steady fleet, want >= 95%%", 100*steady)
+	}
 }
