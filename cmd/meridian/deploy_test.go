@@ -38,6 +38,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/auth"
 )
 
 // deployRoot is deploy/ seen from this package's directory.
@@ -58,6 +59,7 @@ const (
 	kindGrafanaProv    assetKind = "grafana provisioning"
 	kindControllerConf assetKind = "controller config"
 	kindPolicy         assetKind = "residency policy"
+	kindAPIKeys        assetKind = "api keys file"
 )
 
 // yamlDocs decodes every document of a (multi-document) YAML file; empty
@@ -111,6 +113,8 @@ func classify(doc map[string]any) (assetKind, bool) {
 		return kindPolicy, true
 	case has("region") || has("kafka"):
 		return kindControllerConf, true
+	case has("keys") && len(doc) == 1:
+		return kindAPIKeys, true
 	}
 	return "", false
 }
@@ -645,14 +649,25 @@ func composeInvocations(t *testing.T, path string, doc map[string]any) []invocat
 		}
 		inv := invocation{where: fmt.Sprintf("%s: service %s", path, name), env: map[string]string{},
 			mounts: map[string]string{}, probes: map[string]string{}, group: path, services: serviceSet}
-		if ep := stringList(svc["entrypoint"]); len(ep) > 0 {
+		if ep := stringList(svc["entrypoint"]); len(ep) == 2 && filepath.Base(ep[0]) == "sh" && ep[1] == "-c" {
+			// A shell script (the debug image's busybox): check the
+			// meridian command it runs.
+			argv, ok := meridianInScript(strings.Join(stringList(svc["command"]), "\n"))
+			if !ok {
+				t.Errorf("%s: shell entrypoint whose script runs no /meridian command", inv.where)
+				continue
+			}
+			inv.argv = argv
+		} else if len(ep) > 0 {
 			if filepath.Base(ep[0]) != "meridian" {
 				t.Errorf("%s: entrypoint %v does not run meridian", inv.where, ep)
 				continue
 			}
 			inv.argv = append(inv.argv, ep[1:]...)
 		}
-		inv.argv = append(inv.argv, stringList(svc["command"])...)
+		if len(inv.argv) == 0 || len(stringList(svc["entrypoint"])) != 2 {
+			inv.argv = append(inv.argv, stringList(svc["command"])...)
+		}
 		for _, f := range stringList(svc["env_file"]) {
 			b, err := os.ReadFile(filepath.Join(dir, f))
 			if err != nil {
@@ -742,10 +757,30 @@ func isMeridianImage(image string) bool {
 	return name == "meridian"
 }
 
-// urlIn returns "port path" of the first http://host:port/path argument.
+// meridianInScript returns the arguments of the first /meridian command of
+// a shell script (continuation lines joined, up to the end of the line or a
+// shell operator).
+func meridianInScript(script string) ([]string, bool) {
+	script = strings.ReplaceAll(script, "\\\n", " ")
+	_, rest, ok := strings.Cut(script, "/meridian ")
+	if !ok {
+		return nil, false
+	}
+	rest, _, _ = strings.Cut(rest, "\n")
+	for _, op := range []string{"&&", "||", ";", "|"} {
+		rest, _, _ = strings.Cut(rest, op)
+	}
+	return strings.Fields(rest), true
+}
+
+// urlIn returns "port path" of the first http(s)://host:port/path argument.
 func urlIn(args []string) string {
 	for _, a := range args {
-		if rest, ok := strings.CutPrefix(a, "http://"); ok {
+		rest, ok := strings.CutPrefix(a, "http://")
+		if !ok {
+			rest, ok = strings.CutPrefix(a, "https://")
+		}
+		if ok {
 			hostport, path, _ := strings.Cut(rest, "/")
 			_, port, err := net.SplitHostPort(hostport)
 			if err == nil {
@@ -1113,6 +1148,16 @@ func allInvocations(t *testing.T, root string, assets []deployAsset) []invocatio
 			roots = append(roots, filepath.Dir(filepath.Join(root, a.path)))
 		case kindK8s:
 			for _, d := range a.docs {
+				if d["kind"] == "Certificate" {
+					// cert-manager writes the Secret a Certificate names.
+					sn, _ := asMap(d["spec"])["secretName"].(string)
+					dir := filepath.ToSlash(filepath.Dir(a.path))
+					if tree.secrets[dir] == nil {
+						tree.secrets[dir] = map[string]map[string]string{}
+					}
+					tree.secrets[dir][sn] = map[string]string{"tls.crt": "", "tls.key": "", "ca.crt": ""}
+					continue
+				}
 				if d["kind"] != "Secret" {
 					continue
 				}
@@ -1251,6 +1296,11 @@ func TestDeployConfigsLoad(t *testing.T) {
 		switch a.kind {
 		case kindControllerConf:
 			if _, err := regional.LoadConfig(path); err != nil {
+				t.Errorf("%s: %v", a.path, err)
+			}
+		case kindAPIKeys:
+			b, _ := os.ReadFile(path)
+			if _, err := auth.ParseKeys(b); err != nil {
 				t.Errorf("%s: %v", a.path, err)
 			}
 		case kindPolicy:

@@ -100,4 +100,16 @@ func TestDRDrillCLI(t *testing.T) {
 	if !f.Region("us-east-1").Controller.Global().State().Routable("eu-west-1") {
 		t.Fatal("eu-west-1 not recovered")
 	}
+	// The global admin commands reach the https admin API with the CA
+	// (MERIDIAN_CA_CERT, set above) and an operator certificate; without
+	// the CA the system roots refuse the dev certificate.
+	status := []string{"failover", "status", "--admin", f.Region("us-west-2").Controller.AdminURL()}
+	out, code, err = runCLI(t, newApp(), append(status, "--client-cert", f.PKI.Operator.Cert, "--client-key", f.PKI.Operator.Key)...)
+	if code != 0 || !strings.Contains(out, "eu-west-1") {
+		t.Fatalf("failover status over https: exit %d (%v)\n%s", code, err, out)
+	}
+	t.Setenv("MERIDIAN_CA_CERT", "")
+	if _, code, err = runCLI(t, newApp(), status...); code != 1 || err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("failover status without the CA: exit %d (%v), want 1 and a certificate error", code, err)
+	}
 }

@@ -58,13 +58,13 @@ func failoverCommand() *cli.Command {
 // globalAdminFlags are the flags of every command that talks to the global
 // tier's admin API.
 func globalAdminFlags() []cli.Flag {
-	return []cli.Flag{
-		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. http://10.0.0.5:8081"},
+	return append([]cli.Flag{
+		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
 		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
 		&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with changes (default operator:$USER)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
 		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
-	}
+	}, tlsClientFlags()...)
 }
 
 // consistentFlag is --consistent of the commands that read the global
@@ -91,8 +91,12 @@ func globalClient(c *cli.Context) (*global.Client, context.Context, context.Canc
 	if token == "" {
 		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
 	}
+	hc, err := tlsHTTPClient(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
-	return global.NewClient(admin, token, nil), ctx, cancel, nil
+	return global.NewClient(admin, token, hc), ctx, cancel, nil
 }
 
 // cmdPath is the command's path under the app ("failover trigger").

@@ -50,6 +50,7 @@ func newApp() *cli.App {
 			failoverCommand(),
 			simCommand(),
 			demoCommand(),
+			probeCommand(),
 		},
 	}
 }

@@ -17,8 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/regional/kvevents"
@@ -26,8 +28,10 @@ import (
 
 // The security regression suite: each attack of issue 12, tried against a
 // real 3-controller fleet on loopback (mutual TLS between controllers, API
-// keys for clients), fails. The Raft attack (a forged AppendEntries) lives
-// in package global (TestRaftMutualTLS), where the transport is.
+// keys for clients), fails. The Raft attack (a forged AppendEntries) is
+// TestSecurityRaftPlaintext here, and in package global, where the
+// transport is, TestRaftMutualTLS and its plaintext "before"
+// (TestForgedAppendEntriesPlaintext).
 
 // secureFleet is a fleet whose clients authenticate with API keys.
 func secureFleet(t *testing.T) *Fleet {
@@ -330,9 +334,12 @@ func TestSecuritySlowBodyFlood(t *testing.T) {
 	// The server ends every slow connection at its read deadline (bounded
 	// wait: the read returns once the server answers or hangs up; only our
 	// own deadline expiring means the connection was still held).
+	// One deadline for all: a server that holds them fails the test once,
+	// not once per connection.
 	closed := 0
+	deadline := time.Now().Add(readTimeout + 30*time.Second)
 	for _, c := range open {
-		_ = c.SetReadDeadline(time.Now().Add(readTimeout + 30*time.Second))
+		_ = c.SetReadDeadline(deadline)
 		_, err := io.Copy(io.Discard, c)
 		var ne net.Error
 		if !(errors.As(err, &ne) && ne.Timeout()) {
@@ -345,5 +352,85 @@ func TestSecuritySlowBodyFlood(t *testing.T) {
 	}
 	if status, _, body := post(t, f.HTTP, ctl.URL(), map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}); status != 200 {
 		t.Fatalf("after the flood: %d %s", status, body)
+	}
+}
+
+// An unauthenticated Raft client cannot reach the state: a forged
+// AppendEntries (a policy nobody proposed, at a term far ahead) sent to a
+// follower controller by hashicorp/raft's own plain TCP transport, and by
+// a TLS client whose certificate is of another CA, fails at the handshake,
+// and the follower neither takes the forged term nor the policy.
+// (global.TestForgedAppendEntriesPlaintext shows the same request taking
+// over a plaintext cluster.)
+func TestSecurityRaftPlaintext(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := secureFleet(t)
+	var node *global.Node
+	for _, r := range f.Regions {
+		if n := r.Controller.Global(); n.Health().RaftState == "Follower" {
+			node = n
+			break
+		}
+	}
+	if node == nil {
+		t.Fatal("no follower controller")
+	}
+	before := node.Health()
+	policies := len(node.State().PolicyHistory())
+	cmd := fmt.Sprintf(`{"v":1,"op":"policy.apply","rid":"forged","at":%d,"actor":"attacker","policy":{"name":"forged.yaml","document":"em9uZXM6IHt9"}}`, time.Now().UnixNano())
+	forged := &raft.AppendEntriesRequest{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("attacker"), Addr: []byte("127.0.0.1:1")},
+		Term:      before.Term + 100, PrevLogEntry: before.LastIndex, PrevLogTerm: before.Term,
+		Entries:           []*raft.Log{{Index: before.LastIndex + 1, Term: before.Term + 100, Type: raft.LogCommand, Data: []byte(cmd)}},
+		LeaderCommitIndex: before.LastIndex + 1,
+	}
+	plain, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 2*time.Second, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plain.Close()
+	var resp raft.AppendEntriesResponse
+	if err := plain.AppendEntries(raft.ServerID(before.NodeID), raft.ServerAddress(node.RaftAddr()), forged, &resp); err == nil {
+		t.Fatalf("plain AppendEntries to a mutual-TLS Raft port succeeded: %+v", resp)
+	} else {
+		t.Logf("plain TCP: %v", err)
+	}
+	other, err := identity.InitDevPKI(t.TempDir(), []string{"us-east-1"}, identity.PKIOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := tls.LoadX509KeyPair(other.Controllers[0].Cert, other.Controllers[0].Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rogue client skips verifying the server: only the server's
+	// check of the client stands between it and the log.
+	conn, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", node.RaftAddr(),
+		&tls.Config{Certificates: []tls.Certificate{kp}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+	if err == nil {
+		// TLS 1.3 reports the server's refusal of the client certificate
+		// at the first read.
+		_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+		_, _ = conn.Write([]byte{0}) // raft's rpcAppendEntries type byte
+		_, err = conn.Read(make([]byte, 1))
+		conn.Close()
+	}
+	if err == nil {
+		t.Fatal("a client certificate of another CA was answered on the Raft port")
+	}
+	t.Logf("certificate of another CA: %v", err)
+	after := node.Health()
+	// (An election of its own may move the term on a loaded machine; the
+	// forged term is 100 ahead.)
+	if after.Term >= forged.Term || len(node.State().PolicyHistory()) != policies {
+		t.Fatalf("the follower changed: term %d -> %d, last index %d -> %d, policies %d -> %d",
+			before.Term, after.Term, before.LastIndex, after.LastIndex, policies, len(node.State().PolicyHistory()))
+	}
+	for _, p := range node.State().PolicyHistory() {
+		if p.Actor == "attacker" {
+			t.Fatal("the forged policy was applied")
+		}
 	}
 }
