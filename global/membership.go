@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -84,10 +85,18 @@ func (n *Node) addMember(ctx context.Context, req JoinRequest) error {
 	if _, err := n.submit(ctx, c, true); err != nil {
 		return err
 	}
+	known := false
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			known = known || string(s.ID) == m.ID
+		}
+	}
 	if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.HoldTimeout).Error(); err != nil {
 		return fmt.Errorf("add non-voter %s: %w", m.ID, err)
 	}
-	n.log.Info("member added as non-voter", "member", m.ID, "region", m.Region, "raft_addr", m.RaftAddr)
+	if !known {
+		n.changed("add", m.ID, m.Region, "join:"+m.ID, "joined as a non-voter (raft "+m.RaftAddr+")")
+	}
 	return nil
 }
 
@@ -98,13 +107,23 @@ func (n *Node) Leave(ctx context.Context, id string) error {
 		return rej
 	}
 	err := n.onLeader(ctx, false,
-		func(ctx context.Context) error { return n.removeMember(ctx, id) },
+		func(ctx context.Context) error { return n.removeReported(ctx, id, "admin", "removed by Leave") },
 		func(ctx context.Context, admin string) error {
 			return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
 		})
 	if err != nil {
 		return fmt.Errorf("remove member %s: %w", id, err)
 	}
+	return nil
+}
+
+// removeReported removes a member on the leader and reports the change.
+func (n *Node) removeReported(ctx context.Context, id, actor, reason string) error {
+	region := n.memberRegion(id)
+	if err := n.removeMember(ctx, id); err != nil {
+		return err
+	}
+	n.changed("remove", id, region, actor, reason)
 	return nil
 }
 
@@ -135,11 +154,67 @@ func (n *Node) Servers() ([]Server, error) {
 	return out, nil
 }
 
-// reconcile runs on the leader: it makes sure the leader's own member record
-// is current (the others forward to it by that record) and promotes caught-up
-// non-voters while there are fewer voters than Config.Voters (keeping the
-// count odd).
-func (n *Node) reconcile(ctx context.Context) error {
+// MembershipChange is one change of the Raft configuration the leader
+// made, for the audit log (Config.OnMembershipChange).
+type MembershipChange struct {
+	// Op is "add" (a joining member, as a non-voter), "promote",
+	// "demote" or "remove".
+	Op     string
+	Member string
+	Region string // the member's region ("" when unknown)
+	// Actor is who asked: "join:<id>" for a join, "leader:<id>" for the
+	// leader's own placement, or the admin caller for a removal.
+	Actor  string
+	Reason string
+	// Leader and LeaderRegion made the change; At is when.
+	Leader       string
+	LeaderRegion string
+	At           time.Time
+}
+
+// changed reports a membership change: logged, counted, and handed to
+// Config.OnMembershipChange.
+func (n *Node) changed(op, member, region, actor, reason string) {
+	ch := MembershipChange{Op: op, Member: member, Region: region, Actor: actor, Reason: reason,
+		Leader: n.cfg.NodeID, LeaderRegion: n.cfg.Region, At: n.now()}
+	n.m.membershipChanges.WithLabelValues(op).Inc()
+	n.log.Info("raft membership changed", "op", op, "member", member, "region", region, "actor", actor, "reason", reason)
+	if n.cfg.OnMembershipChange != nil {
+		n.cfg.OnMembershipChange(ch)
+	}
+}
+
+// memberRegion is a member's region ("" when it has no record).
+func (n *Node) memberRegion(id string) string {
+	m, _ := n.State().Member(id)
+	return m.Region
+}
+
+// memberHealth is what the leader has seen of each member's health since
+// it began leading.
+type memberHealth struct {
+	since time.Time            // leadership began: members not heard yet count from here
+	seen  map[string]time.Time // last answer to a health check
+}
+
+func newMemberHealth(now time.Time) *memberHealth {
+	return &memberHealth{since: now, seen: map[string]time.Time{}}
+}
+
+// lastSeen is when the member last answered (or when leadership began).
+func (h *memberHealth) lastSeen(id string) time.Time {
+	if t, ok := h.seen[id]; ok {
+		return t
+	}
+	return h.since
+}
+
+// reconcile runs on the leader every ReconcileInterval: it makes sure the
+// leader's own member record is current (the others forward to it by that
+// record), checks every member's health, places the voters across regions
+// (planVoters: promotions first, demotions in a later round) and removes
+// members down for RemoveDownAfter. Each change is reported (changed).
+func (n *Node) reconcile(ctx context.Context, health *memberHealth) error {
 	if n.membershipStale() {
 		self := n.self()
 		c := &command{Op: opMemberUpsert, Actor: "leader:" + self.ID, Member: &self}
@@ -151,45 +226,113 @@ func (n *Node) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	voters := 0
+	now := n.now()
+	checks := n.checkMembers(ctx, servers)
+	st := n.State()
+	cands := make([]voterCandidate, 0, len(servers))
 	for _, s := range servers {
-		if s.Suffrage == "voter" {
-			voters++
+		c := voterCandidate{ID: s.ID, Voter: s.Suffrage == "voter"}
+		if m, ok := st.Member(s.ID); ok {
+			c.Region = m.Region
 		}
+		if s.ID == n.cfg.NodeID {
+			c.Leader, c.Up, c.CaughtUp = true, true, true
+		} else {
+			ck := checks[s.ID]
+			if ck.answered {
+				health.seen[s.ID] = now
+			}
+			c.Up = now.Sub(health.lastSeen(s.ID)) <= n.cfg.VoterDownAfter
+			c.CaughtUp = ck.caughtUp
+			if !ck.caughtUp {
+				n.log.Debug("member not caught up", "member", s.ID, "why", ck.why)
+			}
+		}
+		cands = append(cands, c)
 	}
-	// Keep an odd number of voters: 4 voters tolerate no more failures than
-	// 3, and need a larger quorum.
-	want := min(n.cfg.Voters, len(servers))
-	if want%2 == 0 {
-		want--
-	}
+	plan := planVoters(cands, n.cfg.Voters, n.cfg.VotersPerRegion)
+	addr := map[string]string{}
 	for _, s := range servers {
-		if voters >= want {
-			return nil
+		addr[s.ID] = s.Address
+	}
+	actor := "leader:" + n.cfg.NodeID
+	for _, id := range plan.Promote {
+		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr[id]), 0, n.cfg.HoldTimeout).Error(); err != nil {
+			return fmt.Errorf("promote %s: %w", id, err)
 		}
-		if s.Suffrage == "voter" {
-			continue
+		n.changed("promote", id, n.memberRegion(id), actor, fmt.Sprintf("voter placement: %d voters wanted, at most %d per region", plan.Want,
+			perRegionCap(regionsOf(cands), n.cfg.Voters, n.cfg.VotersPerRegion)))
+	}
+	for _, id := range plan.Demote {
+		reason := "voter placement: over its region's cap, or more voters than wanted"
+		if since := now.Sub(health.lastSeen(id)); since > n.cfg.VoterDownAfter {
+			reason = fmt.Sprintf("down for %v (voter_down_after %v): replaced", since.Round(time.Second), n.cfg.VoterDownAfter)
 		}
-		ok, why := n.caughtUp(ctx, s.ID)
-		if !ok {
-			n.log.Debug("non-voter not promoted yet", "member", s.ID, "why", why)
-			continue
+		if err := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.HoldTimeout).Error(); err != nil {
+			return fmt.Errorf("demote %s: %w", id, err)
 		}
-		if err := n.raft.AddVoter(raft.ServerID(s.ID), raft.ServerAddress(s.Address), 0, n.cfg.HoldTimeout).Error(); err != nil {
-			return fmt.Errorf("promote %s: %w", s.ID, err)
+		n.changed("demote", id, n.memberRegion(id), actor, reason)
+	}
+	if n.cfg.RemoveDownAfter > 0 {
+		for _, c := range cands {
+			if c.Leader || c.Voter {
+				continue // a voter is demoted first (and only once replaced)
+			}
+			if since := now.Sub(health.lastSeen(c.ID)); since > n.cfg.RemoveDownAfter {
+				reason := fmt.Sprintf("down for %v (remove_down_after %v)", since.Round(time.Second), n.cfg.RemoveDownAfter)
+				if err := n.removeReported(ctx, c.ID, actor, reason); err != nil {
+					return fmt.Errorf("remove %s: %w", c.ID, err)
+				}
+			}
 		}
-		voters++
-		n.log.Info("non-voter promoted to voter", "member", s.ID, "voters", voters)
 	}
 	return nil
 }
 
-// caughtUp asks a non-voter's admin API how far it has applied and whether
-// it hears the leader.
-func (n *Node) caughtUp(ctx context.Context, id string) (bool, string) {
+func regionsOf(cands []voterCandidate) int {
+	seen := map[string]bool{}
+	for _, c := range cands {
+		if c.Region != "" {
+			seen[c.Region] = true
+		}
+	}
+	return len(seen)
+}
+
+// memberCheck is the leader's health check of one member.
+type memberCheck struct {
+	answered bool   // its admin API answered
+	caughtUp bool   // applied within PromoteMaxLag and hearing the leader
+	why      string // why not
+}
+
+// checkMembers checks every other member's health, in parallel, each
+// within ReconcileInterval.
+func (n *Node) checkMembers(ctx context.Context, servers []Server) map[string]memberCheck {
+	out := make(map[string]memberCheck, len(servers))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		if s.ID == n.cfg.NodeID {
+			continue
+		}
+		wg.Go(func() {
+			ck := n.checkMember(ctx, s.ID)
+			mu.Lock()
+			out[s.ID] = ck
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// checkMember asks a member's admin API how far it has applied and
+// whether it hears the leader.
+func (n *Node) checkMember(ctx context.Context, id string) memberCheck {
 	m, ok := n.State().Member(id)
 	if !ok {
-		return false, "no member record (admin address unknown)"
+		return memberCheck{why: "no member record (admin address unknown)"}
 	}
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.ReconcileInterval)
 	defer cancel()
@@ -197,16 +340,16 @@ func (n *Node) caughtUp(ctx context.Context, id string) (bool, string) {
 	c.Retries = 0
 	h, err := c.Health(ctx)
 	if err != nil {
-		return false, err.Error()
+		return memberCheck{why: err.Error()}
 	}
 	commit := n.raft.CommitIndex()
-	if h.AppliedIndex+n.cfg.PromoteMaxLag < commit {
-		return false, fmt.Sprintf("applied %d, leader commit %d", h.AppliedIndex, commit)
+	switch {
+	case h.AppliedIndex+n.cfg.PromoteMaxLag < commit:
+		return memberCheck{answered: true, why: fmt.Sprintf("applied %d, leader commit %d", h.AppliedIndex, commit)}
+	case h.Stale:
+		return memberCheck{answered: true, why: "no recent contact with the leader"}
 	}
-	if h.Stale {
-		return false, "no recent contact with the leader"
-	}
-	return true, ""
+	return memberCheck{answered: true, caughtUp: true}
 }
 
 // TransferLeadership asks the leader (this node) to hand leadership to the

@@ -490,8 +490,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(n.cfg.ReconcileInterval)
 	defer t.Stop()
+	health := newMemberHealth(n.now())
 	for {
-		if err := n.reconcile(ctx); err != nil && ctx.Err() == nil {
+		if err := n.reconcile(ctx, health); err != nil && ctx.Err() == nil {
 			n.log.Warn("membership reconcile", "err", err)
 		}
 		select {

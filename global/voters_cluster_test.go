@@ -1,0 +1,121 @@
+package global_test
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/global/globaltest"
+)
+
+// changeLog collects the membership changes every node reports.
+type changeLog struct {
+	mu  sync.Mutex
+	all []global.MembershipChange
+}
+
+func (l *changeLog) add(c global.MembershipChange) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.all = append(l.all, c)
+}
+
+func (l *changeLog) has(op, member string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.ContainsFunc(l.all, func(c global.MembershipChange) bool { return c.Op == op && c.Member == member })
+}
+
+func votersByRegion(t *testing.T, c *globaltest.Cluster) map[string][]string {
+	t.Helper()
+	l, err := c.Leader()
+	if err != nil {
+		return nil
+	}
+	servers, err := c.Nodes[l].Node.Servers()
+	if err != nil {
+		return nil
+	}
+	out := map[string][]string{}
+	for _, s := range servers {
+		if s.Suffrage != "voter" {
+			continue
+		}
+		for _, nd := range c.Nodes {
+			if nd.Name == s.ID {
+				out[nd.Region] = append(out[nd.Region], s.ID)
+			}
+		}
+	}
+	return out
+}
+
+// Three regions of two controllers each: the leader places one voter per
+// region. A voter that stops answering is replaced by the other controller
+// of its region (promoted, then the old voter demoted), and every change
+// is reported for the audit log with its reason; when the old voter comes
+// back it stays a non-voter.
+func TestVotersSpreadAcrossRegions(t *testing.T) {
+	var log changeLog
+	c := globaltest.NewCluster(t, 6, globaltest.Options{Voters: 3, VotersPerRegion: 1,
+		Region: func(i int) string { return fmt.Sprintf("region-%d", i/2) },
+		Configure: func(i int, cfg *global.Config) {
+			cfg.VoterDownAfter = time.Second
+			cfg.OnMembershipChange = log.add
+		}})
+	spread := func() bool {
+		by := votersByRegion(t, c)
+		if len(by) != 3 {
+			return false
+		}
+		for _, ids := range by {
+			if len(ids) != 1 {
+				return false
+			}
+		}
+		return true
+	}
+	c.WaitFor(10*time.Second, "one voter in each of the three regions", spread)
+	t.Logf("voters: %v", votersByRegion(t, c))
+
+	leader, err := c.Leader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, other := -1, -1
+	for i, nd := range c.Nodes {
+		if i == leader || nd.Region == c.Nodes[leader].Region {
+			continue
+		}
+		if by := votersByRegion(t, c); slices.Contains(by[nd.Region], nd.Name) {
+			victim, other = i, i^1
+			break
+		}
+	}
+	if victim < 0 {
+		t.Fatal("no voter outside the leader's region")
+	}
+	stopped := time.Now()
+	c.Stop(victim)
+	c.WaitFor(20*time.Second, "the stopped voter replaced by its region's other controller", func() bool {
+		by := votersByRegion(t, c)
+		return spread() && slices.Contains(by[c.Nodes[victim].Region], c.Nodes[other].Name) &&
+			log.has("promote", c.Nodes[other].Name) && log.has("demote", c.Nodes[victim].Name)
+	})
+	t.Logf("voter %s replaced by %s in %v", c.Nodes[victim].Name, c.Nodes[other].Name, time.Since(stopped).Round(time.Millisecond))
+	if err := c.Start(victim); err != nil {
+		t.Fatal(err)
+	}
+	c.WaitFor(10*time.Second, "the restarted controller to catch up", func() bool { return c.Converged() })
+	if by := votersByRegion(t, c); !spread() || slices.Contains(by[c.Nodes[victim].Region], c.Nodes[victim].Name) {
+		t.Errorf("after the old voter came back: %v", by)
+	}
+	for _, ch := range log.all {
+		if ch.Op == "" || ch.Member == "" || ch.Actor == "" || ch.Reason == "" || ch.Leader == "" || ch.At.IsZero() {
+			t.Errorf("an incomplete change report: %+v", ch)
+		}
+	}
+}
