@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"crypto/tls"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -41,6 +42,18 @@ type RaftConfig struct {
 	Join []string `yaml:"join"`
 	// Voters kept by the leader: 1, 3 or 5. Default 3.
 	Voters int `yaml:"voters"`
+	// VotersPerRegion caps the voters of one region once the cluster spans
+	// three regions or more; default 1 (see global.Config.VotersPerRegion:
+	// two regions hold three voters as two and one, one region up to
+	// Voters). The other controllers replicate without voting.
+	VotersPerRegion int `yaml:"voters_per_region"`
+	// VoterDownAfter: a voter silent this long is replaced by a caught-up
+	// controller (of its region first); default 10s.
+	VoterDownAfter time.Duration `yaml:"voter_down_after"`
+	// RemoveDownAfter: a controller silent this long leaves the Raft
+	// configuration (it joins again if it comes back); default 24h, 0 in
+	// the file keeps the default.
+	RemoveDownAfter time.Duration `yaml:"remove_down_after"`
 	// WAN uses Raft timings for cross-region links (global.WANTiming).
 	WAN bool `yaml:"wan"`
 	// ElectionTimeout, when set, replaces the timing's heartbeat and
@@ -138,6 +151,12 @@ func (c Config) validateMulti() error {
 		}
 		if c.Raft.Voters != 0 && c.Raft.Voters != 1 && c.Raft.Voters != 3 && c.Raft.Voters != 5 {
 			return fmt.Errorf("config: raft.voters = %d: want 1, 3 or 5", c.Raft.Voters)
+		}
+		if c.Raft.VotersPerRegion < 0 || c.Raft.VotersPerRegion > 5 {
+			return fmt.Errorf("config: raft.voters_per_region = %d: want 1..5 (0: the default, 1)", c.Raft.VotersPerRegion)
+		}
+		if c.Raft.VoterDownAfter < 0 || c.Raft.RemoveDownAfter < 0 {
+			return fmt.Errorf("config: raft.voter_down_after = %v, raft.remove_down_after = %v: want >= 0 (0: the default)", c.Raft.VoterDownAfter, c.Raft.RemoveDownAfter)
 		}
 	}
 	if len(c.Gossip.Keys) > 0 {
@@ -303,6 +322,16 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Raft.Voters != 0 {
 			gcfg.Voters = cfg.Raft.Voters
 		}
+		if cfg.Raft.VotersPerRegion != 0 {
+			gcfg.VotersPerRegion = cfg.Raft.VotersPerRegion
+		}
+		if cfg.Raft.VoterDownAfter != 0 {
+			gcfg.VoterDownAfter = cfg.Raft.VoterDownAfter
+		}
+		if cfg.Raft.RemoveDownAfter != 0 {
+			gcfg.RemoveDownAfter = cfg.Raft.RemoveDownAfter
+		}
+		gcfg.OnMembershipChange = c.auditMembership
 		if cfg.Raft.WAN {
 			gcfg.Timing = global.WANTiming()
 		}
@@ -425,6 +454,34 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(run, acfg, c.observeRegions) })
 	}
 	return nil
+}
+
+// KindMembershipChange is the audit record of a change of the Raft
+// configuration made by this controller while it led: a controller added,
+// promoted to voter, demoted, or removed. Its cost field holds the change
+// (op, member, member_region, actor, reason).
+const KindMembershipChange audit.Kind = "membership_change"
+
+// auditMembership records a membership change in this controller's audit
+// log (it is the leader that made it). A failure is logged: the change is
+// in the Raft log either way.
+func (c *Controller) auditMembership(ch global.MembershipChange) {
+	mr := c.mr
+	if mr == nil || mr.audit == nil {
+		return
+	}
+	detail, err := json.Marshal(map[string]string{"op": ch.Op, "member": ch.Member, "member_region": ch.Region,
+		"actor": ch.Actor, "reason": ch.Reason})
+	if err != nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	e := audit.Entry{Kind: KindMembershipChange, DecisionID: fmt.Sprintf("member/%s/%s/%d", ch.Op, ch.Member, ch.At.UnixNano()),
+		Origin: ch.LeaderRegion, Region: ch.Region, Cost: detail}
+	if err := mr.audit.Append(ctx, e); err != nil {
+		c.log.Error("membership change not audited", "op", ch.Op, "member", ch.Member, "err", err)
+	}
 }
 
 // fastGossip shortens memberlist's intervals for loopback clusters (tests,
