@@ -19,7 +19,8 @@
 //     lives under Config.Dir (a fresh temporary directory by default), so
 //     fleets in one process do not collide.
 //   - Start returns only once every controller is ready (the Raft cluster
-//     has a leader with every controller a member, the residency policy is
+//     has a leader with every controller a member and its voters placed
+//     across the regions, the residency policy is
 //     committed, every pod is registered, every controller's index has
 //     caught up with its topic, and every region has every other region's
 //     summary), or an error after closing what it started.
@@ -114,6 +115,11 @@ type Config struct {
 	// overrides it); default 1. With one, a region's controller is
 	// ctl-<region>; with n, ctl-<region>-1 .. ctl-<region>-n.
 	Replicas int
+	// ElectionTimeout is the controllers' Raft heartbeat and election
+	// timeout; default 2s: loopback is fast, but a fleet runs beside tests
+	// and builds on a loaded machine, where a 1 s one (hashicorp/raft's
+	// default) deposes starved leaders over and over.
+	ElectionTimeout time.Duration
 }
 
 // Tenant is an API key's holder: a tenant and the data classes it may send.
@@ -231,6 +237,9 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 	if cfg.Replicas == 0 {
 		cfg.Replicas = 1
 	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = 2 * time.Second
+	}
 	for i := range cfg.Regions {
 		if cfg.Regions[i].Pods == 0 {
 			cfg.Regions[i].Pods = 2
@@ -337,11 +346,8 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			if maxReplicas > 1 {
 				dataDir = filepath.Join(f.Dir, spec.Name, id, "raft")
 			}
-			// A 2 s election timeout: loopback is fast, but a fleet runs
-			// beside tests and builds on a loaded machine, where a 1 s one
-			// deposes starved leaders over and over.
 			rc.Raft = regional.RaftConfig{DataDir: dataDir, Bind: "127.0.0.1:0", Bootstrap: first, Voters: 3,
-				ElectionTimeout: 2 * time.Second}
+				ElectionTimeout: cfg.ElectionTimeout}
 			rc.Gossip = regional.GossipConfig{Bind: "127.0.0.1:0", Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
 				StaticRTT: map[string]map[string]time.Duration{}, StaticRTTOverride: true}
 			if !first {
@@ -416,6 +422,19 @@ func (f *Fleet) notReady() string {
 			}
 		}
 	}
+	// The voters placed (3 of the controllers, spread across regions; 1 of
+	// 2): until then the bootstrapping controller may be the only voter.
+	want := min(3, total)
+	if want%2 == 0 {
+		want--
+	}
+	voters := 0
+	for _, ids := range f.Voters() {
+		voters += len(ids)
+	}
+	if voters != want {
+		return fmt.Sprintf("%d of %d raft voters placed", voters, want)
+	}
 	return ""
 }
 
@@ -455,6 +474,31 @@ func (f *Fleet) replicaNotReady(r *Region, c *regional.Controller) string {
 		}
 	}
 	return ""
+}
+
+// Voters returns the Raft voters by region, as the leader's
+// configuration has them (nil when no running controller knows a leader).
+func (f *Fleet) Voters() map[string][]string {
+	for _, c := range f.Controllers() {
+		n := c.Global()
+		if !n.IsLeader() {
+			continue
+		}
+		servers, err := n.Servers()
+		if err != nil {
+			return nil
+		}
+		out := map[string][]string{}
+		for _, s := range servers {
+			if s.Suffrage != "voter" {
+				continue
+			}
+			m, _ := n.State().Member(s.ID)
+			out[m.Region] = append(out[m.Region], s.ID)
+		}
+		return out
+	}
+	return nil
 }
 
 // Controllers returns every running controller, region by region.

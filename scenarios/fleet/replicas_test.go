@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/residency"
 )
@@ -264,6 +265,26 @@ func TestReplicasSurviveKillsAndRollingRestart(t *testing.T) {
 	for _, r := range f.Regions {
 		all = append(all, r.Replicas...)
 	}
+	// One Raft voter per region: losing any replica, or a whole region,
+	// keeps the quorum.
+	spread := func() map[string][]string {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			v := f.Voters()
+			ok := len(v) == 3
+			for _, ids := range v {
+				ok = ok && len(ids) == 1
+			}
+			if ok {
+				return v
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("voters not one per region: %v", v)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	t.Logf("raft voters: %v", spread())
 	g := startLoad(f, 8)
 	halted := false
 	defer func() {
@@ -376,6 +397,83 @@ func TestReplicasSurviveKillsAndRollingRestart(t *testing.T) {
 		t.Errorf("%d answers served where the policy forbids, e.g. %+v", len(v), v[0])
 	}
 	t.Logf("in all: %d requests, 0 residency violations", len(g.since(began)))
+	t.Logf("raft voters at the end: %v", spread())
+
+	// Every membership change (joins, promotions, demotions) is in the
+	// audit log of the controller that led then, and every replica's chain
+	// verifies against the checkpoints committed in Raft.
+	changes, records := verifyAudit(t, f)
+	t.Logf("audit: %d records in %d chains verified; %d membership changes", records, len(all), changes)
+	if changes == 0 {
+		t.Error("no membership change was audited")
+	}
+}
+
+// verifyAudit seals every running controller's audit log (its last
+// checkpoint goes to Raft), waits for the checkpoints, and verifies every
+// chain under the fleet's audit directory against them. It returns the
+// membership change records and all records.
+func verifyAudit(t *testing.T, f *Fleet) (changes, records int) {
+	t.Helper()
+	final := map[string]uint64{}
+	for _, c := range f.Controllers() {
+		l := c.Audit()
+		if err := l.Close(); err != nil {
+			t.Errorf("seal %s: %v", c.ID(), err)
+		}
+		final[c.ID()] = l.Checkpoint().LastSeq
+	}
+	st := f.Controllers()[0].Global().State
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		done := true
+		for id, seq := range final {
+			ok := seq == 0
+			for _, cp := range st().Checkpoints(id) {
+				ok = ok || cp.Sequence >= seq
+			}
+			done = done && ok
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("final audit checkpoints not all in Raft: %v", final)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var cps []audit.Checkpoint
+	for _, id := range st().CheckpointControllers() {
+		for _, cp := range st().Checkpoints(id) {
+			cps = append(cps, cp.AuditCheckpoint())
+		}
+	}
+	rep, err := audit.Verify(f.AuditDir(), cps)
+	if err != nil || !rep.OK() {
+		t.Fatalf("audit verify: %v %+v", err, rep.Problems)
+	}
+	if len(rep.Chains) != 6 {
+		t.Errorf("%d chains verified, want one per replica (6)", len(rep.Chains))
+	}
+	for _, c := range rep.Chains {
+		records += int(c.Records)
+	}
+	q, err := (&audit.DirSource{Dir: f.AuditDir()}).Query(context.Background(), audit.Query{Kinds: []audit.Kind{regional.KindMembershipChange}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	for {
+		r, err := q.Next()
+		if err != nil {
+			break
+		}
+		if changes == 0 {
+			t.Logf("a membership change record: %s %s", r.Controller, r.Cost)
+		}
+		changes++
+	}
+	return changes, records
 }
 
 // routeAt asks a controller where it would send a request (/v1/route):
