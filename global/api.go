@@ -304,7 +304,9 @@ func (n *Node) deleteMember(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	err := n.onLeader(r.Context(), isHop(r),
-		func(ctx context.Context) error { return n.removeReported(ctx, id, "admin", "removed through the admin API") },
+		func(ctx context.Context) error {
+			return n.removeReported(ctx, id, "admin", "removed through the admin API")
+		},
 		func(ctx context.Context, admin string) error {
 			return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
 		})
