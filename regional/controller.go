@@ -345,17 +345,19 @@ type Controller struct {
 	// so load balancers stop sending new requests here.
 	draining atomic.Bool
 
-	tls     *identity.Source // nil without TLS
-	auth    *ClientAuth      // nil without client authentication
-	listenM *listenerMetrics
-	ln      net.Listener // the API listener (TLS and capped)
-	rawLn   net.Listener // its TCP listener
-	http    *http.Server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	once    sync.Once
-	errs    []error
-	errMu   sync.Mutex
+	tls        *identity.Source // nil without TLS
+	auth       *ClientAuth      // nil without client authentication
+	listenM    *listenerMetrics
+	ln         net.Listener // the API listener (TLS and capped)
+	rawLn      net.Listener // its TCP listener
+	http       *http.Server
+	transports []*http.Transport  // to the pods and peers: idle connections closed on Close
+	handBack   context.CancelFunc // ends every request's context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	once       sync.Once
+	errs       []error
+	errMu      sync.Mutex
 }
 
 // Open builds the controller and starts its goroutines: Kafka ingestion, the
@@ -422,6 +424,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	transport := NewPodTransport()
+	c.transports = append(c.transports, transport)
 	var peer http.RoundTripper
 	if c.tls != nil {
 		// Forwarding between controllers: mutual TLS, and the other end
@@ -429,6 +432,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		pt := NewPodTransport()
 		pt.TLSClientConfig = c.tls.ClientConfig("")
 		peer = pt
+		c.transports = append(c.transports, pt)
 	}
 	if c.Server, err = NewServer(cfg.Server, ServerDeps{Decider: c.Decider, Prompts: prompts, Calibrator: c.Calib,
 		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now,
@@ -448,6 +452,12 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		apiTLS = c.tls.ServerConfig(false)
 	}
 	c.http, c.ln = serve("api", c.rawLn, cfg.Server.Limits, apiTLS, c.Server, c.listenM, c.log)
+	// Every request's context ends when a graceful stop's grace is over
+	// (handBack), so the requests still waiting for an answer can be
+	// handed back with a retryable status.
+	reqCtx, handBack := context.WithCancel(context.WithoutCancel(ctx))
+	c.handBack = handBack
+	c.http.BaseContext = func(net.Listener) context.Context { return reqCtx }
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	if cfg.multiRegion() {
@@ -600,14 +610,27 @@ func (c *Controller) close(drain, ctx context.Context) error {
 	c.once.Do(func() {
 		c.draining.Store(true)
 		if err = c.http.Shutdown(drain); err != nil {
-			// The grace is over: cut what is still running.
-			_ = c.http.Close()
-			err = fmt.Errorf("requests still in flight after the grace period were cut: %w", err)
+			// The grace is over: the requests still without an answer are
+			// cancelled and answered 503 shutting_down (the client may send
+			// them again, to another replica); a moment later whatever is
+			// still running is cut.
+			c.Server.handingBack.Store(true)
+			c.handBack()
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			if c.http.Shutdown(hctx) != nil {
+				_ = c.http.Close()
+			}
+			cancel()
+			err = fmt.Errorf("requests still in flight after the grace period were handed back or cut: %w", err)
 		}
+		c.handBack()
 		close(c.stopping)
 		c.cancel()
 		err = errors.Join(err, c.closeMulti(ctx))
 		c.wg.Wait()
+		for _, t := range c.transports {
+			t.CloseIdleConnections()
+		}
 		c.closeSecurity(ctx)
 		c.errMu.Lock()
 		err = errors.Join(append([]error{err}, c.errs...)...)
@@ -629,10 +652,14 @@ func (c *Controller) Kill() error {
 	c.once.Do(func() {
 		c.draining.Store(true)
 		err = c.http.Close()
+		c.handBack()
 		close(c.stopping)
 		c.cancel()
 		err = errors.Join(err, c.killMulti())
 		c.wg.Wait()
+		for _, t := range c.transports {
+			t.CloseIdleConnections()
+		}
 		c.closeSecurity(context.Background())
 	})
 	return err

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -89,6 +90,10 @@ type Server struct {
 	mux        *http.ServeMux
 	topo       Topology
 	id         string // this controller's id (X-Meridian-Controller)
+	// handingBack is set when a graceful stop's grace period is over: the
+	// requests still without an answer are cancelled and answered 503
+	// shutting_down (retryable) instead of being cut.
+	handingBack atomic.Bool
 	// auditHealth: how the audit log's writes have been going (/readyz).
 	auditHealth auditHealth
 }
