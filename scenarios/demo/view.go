@@ -41,14 +41,14 @@ type RegionView struct {
 	Name         string        `json:"name"`
 	State        string        `json:"state"` // as its own controller sees it
 	Replicas     []ReplicaView `json:"replicas"`
-	URL          string `json:"url"`
-	AdminURL     string `json:"admin_url"`
-	MetricsURL   string `json:"metrics_url"`
-	ForwardedIn  int64  `json:"forwarded_in"`      // served here, entered elsewhere
-	ForwardedOut int64  `json:"forwarded_out"`     // entered here, served elsewhere
-	Denied       int64  `json:"residency_denials"` // entered here, 451
-	Refused      int64  `json:"no_healthy_region"` // entered here, 503
-	Errors       int64  `json:"errors"`            // entered here
+	URL          string        `json:"url"`
+	AdminURL     string        `json:"admin_url"`
+	MetricsURL   string        `json:"metrics_url"`
+	ForwardedIn  int64         `json:"forwarded_in"`      // served here, entered elsewhere
+	ForwardedOut int64         `json:"forwarded_out"`     // entered here, served elsewhere
+	Denied       int64         `json:"residency_denials"` // entered here, 451
+	Refused      int64         `json:"no_healthy_region"` // entered here, 503
+	Errors       int64         `json:"errors"`            // entered here
 	Figures
 	Pods []PodView `json:"pods"`
 }
