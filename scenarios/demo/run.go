@@ -417,13 +417,14 @@ loop:
 func (r *runner) killReplica() <-chan time.Time {
 	reg := r.f.Region(r.cfg.ReplicaKillRegion)
 	rep := reg.Replicas[len(reg.Replicas)-1]
+	// Recorded first: the requests in flight on it fail while Kill runs.
 	at := time.Now()
+	r.st.replicaKilled(rep.ID, at)
 	if err := rep.Kill(); err != nil {
 		r.st.event("replica %s not killed: %v", rep.ID, err)
 		return nil
 	}
 	r.killed.rep, r.killed.at = rep, at
-	r.st.replicaKilled(rep.ID, at)
 	r.phase.set("replica " + rep.ID + " down")
 	return time.After(r.cfg.ReplicaDownFor)
 }
@@ -438,12 +439,13 @@ func (r *runner) restartReplica(ctx context.Context) chan struct{} {
 		defer close(done)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
+		began := time.Now()
 		if err := rep.Start(sctx); err != nil {
 			r.st.event("replica %s did not start again: %v", rep.ID, err)
 			return
 		}
 		// Ready for the load balancer: its next probe sees /readyz 200.
-		r.st.replicaRestarted(rep.ID, time.Now())
+		r.st.replicaRestarted(rep.ID, began, time.Now())
 		if c := rep.Controller(); c != nil {
 			r.follow(c)
 		}

@@ -177,14 +177,15 @@ func (s *stats) replicaKilled(id string, at time.Time) {
 	s.eventLocked("replica %s killed (a crash: its connections cut, no gossip leave, no Raft handover)", id)
 }
 
-// replicaRestarted records that the killed replica is ready again.
-func (s *stats) replicaRestarted(id string, at time.Time) {
+// replicaRestarted records that the killed replica, started again at
+// began, is ready again at at.
+func (s *stats) replicaRestarted(id string, began, at time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.loss.restarted = at
 	s.loss.restarts++
-	s.eventLocked("replica %s started again: ready after %.1f s (index rebuilt from the topic); %d requests in flight on it were lost, %d others failed",
-		id, at.Sub(s.loss.killed).Seconds(), s.loss.inflightLost, s.loss.failedDuring)
+	s.eventLocked("replica %s started again: ready %.1f s later (index rebuilt from the topic), %.1f s after the kill; %d requests in flight on it were lost, %d others failed",
+		id, at.Sub(began).Seconds(), at.Sub(s.loss.killed).Seconds(), s.loss.inflightLost, s.loss.failedDuring)
 }
 
 // hitRateBetween is the hit rate of the answers that finished in [from, to).

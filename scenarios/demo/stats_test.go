@@ -196,7 +196,7 @@ func TestReplicaLossAccounting(t *testing.T) {
 	if st.loss.inflightLost != 2 || st.loss.failedDuring != 1 || st.errs != 1 {
 		t.Fatalf("during the loss: in flight lost %d, failed during %d, errors %d", st.loss.inflightLost, st.loss.failedDuring, st.errs)
 	}
-	st.replicaRestarted("ctl-us-east-1-2", kill.Add(5*time.Second))
+	st.replicaRestarted("ctl-us-east-1-2", kill.Add(3*time.Second), kill.Add(5*time.Second))
 	st.record(cut(kill.Add(6*time.Second), kill.Add(7*time.Second), "ctl-us-east-1-2", ""))
 	if st.loss.inflightLost != 2 || st.loss.failedDuring != 1 || st.errs != 2 || st.loss.kills != 1 || st.loss.restarts != 1 {
 		t.Fatalf("after the restart: %+v, errors %d", st.loss, st.errs)
