@@ -214,6 +214,12 @@ func (c *Config) ApplyDefaults() {
 	if c.Raft.DataDir != "" && c.Raft.Bind == "" {
 		c.Raft.Bind = "0.0.0.0:7400"
 	}
+	if c.Raft.BootstrapID != "" {
+		c.Raft.Bootstrap = c.Raft.BootstrapID == c.ControllerID
+		if c.Raft.Bootstrap {
+			c.Raft.Join = nil
+		}
+	}
 	if c.Auth.enabled() {
 		d := auth.DefaultConfig()
 		if c.Auth.APIKeys.ReloadInterval == 0 {

@@ -38,6 +38,11 @@ type RaftConfig struct {
 	// Bootstrap creates a new cluster with this controller as its only voter
 	// (exactly one controller of a new cluster); the others Join.
 	Bootstrap bool `yaml:"bootstrap"`
+	// BootstrapID, for replicas that share one configuration file (a
+	// StatefulSet, a compose file with ${VAR}s): the controller with this
+	// id bootstraps (as with bootstrap: true, its join list ignored), the
+	// others join. Empty: Bootstrap decides.
+	BootstrapID string `yaml:"bootstrap_id"`
 	// Join lists admin URLs of existing members.
 	Join []string `yaml:"join"`
 	// Voters kept by the leader: 1, 3 or 5. Default 3.
