@@ -41,7 +41,7 @@ func demoCommand() *cli.Command {
 			&cli.IntFlag{Name: "sessions", Value: d.Sessions, Usage: "concurrent client sessions"},
 			&cli.IntFlag{Name: "pods-per-region", Value: d.PodsPerRegion, Usage: "simulated pods per region"},
 			&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "controller replicas per region, behind the traffic's load balancer"},
-			&cli.DurationFlag{Name: "replica-kill-after", Value: d.ReplicaKillAfter, Usage: "kill one replica abruptly this long after start; negative = none (default: fits in --duration)"},
+			&cli.DurationFlag{Name: "replica-kill-after", Value: d.ReplicaKillAfter, Usage: "kill one replica abruptly this long after start; negative = none (default: before the failover, fitted into --duration)"},
 			&cli.DurationFlag{Name: "replica-down-for", Value: d.ReplicaDownFor, Usage: "start the killed replica again this long after the kill"},
 			&cli.IntFlag{Name: "cache-blocks", Value: d.CacheBlocks, Usage: "KV-cache capacity of each pod in 16-token blocks"},
 			&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "multiply the pods' modelled prefill and decode times"},
@@ -125,12 +125,17 @@ func fitFailover(cfg *demo.Config, afterSet, forSet bool) {
 	cfg.FailoverAfter = max(0, (d-cfg.FailoverFor)/2).Truncate(100 * time.Millisecond)
 }
 
-// fitReplicaKill moves a default replica kill into a shorter --duration: the
-// kill then comes after a fifth of the run and the replica is started again
-// well before its end.
+// fitReplicaKill moves a default replica kill into a shorter --duration:
+// unless it ends (with 5 s to spare) before the failover and the end of the
+// run, the kill comes after a fifth of the run and the replica is started
+// again at most a sixth of it later.
 func fitReplicaKill(cfg *demo.Config, afterSet, forSet bool) {
 	d := cfg.Duration
-	if d <= 0 || afterSet || cfg.ReplicaKillAfter < 0 || cfg.ReplicaKillAfter+cfg.ReplicaDownFor < d/2 {
+	limit := d
+	if cfg.FailoverAfter >= 0 {
+		limit = min(limit, cfg.FailoverAfter)
+	}
+	if d <= 0 || afterSet || cfg.ReplicaKillAfter < 0 || cfg.ReplicaKillAfter+cfg.ReplicaDownFor+5*time.Second <= limit {
 		return
 	}
 	if !forSet {

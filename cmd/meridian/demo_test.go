@@ -173,10 +173,10 @@ func TestFitReplicaKill(t *testing.T) {
 		afterSet           bool
 		wantAfter, wantFor time.Duration
 	}{
-		{"default fits", 90 * time.Second, false, 25 * time.Second, 10 * time.Second},
-		{"until interrupted", 0, false, 25 * time.Second, 10 * time.Second},
+		{"default fits", 90 * time.Second, false, 40 * time.Second, 10 * time.Second},
+		{"until interrupted", 0, false, 40 * time.Second, 10 * time.Second},
 		{"short run", 30 * time.Second, false, 6 * time.Second, 5 * time.Second},
-		{"--replica-kill-after given", 30 * time.Second, true, 25 * time.Second, 10 * time.Second},
+		{"--replica-kill-after given", 30 * time.Second, true, 40 * time.Second, 10 * time.Second},
 	} {
 		cfg := demo.DefaultConfig()
 		cfg.Duration = tc.duration

@@ -50,7 +50,8 @@ type Config struct {
 	Replicas int
 	// ReplicaKillAfter is when one controller (the last replica of
 	// ReplicaKillRegion) is killed abruptly, from the moment the system is
-	// ready; negative: none (also with one replica). Default 25s.
+	// ready; negative: none (also with one replica). Default 40s: the
+	// caches are warm, and the replica is back before the failover.
 	ReplicaKillAfter time.Duration
 	// ReplicaDownFor is how long the killed replica stays down before it is
 	// started again (it is ready once its index caught up). Default 10s.
@@ -100,7 +101,7 @@ func DefaultConfig() Config {
 		Sessions:          32,
 		PodsPerRegion:     3,
 		Replicas:          2,
-		ReplicaKillAfter:  25 * time.Second,
+		ReplicaKillAfter:  40 * time.Second,
 		ReplicaDownFor:    10 * time.Second,
 		ReplicaKillRegion: "us-east-1",
 		CacheBlocks:       6144,
