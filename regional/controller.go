@@ -681,6 +681,10 @@ func (c *Controller) Kill() error {
 // Close). ctx bounds the whole (an interruption cuts the wait short).
 func (c *Controller) Shutdown(ctx context.Context) error {
 	c.draining.Store(true)
+	if g := c.Gossip(); g != nil {
+		// The other regions stop forwarding here at once.
+		_ = g.SetForwardAddr("")
+	}
 	c.log.Info("shutting down: not ready, draining", "drain_delay", c.cfg.Shutdown.DrainDelay, "grace", c.cfg.Shutdown.Grace)
 	if d := c.cfg.Shutdown.DrainDelay; d > 0 {
 		t := time.NewTimer(d)

@@ -239,17 +239,14 @@ func (g gossipRemotes) ForwardAddrs(region string) []string {
 	// Controllers answering pings first; then the suspect ones, which may
 	// only have missed a few pings (under load, or a short partition); then
 	// those this node's failure detector declared dead, which may yet
-	// refute it (a refused connection costs little). In each group those
-	// that have published a summary come first: a controller publishes
-	// only once its index has caught up with its topic (a replica that has
-	// just started is still rebuilding it, and is tried last).
+	// refute it (a refused connection costs little). A controller
+	// advertises its forward address only while it can serve: not while
+	// its index catches up after a start, nor once it began to stop.
 	var out []string
 	for _, st := range []gossip.ControllerState{gossip.StateAlive, gossip.StateSuspect, gossip.StateDead} {
-		for _, ready := range []bool{true, false} {
-			for _, c := range rv.Controllers {
-				if c.ForwardAddr != "" && c.State == st && (c.Digest.Generation > 0) == ready {
-					out = append(out, c.ForwardAddr)
-				}
+		for _, c := range rv.Controllers {
+			if c.ForwardAddr != "" && c.State == st {
+				out = append(out, c.ForwardAddr)
 			}
 		}
 	}
@@ -405,7 +402,8 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Gossip.Label != "" {
 			gcfg.Label = cfg.Gossip.Label
 		}
-		gcfg.ForwardAddr = c.PublicURL()
+		// Advertised once the controller can serve (advertise).
+		gcfg.ForwardAddr = ""
 		for a, row := range cfg.Gossip.StaticRTT {
 			for b, d := range row {
 				gcfg.StaticRTT = append(gcfg.StaticRTT, gossip.StaticRTT{A: a, B: b, RTT: d})
@@ -428,6 +426,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		mr.gossip = node
 		mr.gossipRef.Store(node)
 		c.goRun("summary", func() error { return c.runSummaries(run, cfg.SummaryInterval) })
+		c.goRun("advertise", func() error { return c.advertise(run) })
 	}
 
 	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken, HopByCertificate: c.tls != nil}
@@ -542,10 +541,36 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 		// with several replicas per region the newest summary wins: publish
 		// only once caught up (which also marks this controller, in its
 		// digest, as one to forward to).
-		if c.Ingester.CaughtUp() {
+		// One replica per region publishes (PublishesForRegion): they hold
+		// the same index, and each summary is pulled by every controller of
+		// every other region.
+		if c.Ingester.CaughtUp() && c.mr.gossip.PublishesForRegion(3*every) {
 			if err := c.publishSummary(); err != nil {
 				c.log.Warn("summary not published", "err", err)
 			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// advertise keeps this controller's forward address in its gossip digest
+// while it can serve (its index caught up, no stop begun) and withdraws it
+// otherwise, so that other regions forward only to replicas that can take
+// the request.
+func (c *Controller) advertise(ctx context.Context) error {
+	t := time.NewTicker(250 * time.Millisecond)
+	defer t.Stop()
+	for {
+		addr := ""
+		if c.Ingester.CaughtUp() && !c.draining.Load() {
+			addr = c.PublicURL()
+		}
+		if err := c.mr.gossip.SetForwardAddr(addr); err != nil {
+			c.log.Warn("forward address not advertised", "err", err)
 		}
 		select {
 		case <-ctx.Done():

@@ -127,6 +127,9 @@ func (n *Node) notePeer(node *memberlist.Node, dead bool) {
 	n.mu.Lock()
 	p := n.peerLocked(node.Name)
 	if err == nil {
+		if d.Generation != p.digest.Generation {
+			p.genAt = n.now()
+		}
 		p.digest, p.digestOK = d, true
 	} else if !dead {
 		p.digestOK = false

@@ -54,15 +54,16 @@ type Node struct {
 	localState atomic.Pointer[[]byte] // push/pull payload
 	view       atomic.Pointer[RegionsView]
 
-	mu         sync.Mutex
-	peers      map[string]*peer
-	regions    map[string]*held
-	pending    map[string]pull
-	own        *published
-	metaDirty  bool
-	lastUpdate time.Time // of the digest (UpdateNode), at most once per SyncInterval
-	lastJoin   time.Time
-	warned     map[string]bool // log-once keys
+	mu          sync.Mutex
+	forwardAddr string // advertised in the digest (SetForwardAddr)
+	peers       map[string]*peer
+	regions     map[string]*held
+	pending     map[string]pull
+	own         *published
+	metaDirty   bool
+	lastUpdate  time.Time // of the digest (UpdateNode), at most once per SyncInterval
+	lastJoin    time.Time
+	warned      map[string]bool // log-once keys
 
 	keyring *memberlist.Keyring
 	keyMu   sync.Mutex // serialises keyring operations; guards keySeen*
@@ -94,6 +95,7 @@ type peer struct {
 	digestOK bool
 	dead     bool
 	seen     time.Time // joined, or last direct ping answer
+	genAt    time.Time // when its digest's summary generation last changed
 	samples  []time.Duration
 	next     int // ring position in samples
 	coord    *coordinate.Coordinate
@@ -192,6 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			n.static[e.A] = e.RTT
 		}
 	}
+	n.forwardAddr = cfg.ForwardAddr
 	if err := n.setOwn(nil); err != nil {
 		return nil, err
 	}
@@ -349,9 +352,29 @@ func (n *Node) Publish(s *summary.Summary) error {
 	return nil
 }
 
+// SetForwardAddr changes the forwarding address this controller
+// advertises ("": none, so no other region forwards requests to it): a
+// controller advertises it once it can serve (its index caught up) and
+// withdraws it when it begins to stop.
+func (n *Node) SetForwardAddr(addr string) error {
+	if len(addr) > maxForwardAddrLen {
+		return fmt.Errorf("set forward address: %d bytes, max %d", len(addr), maxForwardAddrLen)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.forwardAddr == addr {
+		return nil
+	}
+	n.forwardAddr = addr
+	if err := n.digestLocked(); err != nil {
+		return fmt.Errorf("set forward address: %w", err)
+	}
+	n.poke()
+	return nil
+}
+
 // setOwn installs the node's own summary (nil: none yet) and its digest.
 func (n *Node) setOwn(s *summary.Summary) error {
-	d := Digest{Region: n.cfg.Region, ForwardAddr: n.cfg.ForwardAddr}
 	var p *published
 	if s != nil {
 		body, err := s.MarshalBinary()
@@ -362,8 +385,34 @@ func (n *Node) setOwn(s *summary.Summary) error {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), n.cfg.MaxSummaryBytes)
 		}
 		p = &published{s: s, body: body, msg: encodeSummaryMsg(body), hash: bodyHash(body)}
-		t := s.Totals()
-		d.Generation, d.BodyHash, d.BodyLen = s.Generation, p.hash, uint32(len(body))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s != nil && n.own != nil && s.Generation <= n.own.s.Generation {
+		return fmt.Errorf("%w: %d, last %d", ErrStaleGeneration, s.Generation, n.own.s.Generation)
+	}
+	old := n.own
+	n.own = p
+	if err := n.digestLocked(); err != nil {
+		n.own = old
+		return err
+	}
+	var body []byte
+	if p != nil {
+		body = p.body
+	}
+	st := encodeLocalState(body)
+	n.localState.Store(&st)
+	return nil
+}
+
+// digestLocked encodes the digest of the own summary and forwarding
+// address as the node meta, to be re-advertised.
+func (n *Node) digestLocked() error {
+	d := Digest{Region: n.cfg.Region, ForwardAddr: n.forwardAddr}
+	if p := n.own; p != nil {
+		t := p.s.Totals()
+		d.Generation, d.BodyHash, d.BodyLen = p.s.Generation, p.hash, uint32(len(p.body))
 		d.Pods, d.Running, d.Slots = uint32(t.Pods), uint32(t.Running), uint32(t.Slots)
 		d.Pending, d.FreeKV = uint64(t.PendingPrefillTokens), uint64(t.FreeKVBlocks)
 	}
@@ -371,19 +420,7 @@ func (n *Node) setOwn(s *summary.Summary) error {
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if s != nil && n.own != nil && s.Generation <= n.own.s.Generation {
-		return fmt.Errorf("%w: %d, last %d", ErrStaleGeneration, s.Generation, n.own.s.Generation)
-	}
-	n.own = p
 	n.meta.Store(&meta)
-	var body []byte
-	if p != nil {
-		body = p.body
-	}
-	st := encodeLocalState(body)
-	n.localState.Store(&st)
 	n.metaDirty = true
 	return nil
 }

@@ -110,3 +110,26 @@ func decodeReplicaMsg(b []byte) (from string, payload []byte, err error) {
 	from = w.str8("sender", maxNodeNameLen, false)
 	return from, w.b, w.err
 }
+
+// PublishesForRegion reports whether this controller is the one of its
+// region that publishes the region's summary: no other controller of the
+// region that is alive and publishing (its summary generation advanced
+// within the last within) has a name ordering before this one's. The
+// replicas of a region hold the same index, so one publisher is enough,
+// and every remote controller then pulls one summary per interval instead
+// of one per replica. When the publisher stops publishing (it left, died,
+// or its index fell behind), the next replica takes over after within.
+func (n *Node) PublishesForRegion(within time.Duration) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	for _, p := range n.peers {
+		if p.dead || !p.digestOK || p.digest.Region != n.cfg.Region || p.digest.Generation == 0 {
+			continue
+		}
+		if p.name < n.cfg.NodeName && now.Sub(p.genAt) <= within {
+			return false
+		}
+	}
+	return true
+}

@@ -105,3 +105,82 @@ func TestReplicaExchangeStaysInTheRegion(t *testing.T) {
 		t.Errorf("b1 was told of another region's replicas: %v", recs["b1"].gone)
 	}
 }
+
+// One controller of a region publishes its summary: the first by name of
+// those publishing; the next takes over once the first stops. A
+// controller's forward address reaches the other regions' views when it
+// is set, and goes when it is withdrawn.
+func TestOnePublisherPerRegion(t *testing.T) {
+	key := newKey(t)
+	var nodes []*Node
+	for _, name := range []string{"a1", "a2", "b1"} {
+		region := "region-a"
+		if name == "b1" {
+			region = "region-b"
+		}
+		cfg := testConfig(t, name, region, key)
+		cfg.ForwardAddr = ""
+		if len(nodes) > 0 {
+			cfg.Join = []string{nodes[0].Addr()}
+		}
+		nodes = append(nodes, open(t, cfg))
+	}
+	a1, a2, b1 := nodes[0], nodes[1], nodes[2]
+	const within = 2 * time.Second
+	if !a1.PublishesForRegion(within) || !a2.PublishesForRegion(within) {
+		t.Fatal("before anyone publishes, each may")
+	}
+	if err := a1.Publish(buildSummary(t, "region-a", 1, 100)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a2 to see a1 publishing", func() error {
+		if a2.PublishesForRegion(within) {
+			return fmt.Errorf("a2 still publishes")
+		}
+		return nil
+	})
+	if !a1.PublishesForRegion(within) {
+		t.Error("a1, first by name, does not publish")
+	}
+
+	if err := a2.SetForwardAddr("https://a2.example:8443"); err != nil {
+		t.Fatal(err)
+	}
+	forward := func() string {
+		rv, ok := b1.View().Region("region-a")
+		if !ok {
+			return ""
+		}
+		for _, c := range rv.Controllers {
+			if c.Name == "a2" {
+				return c.ForwardAddr
+			}
+		}
+		return ""
+	}
+	waitFor(t, 10*time.Second, "a2's forward address at b1", func() error {
+		if forward() != "https://a2.example:8443" {
+			return fmt.Errorf("b1 sees %q", forward())
+		}
+		return nil
+	})
+	if err := a2.SetForwardAddr(""); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a2's forward address withdrawn at b1", func() error {
+		if forward() != "" {
+			return fmt.Errorf("b1 sees %q", forward())
+		}
+		return nil
+	})
+
+	if err := a1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "a2 to take over", func() error {
+		if !a2.PublishesForRegion(within) {
+			return fmt.Errorf("a2 does not publish after a1 left")
+		}
+		return nil
+	})
+}
