@@ -157,13 +157,9 @@ type Config struct {
 	// RemoveDownAfter: a member that has not answered for this long is
 	// removed from the Raft configuration and the member list (a
 	// controller that comes back joins again). 0: never. Default 24h.
+	// Every change of membership the leader makes (promote, demote,
+	// remove) is recorded in Audit before it is made.
 	RemoveDownAfter time.Duration
-	// OnMembershipChange is called on the leader after each change of the
-	// Raft configuration it made (a member added as a non-voter, promoted,
-	// demoted or removed), automatic or asked for, so that the controller
-	// can audit it. It must not block for long. nil: the change is logged
-	// only.
-	OnMembershipChange func(MembershipChange)
 
 	// Timing is the Raft timing. Default LANTiming().
 	Timing Timing
@@ -207,6 +203,15 @@ type Config struct {
 	// failover status; ok false when it knows nothing of it. nil: not
 	// reported.
 	Liveness func(controllerID string) (state string, ok bool)
+
+	// Audit is where the node records the privileged actions it handles
+	// (the controller's audit log, a *audit.Log): policy applies,
+	// failovers, failover targets, membership changes and checkpoints
+	// posted to the admin API, as admin_action records. Recording fails
+	// closed: an action whose record cannot be written is refused. nil:
+	// nothing is recorded (tests of the tier alone; a controller always
+	// sets it).
+	Audit AuditLog
 
 	// Registerer receives the metrics; nil: metrics are not exported.
 	Registerer prometheus.Registerer

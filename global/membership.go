@@ -2,6 +2,7 @@ package global
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -85,46 +86,59 @@ func (n *Node) addMember(ctx context.Context, req JoinRequest) error {
 	if _, err := n.submit(ctx, c, true); err != nil {
 		return err
 	}
-	known := false
-	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		for _, s := range f.Configuration().Servers {
-			known = known || string(s.ID) == m.ID
-		}
-	}
 	if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.HoldTimeout).Error(); err != nil {
 		return fmt.Errorf("add non-voter %s: %w", m.ID, err)
 	}
-	if !known {
-		n.changed("add", m.ID, m.Region, "join:"+m.ID, "joined as a non-voter (raft "+m.RaftAddr+")")
-	}
+	n.log.Info("member added as non-voter", "member", m.ID, "region", m.Region, "raft_addr", m.RaftAddr)
 	return nil
 }
 
 // Leave removes a controller from the Raft configuration and the member list
 // (through the leader). The removed node keeps running with its last state.
+// The removal is recorded in Config.Audit (member_remove, by the node
+// itself) before it is made, and refused if it cannot be.
 func (n *Node) Leave(ctx context.Context, id string) error {
-	if rej := validID("member id", id); rej != nil {
-		return rej
-	}
-	err := n.onLeader(ctx, false,
-		func(ctx context.Context) error { return n.removeReported(ctx, id, "admin", "removed by Leave") },
-		func(ctx context.Context, admin string) error {
-			return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
-		})
-	if err != nil {
-		return fmt.Errorf("remove member %s: %w", id, err)
-	}
-	return nil
+	return n.leave(ctx, id, n.selfActor())
 }
 
-// removeReported removes a member on the leader and reports the change.
-func (n *Node) removeReported(ctx context.Context, id, actor, reason string) error {
-	region := n.memberRegion(id)
-	if err := n.removeMember(ctx, id); err != nil {
-		return err
+// leave removes member id for by, recording it first.
+func (n *Node) leave(ctx context.Context, id string, by Actor) error {
+	region := ""
+	if m, ok := n.State().Member(id); ok {
+		region = m.Region
 	}
-	n.changed("remove", id, region, actor, reason)
-	return nil
+	act := n.action(ActionMemberRemove, WriteOptions{By: by}, region, map[string]string{"member": id})
+	if rej := validID("member id", id); rej != nil {
+		return n.admin().Refuse(ctx, act, rej)
+	}
+	return n.admin().Run(ctx, act, func(ctx context.Context) error {
+		err := n.onLeader(ctx, false,
+			func(ctx context.Context) error { return n.removeMember(ctx, id) },
+			func(ctx context.Context, admin string) error {
+				return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
+			})
+		return errorf(err, "remove member %s", id)
+	})
+}
+
+// join adds the member of req for by (on the leader, or forwarded to it),
+// recording it first.
+func (n *Node) join(ctx context.Context, req JoinRequest, by Actor) error {
+	if req.RequestID == "" {
+		req.RequestID = NewRequestID()
+	}
+	act := n.action(ActionMemberJoin, WriteOptions{By: by, RequestID: req.RequestID}, req.Member.Region, memberArgs(req.Member))
+	if rej := validateMember(&req.Member, true); rej != nil {
+		return n.admin().Refuse(ctx, act, rej)
+	}
+	body, _ := json.Marshal(req)
+	return n.admin().Run(ctx, act, func(ctx context.Context) error {
+		return n.onLeader(ctx, false,
+			func(ctx context.Context) error { return n.addMember(ctx, req) },
+			func(ctx context.Context, admin string) error {
+				return n.forward(ctx, http.MethodPost, admin+"/v1/global/join", body, nil)
+			})
+	})
 }
 
 func (n *Node) removeMember(ctx context.Context, id string) error {
@@ -154,42 +168,6 @@ func (n *Node) Servers() ([]Server, error) {
 	return out, nil
 }
 
-// MembershipChange is one change of the Raft configuration the leader
-// made, for the audit log (Config.OnMembershipChange).
-type MembershipChange struct {
-	// Op is "add" (a joining member, as a non-voter), "promote",
-	// "demote" or "remove".
-	Op     string
-	Member string
-	Region string // the member's region ("" when unknown)
-	// Actor is who asked: "join:<id>" for a join, "leader:<id>" for the
-	// leader's own placement, or the admin caller for a removal.
-	Actor  string
-	Reason string
-	// Leader and LeaderRegion made the change; At is when.
-	Leader       string
-	LeaderRegion string
-	At           time.Time
-}
-
-// changed reports a membership change: logged, counted, and handed to
-// Config.OnMembershipChange.
-func (n *Node) changed(op, member, region, actor, reason string) {
-	ch := MembershipChange{Op: op, Member: member, Region: region, Actor: actor, Reason: reason,
-		Leader: n.cfg.NodeID, LeaderRegion: n.cfg.Region, At: n.now()}
-	n.m.membershipChanges.WithLabelValues(op).Inc()
-	n.log.Info("raft membership changed", "op", op, "member", member, "region", region, "actor", actor, "reason", reason)
-	if n.cfg.OnMembershipChange != nil {
-		n.cfg.OnMembershipChange(ch)
-	}
-}
-
-// memberRegion is a member's region ("" when it has no record).
-func (n *Node) memberRegion(id string) string {
-	m, _ := n.State().Member(id)
-	return m.Region
-}
-
 // memberHealth is what the leader has seen of each member's health since
 // it began leading.
 type memberHealth struct {
@@ -213,12 +191,19 @@ func (h *memberHealth) lastSeen(id string) time.Time {
 // leader's own member record is current (the others forward to it by that
 // record), checks every member's health, places the voters across regions
 // (planVoters: promotions first, demotions in a later round) and removes
-// members down for RemoveDownAfter. Each change is reported (changed).
+// members silent for RemoveDownAfter. Every change is the node's own (auth
+// internal) and recorded in Config.Audit before it is made, like an
+// operator's: one that cannot be recorded is not made, and is tried again
+// next time.
 func (n *Node) reconcile(ctx context.Context, health *memberHealth) error {
 	if n.membershipStale() {
 		self := n.self()
 		c := &command{Op: opMemberUpsert, Actor: "leader:" + self.ID, Member: &self}
-		if _, err := n.submit(ctx, c, true); err != nil {
+		err := n.admin().Run(ctx, n.action(ActionMemberUpdate, WriteOptions{}, self.Region, memberArgs(self)), func(ctx context.Context) error {
+			_, err := n.submit(ctx, c, true)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("record own membership: %w", err)
 		}
 	}
@@ -230,10 +215,14 @@ func (n *Node) reconcile(ctx context.Context, health *memberHealth) error {
 	checks := n.checkMembers(ctx, servers)
 	st := n.State()
 	cands := make([]voterCandidate, 0, len(servers))
+	addr := map[string]string{}
+	regions := map[string]bool{}
 	for _, s := range servers {
+		addr[s.ID] = s.Address
 		c := voterCandidate{ID: s.ID, Voter: s.Suffrage == "voter"}
 		if m, ok := st.Member(s.ID); ok {
 			c.Region = m.Region
+			regions[m.Region] = true
 		}
 		if s.ID == n.cfg.NodeID {
 			c.Leader, c.Up, c.CaughtUp = true, true, true
@@ -251,52 +240,54 @@ func (n *Node) reconcile(ctx context.Context, health *memberHealth) error {
 		cands = append(cands, c)
 	}
 	plan := planVoters(cands, n.cfg.Voters, n.cfg.VotersPerRegion)
-	addr := map[string]string{}
-	for _, s := range servers {
-		addr[s.ID] = s.Address
-	}
-	actor := "leader:" + n.cfg.NodeID
+	regionOf := func(id string) string { m, _ := st.Member(id); return m.Region }
 	for _, id := range plan.Promote {
-		if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr[id]), 0, n.cfg.HoldTimeout).Error(); err != nil {
+		reason := fmt.Sprintf("voter placement: %d voters wanted, at most %d per region", plan.Want,
+			perRegionCap(len(regions), n.cfg.Voters, n.cfg.VotersPerRegion))
+		act := n.action(ActionMemberPromote, WriteOptions{}, regionOf(id), map[string]string{"member": id, "raft_addr": addr[id], "reason": reason})
+		err := n.admin().Run(ctx, act, func(context.Context) error {
+			return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr[id]), 0, n.cfg.HoldTimeout).Error()
+		})
+		if err != nil {
 			return fmt.Errorf("promote %s: %w", id, err)
 		}
-		n.changed("promote", id, n.memberRegion(id), actor, fmt.Sprintf("voter placement: %d voters wanted, at most %d per region", plan.Want,
-			perRegionCap(regionsOf(cands), n.cfg.Voters, n.cfg.VotersPerRegion)))
+		n.m.membershipChanges.WithLabelValues("promote").Inc()
+		n.log.Info("non-voter promoted to voter", "member", id, "reason", reason)
 	}
 	for _, id := range plan.Demote {
 		reason := "voter placement: over its region's cap, or more voters than wanted"
 		if since := now.Sub(health.lastSeen(id)); since > n.cfg.VoterDownAfter {
-			reason = fmt.Sprintf("down for %v (voter_down_after %v): replaced", since.Round(time.Second), n.cfg.VoterDownAfter)
+			reason = fmt.Sprintf("silent for %v (voter_down_after %v): replaced", since.Round(time.Second), n.cfg.VoterDownAfter)
 		}
-		if err := n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.HoldTimeout).Error(); err != nil {
+		act := n.action(ActionMemberDemote, WriteOptions{}, regionOf(id), map[string]string{"member": id, "reason": reason})
+		err := n.admin().Run(ctx, act, func(context.Context) error {
+			return n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.HoldTimeout).Error()
+		})
+		if err != nil {
 			return fmt.Errorf("demote %s: %w", id, err)
 		}
-		n.changed("demote", id, n.memberRegion(id), actor, reason)
+		n.m.membershipChanges.WithLabelValues("demote").Inc()
+		n.log.Info("voter demoted", "member", id, "reason", reason)
 	}
 	if n.cfg.RemoveDownAfter > 0 {
 		for _, c := range cands {
 			if c.Leader || c.Voter {
 				continue // a voter is demoted first (and only once replaced)
 			}
-			if since := now.Sub(health.lastSeen(c.ID)); since > n.cfg.RemoveDownAfter {
-				reason := fmt.Sprintf("down for %v (remove_down_after %v)", since.Round(time.Second), n.cfg.RemoveDownAfter)
-				if err := n.removeReported(ctx, c.ID, actor, reason); err != nil {
-					return fmt.Errorf("remove %s: %w", c.ID, err)
-				}
+			since := now.Sub(health.lastSeen(c.ID))
+			if since <= n.cfg.RemoveDownAfter {
+				continue
 			}
+			reason := fmt.Sprintf("silent for %v (remove_down_after %v)", since.Round(time.Second), n.cfg.RemoveDownAfter)
+			act := n.action(ActionMemberRemove, WriteOptions{}, c.Region, map[string]string{"member": c.ID, "reason": reason})
+			if err := n.admin().Run(ctx, act, func(ctx context.Context) error { return n.removeMember(ctx, c.ID) }); err != nil {
+				return fmt.Errorf("remove %s: %w", c.ID, err)
+			}
+			n.m.membershipChanges.WithLabelValues("remove").Inc()
+			n.log.Info("silent member removed", "member", c.ID, "reason", reason)
 		}
 	}
 	return nil
-}
-
-func regionsOf(cands []voterCandidate) int {
-	seen := map[string]bool{}
-	for _, c := range cands {
-		if c.Region != "" {
-			seen[c.Region] = true
-		}
-	}
-	return len(seen)
 }
 
 // memberCheck is the leader's health check of one member.

@@ -19,6 +19,7 @@ type metrics struct {
 	forwarded         *prometheus.CounterVec
 	leaderChanges     prometheus.Counter
 	autoFailovers     *prometheus.CounterVec
+	autoSteps         prometheus.Counter
 	tlsRejected       prometheus.Counter
 	membershipChanges *prometheus.CounterVec
 }
@@ -79,6 +80,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_global_membership_changes_total",
 			Help: "Changes of the Raft configuration made by this controller while it led, by op (add, promote, demote, remove).",
 		}, []string{"op"}),
+		autoSteps: f.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_global_auto_failover_evaluations_total",
+			Help: "Evaluations of the automatic failover by this controller while it leads (one per interval).",
+		}),
 		tlsRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_global_raft_tls_rejected_total",
 			Help: "Incoming Raft connections dropped because their TLS handshake failed (no certificate, another CA, expired, not TLS).",

@@ -96,7 +96,7 @@ func send(url string) answer {
 	return answer{status: resp.StatusCode, code: e.Error.Code, retry: resp.Header.Get("Retry-After")}
 }
 
-func readyz(url string) int {
+func readyzOf(url string) int {
 	resp, err := client.Get(url + "/readyz")
 	if err != nil {
 		return 0
@@ -114,7 +114,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 	pod, _ := slowPod(t, release)
 	ctl := lifecycleController(t, pod.URL, regional.ShutdownConfig{DrainDelay: 500 * time.Millisecond, Grace: 30 * time.Second})
 	url := ctl.URL()
-	if readyz(url) != http.StatusOK {
+	if readyzOf(url) != http.StatusOK {
 		t.Fatal("not ready before the stop")
 	}
 	inflight := make(chan answer, 1)
@@ -123,7 +123,7 @@ func TestShutdownDrainsInFlight(t *testing.T) {
 
 	stopped := make(chan error, 1)
 	go func() { stopped <- ctl.Shutdown(context.Background()) }()
-	waitFor(t, "readyz 503", func() bool { return readyz(url) == http.StatusServiceUnavailable })
+	waitFor(t, "readyz 503", func() bool { return readyzOf(url) == http.StatusServiceUnavailable })
 	// Still taken during the drain delay (a balancer may not have seen
 	// /readyz yet).
 	during := make(chan answer, 1)

@@ -131,23 +131,6 @@ func TestReplicaShareLoadsAndPins(t *testing.T) {
 	}
 }
 
-// A pod's engine queue is a floor under the replicas' accounting: a
-// replica that has not heard of the others' requests yet still sees the
-// pod as busy as the engine says.
-func TestEngineQueueIsAFloor(t *testing.T) {
-	clock := time.Unix(1000, 0)
-	r := newReplica(t, func() time.Time { return clock }, "p1")
-	p, _ := r.reg.Get("p1")
-	p.SetEngineQueue(5)
-	if got := p.InFlight(); got != 5 {
-		t.Errorf("in flight %d with an engine queue of 5", got)
-	}
-	r.reg.SetPeerLoads("other", 1, 1, []route.PeerLoad{{Pod: "p1", InFlight: 7}}, clock)
-	if got := p.InFlight(); got != 7 {
-		t.Errorf("in flight %d with a peer's 7 and an engine queue of 5", got)
-	}
-}
-
 // Every truncation and corruption of a report is refused, never applied
 // in part, and never panics.
 func TestReplicaReportMalformed(t *testing.T) {

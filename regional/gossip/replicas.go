@@ -133,3 +133,19 @@ func (n *Node) PublishesForRegion(within time.Duration) bool {
 	}
 	return true
 }
+
+// RegionGeneration is the highest summary generation the other controllers
+// of this region advertise (0: none), those declared dead included (the
+// other regions may hold what they published last): a replica that takes
+// over publishing continues above it.
+func (n *Node) RegionGeneration() uint64 {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var g uint64
+	for _, p := range n.peers {
+		if p.digestOK && p.digest.Region == n.cfg.Region {
+			g = max(g, p.digest.Generation)
+		}
+	}
+	return g
+}

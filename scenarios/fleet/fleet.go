@@ -102,6 +102,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Controller adjusts each controller's configuration before it starts.
 	Controller func(region string, c *regional.Config)
+	// Deps adjusts what each controller is given (a clock, a gossip
+	// transport wrapper) before it starts.
+	Deps func(region string, d *regional.Deps)
 	// Tenants, when set, authenticate with API keys (Fleet.APIKeys holds
 	// one per tenant). Default: the controllers believe X-Tenant-Id and
 	// X-Data-Class from loopback only, as from a trusted gateway.
@@ -183,6 +186,31 @@ func (r *Region) Replica(id string) *Replica {
 			return rep
 		}
 	}
+	return nil
+}
+
+// Restart closes a region's first replica and opens it again on the same
+// state (Raft data, audit log, gossip state), after mut (if not nil)
+// adjusts its configuration; it waits for the new controller to open, not
+// for the fleet to be ready again. Region.Controller is the new one.
+func (f *Fleet) Restart(ctx context.Context, region string, mut func(*regional.Config)) error {
+	r := f.Region(region)
+	if r == nil || len(r.Replicas) == 0 {
+		return fmt.Errorf("restart: no region %q", region)
+	}
+	rep := r.Replicas[0]
+	if err := rep.close(ctx); err != nil {
+		return fmt.Errorf("restart %s: close: %w", region, err)
+	}
+	rep.mu.Lock()
+	if mut != nil {
+		mut(&rep.cfg)
+	}
+	rep.mu.Unlock()
+	if err := rep.open(ctx); err != nil {
+		return fmt.Errorf("restart %s: %w", region, err)
+	}
+	r.Controller = rep.Controller()
 	return nil
 }
 
@@ -370,7 +398,11 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			if cfg.Controller != nil {
 				cfg.Controller(spec.Name, &rc)
 			}
-			rep := &Replica{ID: id, Region: spec.Name, f: f, log: cfg.Logger.With("controller", id), cfg: rc}
+			deps := regional.Deps{Logger: cfg.Logger.With("controller", id)}
+			if cfg.Deps != nil {
+				cfg.Deps(spec.Name, &deps)
+			}
+			rep := &Replica{ID: id, Region: spec.Name, f: f, deps: deps, cfg: rc}
 			r.Replicas = append(r.Replicas, rep)
 			if err := rep.open(ctx); err != nil {
 				return f, fmt.Errorf("controller %s: %w", id, err)

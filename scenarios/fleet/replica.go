@@ -3,7 +3,6 @@ package fleet
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"sync"
 
@@ -19,8 +18,8 @@ type Replica struct {
 	ID     string
 	Region string
 
-	f   *Fleet
-	log *slog.Logger
+	f    *Fleet
+	deps regional.Deps
 
 	mu     sync.Mutex
 	cfg    regional.Config
@@ -59,7 +58,7 @@ func (r *Replica) open(ctx context.Context) error {
 	if r.ctl != nil {
 		return fmt.Errorf("replica %s: already running", r.ID)
 	}
-	ctl, err := regional.Open(ctx, r.cfg, regional.Deps{Logger: r.log})
+	ctl, err := regional.Open(ctx, r.cfg, r.deps)
 	if err != nil {
 		return err
 	}
