@@ -361,8 +361,11 @@ type Controller struct {
 	// draining is set once a graceful shutdown began: /readyz answers 503
 	// so load balancers stop sending new requests here.
 	draining atomic.Bool
-	now      func() time.Time
-	deps     Deps
+	// advertised: the gossip digest carries this controller's forward
+	// address (advertise); without gossip it stays false and is not asked.
+	advertised atomic.Bool
+	now        func() time.Time
+	deps       Deps
 
 	gate       *podGate
 	discovery  discovery.Source // nil without pods.discovery
@@ -626,7 +629,8 @@ func (c *Controller) Audit() *audit.Log {
 func (c *Controller) ID() string { return c.cfg.ControllerID }
 
 // Ready reports what /readyz answers: the index has caught up with the
-// topic and no shutdown has begun.
+// topic, the controller advertises its forward address to the other
+// regions (with gossip), and no shutdown has begun.
 func (c *Controller) Ready() bool {
 	ok, _ := c.readiness()
 	return ok
@@ -684,6 +688,12 @@ func (c *Controller) readiness() (bool, map[string]any) {
 	}
 	if c.draining.Load() {
 		detail["draining"] = true
+		return false, detail
+	}
+	if c.Gossip() != nil && !c.advertised.Load() {
+		// Caught up, but the other regions do not know yet that they may
+		// forward here.
+		detail["forward_address_advertised"] = false
 		return false, detail
 	}
 	return g.CaughtUp(), detail
@@ -767,10 +777,6 @@ func (c *Controller) Kill() error {
 // Close). ctx bounds the whole (an interruption cuts the wait short).
 func (c *Controller) Shutdown(ctx context.Context) error {
 	c.draining.Store(true)
-	if g := c.Gossip(); g != nil {
-		// The other regions stop forwarding here at once.
-		_ = g.SetForwardAddr("")
-	}
 	c.log.Info("shutting down: not ready, draining", "drain_delay", c.cfg.Shutdown.DrainDelay, "grace", c.cfg.Shutdown.Grace)
 	if d := c.cfg.Shutdown.DrainDelay; d > 0 {
 		t := time.NewTimer(d)

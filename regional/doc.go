@@ -25,8 +25,7 @@
 // of the session, so new sessions are placed alike. One replica per region
 // publishes the region's summary (the first by id of those publishing; the
 // next takes over when it stops), and each advertises its forward address
-// only while it can serve: not before its index has caught up, nor once it
-// began to stop. Shutdown is the graceful stop (SIGTERM): /readyz 503 at once,
+// only once its index has caught up (it is ready only then). Shutdown is the graceful stop (SIGTERM): /readyz 503 at once,
 // requests still taken for shutdown.drain_delay, then the listener closes,
 // requests in flight finish within shutdown.grace (those still unanswered
 // then get a retryable 503 shutting_down), gossip is left and Raft

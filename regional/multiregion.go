@@ -679,19 +679,25 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 }
 
 // advertise keeps this controller's forward address in its gossip digest
-// while it can serve (its index caught up, no stop begun) and withdraws it
-// otherwise, so that other regions forward only to replicas that can take
-// the request.
+// once its index has caught up with the topic (a replica that has just
+// started cannot serve yet: the other regions must not forward to it), and
+// withdraws it while the index is rebuilt (a broker reset). A stopping
+// controller keeps it until it leaves the pool: it still takes requests
+// during its drain delay, and once its listener has closed a forward is
+// refused and goes to another replica. The controller is ready only once
+// it advertises (readiness).
 func (c *Controller) advertise(ctx context.Context) error {
-	t := time.NewTicker(250 * time.Millisecond)
+	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
 		addr := ""
-		if c.Ingester.CaughtUp() && !c.draining.Load() {
+		if c.Ingester.CaughtUp() {
 			addr = c.PublicURL()
 		}
 		if err := c.mr.gossip.SetForwardAddr(addr); err != nil {
 			c.log.Warn("forward address not advertised", "err", err)
+		} else {
+			c.advertised.Store(addr != "")
 		}
 		c.rememberGossipPeers()
 		select {

@@ -27,10 +27,11 @@
 //   - Close stops everything, traffic first: controllers, then engines, then
 //     the broker, then the directory it created.
 //
-// It imports regional, residency, scenarios/enginesim and scenarios/sim
-// (whose default regions and RTTs it uses) of ours, and must not import
-// global, dr or cmd: it reaches the Raft tier only through the controllers
-// it starts. Only the demo and tests (dr/drill's, cmd's, demo's) import it.
+// It imports regional (and regional/auth and regional/gossip for their
+// types), global/identity (the fleet's PKI), residency, scenarios/enginesim
+// and scenarios/sim (whose default regions and RTTs it uses) of ours, and
+// must not import global itself, dr or cmd: it reaches the Raft tier only
+// through the controllers it starts. Only the demo and tests (dr/drill's, cmd's, demo's) import it.
 package fleet
 
 import (
@@ -57,6 +58,7 @@ import (
 	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/regional/auth"
+	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/residency"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 	"github.com/meridian-llm/meridian/scenarios/sim"
@@ -503,6 +505,15 @@ func (f *Fleet) replicaNotReady(r *Region, c *regional.Controller) string {
 		rv, ok := view.Region(o.Name)
 		if !ok || rv.Summary == nil || !rv.Live {
 			return "no summary of " + o.Name + " yet"
+		}
+		// Every other region may forward here (a replica started again
+		// advertises its address once ready; the others must have it
+		// before the next replica of a rolling restart stops).
+		for _, oc := range o.Live() {
+			orv, ok := oc.Gossip().View().Region(r.Name)
+			if !ok || !slices.ContainsFunc(orv.Controllers, func(x gossip.Controller) bool { return x.Name == c.ID() && x.ForwardAddr != "" }) {
+				return oc.ID() + " has no forward address of it yet"
+			}
 		}
 	}
 	return ""
