@@ -27,11 +27,12 @@
 //   - Close stops everything, traffic first: controllers, then engines, then
 //     the broker, then the directory it created.
 //
-// It imports regional (and regional/auth and regional/gossip for their
-// types), global/identity (the fleet's PKI), residency, scenarios/enginesim
-// and scenarios/sim (whose default regions and RTTs it uses) of ours, and
-// must not import global itself, dr or cmd: it reaches the Raft tier only
-// through the controllers it starts. Only the demo and tests (dr/drill's, cmd's, demo's) import it.
+// It imports regional (and regional/auth for its types), global/identity
+// (the fleet's PKI), residency, scenarios/enginesim and scenarios/sim
+// (whose default regions and RTTs it uses) of ours, and must not import
+// global itself, dr or cmd: it reaches the Raft tier only through the
+// controllers it starts. Only the demo and tests (dr/drill's, cmd's,
+// demo's) import it.
 package fleet
 
 import (
@@ -58,7 +59,6 @@ import (
 	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/regional/auth"
-	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/residency"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 	"github.com/meridian-llm/meridian/scenarios/sim"
@@ -510,8 +510,13 @@ func (f *Fleet) replicaNotReady(r *Region, c *regional.Controller) string {
 		// advertises its address once ready; the others must have it
 		// before the next replica of a rolling restart stops).
 		for _, oc := range o.Live() {
-			orv, ok := oc.Gossip().View().Region(r.Name)
-			if !ok || !slices.ContainsFunc(orv.Controllers, func(x gossip.Controller) bool { return x.Name == c.ID() && x.ForwardAddr != "" }) {
+			advertised := false
+			if orv, ok := oc.Gossip().View().Region(r.Name); ok {
+				for _, x := range orv.Controllers {
+					advertised = advertised || (x.Name == c.ID() && x.ForwardAddr != "")
+				}
+			}
+			if !advertised {
 				return oc.ID() + " has no forward address of it yet"
 			}
 		}
