@@ -11,6 +11,10 @@ import (
 // request's budget.
 func TestForwardLimits(t *testing.T) {
 	c := DefaultForwardConfig()
+	if c.ConnectMin != time.Second {
+		t.Fatalf("default connect_min %v, want 1s", c.ConnectMin)
+	}
+	c.ConnectMin = 250 * time.Millisecond // so that the RTT term shows
 	capFB, budget := 120*time.Second, 60*time.Second
 	for _, tc := range []struct {
 		name             string

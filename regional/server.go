@@ -69,7 +69,8 @@ func DefaultServerConfig() ServerConfig {
 // arrived.
 type ForwardConfig struct {
 	// ConnectRTTs and ConnectMin bound the connection; defaults 4 and
-	// 250ms.
+	// 1s (TCP and a mutual TLS handshake, whose CPU cost on a busy
+	// controller can exceed a near region's few RTTs).
 	ConnectRTTs float64       `yaml:"connect_rtts"`
 	ConnectMin  time.Duration `yaml:"connect_min"`
 	// FirstByteFactor and FirstByteMargin bound the wait for the first
@@ -83,7 +84,7 @@ type ForwardConfig struct {
 
 // DefaultForwardConfig returns the defaults documented on ForwardConfig.
 func DefaultForwardConfig() ForwardConfig {
-	return ForwardConfig{ConnectRTTs: 4, ConnectMin: 250 * time.Millisecond, FirstByteFactor: 3,
+	return ForwardConfig{ConnectRTTs: 4, ConnectMin: time.Second, FirstByteFactor: 3,
 		FirstByteMargin: 2 * time.Second, Budget: 60 * time.Second}
 }
 

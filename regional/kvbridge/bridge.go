@@ -223,6 +223,8 @@ func Open(cfg Config) (*Bridge, error) {
 	if uses := cfg.Kafka.InsecureUses("kafka", cfg.Brokers); len(uses) > 0 {
 		b.log.Warn("INSECURE: this kv bridge runs with insecure: true; anyone on the path to the brokers can read or forge the events", "insecure", uses)
 	}
+	// Logged before discovery starts: it appends to b.sources from then on.
+	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources), "kafka", b.sec, "discovery", b.disc != nil)
 	if b.disc != nil {
 		b.bg.Add(1)
 		go func() {
@@ -234,7 +236,6 @@ func Open(cfg Config) (*Bridge, error) {
 		b.bg.Add(1)
 		go b.announceLoop()
 	}
-	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources), "kafka", b.sec, "discovery", b.disc != nil)
 	return b, nil
 }
 
