@@ -19,8 +19,8 @@
 // decisions must agree on they exchange over the gossip pool, every
 // gossip.replica_interval (replicas.go): each one's in-flight requests and
 // pending prefill per pod (added to the others' accounting; a late report
-// keeps a pod busy, never idle, and the engines' own queues are a floor)
-// and the session pins each made, so that a session's next turn finds its
+// keeps a pod busy, never idle; a report stands until the replica's next
+// one, or until it leaves the pool) and the session pins each made, so that a session's next turn finds its
 // pod whichever replica it reaches; ties between pods are broken by a hash
 // of the session, so new sessions are placed alike. One replica per region
 // publishes the region's summary (the first by id of those publishing; the
