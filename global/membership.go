@@ -290,6 +290,14 @@ func (n *Node) reconcile(ctx context.Context, health *memberHealth) error {
 	return nil
 }
 
+// memberCheckTimeout bounds one health check: the reconcile interval, but
+// at least a second (a loaded member, or leader, must not look silent
+// because a check of a few milliseconds waited for a CPU) and at most
+// VoterDownAfter.
+func (n *Node) memberCheckTimeout() time.Duration {
+	return min(max(n.cfg.ReconcileInterval, time.Second), n.cfg.VoterDownAfter)
+}
+
 // memberCheck is the leader's health check of one member.
 type memberCheck struct {
 	answered bool   // its admin API answered
@@ -298,7 +306,7 @@ type memberCheck struct {
 }
 
 // checkMembers checks every other member's health, in parallel, each
-// within ReconcileInterval.
+// within memberCheckTimeout.
 func (n *Node) checkMembers(ctx context.Context, servers []Server) map[string]memberCheck {
 	out := make(map[string]memberCheck, len(servers))
 	var mu sync.Mutex
@@ -325,7 +333,7 @@ func (n *Node) checkMember(ctx context.Context, id string) memberCheck {
 	if !ok {
 		return memberCheck{why: "no member record (admin address unknown)"}
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ReconcileInterval)
+	ctx, cancel := context.WithTimeout(ctx, n.memberCheckTimeout())
 	defer cancel()
 	c := NewClient(m.AdminAddr, n.cfg.AdminToken, n.httpc)
 	c.Retries = 0

@@ -43,7 +43,7 @@ func votersByRegion(t *testing.T, c *globaltest.Cluster) map[string][]string {
 func TestVotersSpreadAcrossRegions(t *testing.T) {
 	ac := newAuditedClusterWith(t, 6, globaltest.Options{Voters: 3, VotersPerRegion: 1,
 		Region:    func(i int) string { return fmt.Sprintf("region-%d", i/2) },
-		Configure: func(i int, cfg *global.Config) { cfg.VoterDownAfter = time.Second }})
+		Configure: func(i int, cfg *global.Config) { cfg.VoterDownAfter = 3 * time.Second }})
 	c := ac.Cluster
 	recorded := func(action, member string) bool {
 		return len(ac.where(t, func(_ audit.Record, d audit.AdminDetail) bool {
@@ -85,7 +85,7 @@ func TestVotersSpreadAcrossRegions(t *testing.T) {
 	}
 	stopped := time.Now()
 	c.Stop(victim)
-	c.WaitFor(20*time.Second, "the stopped voter replaced by its region's other controller", func() bool {
+	c.WaitFor(60*time.Second, "the stopped voter replaced by its region's other controller", func() bool {
 		by := votersByRegion(t, c)
 		return spread() && slices.Contains(by[c.Nodes[victim].Region], c.Nodes[other].Name) &&
 			recorded(global.ActionMemberPromote, c.Nodes[other].Name) && recorded(global.ActionMemberDemote, c.Nodes[victim].Name)
