@@ -7,20 +7,21 @@ import (
 
 // metrics of one node, registered on the injected Registerer.
 type metrics struct {
-	isLeader      prometheus.Gauge
-	stale         prometheus.Gauge
-	lastContact   prometheus.Gauge
-	appliedIndex  prometheus.Gauge
-	stateIndex    prometheus.Gauge
-	policyVersion prometheus.Gauge
-	regionState   *prometheus.GaugeVec
-	commands      *prometheus.CounterVec
-	submits       *prometheus.HistogramVec
-	forwarded     *prometheus.CounterVec
-	leaderChanges prometheus.Counter
-	autoFailovers *prometheus.CounterVec
-	autoSteps     prometheus.Counter
-	tlsRejected   prometheus.Counter
+	isLeader          prometheus.Gauge
+	stale             prometheus.Gauge
+	lastContact       prometheus.Gauge
+	appliedIndex      prometheus.Gauge
+	stateIndex        prometheus.Gauge
+	policyVersion     prometheus.Gauge
+	regionState       *prometheus.GaugeVec
+	commands          *prometheus.CounterVec
+	submits           *prometheus.HistogramVec
+	forwarded         *prometheus.CounterVec
+	leaderChanges     prometheus.Counter
+	autoFailovers     *prometheus.CounterVec
+	autoSteps         prometheus.Counter
+	tlsRejected       prometheus.Counter
+	membershipChanges *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -75,6 +76,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_global_auto_transitions_total",
 			Help: "Region state changes committed by the automatic failover, by target state.",
 		}, []string{"state"}),
+		membershipChanges: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_global_membership_changes_total",
+			Help: "Changes of the Raft configuration made by this controller while it led, by op (add, promote, demote, remove).",
+		}, []string{"op"}),
 		autoSteps: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_global_auto_failover_evaluations_total",
 			Help: "Evaluations of the automatic failover by this controller while it leads (one per interval).",

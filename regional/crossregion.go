@@ -28,6 +28,9 @@ const (
 	HeaderHop        = "X-Meridian-Hop"      // origin region of a forwarded request
 	HeaderHopAuth    = "X-Meridian-Hop-Auth" // the controllers' shared forwarding token
 	HeaderDecisionID = "X-Meridian-Decision-Id"
+	// HeaderController, on an answer, names the controller whose pod
+	// served it (one of the region's replicas).
+	HeaderController = "X-Meridian-Controller"
 )
 
 // RemoteSource is what the request path knows of the other regions (from

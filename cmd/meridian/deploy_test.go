@@ -371,8 +371,9 @@ func rewriteArgs(mounts map[string]string, argv []string) []string {
 	return out
 }
 
-// setInvocationEnv gives the process the container's MERIDIAN_* variables
-// (the only ones the binary reads) and none of the test's own.
+// setInvocationEnv gives the process the container's variables (the
+// binary's flags read the MERIDIAN_* ones; a controller's configuration
+// file may name any, as ${VAR}) and none of the test's own MERIDIAN_*.
 func setInvocationEnv(t *testing.T, inv invocation) {
 	for _, kv := range os.Environ() {
 		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "MERIDIAN_") {
@@ -381,9 +382,7 @@ func setInvocationEnv(t *testing.T, inv invocation) {
 		}
 	}
 	for k, v := range inv.env {
-		if strings.HasPrefix(k, "MERIDIAN_") {
-			t.Setenv(k, rewritePath(inv.mounts, v))
-		}
+		t.Setenv(k, rewritePath(inv.mounts, v))
 	}
 }
 
@@ -623,9 +622,16 @@ func composeInvocations(t *testing.T, path string, doc map[string]any) []invocat
 	services, _ := doc["services"].(map[string]any)
 	names := make([]string, 0, len(services))
 	serviceSet := map[string]bool{}
-	for n := range services {
+	for n, v := range services {
 		names = append(names, n)
 		serviceSet[n] = true
+		// A network alias is a name the service is reached by too (a
+		// region's address over its replicas).
+		for _, net := range asMap(asMap(v)["networks"]) {
+			for _, a := range stringList(asMap(net)["aliases"]) {
+				serviceSet[a] = true
+			}
+		}
 	}
 	sort.Strings(names)
 	var out []invocation
@@ -955,10 +961,11 @@ func podSpec(o map[string]any) (map[string]any, bool) {
 
 // Sample values for the downward API, as the kubelet would fill them in.
 var downwardSamples = map[string]string{
-	"metadata.name":      "meridian-controller-0",
-	"metadata.namespace": "meridian",
-	"status.podIP":       "10.0.0.10",
-	"spec.nodeName":      "node-a",
+	"metadata.name": "meridian-controller-0",
+	"metadata.labels['apps.kubernetes.io/pod-index']": "0",
+	"metadata.namespace":                              "meridian",
+	"status.podIP":                                    "10.0.0.10",
+	"spec.nodeName":                                   "node-a",
 }
 
 var k8sVarRef = regexp.MustCompile(`\$\(([A-Za-z_][A-Za-z0-9_]*)\)`)

@@ -13,6 +13,7 @@ type metrics struct {
 	rejected       *prometheus.CounterVec
 	pulls          prometheus.Counter
 	coordsRejected prometheus.Counter
+	replicaMsgs    *prometheus.CounterVec
 	digestRejected prometheus.Counter
 	summaryAge     *prometheus.GaugeVec
 	rtt            *prometheus.GaugeVec
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_gossip_summary_pulls_total",
 			Help: "Requests sent for a newer remote summary.",
 		}),
+		replicaMsgs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_gossip_replica_messages_total",
+			Help: "Replica state messages between the controllers of this region, by outcome (sent, received, malformed, unknown_sender).",
+		}, []string{"outcome"}),
 		coordsRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_coordinates_rejected_total",
 			Help: "Peer Vivaldi coordinates rejected (malformed, wrong dimensionality, non-finite).",

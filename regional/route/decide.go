@@ -169,7 +169,7 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 		dec.CachedTokens = c.cached(p)
 		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
-			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.inflight.Load())}
+			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.InFlight())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
 	}
 	dec.Uncached = req.PromptTokens - dec.CachedTokens
@@ -182,13 +182,16 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 // remaining work, but never less than the uncached tokens of the requests
 // that have not had their first byte (the model drains with time; work a
 // stalled pod has not done, waiting for KV blocks behind long decodes say,
-// must not look done), and nothing when every request has had it.
+// must not look done), and nothing when every request has had it; plus
+// the uncached tokens the region's other replicas last reported waiting
+// for their first byte there.
 func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
+	peers := int(max(p.peerPending.Load(), 0))
 	pending := int(p.pendingPrefill.Load())
 	if rateMs <= 0 || pending <= 0 {
-		return max(pending, 0) // nothing before its first byte: nothing ahead
+		return max(pending, 0) + peers // nothing of ours before its first byte: nothing of ours ahead
 	}
-	return max(int(float64(p.PrefillBacklog(now))/float64(time.Millisecond)/rateMs), pending)
+	return max(int(float64(p.PrefillBacklog(now))/float64(time.Millisecond)/rateMs), pending) + peers
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and

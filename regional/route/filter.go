@@ -92,7 +92,7 @@ func (f boundedLoadFilter) apply(c *cycle) {
 	var total int64
 	var sum float64
 	for _, p := range c.pods {
-		total += p.inflight.Load()
+		total += p.InFlight()
 		sum += c.speedOf(p)
 	}
 	if len(c.pods) == 0 || sum <= 0 {
@@ -100,7 +100,7 @@ func (f boundedLoadFilter) apply(c *cycle) {
 	}
 	c.keep(FilterBoundedLoad, func(p *Pod) bool {
 		limit := int64(f.factor*float64(total+1)*c.speedOf(p)/sum + 0.999999)
-		return p.inflight.Load()+1 <= limit
+		return p.InFlight()+1 <= limit
 	})
 }
 
@@ -116,9 +116,9 @@ func (newSessionFilter) apply(c *cycle) {
 	}
 	least := math.Inf(1)
 	for _, p := range c.pods {
-		least = min(least, float64(p.inflight.Load())/c.speedOf(p))
+		least = min(least, float64(p.InFlight())/c.speedOf(p))
 	}
 	c.keep(FilterNewSession, func(p *Pod) bool {
-		return float64(p.inflight.Load())/c.speedOf(p) <= least+1/c.speedOf(p)
+		return float64(p.InFlight())/c.speedOf(p) <= least+1/c.speedOf(p)
 	})
 }

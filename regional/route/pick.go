@@ -1,6 +1,7 @@
 package route
 
 import (
+	"encoding/binary"
 	"slices"
 
 	"github.com/cespare/xxhash/v2"
@@ -17,7 +18,7 @@ type picker interface {
 
 func newPickers(cfg Config, scorers []scorer) map[string]picker {
 	return map[string]picker{
-		PolicyTTFT:        ttftPicker{scorers: scorers, tierWeights: cfg.TierWeights, topK: cfg.TopK},
+		PolicyTTFT:        ttftPicker{scorers: scorers, tierWeights: cfg.TierWeights, topK: cfg.TopK, tieMs: cfg.TieMs},
 		PolicyRoundRobin:  roundRobinPicker{},
 		PolicyLeastLoaded: leastLoadedPicker{},
 		PolicySessionHash: sessionHashPicker{},
@@ -49,7 +50,7 @@ func (leastLoadedPicker) pick(c *cycle, dec *Decision) int {
 	best, bestLoad := -1, int64(0)
 	for i := range c.pods {
 		j := (i + off) % n
-		if l := c.pods[j].inflight.Load(); best < 0 || l < bestLoad {
+		if l := c.pods[j].InFlight(); best < 0 || l < bestLoad {
 			best, bestLoad = j, l
 		}
 	}
@@ -86,27 +87,54 @@ func (sessionHashPicker) pick(c *cycle, dec *Decision) int {
 // scorers' extra terms), the lowest expected time to first token wins. The
 // best few are then priced again with the tier each matched block is held
 // in (a block on CPU or disk saves less prefill than one in GPU memory).
-// Candidates are offered to the model from a rotating offset, so exact
-// ties (an idle, cold region) spread instead of always going to the first
-// pod.
+//
+// Ties are broken deterministically, so that every replica of the region
+// decides a request alike: among the candidates within tieMs of the best,
+// the one with the highest rendezvous hash of (the request's tie key, pod)
+// wins (see tieKey: the session id first, so a session's turns prefer one
+// pod). Exact ties (an idle, cold region) still spread, by the key.
 type ttftPicker struct {
 	scorers     []scorer
 	tierWeights [index.NumTiers]float64
 	topK        int
+	tieMs       float64
+}
+
+// tieKey is what a request's ties are broken by: its session id, else the
+// chain hash of its whole prompt (the same prompt, the same pod), else its
+// request id.
+func tieKey(req *Request) uint64 {
+	switch {
+	case req.SessionID != "":
+		return SessionKey(req.SessionID)
+	case len(req.Chain) > 0:
+		return req.Chain[len(req.Chain)-1]
+	}
+	return xxhash.Sum64String(req.RequestID)
+}
+
+// rendezvous is the rendezvous (highest random weight) hash of key and a
+// pod name.
+func rendezvous(key uint64, pod string) uint64 {
+	var b [8]byte
+	binary.LittleEndian.PutUint64(b[:], key)
+	h := xxhash.New()
+	_, _ = h.Write(b[:])
+	_, _ = h.WriteString(pod)
+	return h.Sum64()
 }
 
 func (t ttftPicker) pick(c *cycle, dec *Decision) int {
 	d, n := c.d, len(c.pods)
-	off := int(d.rr.Add(1) % uint64(n))
 	c.order, c.cands, c.rates = c.order[:0], c.cands[:0], c.rates[:0]
 	for i := 0; i < n; i++ {
-		p := c.pods[(i+off)%n]
+		p := c.pods[i]
 		info := p.Info()
 		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		c.order = append(c.order, p)
 		c.rates = append(c.rates, rate)
 		c.cands = append(c.cands, gorgo.Candidate{Pod: p.Name, Profile: info.Profile,
-			PromptTokens: c.req.PromptTokens, Running: int(p.inflight.Load())})
+			PromptTokens: c.req.PromptTokens, Running: int(p.InFlight())})
 	}
 	for _, s := range t.scorers {
 		s.score(c)
@@ -139,6 +167,15 @@ func (t ttftPicker) pick(c *cycle, dec *Decision) int {
 				best = ci
 			}
 		}
+		key := tieKey(c.req)
+		bound, bestH := c.dec.Estimates[best].TotalMs+t.tieMs, rendezvous(key, c.order[best].Name)
+		for i := range c.cands {
+			if e := c.dec.Estimates[i]; i != best && e.Excluded == "" && e.TotalMs <= bound {
+				if h := rendezvous(key, c.order[i].Name); h > bestH {
+					best, bestH = i, h
+				}
+			}
+		}
 	}
 	dec.Reason = "lowest_ttft"
 	if c.cands[best].CachedTokens == 0 {
@@ -157,7 +194,7 @@ func (t ttftPicker) pick(c *cycle, dec *Decision) int {
 			CachedTokens: c.cands[ci].CachedTokens, Load: p.Load(), Estimate: c.dec.Estimates[ci],
 		})
 	}
-	return (best + off) % n
+	return best
 }
 
 // lowest returns the indexes of the k candidates with the lowest totals

@@ -3,6 +3,7 @@ package route
 import (
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,6 +51,11 @@ type Pod struct {
 	outstanding    atomic.Int64  // prompt tokens of requests routed here and not finished
 	routed         atomic.Int64  // requests routed here, ever
 
+	// What the region's other replicas last reported of their own
+	// accounting (Registry.SetPeerLoads), summed over them.
+	peerInflight atomic.Int64
+	peerPending  atomic.Int64
+
 	ejectedTo atomic.Int64 // unix nanos: ejected until then
 
 	contactAt atomic.Int64 // unix nanos: the pod last answered (a scrape, a request)
@@ -68,8 +74,12 @@ func (p *Pod) Info() PodInfo { return *p.info.Load() }
 
 // Load is a snapshot of a pod's load.
 type Load struct {
+	// InFlight is what decisions count (InFlight()): this replica's
+	// requests plus the other replicas'.
 	InFlight       int64   `json:"in_flight"`
-	PendingPrefill int64   `json:"pending_prefill_tokens"` // uncached tokens of requests before their first byte
+	Own            int64   `json:"own_in_flight"`            // routed by this replica and not finished
+	Peers          int64   `json:"peer_in_flight,omitempty"` // the region's other replicas', as last reported
+	PendingPrefill int64   `json:"pending_prefill_tokens"`   // uncached tokens of requests before their first byte (this replica's and the others')
 	KVUtil         float64 `json:"kv_util"`
 	// OutstandingTokens are the prompt tokens of requests routed here and
 	// not finished (admitted through Decider.Admit).
@@ -86,14 +96,26 @@ type Load struct {
 // Load returns the pod's current load.
 func (p *Pod) Load() Load {
 	return Load{
-		InFlight:          p.inflight.Load(),
-		PendingPrefill:    p.pendingPrefill.Load(),
+		InFlight:          p.InFlight(),
+		Own:               p.inflight.Load(),
+		Peers:             p.peerInflight.Load(),
+		PendingPrefill:    p.pendingPrefill.Load() + p.peerPending.Load(),
 		KVUtil:            math.Float64frombits(p.kvUtil.Load()),
 		OutstandingTokens: p.outstanding.Load(),
 		Routed:            p.routed.Load(),
 		EngineRunning:     p.engineRunning.Load(),
 		EngineWaiting:     p.engineWaiting.Load(),
 	}
+}
+
+// InFlight is the pod's requests in flight as decisions count them: this
+// replica's own accounting plus what each of the region's other replicas
+// last reported of theirs. A replica's report stands until its next one
+// replaces it, and goes only when that replica leaves or is declared dead
+// (Registry.ForgetPeer): a late report keeps a pod looking busy, never
+// idle. (The engine's own counts, seconds old, are not in it: see Load.)
+func (p *Pod) InFlight() int64 {
+	return p.inflight.Load() + p.peerInflight.Load()
 }
 
 // Admit accounts a request routed to the pod at now with uncached prompt
@@ -177,6 +199,13 @@ func (p *Pod) SetKVUtil(u float64) {
 	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
 }
 
+// OwnLoad is this replica's own accounting of the pod: its requests in
+// flight there and their uncached prompt tokens before the first byte
+// (what it reports to the region's other replicas).
+func (p *Pod) OwnLoad() (inflight, pendingPrefill int64) {
+	return p.inflight.Load(), p.pendingPrefill.Load()
+}
+
 // Contact records that the pod answered at now (any HTTP response: it is
 // reachable, whatever it said).
 func (p *Pod) Contact(now time.Time) {
@@ -230,18 +259,110 @@ func (p *Pod) Ejected(now time.Time) bool { return now.UnixNano() < p.ejectedTo.
 // snapshot (swapped on every membership change, which is rare), so it never
 // takes a lock for membership.
 type Registry struct {
-	idx  *index.Index
-	mu   sync.Mutex
-	pods map[string]*Pod
-	snap atomic.Pointer[[]*Pod] // sorted by name
+	idx   *index.Index
+	mu    sync.Mutex
+	pods  map[string]*Pod
+	snap  atomic.Pointer[[]*Pod] // sorted by name
+	peers map[string]*peerReport // the region's other replicas, by id
+}
+
+// PeerLoad is one pod's load as another replica of the region accounts
+// it: its own requests in flight there and their uncached prompt tokens
+// before the first byte.
+type PeerLoad struct {
+	Pod            string
+	InFlight       int64
+	PendingPrefill int64
+}
+
+type peerReport struct {
+	epoch uint64
+	seq   uint64
+	at    time.Time
+	loads map[string]PeerLoad
+}
+
+// PeerReport describes the last report of one of the region's other
+// replicas.
+type PeerReport struct {
+	Peer     string    `json:"peer"`
+	Seq      uint64    `json:"seq"`
+	At       time.Time `json:"at"` // when it arrived, on this replica's clock
+	Pods     int       `json:"pods"`
+	InFlight int64     `json:"in_flight"`
 }
 
 // NewRegistry builds an empty registry over the region's index.
 func NewRegistry(idx *index.Index) *Registry {
-	r := &Registry{idx: idx, pods: map[string]*Pod{}}
+	r := &Registry{idx: idx, pods: map[string]*Pod{}, peers: map[string]*peerReport{}}
 	empty := []*Pod{}
 	r.snap.Store(&empty)
 	return r
+}
+
+// SetPeerLoads replaces what the replica peer last reported of its own
+// accounting with loads (a pod it does not name carries none of its
+// requests), received at now. Reports are ordered by seq within one epoch
+// of the replica (a start of its process): a report of the same epoch
+// whose seq is not above the last one's is late and ignored (false); one
+// of another epoch (the replica restarted) replaces the last whatever its
+// seq.
+func (r *Registry) SetPeerLoads(peer string, epoch, seq uint64, loads []PeerLoad, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.peers[peer]; ok && old.epoch == epoch && seq <= old.seq {
+		return false
+	}
+	m := make(map[string]PeerLoad, len(loads))
+	for _, l := range loads {
+		m[l.Pod] = l
+	}
+	r.peers[peer] = &peerReport{epoch: epoch, seq: seq, at: now, loads: m}
+	r.sumPeersLocked()
+	return true
+}
+
+// ForgetPeer drops a replica's report: it left the region, or was declared
+// dead (its connections, and the requests on them, went with it).
+func (r *Registry) ForgetPeer(peer string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.peers[peer]; !ok {
+		return
+	}
+	delete(r.peers, peer)
+	r.sumPeersLocked()
+}
+
+// PeerReports lists the other replicas' last reports, by peer id.
+func (r *Registry) PeerReports() []PeerReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PeerReport, 0, len(r.peers))
+	for id, p := range r.peers {
+		pr := PeerReport{Peer: id, Seq: p.seq, At: p.at, Pods: len(p.loads)}
+		for _, l := range p.loads {
+			pr.InFlight += l.InFlight
+		}
+		out = append(out, pr)
+	}
+	slices.SortFunc(out, func(a, b PeerReport) int { return strings.Compare(a.Peer, b.Peer) })
+	return out
+}
+
+// sumPeersLocked sets every pod's peer counters to the sums over the
+// replicas' last reports.
+func (r *Registry) sumPeersLocked() {
+	for name, p := range r.pods {
+		var n, pending int64
+		for _, rep := range r.peers {
+			l := rep.loads[name]
+			n += l.InFlight
+			pending += l.PendingPrefill
+		}
+		p.peerInflight.Store(n)
+		p.peerPending.Store(pending)
+	}
 }
 
 // Pods returns the current pods, sorted by name. The slice is shared: do
@@ -284,6 +405,7 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 	p.engineWaiting.Store(-1)
 	p.info.Store(&info)
 	r.pods[info.Name] = p
+	r.sumPeersLocked()
 	r.publish()
 	return p, false, nil
 }

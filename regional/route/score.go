@@ -60,7 +60,7 @@ type runningScorer struct{ perRequestMs float64 }
 
 func (s runningScorer) score(c *cycle) {
 	for i, p := range c.order {
-		c.cands[i].ExtraMs += s.perRequestMs * float64(p.inflight.Load())
+		c.cands[i].ExtraMs += s.perRequestMs * float64(p.InFlight())
 	}
 }
 
