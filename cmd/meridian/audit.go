@@ -23,7 +23,7 @@ func auditCommand(extra ...*cli.Command) *cli.Command {
 		Name:  "audit",
 		Usage: "query, follow and verify the hash-chained audit log of cross-region decisions",
 		Subcommands: append([]*cli.Command{
-			auditQueryCommand(), auditTailCommand(), auditVerifyCommand(), auditHashCommand(),
+			auditQueryCommand(), auditTailCommand(), auditVerifyCommand(), auditHashCommand(), auditCheckpointsCommand(),
 		}, extra...),
 	}
 }
@@ -212,7 +212,7 @@ func auditVerifyCommand() *cli.Command {
 			"1 when the log cannot be read, 2 on a usage error.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
-			&cli.StringFlag{Name: "checkpoints", Usage: "checkpoints as JSON lines (exported from the Raft tier)"},
+			&cli.StringFlag{Name: "checkpoints", Usage: "`FILE` of checkpoints as JSON lines (meridian audit checkpoints export writes it)"},
 			&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin URL of a controller: read the checkpoints from the Raft tier (instead of --checkpoints)"},
 			&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token for --admin"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
@@ -267,18 +267,6 @@ func auditVerifyCommand() *cli.Command {
 			return nil
 		},
 	}
-}
-
-// raftCheckpoints converts the Raft tier's checkpoint list to the audit
-// package's form.
-func raftCheckpoints(l global.CheckpointList) []audit.Checkpoint {
-	var out []audit.Checkpoint
-	for _, list := range l.Checkpoints {
-		for _, c := range list {
-			out = append(out, c.AuditCheckpoint())
-		}
-	}
-	return out
 }
 
 func auditHashCommand() *cli.Command {

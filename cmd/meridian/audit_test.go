@@ -105,6 +105,8 @@ func TestAuditVerifyCLIErrors(t *testing.T) {
 		{[]string{"verify", "--dir", root, "--checkpoints", filepath.Join(root, "missing")}, 2, "no such file"},
 		{[]string{"verify", "--dir", t.TempDir()}, 1, "no audit segments"},
 		{[]string{"verify", "--dir", root, "extra"}, 2, "takes no arguments"},
+		{[]string{"checkpoints", "export", "--token", "t"}, 2, "--admin (or MERIDIAN_ADMIN) is required"},
+		{[]string{"checkpoints", "export", "--admin", "https://127.0.0.1:1", "--token", "t", "out.jsonl"}, 2, "redirect standard output"},
 	} {
 		_, errOut, code := runAudit(t, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {

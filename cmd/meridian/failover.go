@@ -58,12 +58,19 @@ func failoverCommand() *cli.Command {
 // globalAdminFlags are the flags of every command that talks to the global
 // tier's admin API.
 func globalAdminFlags() []cli.Flag {
+	return append(adminConnFlags(),
+		&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with changes (default operator:$USER)"},
+		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
+	)
+}
+
+// adminConnFlags say how to reach the global tier's admin API: the URL, the
+// token, a bound on the call and the TLS options; globalClient reads them.
+func adminConnFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
 		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
-		&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with changes (default operator:$USER)"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
-		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
 	}, tlsClientFlags()...)
 }
 
