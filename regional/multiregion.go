@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
@@ -146,14 +145,8 @@ func (c Config) validateMulti() error {
 }
 
 func (c Config) auditKey() []byte {
-	k := c.Audit.HMACKey
-	if b, ok := strings.CutPrefix(k, "base64:"); ok {
-		if d, err := base64.StdEncoding.DecodeString(b); err == nil {
-			return d
-		}
-		return nil
-	}
-	return []byte(k)
+	k, _ := audit.DecodeKey(c.Audit.HMACKey) // nil when invalid: Validate names it
+	return k
 }
 
 // ApplyEnv takes secrets from the environment: MERIDIAN_ADMIN_TOKEN,

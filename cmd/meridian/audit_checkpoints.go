@@ -36,9 +36,6 @@ func auditCheckpointsCommand() *cli.Command {
 }
 
 func runAuditCheckpointsExport(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s takes no arguments, got %q (redirect standard output to write a file)", cmdPath(c), c.Args().Slice())
-	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {
 		return err

@@ -116,12 +116,12 @@ func testCheckpointsExport(t *testing.T, f *fleet.Fleet, admin string) {
 		t.Fatalf("without checkpoints the cut chain should still verify: %v\n%s", err, out)
 	}
 	out, _, err := runApp(t, "audit", "verify", "--dir", f.AuditDir(), "--checkpoints", file)
-	if code := exitCode(err); code != auditVerifyFailed || !strings.Contains(out, victim.Controller) {
-		t.Fatalf("verify of a cut chain against the export: exit %d (want %d)\n%s", code, auditVerifyFailed, out)
+	if code := exitCode(err); code != exitVerification || !strings.Contains(out, victim.Controller) {
+		t.Fatalf("verify of a cut chain against the export: exit %d (want %d)\n%s", code, exitVerification, out)
 	}
 }
 
-// audit query --controllers fans out over the controllers' admin APIs.
+// audit query --admin fans out over the controllers' admin APIs.
 func testAuditQueryFansOut(t *testing.T, f *fleet.Fleet, urls []string) {
 	body, _ := json.Marshal(map[string]any{"model": "meridian/sim-70b", "max_tokens": 1,
 		"messages": []map[string]string{{"role": "user", "content": "records of a patient"}}})
@@ -137,14 +137,14 @@ func testAuditQueryFansOut(t *testing.T, f *fleet.Fleet, urls []string) {
 	if resp.StatusCode != 200 || id == "" || resp.Header.Get("X-Meridian-Forwarded-To") != "eu-west-1" {
 		t.Fatalf("EU PHI from us-east-1: %d, decision %q, to %q", resp.StatusCode, id, resp.Header.Get("X-Meridian-Forwarded-To"))
 	}
-	out, _, err := runApp(t, "audit", "query", "--controllers", strings.Join(urls, ","), "--token", f.AdminToken, "--kind", "cross_region", "--json")
+	out, _, err := runApp(t, "audit", "query", "--admin", strings.Join(urls, ","), "--token", f.AdminToken, "--kind", "cross_region", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Count(out, id) != 1 || !strings.Contains(out, `"region":"eu-west-1"`) {
 		t.Fatalf("the cross-region decision %s is not listed once:\n%s", id, out)
 	}
-	if _, _, err := runApp(t, "audit", "query", "--controllers", urls[0], "--token", "wrong", "--kind", "cross_region"); err == nil {
+	if _, _, err := runApp(t, "audit", "query", "--admin", urls[0], "--token", "wrong", "--kind", "cross_region"); err == nil {
 		t.Fatal("a wrong token was accepted")
 	}
 }

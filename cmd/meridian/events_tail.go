@@ -25,12 +25,15 @@ func eventsTailCommand() *cli.Command {
 			"partition, offset, key, headers and the decoded batch of every message. A message that\n" +
 			"cannot be decoded is printed with its error (byte offset and reason) and tailing goes on.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "kafka", Required: true, EnvVars: []string{"MERIDIAN_KAFKA"}, Usage: "comma-separated Kafka brokers"},
-			&cli.StringFlag{Name: "topic", Required: true, Usage: "topic, e.g. meridian.kv-events.us-east-1"},
+			&cli.StringFlag{Name: "kafka", EnvVars: []string{"MERIDIAN_KAFKA"}, Usage: "comma-separated Kafka brokers (required)"},
+			&cli.StringFlag{Name: "topic", Usage: "topic, e.g. meridian.kv-events.us-east-1 (required)"},
 			&cli.BoolFlag{Name: "from-beginning", Usage: "start from the oldest retained message"},
 			&cli.IntFlag{Name: "max", Usage: "stop after this many messages (0: until interrupted)"},
 		},
 		Action: func(c *cli.Context) error {
+			if c.String("kafka") == "" || c.String("topic") == "" {
+				return usageError("events tail: --kafka (or MERIDIAN_KAFKA) and --topic are required")
+			}
 			start := kafka.LastOffset
 			if c.Bool("from-beginning") {
 				start = kafka.FirstOffset

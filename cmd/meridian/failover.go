@@ -69,7 +69,7 @@ func globalAdminFlags() []cli.Flag {
 func adminConnFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_ADMIN_TOKEN"}, Usage: "admin bearer token"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
 	}, tlsClientFlags()...)
 }
@@ -96,7 +96,7 @@ func globalClient(c *cli.Context) (*global.Client, context.Context, context.Canc
 	}
 	token := c.String("token")
 	if token == "" {
-		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
+		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_ADMIN_TOKEN) is required", cmdPath(c))
 	}
 	hc, err := tlsHTTPClient(c)
 	if err != nil {
@@ -159,9 +159,6 @@ func runFailoverRecover(c *cli.Context) error {
 }
 
 func runFailoverChange(c *cli.Context, trigger bool) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q (the region goes in --region)", cmdPath(c), c.Args().Slice())
-	}
 	region := c.String("region")
 	if region == "" {
 		return usageError("%s: --region is required", cmdPath(c))
@@ -200,9 +197,6 @@ func runFailoverChange(c *cli.Context, trigger bool) error {
 }
 
 func runFailoverStatus(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
-	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {
 		return err

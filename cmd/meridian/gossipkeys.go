@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -56,12 +55,7 @@ func gossipKeysCommand() *cli.Command {
 // admin API; --ca-cert, --client-cert and --client-key reach an https admin
 // listener of the dev PKI (meridian certs init: ca.pem, operator.pem).
 func gossipAdminFlags() []cli.Flag {
-	return append([]cli.Flag{
-		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
-		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
-		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
-	}, tlsClientFlags()...)
+	return append(adminConnFlags(), &cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"})
 }
 
 // gossipKeysClient builds the keyring API client from the flags, with a
@@ -76,7 +70,7 @@ func gossipKeysClient(c *cli.Context) (*gossip.KeysClient, context.Context, cont
 	}
 	token := c.String("token")
 	if token == "" {
-		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
+		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_ADMIN_TOKEN) is required", cmdPath(c))
 	}
 	hc, err := tlsHTTPClient(c)
 	if err != nil {
@@ -127,9 +121,6 @@ func readGossipKey(c *cli.Context) (string, error) {
 }
 
 func runGossipKeysList(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
-	}
 	cl, ctx, cancel, err := gossipKeysClient(c)
 	if err != nil {
 		return err
@@ -164,9 +155,6 @@ func runGossipKeysList(c *cli.Context) error {
 
 func runGossipKeyOp(op gossip.KeyOp) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if c.NArg() > 0 {
-			return usageError("%s: unexpected arguments (the key goes in --key-file or --key)", cmdPath(c))
-		}
 		key, err := readGossipKey(c)
 		if err != nil {
 			return err
