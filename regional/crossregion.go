@@ -85,6 +85,9 @@ func (s *Server) SetTopology(t Topology) {
 		t.Shares = gorgo.NewShareTracker(s.dec.Model().Config().ShareWindow)
 	}
 	s.topo = t
+	if t.Control != nil {
+		s.m.knowPolicy(t.Control.View().Policy, t.Region)
+	}
 }
 
 // denial is a residency refusal with its explanation.

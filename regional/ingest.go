@@ -888,6 +888,15 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	for _, cause := range []string{"offset_regression", "cluster_changed"} {
 		m.resets.WithLabelValues(cause)
 	}
+	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
+		m.events.WithLabelValues(k.String())
+	}
+	for _, reason := range []string{"replay", "duplicate_seq"} {
+		m.skipped.WithLabelValues(reason)
+	}
+	for _, cause := range []string{"restart", "pod_up_new_epoch", "pod_down"} {
+		m.restarts.WithLabelValues(cause)
+	}
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_consumer_lag_messages",
 			Help: "Messages behind the high-water mark, as of the last fetch."}, func() float64 { return float64(g.Lag()) }),
