@@ -294,7 +294,7 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 			}
 			return
 		}
-		s.log.Warn("region failed before answering; trying the next allowed one", "region", c.Region, "err", res.err)
+		s.log.Warn("region failed before answering; trying the next allowed one", "remote_region", c.Region, "err", res.err)
 		lastRemote = fmt.Errorf("region %s: %w", c.Region, res.err)
 		kind = audit.KindFallback
 	}

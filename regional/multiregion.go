@@ -268,7 +268,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Audit.MaxSegmentAge > 0 {
 			acfg.MaxSegmentAge = cfg.Audit.MaxSegmentAge
 		}
-		log, err := audit.Open(acfg, audit.Deps{Sink: &mr.sink, Registerer: c.Metrics, Logger: c.log.With("component", "audit")})
+		log, err := audit.Open(acfg, audit.Deps{Sink: &mr.sink, Registerer: c.Metrics, Logger: c.log})
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -293,7 +293,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Liveness = mr.liveness
-		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
 		gcfg.Insecure = cfg.Insecure
 		if c.tls != nil {
 			// Raft only between controllers of the cluster's CA, both ways.
@@ -360,7 +360,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			}
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
-		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
 		node, err := gossip.Open(ctx, gcfg)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
