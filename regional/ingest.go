@@ -758,7 +758,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		ReadBackoffMin:         50 * time.Millisecond,
 		ReadBackoffMax:         time.Second,
 		MaxAttempts:            3,
-		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.warn.Warn("kafka", fmt.Sprintf(msg, args...)) }),
+		ErrorLogger:            kafkaErrorLogger(g.warn, g.log),
 	})
 	defer r.Close()
 	for {
