@@ -99,11 +99,11 @@ func duplicateKeys(line []byte) ([]string, error) {
 
 func TestDuplicateKeys(t *testing.T) {
 	for line, want := range map[string]string{
-		`{"a":1,"b":2}`:                    "",
-		`{"a":1,"a":2}`:                    "a",
+		`{"a":1,"b":2}`:                     "",
+		`{"a":1,"a":2}`:                     "a",
 		`{"a":{"x":1,"x":2},"b":[{"y":1}]}`: "a.x",
-		`{"a":{"x":1},"x":{"a":1}}`:        "",
-		`{"l":[1,{"k":1,"k":2}]}`:          "l[1].k",
+		`{"a":{"x":1},"x":{"a":1}}`:         "",
+		`{"l":[1,{"k":1,"k":2}]}`:           "l[1].k",
 	} {
 		got, err := duplicateKeys([]byte(line))
 		if err != nil || strings.Join(got, ",") != want {
