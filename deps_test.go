@@ -55,7 +55,7 @@ var importRules = map[string]importRule{
 	"global/identity":        {},
 	"global/audit":           {},
 	"global/audit/audittest": {},
-	"global":                 {imports: []string{"global/audit"}},
+	"global":                 {imports: []string{"global/audit", "global/identity"}},
 	"global/globaltest":      {imports: []string{"global"}},
 
 	// One region's controller.
@@ -67,10 +67,19 @@ var importRules = map[string]importRule{
 	"regional/gossip":            {imports: []string{"gorgo", "regional/summary"}},
 	"regional/gossip/gossiptest": {},
 	"regional/auth":              {imports: []string{"global/identity"}}, // reads requests, serves nothing
-	"regional/kvbridge/zmtp":     {},
-	"regional/kvbridge":          {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp"}},
+	// How every Kafka client of ours secures its connections (kafka.tls,
+	// kafka.sasl), and secured test brokers.
+	"regional/kafkasec":              {imports: []string{"global/identity"}},
+	"regional/kafkasec/kafkasectest": {imports: []string{"regional/kafkasec", "global/identity"}},
+	"regional/kvbridge/zmtp":         {},
+	"regional/kvbridge":              {imports: []string{"regional/kvevents", "regional/kvbridge/zmtp", "regional/kafkasec", "regional/discovery"}},
+	// Pod discovery feeds both the controller and the bridge, so it
+	// imports nothing of ours: not route, whose decision core the bridge
+	// must not pull in.
+	"regional/discovery":               {},
+	"regional/discovery/discoverytest": {},
 	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit", "global/identity", "regional/auth",
-		"regional/route", "regional/tokenize", "regional/kvevents", "regional/summary", "regional/gossip"}},
+		"regional/discovery", "regional/route", "regional/tokenize", "regional/kvevents", "regional/summary", "regional/gossip", "regional/kafkasec"}},
 
 	// Disaster recovery: the check reads folders and needs nothing of the
 	// running system; the drill needs the admin API client and the policy.
@@ -84,7 +93,7 @@ var importRules = map[string]importRule{
 	// Workloads, simulators and the demo, which drive the controller.
 	"scenarios/prefixcache": {lean: true},
 	"scenarios/enginesim": {imports: []string{"regional/tokenize", "regional/kvevents", "regional/kvbridge/zmtp",
-		"scenarios/prefixcache"}},
+		"regional/kafkasec", "scenarios/prefixcache"}},
 	"scenarios/sim": {imports: []string{"index", "gorgo", "residency", "regional/route",
 		"regional/gossip", "regional/summary", "scenarios/enginesim", "scenarios/prefixcache"}},
 	"scenarios/fleet": {imports: []string{"residency", "regional", "regional/auth", "global/identity", "scenarios/enginesim", "scenarios/sim"}},

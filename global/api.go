@@ -171,6 +171,15 @@ const maxBody = 2*MaxPolicySize + 64<<10
 // "Authorization: Bearer <AdminToken>". Writes may go to any node: they are
 // forwarded to the leader. Reads answer from the local state unless
 // ?consistent=1 asks for a linearizable read on the leader.
+//
+// Every write is a privileged action, recorded in Config.Audit by the node
+// that accepted it, with the caller's certificate identity (when the
+// listener serves TLS and the caller presented a certificate of the
+// cluster CA) or else the admin token as its actor (RequestActor). A
+// write whose record cannot be written is refused with 503
+// audit_unavailable and changes nothing. Requests without the token are
+// refused before any of this and not recorded: they have no identity to
+// record, and recording them would let anyone fill the audit disk.
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/global/health", n.getHealth)
@@ -271,25 +280,36 @@ func (n *Node) getMembers(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, n.State().Members())
 }
 
+// notForwarded is the remote end of onLeader for a forwarded request,
+// which is never forwarded again (onLeader answers ErrNotLeader first).
+func notForwarded(context.Context, string) error { return ErrNotLeader }
+
+// postJoin adds a member. Accepted from an operator or a joining
+// controller, it is recorded here (member_join) and forwarded to the
+// leader; forwarded by another controller (which recorded it), it is only
+// carried out.
 func (n *Node) postJoin(w http.ResponseWriter, r *http.Request) {
+	hop, err := n.hopOf(r)
+	if err != nil {
+		writeErr(w, n.refuseRequest(r, ActionForwardedWrite, "", err))
+		return
+	}
 	var req JoinRequest
 	if err := readJSON(r, &req); err != nil {
+		if !hop {
+			err = n.refuseRequest(r, ActionMemberJoin, "", err)
+		}
 		writeErr(w, err)
 		return
 	}
-	if rej := validateMember(&req.Member, true); rej != nil {
-		writeErr(w, rej)
-		return
+	switch rej := validateMember(&req.Member, true); {
+	case !hop:
+		err = n.join(r.Context(), req, RequestActor(r))
+	case rej != nil:
+		err = rej
+	default:
+		err = n.onLeader(r.Context(), true, func(ctx context.Context) error { return n.addMember(ctx, req) }, notForwarded)
 	}
-	if req.RequestID == "" {
-		req.RequestID = NewRequestID()
-	}
-	body, _ := json.Marshal(req)
-	err := n.onLeader(r.Context(), isHop(r),
-		func(ctx context.Context) error { return n.addMember(ctx, req) },
-		func(ctx context.Context, admin string) error {
-			return n.forward(ctx, http.MethodPost, admin+"/v1/global/join", body, nil)
-		})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -297,17 +317,21 @@ func (n *Node) postJoin(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, req.Member)
 }
 
+// deleteMember removes a member, recorded (member_remove) as postJoin
+// records a join.
 func (n *Node) deleteMember(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if rej := validID("member id", id); rej != nil {
-		writeErr(w, rej)
-		return
+	hop, err := n.hopOf(r)
+	switch {
+	case err != nil:
+		err = n.refuseRequest(r, ActionForwardedWrite, "", err)
+	case !hop:
+		err = n.leave(r.Context(), id, RequestActor(r))
+	case validID("member id", id) != nil:
+		err = validID("member id", id)
+	default:
+		err = n.onLeader(r.Context(), true, func(ctx context.Context) error { return n.removeMember(ctx, id) }, notForwarded)
 	}
-	err := n.onLeader(r.Context(), isHop(r),
-		func(ctx context.Context) error { return n.removeMember(ctx, id) },
-		func(ctx context.Context, admin string) error {
-			return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
-		})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -318,7 +342,18 @@ func (n *Node) deleteMember(w http.ResponseWriter, r *http.Request) {
 // postApply is the leader's end of forwarding: an encoded command from
 // another node. It answers 200 with the Result (a state machine rejection
 // included) or an error status when the command could not be committed here.
+// The node that accepted the write recorded it, so it is not recorded
+// again; a request here that is not a hop (see hopOf) is refused, and that
+// is recorded.
 func (n *Node) postApply(w http.ResponseWriter, r *http.Request) {
+	hop, err := n.hopOf(r)
+	if err == nil && !hop {
+		err = rejectf(CodeForbidden, "POST /v1/global/apply only takes writes forwarded by another controller; use the endpoint of the write")
+	}
+	if err != nil {
+		writeErr(w, n.refuseRequest(r, ActionForwardedWrite, "", err))
+		return
+	}
 	b, err := io.ReadAll(r.Body)
 	if err != nil {
 		writeErr(w, fmt.Errorf("%w: read body: %v", ErrInvalid, err))
@@ -422,13 +457,18 @@ func (n *Node) getPolicy(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// The writes below are privileged actions: each is recorded in the audit
+// log (Config.Audit) with the actor RequestActor authenticated, before it
+// takes effect, and refused if it cannot be; a request refused before that
+// (a body that does not decode, invalid values) is recorded as refused.
+
 func (n *Node) postPolicy(w http.ResponseWriter, r *http.Request) {
 	var req PolicyRequest
 	if err := readJSON(r, &req); err != nil {
-		writeErr(w, err)
+		writeErr(w, n.refuseRequest(r, ActionPolicyApply, "", err))
 		return
 	}
-	pv, err := n.ApplyPolicy(r.Context(), req.Name, []byte(req.Document), req.Reason, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	pv, err := n.ApplyPolicy(r.Context(), req.Name, []byte(req.Document), req.Reason, WriteOptions{RequestID: req.RequestID, Actor: req.Actor, By: RequestActor(r)})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -462,12 +502,12 @@ func (n *Node) getRegion(w http.ResponseWriter, r *http.Request) {
 func (n *Node) putRegion(w http.ResponseWriter, r *http.Request) {
 	var req RegionRequest
 	if err := readJSON(r, &req); err != nil {
-		writeErr(w, err)
+		writeErr(w, n.refuseRequest(r, ActionRegionSet, r.PathValue("region"), err))
 		return
 	}
 	res, err := n.SetRegionState(r.Context(), RegionChange{
 		Region: r.PathValue("region"), State: req.State, Reason: req.Reason, Expect: req.Expect, Force: req.Force,
-	}, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	}, WriteOptions{RequestID: req.RequestID, Actor: req.Actor, By: RequestActor(r)})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -478,10 +518,10 @@ func (n *Node) putRegion(w http.ResponseWriter, r *http.Request) {
 func (n *Node) putTargets(w http.ResponseWriter, r *http.Request) {
 	var req TargetsRequest
 	if err := readJSON(r, &req); err != nil {
-		writeErr(w, err)
+		writeErr(w, n.refuseRequest(r, ActionFailoverTargets, r.PathValue("region"), err))
 		return
 	}
-	res, err := n.SetTargets(r.Context(), r.PathValue("region"), req.Targets, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	res, err := n.SetTargets(r.Context(), r.PathValue("region"), req.Targets, WriteOptions{RequestID: req.RequestID, Actor: req.Actor, By: RequestActor(r)})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -497,7 +537,7 @@ func (n *Node) getFailover(w http.ResponseWriter, r *http.Request) {
 func (n *Node) postTrigger(w http.ResponseWriter, r *http.Request) {
 	var req FailoverRequest
 	if err := readJSON(r, &req); err != nil {
-		writeErr(w, err)
+		writeErr(w, n.refuseRequest(r, ActionFailoverTrigger, "", err))
 		return
 	}
 	to := RegionFailed
@@ -505,7 +545,7 @@ func (n *Node) postTrigger(w http.ResponseWriter, r *http.Request) {
 		to = RegionDraining
 	}
 	res, err := n.SetRegionState(r.Context(), RegionChange{Region: req.Region, State: to, Reason: req.Reason, Force: req.Force},
-		WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+		WriteOptions{RequestID: req.RequestID, Actor: req.Actor, By: RequestActor(r)})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -516,15 +556,15 @@ func (n *Node) postTrigger(w http.ResponseWriter, r *http.Request) {
 func (n *Node) postRecover(w http.ResponseWriter, r *http.Request) {
 	var req FailoverRequest
 	if err := readJSON(r, &req); err != nil {
-		writeErr(w, err)
+		writeErr(w, n.refuseRequest(r, ActionFailoverRecover, "", err))
 		return
 	}
 	if req.Drain {
-		writeErr(w, fmt.Errorf("%w: drain is only valid for trigger", ErrInvalid))
+		writeErr(w, n.refuseRequest(r, ActionFailoverRecover, req.Region, fmt.Errorf("%w: drain is only valid for trigger", ErrInvalid)))
 		return
 	}
 	res, err := n.SetRegionState(r.Context(), RegionChange{Region: req.Region, State: RegionActive, Reason: req.Reason, Force: req.Force},
-		WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+		WriteOptions{RequestID: req.RequestID, Actor: req.Actor, By: RequestActor(r)})
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -548,13 +588,28 @@ func (n *Node) getCheckpoints(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// postCheckpoint anchors a checkpoint sent to the admin API (the
+// controllers' own go through AppendCheckpoint, unrecorded): an operator
+// could anchor a forged chain head this way, so it is recorded.
 func (n *Node) postCheckpoint(w http.ResponseWriter, r *http.Request) {
 	var req CheckpointRequest
 	if err := readJSON(r, &req); err != nil {
-		writeErr(w, err)
+		writeErr(w, n.refuseRequest(r, ActionCheckpointAppend, "", err))
 		return
 	}
-	res, err := n.AppendCheckpoint(r.Context(), req.Checkpoint, WriteOptions{RequestID: req.RequestID, Actor: req.Actor})
+	o := WriteOptions{RequestID: req.RequestID, Actor: req.Actor, By: RequestActor(r)}.withRequestID()
+	cp := req.Checkpoint
+	act := n.action(ActionCheckpointAppend, o, "", map[string]string{
+		"controller": cp.ControllerID, "segment": cp.Segment, "sequence": strconv.FormatUint(cp.Sequence, 10), "head": cp.HeadHash})
+	if rej := validateCheckpoint(&cp); rej != nil {
+		writeErr(w, n.admin().Refuse(r.Context(), act, rej))
+		return
+	}
+	var res Result
+	err := n.admin().Run(r.Context(), act, func(ctx context.Context) (err error) {
+		res, err = n.AppendCheckpoint(ctx, cp, o)
+		return err
+	})
 	if err != nil {
 		writeErr(w, err)
 		return

@@ -39,6 +39,7 @@ func (n *Node) RunAutoFailover(ctx context.Context, cfg AutoFailoverConfig, obse
 		}
 		st := n.State()
 		dec := d.Step(n.now(), st, observe(ctx))
+		n.m.autoSteps.Inc()
 		for _, note := range dec.Notes {
 			n.log.Debug("auto failover", "note", note)
 		}

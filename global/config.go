@@ -186,6 +186,15 @@ type Config struct {
 	// reported.
 	Liveness func(controllerID string) (state string, ok bool)
 
+	// Audit is where the node records the privileged actions it handles
+	// (the controller's audit log, a *audit.Log): policy applies,
+	// failovers, failover targets, membership changes and checkpoints
+	// posted to the admin API, as admin_action records. Recording fails
+	// closed: an action whose record cannot be written is refused. nil:
+	// nothing is recorded (tests of the tier alone; a controller always
+	// sets it).
+	Audit AuditLog
+
 	// Registerer receives the metrics; nil: metrics are not exported.
 	Registerer prometheus.Registerer
 	// Logger for the node and Raft; nil: discard.

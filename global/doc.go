@@ -28,7 +28,9 @@
 //     validator change cannot make replicas diverge.
 //
 // It must not import the other packages of Meridian except its own
-// sub-packages (global/audit, for the checkpoint types): above all not
+// sub-packages (global/audit, for the checkpoint types and the records of
+// privileged actions; global/identity, for the certificate identity of an
+// admin API caller): above all not
 // regional, which reads this tier and never the reverse (the controller
 // hands in what the state machine needs, such as Config.PolicyValidator and
 // the observations of the automatic failover). regional, dr/drill,
@@ -94,13 +96,36 @@
 // optional: a snapshot without it reads as "index"). A change of either encoding bumps its version; all
 // controllers must run a version that reads the new one before any writes it.
 //
+// # Privileged actions on record
+//
+// Every change an operator or the node itself makes to the replicated
+// state (policy apply, failover trigger and recover, failover targets,
+// membership join, removal, the leader's own record and promotions, a
+// checkpoint posted to the admin API) is an admin_action record in
+// Config.Audit, the controller's audit log (see global/audit), on the
+// chain of the node that accepted it, with the actor (RequestActor: the
+// caller's certificate identity, else the admin token; "controller:<id>"
+// for the node's own changes). The record is written before the change is
+// proposed, and a change that cannot be recorded is refused
+// (ErrAuditUnavailable, 503 audit_unavailable): a state change without a
+// record is what the audit log exists to rule out, and it could not be
+// taken back, while a refused change can simply be retried once the log is
+// writable. A request forwarded to the leader is recorded once, where it
+// was accepted; over TLS a forwarded request is believed only with a
+// member controller's certificate (Node.hopOf). The audit log's own
+// checkpoints (AppendCheckpoint) are not recorded.
+//
 // # Failover
 //
 // Trigger fails a region over (RegionFailed; with drain, RegionDraining),
 // Recover makes it active again; only active regions are routable. The
 // automatic failover (Node.RunAutoFailover) runs the Decider on the leader:
 // a deterministic function of the committed state, explicit observations
-// (controllers declared dead, healthy pod counts) and the time. A region
+// (each region's own report of its serving pods and that report's age) and
+// the time. Only evidence that a region's pods cannot serve fails it: a
+// current report counting fewer than MinHealthyPods. A region that cannot
+// be heard from (controllers unreachable, report older than ReportMaxAge)
+// is left as it is: a partition is not a failure. A region
 // unhealthy for Grace is failed (never the last routable one); an
 // automatically failed region that is healthy again is recovering, and active
 // after HoldDown. Decisions commit as compare-and-set, so an operator's

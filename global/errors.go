@@ -3,6 +3,8 @@ package global
 import (
 	"errors"
 	"fmt"
+
+	"github.com/meridian-llm/meridian/global/audit"
 )
 
 // Sentinel errors. Callers branch on them with errors.Is; errors returned by
@@ -32,6 +34,13 @@ var (
 	// ErrStrandsTraffic: the change would leave some traffic with no region
 	// its residency policy allows; force it to do it anyway.
 	ErrStrandsTraffic = errors.New("strands traffic")
+	// ErrForbidden: the caller is authenticated but may not do this (a
+	// forwarded request without a member controller's certificate).
+	ErrForbidden = errors.New("forbidden")
+	// ErrAuditUnavailable: a privileged action was refused because its
+	// audit record could not be written (the audit log is full or
+	// closed); nothing was changed.
+	ErrAuditUnavailable = errors.New("audit log unavailable")
 )
 
 // Error codes carried in JSON error bodies and RejectedError.
@@ -50,19 +59,25 @@ const (
 	CodeClosed         = "closed"
 	CodeTimeout        = "timeout"
 	CodeInternal       = "internal"
+	CodeForbidden      = "forbidden"
+	// CodeAuditUnavailable: the action was refused because its audit
+	// record could not be written; nothing was changed.
+	CodeAuditUnavailable = "audit_unavailable"
 )
 
 var codeSentinels = map[string]error{
-	CodeInvalid:        ErrInvalid,
-	CodeInvalidPolicy:  ErrInvalidPolicy,
-	CodeUnknownRegion:  ErrUnknownRegion,
-	CodeConflict:       ErrConflict,
-	CodeStrandsTraffic: ErrStrandsTraffic,
-	CodeNotFound:       ErrNotFound,
-	CodeNoLeader:       ErrNoLeader,
-	CodeNotLeader:      ErrNotLeader,
-	CodeUnauthorized:   ErrUnauthorized,
-	CodeClosed:         ErrClosed,
+	CodeInvalid:          ErrInvalid,
+	CodeInvalidPolicy:    ErrInvalidPolicy,
+	CodeUnknownRegion:    ErrUnknownRegion,
+	CodeConflict:         ErrConflict,
+	CodeStrandsTraffic:   ErrStrandsTraffic,
+	CodeNotFound:         ErrNotFound,
+	CodeNoLeader:         ErrNoLeader,
+	CodeNotLeader:        ErrNotLeader,
+	CodeUnauthorized:     ErrUnauthorized,
+	CodeClosed:           ErrClosed,
+	CodeForbidden:        ErrForbidden,
+	CodeAuditUnavailable: ErrAuditUnavailable,
 }
 
 // RejectedError is a deterministic rejection of a command by the state
@@ -89,7 +104,10 @@ func rejectf(code, format string, args ...any) *RejectedError {
 func codeOf(err error) (string, int) {
 	var rej *RejectedError
 	var api *APIError
+	var unrecorded *audit.NotRecordedError
 	switch {
+	case errors.As(err, &unrecorded):
+		return CodeAuditUnavailable, 503
 	case errors.As(err, &rej):
 		return rej.Code, statusOfCode(rej.Code)
 	case errors.As(err, &api):
@@ -130,6 +148,10 @@ func statusOfCode(code string) int {
 		return 503
 	case CodeUnauthorized:
 		return 401
+	case CodeForbidden:
+		return 403
+	case CodeAuditUnavailable:
+		return 503
 	case CodeTimeout:
 		return 504
 	}

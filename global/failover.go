@@ -8,15 +8,24 @@ import (
 )
 
 // AutoFailoverConfig configures the automatic failover decision.
+//
+// A region is failed only on evidence that its pods cannot serve: its own
+// report (the serving pods its latest summary counts, no older than
+// ReportMaxAge) below MinHealthyPods. A region that cannot be heard from —
+// its controllers declared dead, its report stale — is not failed: a
+// partition between controllers is not a failure of the pods behind them,
+// which keep serving the traffic that reaches them, and forwards to such a
+// region fail fast and fall back to the next allowed one.
 type AutoFailoverConfig struct {
 	// Interval is how often the leader evaluates the observations. Default 1s.
 	Interval time.Duration
-	// FailOnControllersDead fails a region when every one of its known
-	// controllers is declared dead (by gossip). Default true.
-	FailOnControllersDead bool
-	// MinHealthyPods fails a region whose healthy pod count is below this
-	// (0 disables the check). Default 1.
+	// MinHealthyPods fails a region whose own report counts fewer serving
+	// pods. Required (>= 1); default 1.
 	MinHealthyPods int
+	// ReportMaxAge is how old a region's report may be and still count as
+	// evidence either way: an older one neither fails nor recovers the
+	// region. Default 30s.
+	ReportMaxAge time.Duration
 	// Grace is how long a region must stay unhealthy before it is failed, so
 	// one bad observation does not fail it. Default 10s.
 	Grace time.Duration
@@ -32,12 +41,12 @@ type AutoFailoverConfig struct {
 // DefaultAutoFailoverConfig returns the defaults documented on the fields.
 func DefaultAutoFailoverConfig() AutoFailoverConfig {
 	return AutoFailoverConfig{
-		Interval:              time.Second,
-		FailOnControllersDead: true,
-		MinHealthyPods:        1,
-		Grace:                 10 * time.Second,
-		AutoRecover:           true,
-		HoldDown:              60 * time.Second,
+		Interval:       time.Second,
+		MinHealthyPods: 1,
+		ReportMaxAge:   30 * time.Second,
+		Grace:          10 * time.Second,
+		AutoRecover:    true,
+		HoldDown:       60 * time.Second,
 	}
 }
 
@@ -47,17 +56,17 @@ func (c AutoFailoverConfig) Validate() error {
 	if c.Interval <= 0 {
 		errs = append(errs, fmt.Errorf("auto failover config: Interval = %v: must be > 0", c.Interval))
 	}
-	if c.MinHealthyPods < 0 {
-		errs = append(errs, fmt.Errorf("auto failover config: MinHealthyPods = %d: must be >= 0", c.MinHealthyPods))
+	if c.MinHealthyPods < 1 {
+		errs = append(errs, fmt.Errorf("auto failover config: MinHealthyPods = %d: must be >= 1 (a region's pods failing to serve is the only evidence of its failure)", c.MinHealthyPods))
+	}
+	if c.ReportMaxAge <= 0 {
+		errs = append(errs, fmt.Errorf("auto failover config: ReportMaxAge = %v: must be > 0", c.ReportMaxAge))
 	}
 	if c.Grace < 0 {
 		errs = append(errs, fmt.Errorf("auto failover config: Grace = %v: must be >= 0", c.Grace))
 	}
 	if c.HoldDown < 0 {
 		errs = append(errs, fmt.Errorf("auto failover config: HoldDown = %v: must be >= 0", c.HoldDown))
-	}
-	if !c.FailOnControllersDead && c.MinHealthyPods == 0 {
-		errs = append(errs, errors.New("auto failover config: FailOnControllersDead is false and MinHealthyPods is 0: nothing can trigger a failover"))
 	}
 	return errors.Join(errs...)
 }
@@ -66,11 +75,15 @@ func (c AutoFailoverConfig) Validate() error {
 type RegionObservation struct {
 	// Controllers is the number of controllers known in the region.
 	Controllers int
-	// DeadControllers is how many of them are declared dead.
+	// DeadControllers is how many of them are declared dead. Liveness alone
+	// never fails a region; it explains why a report is stale.
 	DeadControllers int
-	// HealthyPods is the region's healthy pod count; -1 when unknown (then
-	// the pod check does not apply).
+	// HealthyPods is the region's own report of its serving pods; -1 when
+	// unknown (no report: no evidence either way).
 	HealthyPods int
+	// ReportAge is how old that report is (0: current, as for the
+	// observer's own region).
+	ReportAge time.Duration
 }
 
 // Observations maps region name to what is known about it. A region without
@@ -116,19 +129,37 @@ func (d *Decider) Reset() {
 	d.healthySince = map[string]time.Time{}
 }
 
-// unhealthy says whether an observation calls for a failover, and why.
-func (d *Decider) unhealthy(o RegionObservation) (bool, string) {
-	if d.cfg.FailOnControllersDead && o.Controllers > 0 && o.DeadControllers >= o.Controllers {
-		return true, fmt.Sprintf("all %d controllers declared dead", o.Controllers)
+// health is what an observation says of a region's pods.
+type health uint8
+
+const (
+	healthUnknown health = iota // no current report: no evidence either way
+	healthGood
+	healthBad
+)
+
+// judge says what an observation is evidence of, and why.
+func (d *Decider) judge(o RegionObservation) (health, string) {
+	switch {
+	case o.HealthyPods < 0:
+		return healthUnknown, "no report of its pods"
+	case o.ReportAge > d.cfg.ReportMaxAge:
+		why := fmt.Sprintf("its last report is %v old", o.ReportAge.Round(time.Second))
+		if o.Controllers > 0 && o.DeadControllers >= o.Controllers {
+			why = fmt.Sprintf("all %d controllers unreachable, %s", o.Controllers, why)
+		}
+		return healthUnknown, why
+	case o.HealthyPods < d.cfg.MinHealthyPods:
+		return healthBad, fmt.Sprintf("%d healthy pods, fewer than %d", o.HealthyPods, d.cfg.MinHealthyPods)
 	}
-	if d.cfg.MinHealthyPods > 0 && o.HealthyPods >= 0 && o.HealthyPods < d.cfg.MinHealthyPods {
-		return true, fmt.Sprintf("%d healthy pods, fewer than %d", o.HealthyPods, d.cfg.MinHealthyPods)
-	}
-	return false, ""
+	return healthGood, ""
 }
 
 // Step evaluates the observations at time now against the committed state.
-// Rules, per region in name order:
+// Unhealthy means the region's current report counts too few serving pods;
+// a region without a current report (unreachable, partitioned) is neither
+// unhealthy nor healthy, and is left as it is. Rules, per region in name
+// order:
 //   - an active region unhealthy for Grace is failed, unless that would
 //     leave no routable region (a failover never blackholes everything);
 //   - an automatically failed region that is healthy again becomes
@@ -167,17 +198,27 @@ func (d *Decider) Step(now time.Time, st *State, obs Observations) Decision {
 	for _, r := range names {
 		o := obs[r]
 		cur, _ := st.RegionStatus(r)
-		bad, why := d.unhealthy(o)
-		if bad {
+		h, why := d.judge(o)
+		bad := h == healthBad
+		switch h {
+		case healthBad:
 			delete(d.healthySince, r)
 			if _, ok := d.unhealthySince[r]; !ok {
 				d.unhealthySince[r] = now
 			}
-		} else {
+		case healthGood:
 			delete(d.unhealthySince, r)
 			if _, ok := d.healthySince[r]; !ok {
 				d.healthySince[r] = now
 			}
+		default:
+			// No evidence: neither condition continues through it.
+			delete(d.unhealthySince, r)
+			delete(d.healthySince, r)
+			if cur.State == RegionActive || cur.Automatic {
+				dec.Notes = append(dec.Notes, fmt.Sprintf("%s: no evidence of its pods (%s); leaving it %s", r, why, cur.State))
+			}
+			continue
 		}
 		switch {
 		case bad && cur.State == RegionActive:

@@ -18,10 +18,10 @@ var update = flag.Bool("update", false, "rewrite the golden output of testdata/f
 // expected output up to a blank line. Lines starting with '#' before a block
 // are comments. Commands:
 //
-//	config key=value...            grace, hold-down, min-pods, controllers-dead, auto-recover
+//	config key=value...            grace, hold-down, min-pods, report-max-age, auto-recover
 //	member ID REGION               record a controller (makes its region known)
 //	set REGION STATE [auto] [at=T] an operator (or, with auto, the automatic failover) sets a state
-//	observe REGION [controllers=N] [dead=N] [pods=N]   (pods=-1: unknown)
+//	observe REGION [controllers=N] [dead=N] [pods=N] [age=D]   (pods=-1: unknown; age: of the report)
 //	forget REGION                  drop the region's observation
 //	step T                         run the decider at t0+T and commit its transitions
 //	decide T                       run the decider at t0+T, keep its transitions pending
@@ -115,8 +115,8 @@ func (s *failoverScript) run(cmd string) []string {
 				s.cfg.HoldDown = dur(v)
 			case "min-pods":
 				s.cfg.MinHealthyPods = num(v)
-			case "controllers-dead":
-				s.cfg.FailOnControllersDead = v == "true"
+			case "report-max-age":
+				s.cfg.ReportMaxAge = dur(v)
 			case "auto-recover":
 				s.cfg.AutoRecover = v == "true"
 			default:
@@ -161,6 +161,8 @@ func (s *failoverScript) run(cmd string) []string {
 				o.DeadControllers = num(v)
 			case "pods":
 				o.HealthyPods = num(v)
+			case "age":
+				o.ReportAge = dur(v)
 			default:
 				s.t.Fatalf("%q: unknown observation %s", cmd, k)
 			}
@@ -291,9 +293,8 @@ func TestAutoFailoverConfigValidate(t *testing.T) {
 		"MinHealthyPods": func(c *AutoFailoverConfig) { c.MinHealthyPods = -1 },
 		"Grace":          func(c *AutoFailoverConfig) { c.Grace = -time.Second },
 		"HoldDown":       func(c *AutoFailoverConfig) { c.HoldDown = -time.Second },
-		"nothing can trigger": func(c *AutoFailoverConfig) {
-			c.MinHealthyPods, c.FailOnControllersDead = 0, false
-		},
+		"ReportMaxAge":   func(c *AutoFailoverConfig) { c.ReportMaxAge = 0 },
+		"only evidence":  func(c *AutoFailoverConfig) { c.MinHealthyPods = 0 },
 	}
 	for want, mut := range cases {
 		c := DefaultAutoFailoverConfig()

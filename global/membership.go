@@ -2,6 +2,7 @@ package global
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -93,19 +94,50 @@ func (n *Node) addMember(ctx context.Context, req JoinRequest) error {
 
 // Leave removes a controller from the Raft configuration and the member list
 // (through the leader). The removed node keeps running with its last state.
+// The removal is recorded in Config.Audit (member_remove, by the node
+// itself) before it is made, and refused if it cannot be.
 func (n *Node) Leave(ctx context.Context, id string) error {
+	return n.leave(ctx, id, n.selfActor())
+}
+
+// leave removes member id for by, recording it first.
+func (n *Node) leave(ctx context.Context, id string, by Actor) error {
+	region := ""
+	if m, ok := n.State().Member(id); ok {
+		region = m.Region
+	}
+	act := n.action(ActionMemberRemove, WriteOptions{By: by}, region, map[string]string{"member": id})
 	if rej := validID("member id", id); rej != nil {
-		return rej
+		return n.admin().Refuse(ctx, act, rej)
 	}
-	err := n.onLeader(ctx, false,
-		func(ctx context.Context) error { return n.removeMember(ctx, id) },
-		func(ctx context.Context, admin string) error {
-			return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
-		})
-	if err != nil {
-		return fmt.Errorf("remove member %s: %w", id, err)
+	return n.admin().Run(ctx, act, func(ctx context.Context) error {
+		err := n.onLeader(ctx, false,
+			func(ctx context.Context) error { return n.removeMember(ctx, id) },
+			func(ctx context.Context, admin string) error {
+				return n.forward(ctx, http.MethodDelete, admin+"/v1/global/members/"+id, nil, nil)
+			})
+		return errorf(err, "remove member %s", id)
+	})
+}
+
+// join adds the member of req for by (on the leader, or forwarded to it),
+// recording it first.
+func (n *Node) join(ctx context.Context, req JoinRequest, by Actor) error {
+	if req.RequestID == "" {
+		req.RequestID = NewRequestID()
 	}
-	return nil
+	act := n.action(ActionMemberJoin, WriteOptions{By: by, RequestID: req.RequestID}, req.Member.Region, memberArgs(req.Member))
+	if rej := validateMember(&req.Member, true); rej != nil {
+		return n.admin().Refuse(ctx, act, rej)
+	}
+	body, _ := json.Marshal(req)
+	return n.admin().Run(ctx, act, func(ctx context.Context) error {
+		return n.onLeader(ctx, false,
+			func(ctx context.Context) error { return n.addMember(ctx, req) },
+			func(ctx context.Context, admin string) error {
+				return n.forward(ctx, http.MethodPost, admin+"/v1/global/join", body, nil)
+			})
+	})
 }
 
 func (n *Node) removeMember(ctx context.Context, id string) error {
@@ -140,10 +172,17 @@ func (n *Node) Servers() ([]Server, error) {
 // non-voters while there are fewer voters than Config.Voters (keeping the
 // count odd).
 func (n *Node) reconcile(ctx context.Context) error {
+	// Both changes are the node's own (auth internal) and recorded in
+	// Config.Audit before they are made, like an operator's: one that
+	// cannot be recorded is not made, and is tried again next time.
 	if n.membershipStale() {
 		self := n.self()
 		c := &command{Op: opMemberUpsert, Actor: "leader:" + self.ID, Member: &self}
-		if _, err := n.submit(ctx, c, true); err != nil {
+		err := n.admin().Run(ctx, n.action(ActionMemberUpdate, WriteOptions{}, self.Region, memberArgs(self)), func(ctx context.Context) error {
+			_, err := n.submit(ctx, c, true)
+			return err
+		})
+		if err != nil {
 			return fmt.Errorf("record own membership: %w", err)
 		}
 	}
@@ -175,7 +214,12 @@ func (n *Node) reconcile(ctx context.Context) error {
 			n.log.Debug("non-voter not promoted yet", "member", s.ID, "why", why)
 			continue
 		}
-		if err := n.raft.AddVoter(raft.ServerID(s.ID), raft.ServerAddress(s.Address), 0, n.cfg.HoldTimeout).Error(); err != nil {
+		m, _ := n.State().Member(s.ID)
+		act := n.action(ActionMemberPromote, WriteOptions{}, m.Region, map[string]string{"member": s.ID, "raft_addr": s.Address})
+		err := n.admin().Run(ctx, act, func(context.Context) error {
+			return n.raft.AddVoter(raft.ServerID(s.ID), raft.ServerAddress(s.Address), 0, n.cfg.HoldTimeout).Error()
+		})
+		if err != nil {
 			return fmt.Errorf("promote %s: %w", s.ID, err)
 		}
 		voters++

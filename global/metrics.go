@@ -20,6 +20,7 @@ type metrics struct {
 	forwarded     *prometheus.CounterVec
 	leaderChanges prometheus.Counter
 	autoFailovers *prometheus.CounterVec
+	autoSteps     prometheus.Counter
 	tlsRejected   prometheus.Counter
 }
 
@@ -76,6 +77,10 @@ func newMetrics(reg prometheus.Registerer, region string) *metrics {
 			Name: "meridian_global_auto_transitions_total",
 			Help: "Region state changes committed by the automatic failover, by target state.",
 		}, []string{"state"}),
+		autoSteps: f.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_global_auto_failover_evaluations_total",
+			Help: "Evaluations of the automatic failover by this controller while it leads (one per interval).",
+		}),
 		tlsRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_global_raft_tls_rejected_total",
 			Help: "Incoming Raft connections dropped because their TLS handshake failed (no certificate, another CA, expired, not TLS).",

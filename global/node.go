@@ -350,7 +350,9 @@ func (n *Node) Health() Health {
 		h.LastContact = -1
 		h.Stale = true
 	default:
-		h.LastContact = n.now().Sub(n.raft.LastContact())
+		// Raft stamps contact with its own clock (time.Now): measure it
+		// with that one, not with an injected wall clock.
+		h.LastContact = time.Since(n.raft.LastContact())
 		h.Stale = h.LastContact > n.cfg.MaxStale || id == ""
 	}
 	if rs == raft.Shutdown {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -35,22 +37,45 @@ type WriteOptions struct {
 	// the first result. Empty: a new random id (retries inside the node keep
 	// it).
 	RequestID string
-	// Actor is who asks ("operator:alice"); recorded with the change.
+	// Actor is who the request says asks ("operator:alice"), a label
+	// recorded with the change; the audit record keeps it as
+	// claimed_actor beside the authenticated actor (By).
 	Actor string
+	// By is who asks as authenticated: the admin API sets it from the
+	// request (RequestActor). It is the actor of the action's audit
+	// record. Zero: the controller itself (an in-process caller such as
+	// the automatic failover or the bootstrap policy).
+	By Actor
 }
 
 // ApplyPolicy validates doc with the configured PolicyValidator and commits
 // it as the new active policy. name is the file name, for messages.
+//
+// The apply is a privileged action: it is recorded in Config.Audit (by
+// o.By) before it is proposed, and refused if it cannot be (an
+// *audit.NotRecordedError); a refused apply is recorded as refused.
 func (n *Node) ApplyPolicy(ctx context.Context, name string, doc []byte, reason string, o WriteOptions) (PolicyVersion, error) {
+	o = o.withRequestID()
+	sum := sha256.Sum256(doc)
+	act := n.action(ActionPolicyApply, o, "", map[string]string{
+		"name": name, "sha256": hex.EncodeToString(sum[:]), "size": strconv.Itoa(len(doc)), "reason": reason})
 	declared, err := n.validatePolicy(name, doc)
 	if err != nil {
-		return PolicyVersion{}, err
+		return PolicyVersion{}, n.admin().Refuse(ctx, act, err)
 	}
+	act.Args["declared"] = declared
 	c := &command{Op: opPolicyApply, RequestID: o.RequestID, Actor: o.Actor,
 		Policy: &policyCmd{Name: name, Declared: declared, Reason: reason, Document: doc}}
-	res, err := n.submit(ctx, c, false)
+	if rej := n.stamp(c); rej != nil {
+		return PolicyVersion{}, n.admin().Refuse(ctx, act, fmt.Errorf("apply policy %s: %w", name, rej))
+	}
+	var res Result
+	err = n.admin().Run(ctx, act, func(ctx context.Context) (err error) {
+		res, err = n.submit(ctx, c, false)
+		return errorf(err, "apply policy %s", name)
+	})
 	if err != nil {
-		return PolicyVersion{}, fmt.Errorf("apply policy %s: %w", name, err)
+		return PolicyVersion{}, err
 	}
 	return *res.Policy, nil
 }
@@ -93,18 +118,28 @@ type RegionChange struct {
 // out of service (failed or draining) that would leave some traffic with no
 // region the residency policy allows is refused (CodeStrandsTraffic,
 // naming that traffic) unless ch.Force or ch.Automatic.
+//
+// The change is a privileged action (failover_trigger, failover_recover),
+// recorded in Config.Audit before it is proposed, as ApplyPolicy is.
 func (n *Node) SetRegionState(ctx context.Context, ch RegionChange, o WriteOptions) (Result, error) {
-	if rej := n.checkStranded(ch); rej != nil {
-		return Result{}, fmt.Errorf("set region %s to %s: %w", ch.Region, ch.State, rej)
-	}
+	o = o.withRequestID()
+	act := n.action(regionAction(ch.State), o, ch.Region, regionArgs(ch))
 	c := &command{Op: opRegionSet, RequestID: o.RequestID, Actor: o.Actor, Region: &regionCmd{
 		Region: ch.Region, State: ch.State, Reason: ch.Reason, Expect: ch.Expect, Automatic: ch.Automatic, Force: ch.Force,
 	}}
-	res, err := n.submit(ctx, c, false)
-	if err != nil {
-		return res, fmt.Errorf("set region %s to %s: %w", ch.Region, ch.State, err)
+	rej := n.stamp(c)
+	if rej == nil {
+		rej = n.checkStranded(ch)
 	}
-	return res, nil
+	if rej != nil {
+		return Result{}, n.admin().Refuse(ctx, act, fmt.Errorf("set region %s to %s: %w", ch.Region, ch.State, rej))
+	}
+	var res Result
+	err := n.admin().Run(ctx, act, func(ctx context.Context) (err error) {
+		res, err = n.submit(ctx, c, false)
+		return errorf(err, "set region %s to %s", ch.Region, ch.State)
+	})
+	return res, err
 }
 
 // checkStranded refuses a change that takes ch.Region out of service and
@@ -150,18 +185,29 @@ func (n *Node) Recover(ctx context.Context, region, reason string, o WriteOption
 }
 
 // SetTargets sets the ordered failover targets of region (empty clears them).
+// It is a privileged action (failover_targets), recorded in Config.Audit
+// before it is proposed, as ApplyPolicy is.
 func (n *Node) SetTargets(ctx context.Context, region string, targets []string, o WriteOptions) (Result, error) {
+	o = o.withRequestID()
+	act := n.action(ActionFailoverTargets, o, region, map[string]string{"targets": strings.Join(targets, ",")})
 	c := &command{Op: opTargetsSet, RequestID: o.RequestID, Actor: o.Actor,
 		Targets: &targetsCmd{Region: region, Targets: targets}}
-	res, err := n.submit(ctx, c, false)
-	if err != nil {
-		return res, fmt.Errorf("set failover targets of %s: %w", region, err)
+	if rej := n.stamp(c); rej != nil {
+		return Result{}, n.admin().Refuse(ctx, act, fmt.Errorf("set failover targets of %s: %w", region, rej))
 	}
-	return res, nil
+	var res Result
+	err := n.admin().Run(ctx, act, func(ctx context.Context) (err error) {
+		res, err = n.submit(ctx, c, false)
+		return errorf(err, "set failover targets of %s", region)
+	})
+	return res, err
 }
 
 // AppendCheckpoint anchors an audit chain head. Sequences of a controller
 // must not go back; resubmitting the latest checkpoint unchanged is a no-op.
+// It is not recorded in the audit log: the log's own checkpoints come this
+// way, and recording each would move the chain head it anchors (a
+// checkpoint posted to the admin API is recorded there).
 func (n *Node) AppendCheckpoint(ctx context.Context, cp Checkpoint, o WriteOptions) (Result, error) {
 	c := &command{Op: opCheckpoint, RequestID: o.RequestID, Actor: o.Actor, Checkpoint: &cp}
 	res, err := n.submit(ctx, c, false)
@@ -179,14 +225,7 @@ func (n *Node) submit(ctx context.Context, c *command, hop bool) (Result, error)
 	if n.closed.Load() {
 		return Result{}, ErrClosed
 	}
-	c.V = commandVersion
-	if c.RequestID == "" {
-		c.RequestID = NewRequestID()
-	}
-	if c.At == 0 {
-		c.At = n.now().UnixNano()
-	}
-	if rej := c.validate(); rej != nil {
+	if rej := n.stamp(c); rej != nil {
 		return Result{}, rej
 	}
 	data, err := encodeCommand(c)

@@ -2,128 +2,260 @@ package gorgo
 
 import (
 	"math"
+	"sort"
 	"sync"
 )
 
-// Calibrator fits each profile's prefill rate and overhead online from
+// Calibrator corrects the model's prefill speed of each pod online from
 // observed TTFTs, by exponentially weighted least squares of
 //
-//	ttft - rtt - slot wait = overhead + rate x (uncached tokens + pending prefill tokens ahead)
+//	ttft - rtt = overhead + rate x work
 //
-// and publishes the fit to the Model. The fitted rate is clamped to
-// [RateBand[0], RateBand[1]] x the profile's default and the overhead to
-// [0, 4 x default + 100 ms], so a burst of outliers (a stalled pod, a GC
-// pause) cannot move the model far: GORGO's online fit once ran away to
-// 77 ms/token. Until MinSamples observations with enough spread in tokens
-// have arrived, the defaults stand.
+// where work is the request's prefill in token equivalents (its uncached
+// tokens, with attention when the profile has AttnTokens) plus the pending
+// prefill ahead of it. A fit is kept per pod (per profile for observations
+// that name none) and moves the model only under four rules, so that it can
+// correct a model that is off without ever steering decisions by noise or
+// load (at load the observed TTFT holds queueing the model does not see, and
+// an unbounded fit chases it: GORGO's online fit ran away to 77 ms/token,
+// and ours made short prompts at load 0.9 3-6x worse):
+//
+//   - Outlier rejection: once a fit has MinSamples, an observation whose
+//     residual exceeds OutlierK x its robust scale (1.4826 x the weighted
+//     mean absolute residual, at least 10% of the prediction + 5 ms) is
+//     counted and dropped.
+//   - Confidence: a fit counts in proportion to its effective samples and
+//     to how well the slope is determined: 0 at a relative standard error
+//     of MaxRelSE or more, 1 when exact.
+//   - A band: the published factor (fitted rate / the profile's) stays in
+//     [RateBand[0], RateBand[1]].
+//   - Bounded steps: the published factor moves at most MaxStep (relative)
+//     per observation toward 1 + confidence x (the banded factor - 1).
+//
+// A pod's factor is published to the model as its own correction
+// (Model.RateFor); a profile's (observations with no pod) as the profile's
+// rate. The overhead is not calibrated: it is small and its fit absorbs
+// whatever the slope does not explain.
 type Calibrator struct {
 	model *Model
 	cfg   CalibratorConfig
 	mu    sync.Mutex
-	fits  map[string]*fit
+	fits  map[fitKey]*fit
 }
 
-// CalibratorConfig tunes the fit.
+type fitKey struct{ profile, pod string }
+
+// CalibratorConfig tunes the fit and its rules.
 type CalibratorConfig struct {
 	HalfLife   int        // observations after which a sample's weight halves; default 500
-	MinSamples int        // before publishing; default 30
-	RateBand   [2]float64 // clamp of the fitted rate relative to the default; default [0.25, 4]
+	MinSamples int        // before a fit counts or rejects; default 30
+	RateBand   [2]float64 // the published factor's band; default [0.67, 1.5]
+	MaxStep    float64    // largest relative move of a published factor per observation; default 0.01
+	OutlierK   float64    // rejection threshold in robust scales; default 4
+	MaxRelSE   float64    // relative standard error of the slope at which confidence is 0; default 0.25
 }
 
 // DefaultCalibratorConfig returns the defaults documented on CalibratorConfig.
 func DefaultCalibratorConfig() CalibratorConfig {
-	return CalibratorConfig{HalfLife: 500, MinSamples: 30, RateBand: [2]float64{0.25, 4}}
+	return CalibratorConfig{HalfLife: 500, MinSamples: 30, RateBand: [2]float64{0.67, 1.5}, MaxStep: 0.01, OutlierK: 4, MaxRelSE: 0.25}
 }
 
 type fit struct {
-	n                    int
-	sw, sx, sy, sxx, sxy float64
-	rate, overhead       float64
-	published            bool
+	n, rejected               int
+	sw, sx, sy, sxx, sxy, syy float64
+	absDev                    float64 // weighted mean absolute residual
+	rate, overhead            float64 // the current fit
+	valid                     bool
+	confidence                float64
+	factor                    float64 // published
 }
 
-// NewCalibrator calibrates m's profiles.
+// NewCalibrator calibrates m's profiles and pods.
 func NewCalibrator(m *Model, cfg CalibratorConfig) *Calibrator {
+	d := DefaultCalibratorConfig()
 	if cfg.HalfLife <= 0 {
-		cfg.HalfLife = 500
+		cfg.HalfLife = d.HalfLife
 	}
 	if cfg.MinSamples <= 0 {
-		cfg.MinSamples = 30
+		cfg.MinSamples = d.MinSamples
 	}
-	if !(cfg.RateBand[0] > 0) || cfg.RateBand[1] < cfg.RateBand[0] {
-		cfg.RateBand = [2]float64{0.25, 4}
+	if !(cfg.RateBand[0] > 0) || !(cfg.RateBand[1] >= cfg.RateBand[0]) {
+		cfg.RateBand = d.RateBand
 	}
-	return &Calibrator{model: m, cfg: cfg, fits: map[string]*fit{}}
+	if !(cfg.MaxStep > 0) {
+		cfg.MaxStep = d.MaxStep
+	}
+	if !(cfg.OutlierK > 0) {
+		cfg.OutlierK = d.OutlierK
+	}
+	if !(cfg.MaxRelSE > 0) {
+		cfg.MaxRelSE = d.MaxRelSE
+	}
+	return &Calibrator{model: m, cfg: cfg, fits: map[fitKey]*fit{}}
 }
 
 // Observation is one served request as the router saw it.
 type Observation struct {
 	Profile              string
+	Pod                  string  // the pod that served it; "": calibrate the profile
 	UncachedTokens       int     // prompt tokens the engine had to prefill (prompt - cached_tokens it reported)
+	CachedTokens         int     // prompt tokens served from cache (for the attention term)
 	PendingPrefillTokens int     // prefill work ahead of it when it was routed
 	TTFTMs               float64 // observed at the router
 	RTTMs                float64 // network time included in TTFTMs
 }
 
-// Observe adds one observation and republishes the profile's fit.
+// work is an observation's prefill in token equivalents at the profile's
+// nominal rate.
+func work(p *profileState, o Observation) float64 {
+	return prefillMs(p.AttnTokens, 1, o.CachedTokens, o.UncachedTokens) + float64(max(o.PendingPrefillTokens, 0))
+}
+
+// Observe adds one observation and republishes its pod's (or profile's)
+// correction.
 func (c *Calibrator) Observe(o Observation) {
 	p := c.model.profile(o.Profile)
-	x := float64(max(o.UncachedTokens, 0) + max(o.PendingPrefillTokens, 0))
+	x := work(p, o)
 	y := o.TTFTMs - max(o.RTTMs, 0)
-	if math.IsNaN(y) || math.IsInf(y, 0) || y < 0 {
+	if math.IsNaN(y) || math.IsInf(y, 0) || y < 0 || math.IsNaN(x) || math.IsInf(x, 0) {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	f := c.fits[p.Name]
+	key := fitKey{profile: p.Name, pod: o.Pod}
+	f := c.fits[key]
 	if f == nil {
-		f = &fit{}
-		c.fits[p.Name] = f
+		f = &fit{factor: 1}
+		c.fits[key] = f
 	}
-	decay := math.Exp2(-1 / float64(c.cfg.HalfLife))
+	if !f.accept(c.cfg, x, y) {
+		return
+	}
+	f.add(c.cfg, x, y)
+	if f.n < c.cfg.MinSamples {
+		return
+	}
+	f.solve(c.cfg)
+	f.publish(c.cfg, p.PrefillMsPerToken)
+	if o.Pod != "" {
+		c.model.pods.set(o.Pod, f.factor)
+	} else {
+		p.rate.Store(math.Float64bits(p.PrefillMsPerToken * f.factor))
+	}
+}
+
+// scale is the robust scale of the fit's residuals at prediction pred.
+func (f *fit) scale(pred float64) float64 {
+	return max(1.4826*f.absDev, 0.1*math.Abs(pred)+5)
+}
+
+// accept applies the outlier rule.
+func (f *fit) accept(cfg CalibratorConfig, x, y float64) bool {
+	if !f.valid || f.n < cfg.MinSamples {
+		return true
+	}
+	pred := f.overhead + f.rate*x
+	if math.Abs(y-pred) > cfg.OutlierK*f.scale(pred) {
+		f.rejected++
+		return false
+	}
+	return true
+}
+
+// add folds an accepted observation into the decayed sums and the residual
+// scale.
+func (f *fit) add(cfg CalibratorConfig, x, y float64) {
+	decay := math.Exp2(-1 / float64(cfg.HalfLife))
+	if f.valid {
+		f.absDev = f.absDev*decay + (1-decay)*math.Abs(y-(f.overhead+f.rate*x))
+	}
 	f.sw = f.sw*decay + 1
 	f.sx = f.sx*decay + x
 	f.sy = f.sy*decay + y
 	f.sxx = f.sxx*decay + x*x
 	f.sxy = f.sxy*decay + x*y
+	f.syy = f.syy*decay + y*y
 	f.n++
-	if f.n < c.cfg.MinSamples {
-		return
-	}
+}
+
+// solve refits the line and its confidence.
+func (f *fit) solve(cfg CalibratorConfig) {
 	den := f.sw*f.sxx - f.sx*f.sx
 	if den <= 1e-9*f.sw*f.sxx { // all x nearly equal: slope not identifiable
+		f.confidence = 0
 		return
 	}
 	rate := (f.sw*f.sxy - f.sx*f.sy) / den
 	overhead := (f.sy - rate*f.sx) / f.sw
-	rate = min(max(rate, p.PrefillMsPerToken*c.cfg.RateBand[0]), p.PrefillMsPerToken*c.cfg.RateBand[1])
-	overhead = min(max(overhead, 0), 4*p.OverheadMs+100)
-	f.rate, f.overhead, f.published = rate, overhead, true
-	p.rate.Store(math.Float64bits(rate))
-	p.overhead.Store(math.Float64bits(overhead))
+	if !f.valid {
+		// The first fit seeds the residual scale.
+		f.absDev = math.Sqrt(max(f.sse(rate, overhead)/f.sw, 0)) * 0.8
+	}
+	f.rate, f.overhead, f.valid = rate, overhead, true
+	// Standard error of the slope from the weighted residuals.
+	neff := f.sw
+	if neff <= 2 || rate <= 0 {
+		f.confidence = 0
+		return
+	}
+	s2 := max(f.sse(rate, overhead), 0) / (neff - 2)
+	se := math.Sqrt(s2 * f.sw / den)
+	rel := se / rate
+	f.confidence = neff / (neff + float64(cfg.MinSamples)) * max(0, 1-rel/cfg.MaxRelSE)
 }
 
-// Fitted reports, per profile with a published fit, the rate and overhead in
-// use, and the number of observations behind them.
+// sse is the weighted sum of squared residuals of a line.
+func (f *fit) sse(rate, overhead float64) float64 {
+	// sum w (y - o - r x)^2 from the moments.
+	return f.syy + overhead*overhead*f.sw + rate*rate*f.sxx - 2*overhead*f.sy - 2*rate*f.sxy + 2*overhead*rate*f.sx
+}
+
+// publish moves the published factor one bounded step toward the
+// confident, banded fit.
+func (f *fit) publish(cfg CalibratorConfig, nominal float64) {
+	target := 1.0
+	if f.valid && f.rate > 0 {
+		banded := min(max(f.rate/nominal, cfg.RateBand[0]), cfg.RateBand[1])
+		target = 1 + f.confidence*(banded-1)
+	}
+	step := min(max(target/f.factor, 1-cfg.MaxStep), 1+cfg.MaxStep)
+	f.factor = min(max(f.factor*step, cfg.RateBand[0]), cfg.RateBand[1])
+}
+
+// Fitted reports one fit: the rate in use (the profile's rate times the
+// published factor), the raw fit, and its standing.
 type Fitted struct {
 	Profile           string  `json:"profile"`
+	Pod               string  `json:"pod,omitempty"`
 	PrefillMsPerToken float64 `json:"prefill_ms_per_token"`
+	Factor            float64 `json:"factor"`
+	FittedMsPerToken  float64 `json:"fitted_ms_per_token"`
 	OverheadMs        float64 `json:"overhead_ms"`
 	DefaultRate       float64 `json:"default_prefill_ms_per_token"`
+	Confidence        float64 `json:"confidence"`
 	Samples           int     `json:"samples"`
+	Rejected          int     `json:"rejected"`
 }
 
-// Fits returns the published fits.
+// Fits returns every fit with enough samples, by profile then pod.
 func (c *Calibrator) Fits() []Fitted {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var out []Fitted
-	for name, f := range c.fits {
-		if !f.published {
+	for k, f := range c.fits {
+		if !f.valid {
 			continue
 		}
-		p := c.model.profiles[name]
-		out = append(out, Fitted{Profile: name, PrefillMsPerToken: f.rate, OverheadMs: f.overhead, DefaultRate: p.PrefillMsPerToken, Samples: f.n})
+		p := c.model.profiles[k.profile]
+		out = append(out, Fitted{Profile: k.profile, Pod: k.pod, PrefillMsPerToken: p.PrefillMsPerToken * f.factor, Factor: f.factor,
+			FittedMsPerToken: f.rate, OverheadMs: f.overhead, DefaultRate: p.PrefillMsPerToken, Confidence: f.confidence,
+			Samples: f.n, Rejected: f.rejected})
 	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Profile != out[j].Profile {
+			return out[i].Profile < out[j].Profile
+		}
+		return out[i].Pod < out[j].Pod
+	})
 	return out
 }

@@ -9,14 +9,23 @@
 //
 //	queue(c)    = pending prefill tokens ahead of us at c x rate(c)     (FIFO prefill)
 //	            + slot wait when c already runs MaxConcurrency requests
-//	prefill(c)  = (prompt tokens - cached tokens at c) x rate(c)
+//	prefill(c)  = u x rate(c) x (1 + (cached + u/2) / AttnTokens)
+//	              u = prompt tokens - cached tokens at c  (attention: linear when AttnTokens is 0)
 //	RTT(c)      = 0 at home; the measured (or configured) round trip to c's region
 //	egress(c)   = bytes leaving the region x $/GB x (ms a dollar is worth)
 //
-// rate(c) is the prefill time per token of c's hardware profile, calibrated
-// online from observed TTFT (Calibrator) and clamped to a band around the
-// profile's default, so one bad sample cannot send all traffic somewhere
-// (GORGO's autotune blew up to 77 ms/token for one replica).
+// When remote regions are among the candidates, each one also pays
+// w_cold x (prefill(c) - the warmest candidate's prefill): work the fleet
+// would redo by sending the request where its prefix is not, which delays
+// the requests behind it (Config.ColdWorkWeight). Within a region it is off.
+//
+// rate(c) is the prefill time per token of c's hardware profile (measured
+// by the operator: Config.Profiles, else DefaultProfiles), times the pod's
+// own correction when a Calibrator has learnt one from observed TTFTs. The
+// Calibrator moves a rate only within a band, by bounded steps, with
+// outliers rejected and in proportion to its confidence, so noise or load
+// cannot send traffic somewhere (GORGO's autotune blew up to 77 ms/token
+// for one replica; see Calibrator).
 //
 // The load signal is the router's own count of in-flight prefill tokens, not
 // the engines' metrics: GORGO found engine metrics 10-30 s stale, and that

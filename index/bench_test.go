@@ -155,13 +155,15 @@ func BenchmarkRegister(b *testing.B) {
 }
 
 // BenchmarkMemory builds an index of n distinct blocks (each held by one of
-// 256 pods, registered as 64-block chains) and reports the heap it holds per
-// block, measured by the runtime after a GC, and the index's own estimate.
+// 256 pods, registered as 64-block chains; or of 1,024 pods, the most an
+// index holds: docs/capacity.md) and reports the heap it holds per block,
+// measured by the runtime after a GC, and the index's own estimate.
 func BenchmarkMemory(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		n    int
-	}{{"1M", 1 << 20}, {"10M", 10 << 20}} {
+		pods int
+	}{{"1M", 1 << 20, 256}, {"10M", 10 << 20, 256}, {"1M/pods=1024", 1 << 20, 1024}} {
 		b.Run("blocks="+c.name, func(b *testing.B) {
 			var perBlock, estimate float64
 			b.ReportAllocs()
@@ -169,8 +171,8 @@ func BenchmarkMemory(b *testing.B) {
 				runtime.GC()
 				var before, after runtime.MemStats
 				runtime.ReadMemStats(&before)
-				x := mustIndex(b, 256)
-				ids := make([]PodID, 256)
+				x := mustIndex(b, c.pods)
+				ids := make([]PodID, c.pods)
 				for p := range ids {
 					ids[p], _ = x.AddPod(fmt.Sprint(p))
 				}
@@ -179,7 +181,7 @@ func BenchmarkMemory(b *testing.B) {
 					for j := range chain {
 						chain[j] = splitmix(uint64(i + j + 1))
 					}
-					_ = x.Register(ids[(i/64)%256], TierGPU, chain)
+					_ = x.Register(ids[(i/64)%c.pods], TierGPU, chain)
 				}
 				runtime.GC()
 				runtime.ReadMemStats(&after)

@@ -42,6 +42,15 @@ func (v ControlView) Routable(region string) bool {
 	return !bad
 }
 
+// LastResort reports whether a region that is not routable may still serve
+// traffic that no routable region may serve: a region recovering from an
+// automatic failover (its pods are healthy again; the hold-down only keeps
+// traffic that has a choice away from it). A failed or draining region may
+// not.
+func (v ControlView) LastResort(region string) bool {
+	return v.state != nil && v.state.RegionState(region) == global.RegionRecovering
+}
+
 // RegionState names a region's state for explanations.
 func (v ControlView) RegionState(region string) string {
 	if v.state != nil {

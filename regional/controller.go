@@ -10,9 +10,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/hashicorp/memberlist"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"go.yaml.in/yaml/v3"
@@ -23,6 +25,7 @@ import (
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/auth"
+	"github.com/meridian-llm/meridian/regional/discovery"
 	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
@@ -64,8 +67,9 @@ type Config struct {
 	// kept; default 10000.
 	SessionTokenCache int `yaml:"session_token_cache"`
 
-	// AdminListen is the admin API's address (the Raft tier's admin API
-	// and audit queries, bearer-authenticated); default ":8081".
+	// AdminListen is the admin API's address (the Raft tier's admin API,
+	// audit queries and gossip key rotation, bearer-authenticated; every
+	// write through it is recorded in the audit log); default ":8081".
 	AdminListen string `yaml:"admin_listen"`
 	// AdminLimits bound what clients can hold of the admin listener,
 	// separately from the API's (a flood on the API leaves the admin API,
@@ -120,8 +124,14 @@ type Deps struct {
 	// Metrics is the registry every component of the controller registers
 	// in and /metrics serves; nil: a new one (Controller.Metrics).
 	Metrics *prometheus.Registry
-	// Clock is the decision layer's clock (tests inject one); nil: time.Now.
+	// Clock is the controller's wall clock (tests inject one: a fast
+	// forward, a skew): the decision layer, summaries, gossip's receive
+	// times and ages, the Raft tier's command stamps and the automatic
+	// failover read it. nil: time.Now.
 	Clock func() time.Time
+	// WrapGossipTransport, if set, wraps the gossip pool's transport (tests
+	// partition the pool with it, see gossip/gossiptest); nil: none.
+	WrapGossipTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
 }
 
 // DefaultConfig returns the defaults documented on Config (Region and the
@@ -174,6 +184,7 @@ func (c *Config) ApplyDefaults() {
 	c.Kafka.Region = c.Region
 	c.Kafka.ControllerID = c.ControllerID
 	c.Kafka.BlockSize = c.BlockSize
+	c.Kafka.Insecure = c.Insecure || c.Kafka.Insecure
 	if len(c.Models) == 0 {
 		name := c.Kafka.DefaultModel
 		if name == "" {
@@ -314,6 +325,12 @@ type Controller struct {
 
 	mr       *multiRegion
 	stopping chan struct{}
+	now      func() time.Time
+	deps     Deps
+
+	gate       *podGate
+	discovery  discovery.Source // nil without pods.discovery
+	discovered []discovery.Pod  // the last snapshot applied (the discovery goroutine's)
 
 	tls     *identity.Source // nil without TLS
 	auth    *ClientAuth      // nil without client authentication
@@ -360,7 +377,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: route.NewRegistry(idx),
-		Metrics: metrics, stopping: make(chan struct{})}
+		Metrics: metrics, stopping: make(chan struct{}), now: now, deps: deps}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	ok := false
 	defer func() {
@@ -377,9 +394,16 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, fmt.Errorf("static pod %s: %w", p.Name, err)
 		}
 	}
+	c.gate = newPodGate(cfg.Pods)
 	if c.Ingester, err = NewIngester(cfg.Kafka, IngestDeps{Index: idx, Pods: c.Registry, Logger: c.log, Metrics: c.Metrics, Clock: now,
-		Announcements: newPodGate(cfg.Pods).check}); err != nil {
+		Announcements: c.gate.check}); err != nil {
 		return nil, err
+	}
+	if cfg.Pods.Discovery.Enabled() {
+		if c.discovery, err = discovery.New(cfg.Pods.Discovery, discovery.Deps{Logger: c.log.With("component", "discovery"),
+			Registerer: c.Metrics, Now: now}); err != nil {
+			return nil, fmt.Errorf("pods.discovery: %w", err)
+		}
 	}
 	if c.Model, err = gorgo.New(cfg.Gorgo); err != nil {
 		return nil, err
@@ -393,6 +417,13 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		return nil, err
 	}
 	transport := NewPodTransport()
+	if cfg.Pods.TLS != nil {
+		// https pods: scraped and proxied to with the pods' CA (and a
+		// client certificate, if configured).
+		if transport.TLSClientConfig, err = cfg.Pods.TLS.Load("pods.tls"); err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+	}
 	var peer http.RoundTripper
 	if c.tls != nil {
 		// Forwarding between controllers: mutual TLS, and the other end
@@ -405,6 +436,11 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
 		return nil, err
 	}
+	scraper, err := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, c.Metrics)
+	if err != nil {
+		return nil, err
+	}
+	scraper.now = now
 	c.Server.Handle("GET /debug/calibration", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, c.Calib.Fits())
 	}))
@@ -432,14 +468,17 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, err
 		}
 	}
-	scraper := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log)
 	c.goRun("ingest", func() error { return c.Ingester.Run(runCtx) })
 	c.goRun("sweep", func() error { return idx.RunSweeper(runCtx, cfg.SweepInterval, 4096) })
 	c.goRun("scrape", func() error { return scraper.Run(runCtx) })
+	c.goRun("pod-leases", func() error { return c.Ingester.RunLeases(runCtx, cfg.SweepInterval) })
+	if c.discovery != nil {
+		c.goRun("discovery", func() error { return c.discovery.Run(runCtx, c.applyDiscovered) })
+	}
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
 	c.log.Info("controller started", "listen", c.ln.Addr().String(), "url", c.URL(), "tls", c.tls != nil,
-		"client_auth", string(cfg.Auth.Mode), "topic", c.Ingester.Config().Topic,
-		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static))
+		"client_auth", string(cfg.Auth.Mode), "kafka", c.Ingester.Security(), "topic", c.Ingester.Config().Topic,
+		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static), "discovery", c.discovery != nil)
 	ok = true
 	return c, nil
 }
@@ -455,6 +494,37 @@ func (c *Controller) goRun(name string, f func() error) {
 			c.log.Error("controller component stopped", "component", name, "err", err)
 		}
 	}()
+}
+
+// applyDiscovered takes one snapshot of the discovered pods: the gate
+// believes their announcements first, then the registry follows the change.
+func (c *Controller) applyDiscovered(pods []discovery.Pod) {
+	if c.cfg.Pods.RequireHTTPS {
+		pods = slices.DeleteFunc(pods, func(p discovery.Pod) bool {
+			if httpsEndpoint(p.Endpoint) {
+				return false
+			}
+			c.log.Warn("discovered pod not registered: pods.require_https and its endpoint is plain http", "pod", p.Name, "endpoint", p.Endpoint)
+			return true
+		})
+	}
+	eps := make(map[string]string, len(pods))
+	for _, p := range pods {
+		eps[p.Name] = p.Endpoint
+	}
+	c.gate.setDiscovered(eps)
+	d := discovery.Diff(c.discovered, pods)
+	c.discovered = pods
+	c.Ingester.ApplyDiscovered(d)
+}
+
+// RefreshDiscovery asks the pod discovery to look up now and returns once
+// its answer is applied (nil without pods.discovery).
+func (c *Controller) RefreshDiscovery(ctx context.Context) error {
+	if c.discovery == nil {
+		return nil
+	}
+	return c.discovery.Refresh(ctx)
 }
 
 // Addr is the address the HTTP API listens on.
@@ -509,11 +579,12 @@ func (c *Controller) Audit() *audit.Log {
 // readiness: ready once the index has caught up with the topic.
 func (c *Controller) readiness() (bool, map[string]any) {
 	g := c.Ingester
-	detail := map[string]any{
-		"region": c.cfg.Region,
-		"ingest": map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
-			"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding()},
+	ingest := map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
+		"staleness_seconds": g.Staleness().Seconds(), "rebuilding_after_reset": g.Rebuilding(), "kafka": g.Security()}
+	if e := g.LastError(); e != "" {
+		ingest["error"] = e // what to check: a refused SASL user, an untrusted broker
 	}
+	detail := map[string]any{"region": c.cfg.Region, "ingest": ingest}
 	if n := c.Global(); n != nil {
 		h := n.Health()
 		// Without quorum the controller keeps routing on the last committed
@@ -526,9 +597,24 @@ func (c *Controller) readiness() (bool, map[string]any) {
 	if gn := c.Gossip(); gn != nil {
 		regions := map[string]any{}
 		for _, rv := range gn.View().Regions {
-			regions[rv.Region] = map[string]any{"live": rv.Live, "summary_age_seconds": rv.Age(time.Now()).Seconds(), "rtt_ms": float64(rv.RTT) / 1e6}
+			r := map[string]any{"live": rv.Live, "summary_age_seconds": rv.Age(c.now()).Seconds(), "rtt_ms": float64(rv.RTT) / 1e6}
+			if rv.SkewKnown {
+				// How far its controllers' clocks are ahead of ours: ages
+				// do not depend on it, but audit times and logs do.
+				r["clock_skew_seconds"] = rv.ClockSkew.Seconds()
+			}
+			regions[rv.Region] = r
 		}
 		detail["gossip"] = regions
+		if gn.Isolated() {
+			// Local traffic is still served (the controller stays ready);
+			// nothing can cross regions until the pool is rejoined.
+			detail["gossip_isolated"] = true
+			detail["cross_region_ready"] = false
+			detail["cross_region_note"] = "isolated from every other region: no summaries, no forwarding, no failover evidence; rejoining through every known address"
+		} else {
+			detail["cross_region_ready"] = true
+		}
 	}
 	return g.CaughtUp(), detail
 }

@@ -83,6 +83,7 @@ func TestSecureByDefault(t *testing.T) {
 		c.Region, c.ControllerID = "us-east-1", "ctl-1"
 		c.Kafka.Brokers = []string{"127.0.0.1:9092"}
 		c.Raft = RaftConfig{DataDir: t.TempDir(), Bind: "10.0.0.5:7400"}
+		c.Audit = AuditConfig{Dir: t.TempDir(), HMACKey: strings.Repeat("h", 32)}
 		c.AdminToken = strings.Repeat("a", 32)
 		c.Auth.Config = auth.DefaultConfig()
 		c.Auth.Mode, c.Auth.APIKeys.File = auth.ModeAPIKeys, "keys.yaml"
@@ -111,6 +112,7 @@ func TestSecureByDefault(t *testing.T) {
 			c.Auth = AuthConfig{}
 		}, "auth.mode is required"},
 		{"short admin token", func(c *Config) { c.Insecure, c.AdminToken = true, "a" }, "admin_token: 1 bytes, at least 32"},
+		{"raft without an audit log", func(c *Config) { c.Insecure, c.Audit = true, AuditConfig{} }, "audit.dir is required with raft"},
 		{"short audit key", func(c *Config) {
 			c.Insecure, c.Audit = true, AuditConfig{Dir: t.TempDir(), HMACKey: strings.Repeat("h", 20)}
 		}, "audit.hmac_key: at least 32"},

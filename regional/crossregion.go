@@ -42,6 +42,13 @@ type RemoteSource interface {
 	Serves(model string) (serves, known bool)
 }
 
+// unseenSource is a RemoteSource that can also say when each region's
+// summary arrived, the RTT to it and its pod count, for
+// route.Forwarded.Adjust.
+type unseenSource interface {
+	Unseen(region string) (route.Unseen, bool)
+}
+
 // Auditor records cross-region decisions and residency denials. Append
 // returns only once the record is durable; an error means it is not.
 type Auditor interface {
@@ -190,8 +197,10 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		return pr, false
 	}
 	if hop != "" {
-		// Forwarded in: served here or nowhere (a request crosses at most once).
-		if !ctl.Routable(t.Region) {
+		// Forwarded in: served here or nowhere (a request crosses at most
+		// once). A recovering region takes what the origin could place
+		// nowhere else (see below).
+		if !ctl.Routable(t.Region) && !ctl.LastResort(t.Region) {
 			s.fail(w, api, http.StatusServiceUnavailable, "region_unavailable", "region %s is %s", t.Region, ctl.RegionState(t.Region))
 			return pr, false
 		}
@@ -211,11 +220,27 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	}
 
 	localOK := rd.Allows(t.Region) && ctl.Routable(t.Region)
+	canForward := t.Remotes != nil && t.Audit != nil && (t.HopByCertificate || t.HopToken != "")
 	var remotes []gorgo.Candidate
-	if t.Remotes != nil && t.Audit != nil && (t.HopByCertificate || t.HopToken != "") {
+	if canForward {
 		remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
 		}, nil)
+		if u, ok := t.Remotes.(unseenSource); ok {
+			s.fwd.Adjust(remotes, u.Unseen)
+		}
+	}
+	if !localOK && len(remotes) == 0 {
+		// No routable region may serve it. The hold-down of a recovering
+		// region keeps away traffic that has a choice, not traffic that
+		// may only be served there: refusing that would turn a healed
+		// partition into an outage.
+		localOK = rd.Allows(t.Region) && ctl.LastResort(t.Region)
+		if canForward {
+			remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
+				return region != t.Region && rd.Allows(region) && ctl.LastResort(region)
+			}, nil)
+		}
 	}
 	pl, err := s.dec.Place(&p.req, t.Region, localOK, remotes, t.Shares)
 	if err != nil {
@@ -278,8 +303,17 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 			}
 			break
 		}
+		left := s.cfg.Forward.Budget - s.now().Sub(p.started)
+		if left <= 0 {
+			lastRemote = fmt.Errorf("region %s not tried: the request's %v budget is spent", c.Region, s.cfg.Forward.Budget)
+			break
+		}
+		lim := s.cfg.Forward.limits(c.RTTMs, pl.Cost.Estimates[ci].TotalMs, s.cfg.FirstByteTimeout, left)
 		s.m.crossRegion.WithLabelValues(c.Region).Inc()
-		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID)
+		id := s.fwd.Add(c.Region, s.now(), pl.Cost.Estimates[ci].Uncached)
+		landed := func() { s.fwd.Landed(c.Region, id) }
+		res := s.forwardRemote(r.Context(), w, r, p, c.Region, entry.Origin, entry.DecisionID, lim, landed)
+		landed()
 		if res.err == nil || res.wrote || !res.retryable || r.Context().Err() != nil {
 			switch {
 			case res.wrote && res.err != nil:
@@ -336,8 +370,9 @@ func fallbackOrder(pl *route.Placement) []int {
 
 // forwardRemote relays the request to a controller of region (one hop,
 // marked so it is not forwarded again), trying its live controllers in turn
-// before the first byte.
-func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string) attempt {
+// before the first byte, each within lim (ForwardConfig) and the request's
+// budget; firstByte runs when the first byte of the answer arrives.
+func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string, lim limits, firstByte func()) attempt {
 	addrs := s.topo.Remotes.ForwardAddrs(region)
 	if len(addrs) == 0 {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("region %s has no live controller with a forward address", region)}
@@ -351,8 +386,15 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	out := http.Header{"X-Meridian-Forwarded-To": {region}}
 	var res attempt
-	for _, addr := range addrs {
-		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, func(int) {})
+	for i, addr := range addrs {
+		if i > 0 {
+			left := s.cfg.Forward.Budget - s.now().Sub(p.started)
+			if left <= 0 {
+				break
+			}
+			lim.firstByte, lim.connect = min(lim.firstByte, left), min(lim.connect, left)
+		}
+		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, lim, func(int) { firstByte() })
 		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {
 			return res
 		}

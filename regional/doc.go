@@ -34,6 +34,13 @@
 //     serve it, and refused otherwise. Without an audit log nothing is
 //     forwarded. Denials, requests forwarded in and fallbacks are recorded
 //     too (a failure there is counted and logged: nothing crossed).
+//   - Every privileged action through the admin API (the Raft tier's
+//     writes: policy apply, failover, membership; gossip key rotation) and
+//     what the Raft leader does on its own is an admin_action record in
+//     this controller's audit log, written before it takes effect, with
+//     the caller's certificate identity or the admin token as its actor;
+//     one that cannot be recorded is refused (503 audit_unavailable).
+//     Raft therefore requires an audit log (audit.dir).
 //   - The request path never waits on Raft, Kafka or gossip: it reads the
 //     index, the registry, the ControlView and gossip's RegionsView, all
 //     snapshots swapped atomically. A dead broker makes the index stale, a
@@ -54,8 +61,8 @@
 //     never the default one, so several regions run in one process.
 //
 // It may import index, gorgo, residency, global, global/audit and its own
-// sub-packages route, tokenize, kvevents, summary and gossip. It must not
-// import regional/kvbridge (a separate process that shares only the Kafka
+// sub-packages route, tokenize, kvevents, summary, gossip, auth and
+// discovery. It must not import regional/kvbridge (a separate process that shares only the Kafka
 // topic), dr, scenarios, cmd or any test-scaffolding package; global must
 // not import it. Only the scenarios and cmd import it (tests aside).
 package regional

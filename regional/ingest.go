@@ -19,6 +19,7 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
@@ -48,13 +49,24 @@ type IngestConfig struct {
 	// PodUp seen, no model header).
 	DefaultModel string `yaml:"default_model"`
 	// MaxEntriesPerPod bounds each pod's engine-hash map (see
-	// kvevents.RekeyConfig.MaxEntries: about 230 bytes each). Default 1<<18,
+	// kvevents.RekeyConfig.MaxEntries: about 80 to 130 bytes each). Default 1<<18,
 	// above the KV capacity of a B200 pod in 16-token blocks (105k).
 	MaxEntriesPerPod int `yaml:"max_entries_per_pod"`
+	// KVBlocksPerPod is the KV-cache capacity, in engine blocks, assumed for
+	// a pod that announces none (PodUp kv_blocks, the kv-blocks header or
+	// pods.static kv_blocks): its re-keyer is sized for it up front instead
+	// of growing as the cache fills. Default 0 (grow).
+	KVBlocksPerPod int `yaml:"kv_blocks_per_pod"`
 	// CommitInterval batches offset commits. Default 200ms.
 	CommitInterval time.Duration `yaml:"commit_interval"`
 	// MaxWait is how long a fetch waits for data. Default 100ms.
 	MaxWait time.Duration `yaml:"max_wait"`
+	// FetchMaxBytes bounds one fetch response (kafka-go's MaxBytes). It
+	// must exceed the largest message (the bridge's max_message_bytes,
+	// default 1 MiB), which a broker may truncate to fit. Default 4 MiB: a
+	// few hundred engine batches per fetch; larger fetches did not ingest
+	// faster and cost the broker more to assemble (BenchmarkIngestKafka).
+	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
 	BackoffMin time.Duration `yaml:"backoff_min"`
@@ -63,12 +75,22 @@ type IngestConfig struct {
 	// "connected" says whether the brokers answer, whether or not events
 	// flow. Default 2s.
 	ProbeInterval time.Duration `yaml:"probe_interval"`
+	// Security is the section's tls and sasl keys (see kafkasec.Config):
+	// TLS to the brokers (their CA, a client certificate) and a SASL user
+	// (SCRAM or PLAIN) whose password is in a file or the environment.
+	// Brokers beyond loopback need tls unless Insecure.
+	Security kafkasec.Config `yaml:",inline"`
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// insecure_skip_verify and PLAIN without TLS: the Kafka-only opt-out
+	// (kafka.insecure), also implied by the controller's insecure. Logged
+	// at every start and exported as meridian_insecure_listeners.
+	Insecure bool `yaml:"insecure"`
 }
 
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
 func DefaultIngestConfig() IngestConfig {
 	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 18, CommitInterval: 200 * time.Millisecond,
-		MaxWait: 100 * time.Millisecond, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
+		MaxWait: 100 * time.Millisecond, FetchMaxBytes: 4 << 20, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
 		ProbeInterval: 2 * time.Second}
 }
 
@@ -83,8 +105,12 @@ func (c IngestConfig) Validate() error {
 		return fmt.Errorf("ingest config: block_size = %d: want > 0", c.BlockSize)
 	case c.MaxEntriesPerPod <= 0:
 		return fmt.Errorf("ingest config: max_entries_per_pod = %d: want > 0", c.MaxEntriesPerPod)
+	case c.KVBlocksPerPod < 0:
+		return fmt.Errorf("ingest config: kv_blocks_per_pod = %d: want >= 0", c.KVBlocksPerPod)
 	case c.CommitInterval <= 0 || c.MaxWait <= 0:
 		return fmt.Errorf("ingest config: commit_interval and max_wait must be > 0")
+	case c.FetchMaxBytes < 64<<10:
+		return fmt.Errorf("ingest config: fetch_max_bytes = %d: want >= 65536 (above the largest message)", c.FetchMaxBytes)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("ingest config: backoff_min = %v, backoff_max = %v: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
 	case c.ProbeInterval <= 0:
@@ -94,6 +120,9 @@ func (c IngestConfig) Validate() error {
 		if _, _, err := net.SplitHostPort(b); err != nil {
 			return fmt.Errorf("ingest config: brokers: %q is not host:port", b)
 		}
+	}
+	if err := c.Security.Validate("kafka", c.Brokers, c.Insecure); err != nil {
+		return fmt.Errorf("ingest config: %w", err)
 	}
 	return nil
 }
@@ -114,6 +143,7 @@ type Message struct {
 // Apply is the single-threaded core; Run owns the Kafka consumer.
 type Ingester struct {
 	cfg  IngestConfig
+	sec  *kafkasec.Client // TLS and SASL of every connection to the brokers
 	idx  *index.Index
 	reg  *route.Registry
 	log  *slog.Logger
@@ -128,6 +158,11 @@ type Ingester struct {
 
 	mu      sync.Mutex // guards the state below against Stats readers
 	pods    map[string]*podStream
+	retired kvevents.RekeyStats // of re-keyers no longer in pods
+	// discovered are the pods that discovery currently finds.
+	discovered map[string]bool
+	// leases are the announcements with a TTL (ExpirePods).
+	leases  map[string]*lease
 	applied map[int]int64 // partition -> highest offset applied
 	ops     []kvevents.Op
 
@@ -135,6 +170,7 @@ type Ingester struct {
 
 	caughtUp  atomic.Bool
 	connected atomic.Bool
+	lastErr   atomic.Pointer[string] // why the brokers last failed, explained; nil once they answer
 	// Broker and topic resets (the partition's end fell below what was
 	// applied, or the cluster id changed): rebuilding maps each reset
 	// partition to the end offset to reach; groupGen names a fresh consumer
@@ -200,12 +236,16 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	if cfg.GroupID == "" {
 		cfg.GroupID = "meridian-" + cfg.Region + "-" + cfg.ControllerID + "-" + strconv.FormatInt(now().UnixNano(), 36)
 	}
+	sec, err := cfg.Security.Open("kafka", nil)
+	if err != nil {
+		return nil, fmt.Errorf("ingest: %w", err)
+	}
 	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
 	if err != nil {
 		return nil, err
 	}
-	g := &Ingester{cfg: cfg, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
-		pods: map[string]*podStream{}, applied: map[int]int64{}, notify: make(chan struct{}),
+	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
+		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
 		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
@@ -224,6 +264,37 @@ func (g *Ingester) CaughtUp() bool { return g.caughtUp.Load() }
 
 // Connected reports whether the last fetch from the broker succeeded.
 func (g *Ingester) Connected() bool { return g.connected.Load() }
+
+// LastError is why the brokers last failed (a refused SASL user, an
+// untrusted certificate, an unreachable broker), with what to check; ""
+// once they answer again.
+func (g *Ingester) LastError() string {
+	if p := g.lastErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// Security describes how the brokers are reached ("tls+scram-sha-512 as
+// meridian"), never with the password.
+func (g *Ingester) Security() string { return g.sec.String() }
+
+// brokerUp records that the brokers answered.
+func (g *Ingester) brokerUp() {
+	g.connected.Store(true)
+	g.lastErr.Store(nil)
+}
+
+// brokerDown records a failure to reach the brokers, counted by kind, and
+// returns it explained.
+func (g *Ingester) brokerDown(err error) error {
+	g.connected.Store(false)
+	g.m.brokerErrors.WithLabelValues(g.sec.Kind(err)).Inc()
+	err = g.sec.Explain(err)
+	msg := err.Error()
+	g.lastErr.Store(&msg)
+	return err
+}
 
 // Staleness is the time since the last message was fetched (0 if never).
 func (g *Ingester) Staleness() time.Duration {
@@ -283,8 +354,9 @@ func (g *Ingester) Apply(msg Message) {
 		return
 	}
 	for _, s := range batch.Skipped {
+		// One malformed (or unknown) event is skipped; the rest apply.
 		g.m.decodeErrors.WithLabelValues(string(s.Reason)).Inc()
-		g.warn.Warn(string(s.Reason), "skipped unknown kv event", "pod", name, "tag", s.Tag)
+		g.warn.Warn(string(s.Reason), "skipped kv event", "pod", name, "tag", s.Tag, "index", s.Index, "reason", s.Reason, "detail", s.Detail)
 	}
 	ps := g.stream(name, msg.Headers)
 	if ps == nil {
@@ -365,15 +437,21 @@ func (g *Ingester) stream(name string, hs []kafka.Header) *podStream {
 		g.reject("bad_config", err)
 		return nil
 	}
-	if _, ok := g.reg.Get(name); !ok {
+	kvBlocks, _ := headerU64(hs, kvevents.HeaderKVBlocks)
+	if p, ok := g.reg.Get(name); ok {
+		kvBlocks = max(kvBlocks, uint64(p.Info().KVBlocks))
+	} else {
 		// Events without a PodUp (a vLLM fleet through the ZMQ bridge): the
 		// pod is known from its events; its endpoint comes from static
 		// configuration or a later PodUp.
-		if _, _, err := g.reg.Upsert(route.PodInfo{Name: name, Model: model, Profile: header(hs, kvevents.HeaderHardware)}); err != nil {
+		info := route.PodInfo{Name: name, Model: model, Profile: header(hs, kvevents.HeaderHardware),
+			Engine: header(hs, kvevents.HeaderEngine), KVBlocks: int(min(kvBlocks, math.MaxInt32))}
+		if _, _, err := g.reg.Upsert(info); err != nil {
 			g.reject("registry_full", fmt.Errorf("pod %s: %w", name, err))
 			return nil
 		}
 	}
+	g.reserve(rk, kvBlocks)
 	ps := &podStream{rekey: rk, model: model, seqs: map[int64]uint64{}}
 	g.pods[name] = ps
 	return ps
@@ -430,27 +508,38 @@ func (g *Ingester) clearPod(name string, ps *podStream, why string) {
 }
 
 func (g *Ingester) podUp(e *kvevents.PodUp, ps *podStream) {
-	info := route.PodInfo{Name: e.Pod, Endpoint: e.Endpoint, Model: e.Model, Profile: e.Hardware, Epoch: e.Epoch}
+	info := route.PodInfo{Name: e.Pod, Endpoint: e.Endpoint, Model: e.Model, Profile: e.Hardware, Epoch: e.Epoch,
+		Engine: e.Engine, KVBlocks: int(min(e.KVBlocks, math.MaxInt32))}
 	if old, ok := g.reg.Get(e.Pod); ok && old.Info().Static {
+		o := old.Info()
 		info.Static = true
 		if info.Endpoint == "" {
-			info.Endpoint = old.Info().Endpoint
+			info.Endpoint = o.Endpoint
+		}
+		if info.Engine == "" {
+			info.Engine = o.Engine
+		}
+		if info.KVBlocks == 0 {
+			info.KVBlocks = o.KVBlocks
 		}
 	}
-	_, restarted, err := g.reg.Upsert(info)
+	p, restarted, err := g.reg.Upsert(info)
 	if err != nil {
 		g.reject("registry_full", fmt.Errorf("pod up %s: %w", e.Pod, err))
 		return
 	}
+	g.renewLocked(p, e.TTL)
 	if ps != nil {
 		if e.Model != "" && e.Model != ps.model {
 			// The namespace of its chains changed: start the pod afresh.
 			ps.model = e.Model
 			if rk, err := g.newRekeyer(e.Model); err == nil {
+				g.retired = g.retired.Add(ps.rekey.Stats())
 				ps.rekey = rk
 			}
 			restarted = true
 		}
+		g.reserve(ps.rekey, uint64(info.KVBlocks))
 		if restarted || (ps.epoch != 0 && e.Epoch > ps.epoch) {
 			g.clearPod(e.Pod, ps, "pod_up_new_epoch")
 		}
@@ -465,15 +554,27 @@ func (g *Ingester) podDown(e *kvevents.PodDown) {
 	if ok && e.Epoch != 0 && p.Info().Epoch != 0 && e.Epoch < p.Info().Epoch {
 		return // the end of an older incarnation, replayed
 	}
-	if ok && p.Info().Static {
-		// A statically configured pod stays known; its blocks are gone.
+	if ok && (p.Info().Static || g.discovered[e.Pod]) {
+		// A statically configured pod, or one discovery still finds, stays
+		// known (discovery says when it leaves); its blocks are gone.
 		if ps := g.pods[e.Pod]; ps != nil {
 			g.clearPod(e.Pod, ps, "pod_down")
 		}
 		return
 	}
-	g.reg.Remove(e.Pod)
-	delete(g.pods, e.Pod)
+	g.forgetPodLocked(e.Pod)
+}
+
+// forgetPodLocked removes a pod from the registry (and the index: its
+// blocks are swept) and drops its ingestion state and lease, keeping its
+// re-keyer's counts.
+func (g *Ingester) forgetPodLocked(name string) {
+	g.reg.Remove(name)
+	if ps := g.pods[name]; ps != nil {
+		g.retired = g.retired.Add(ps.rekey.Stats())
+	}
+	delete(g.pods, name)
+	delete(g.leases, name)
 }
 
 func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
@@ -669,7 +770,7 @@ func (g *Ingester) Run(ctx context.Context) error {
 			backoff = g.cfg.BackoffMin
 			continue
 		}
-		g.connected.Store(false)
+		err = g.brokerDown(err)
 		g.m.reconnects.Inc()
 		g.warn.Warn("consume", "kafka consumer failed; reconnecting", "err", err, "backoff", backoff)
 		t := time.NewTimer(backoff)
@@ -686,7 +787,7 @@ func (g *Ingester) Run(ctx context.Context) error {
 // probe calls the brokers' metadata every ProbeInterval until ctx is done
 // and records whether they answered.
 func (g *Ingester) probe(ctx context.Context) {
-	tr := &kafka.Transport{DialTimeout: 5 * time.Second}
+	tr := g.sec.Transport("", 5*time.Second)
 	defer tr.CloseIdleConnections()
 	c := &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 5 * time.Second, Transport: tr}
 	t := time.NewTicker(g.cfg.ProbeInterval)
@@ -696,10 +797,10 @@ func (g *Ingester) probe(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		g.connected.Store(err == nil)
 		if err != nil {
-			g.warn.Warn("probe", "kafka brokers do not answer", "err", err)
+			g.warn.Warn("probe", "kafka brokers do not answer", "err", g.brokerDown(err), "kafka", g.sec)
 		} else {
+			g.brokerUp()
 			g.checkEnds(clusterID, ends)
 		}
 		select {
@@ -742,11 +843,11 @@ func (g *Ingester) consume(ctx context.Context) error {
 		GroupID:        group,
 		Topic:          g.cfg.Topic,
 		MinBytes:       1,
-		MaxBytes:       32 << 20,
+		MaxBytes:       g.cfg.FetchMaxBytes,
 		MaxWait:        g.cfg.MaxWait,
 		StartOffset:    kafka.FirstOffset,
 		CommitInterval: g.cfg.CommitInterval,
-		Dialer:         &kafka.Dialer{Timeout: 5 * time.Second, DualStack: true},
+		Dialer:         g.sec.Dialer(5 * time.Second),
 		// Group session and rebalance timeouts short enough that a
 		// restarted consumer takes over quickly.
 		SessionTimeout:         10 * time.Second,
@@ -769,7 +870,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 			}
 			return err
 		}
-		g.connected.Store(true)
+		g.brokerUp()
 		g.lastFetch.Store(g.now().UnixNano())
 		g.lagMsgs.Store(max(m.HighWaterMark-m.Offset-1, 0))
 		g.Apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
@@ -786,7 +887,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 // highWaterMarks asks the broker for the current end offset of every
 // partition of the topic.
 func (g *Ingester) highWaterMarks(ctx context.Context) (map[int]int64, error) {
-	tr := &kafka.Transport{DialTimeout: 5 * time.Second}
+	tr := g.sec.Transport("", 5*time.Second)
 	defer tr.CloseIdleConnections()
 	_, ends, err := g.endOffsets(ctx, &kafka.Client{Addr: kafka.TCP(g.cfg.Brokers...), Timeout: 10 * time.Second, Transport: tr})
 	return ends, err
@@ -854,8 +955,11 @@ type ingestMetrics struct {
 	skipped       *prometheus.CounterVec
 	restarts      *prometheus.CounterVec
 	reconnects    prometheus.Counter
+	brokerErrors  *prometheus.CounterVec
 	podUpRejected *prometheus.CounterVec
 	resets        *prometheus.CounterVec
+	discovered    *prometheus.CounterVec
+	podExpiry     *prometheus.CounterVec
 }
 
 func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, error) {
@@ -874,16 +978,25 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 			Help: "Pods whose blocks were cleared, by cause (engine restart, pod down)."}, []string{"cause"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_reconnects_total",
 			Help: "Kafka consumer reconnects after a failure."}),
+		brokerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_broker_errors_total",
+			Help: "Failures to reach the Kafka brokers (consumer and metadata probe), by kind: auth (SASL refused), tls (handshake: untrusted or misnamed certificate), other."}, []string{"kind"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_resets_total",
 			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
+		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_discovered_pods_total",
+			Help: "Pods that discovery (pods.discovery) registered (joined, including changed) or removed (left)."}, []string{"change"}),
+		podExpiry: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_expiry_total",
+			Help: "Pods whose announcement ran out (PodUp ttl_ms) while they did not answer: lapsed (no more requests), removed (a further TTL later), restored (announced or answering again)."}, []string{"phase"}),
 		podUpRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_podup_rejected_total",
-			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac)."}, []string{"reason"}),
+			Help: "Pod announcements not believed, by reason (key_mismatch, bad_endpoint, endpoint_not_allowed, bad_mac, plaintext_endpoint)."}, []string{"reason"}),
 	}
 	for _, reason := range kvevents.Reasons() {
 		m.decodeErrors.WithLabelValues(string(reason))
 	}
 	for _, reason := range podUpRejections {
 		m.podUpRejected.WithLabelValues(reason)
+	}
+	for _, phase := range []string{"lapsed", "removed", "restored"} {
+		m.podExpiry.WithLabelValues(phase)
 	}
 	for _, cause := range []string{"offset_regression", "cluster_changed"} {
 		m.resets.WithLabelValues(cause)
@@ -896,6 +1009,9 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	for _, cause := range []string{"restart", "pod_up_new_epoch", "pod_down"} {
 		m.restarts.WithLabelValues(cause)
+	}
+	for _, kind := range kafkasec.Kinds() {
+		m.brokerErrors.WithLabelValues(kind)
 	}
 	gauges := []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_ingest_consumer_lag_messages",
@@ -910,7 +1026,9 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		&podAgeCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_last_event_age_seconds",
 			"Seconds since the last KV event of each pod.", []string{"pod"}, nil)},
 	}
-	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.podUpRejected, m.resets}, gauges...) {
+	gauges = append(gauges, &rekeyCollector{g: g, desc: prometheus.NewDesc("meridian_ingest_rekey_skipped_total",
+		"Engine blocks and events the re-keyers did not index, by reason (see kvevents.RekeyStats).", []string{"reason"}, nil)})
+	for _, c := range append([]prometheus.Collector{m.events, m.blocksStored, m.blocksRemoved, m.decodeErrors, m.skipped, m.restarts, m.reconnects, m.brokerErrors, m.podUpRejected, m.resets, m.discovered, m.podExpiry}, gauges...) {
 		if err := r.Register(c); err != nil {
 			return nil, fmt.Errorf("register ingest metrics: %w", err)
 		}

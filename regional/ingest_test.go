@@ -18,6 +18,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/discovery"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
@@ -372,11 +373,13 @@ func TestIngestSequenceResetClearsPod(t *testing.T) {
 
 func TestIngestConfigValidate(t *testing.T) {
 	for name, mut := range map[string]func(*IngestConfig){
-		"brokers":    func(c *IngestConfig) { c.Brokers = nil },
-		"region":     func(c *IngestConfig) { c.Region = "" },
-		"block_size": func(c *IngestConfig) { c.BlockSize = 0 },
-		"host:port":  func(c *IngestConfig) { c.Brokers = []string{"localhost"} },
-		"backoff":    func(c *IngestConfig) { c.BackoffMax = time.Millisecond },
+		"brokers":           func(c *IngestConfig) { c.Brokers = nil },
+		"region":            func(c *IngestConfig) { c.Region = "" },
+		"block_size":        func(c *IngestConfig) { c.BlockSize = 0 },
+		"host:port":         func(c *IngestConfig) { c.Brokers = []string{"localhost"} },
+		"backoff":           func(c *IngestConfig) { c.BackoffMax = time.Millisecond },
+		"kv_blocks_per_pod": func(c *IngestConfig) { c.KVBlocksPerPod = -1 },
+		"fetch_max_bytes":   func(c *IngestConfig) { c.FetchMaxBytes = 1 << 10 },
 	} {
 		c := DefaultIngestConfig()
 		c.Brokers, c.Region = []string{"127.0.0.1:9092"}, "r"
@@ -489,6 +492,32 @@ func TestIngestRefusesForgedPodUp(t *testing.T) {
 	}
 }
 
+// TestIngestBelievesDiscoveredPods: a pod that discovery found is allowed
+// by construction: its PodUp (the bridge announces the pods it discovers)
+// is believed for the discovered endpoint although allowed_endpoints does
+// not name its host, and for no other endpoint.
+func TestIngestBelievesDiscoveredPods(t *testing.T) {
+	g, _, reg, _, _ := newTestIngester(t)
+	gate := newPodGate(PodsConfig{AllowedEndpoints: []string{"10.0.0.0/8"}})
+	g.gate = gate.check
+	gate.setDiscovered(map[string]string{"vllm-172-16-0-7": "http://172.16.0.7:8000"})
+	e := newTestEngine("vllm-172-16-0-7", 1)
+	offset := int64(0)
+	send := func(endpoint string) {
+		u := &kvevents.PodUp{Pod: "vllm-172-16-0-7", Endpoint: endpoint, Model: testModel, Epoch: 1}
+		g.Apply(Message{Key: []byte(u.Pod), Headers: e.headers(), Value: e.batch(u), Offset: offset})
+		offset++
+	}
+	send("http://172.16.0.9:8000")
+	if p, ok := reg.Get("vllm-172-16-0-7"); ok && p.Info().Endpoint != "" {
+		t.Fatalf("an endpoint discovery did not find was believed: %+v", p.Info())
+	}
+	send("http://172.16.0.7:8000")
+	if p, ok := reg.Get("vllm-172-16-0-7"); !ok || p.Info().Endpoint != "http://172.16.0.7:8000" {
+		t.Fatalf("the discovered pod's announcement was refused: %+v", p)
+	}
+}
+
 func TestPodsConfig(t *testing.T) {
 	var c Config
 	if err := yaml.Unmarshal([]byte("pods:\n  - name: a\n    endpoint: http://10.0.0.1:8000\n"), &c); err != nil || len(c.Pods.Static) != 1 {
@@ -508,6 +537,16 @@ func TestPodsConfig(t *testing.T) {
 		if err := pc.Validate(); err == nil || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+	if err := yaml.Unmarshal([]byte("pods:\n  discovery:\n    dns: {name: vllm.ns.svc.cluster.local., kv_events_port: 5557}\n"), &c); err != nil || c.Pods.Discovery.DNS.Name == "" {
+		t.Fatalf("the discovery section: %+v %v", c.Pods, err)
+	}
+	if err := yaml.Unmarshal([]byte("pods:\n  discovery:\n    dns: {nam: x}\n"), &c); err == nil || !strings.Contains(err.Error(), "nam") {
+		t.Fatalf("a misspelt discovery key: %v", err)
+	}
+	if err := (PodsConfig{Discovery: discovery.Config{DNS: discovery.DNSConfig{Name: "bad name"}}}).Validate(); err == nil ||
+		!strings.Contains(err.Error(), "pods.discovery: dns.name") {
+		t.Errorf("an invalid discovery section: %v", err)
 	}
 	// The default: the static pods' hosts and loopback.
 	g := newPodGate(PodsConfig{Static: []route.PodInfo{{Name: "a", Endpoint: "http://vllm-a.internal:8000"}}})

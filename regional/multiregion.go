@@ -9,8 +9,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -69,6 +71,23 @@ type GossipConfig struct {
 	// Fast uses short probe and sync intervals (tests and the demo on
 	// loopback).
 	Fast bool `yaml:"fast"`
+	// StateFile keeps this controller's gossip state across restarts: the
+	// epoch of its summary generations (they keep increasing whatever the
+	// wall clock does) and the controllers it has seen (it rejoins through
+	// them). Default <raft.data_dir>/gossip-state.json with raft, else
+	// <audit.dir>/<controller_id>/gossip-state.json.
+	StateFile string `yaml:"state_file"`
+}
+
+// gossipStateFile is the state file, configured or by default.
+func (c Config) gossipStateFile() string {
+	switch {
+	case c.Gossip.StateFile != "":
+		return c.Gossip.StateFile
+	case c.Raft.DataDir != "":
+		return filepath.Join(c.Raft.DataDir, "gossip-state.json")
+	}
+	return filepath.Join(c.Audit.Dir, c.ControllerID, "gossip-state.json")
 }
 
 // AuditConfig turns on the audit log (package global/audit) when Dir is set.
@@ -87,11 +106,16 @@ type AuditConfig struct {
 	MaxSegmentAge   time.Duration `yaml:"max_segment_age"`
 }
 
-// AutoFailoverConfig is the automatic failover of the Raft leader.
+// AutoFailoverConfig is the automatic failover of the Raft leader. It fails
+// a region only on evidence that its pods cannot serve (its own current
+// report), never because its controllers cannot be reached.
 type AutoFailoverConfig struct {
 	Enabled bool `yaml:"enabled"`
-	// MinHealthyPods fails a region with fewer healthy pods; default 1.
+	// MinHealthyPods fails a region reporting fewer serving pods; default 1.
 	MinHealthyPods int `yaml:"min_healthy_pods"`
+	// ReportMaxAge is how old a region's report (its summary) may be and
+	// still count as evidence; default 30s.
+	ReportMaxAge time.Duration `yaml:"report_max_age"`
 	// Grace a region must stay unhealthy before it is failed; default 10s.
 	Grace time.Duration `yaml:"grace"`
 	// HoldDown a recovered region must stay healthy before it takes traffic
@@ -112,7 +136,20 @@ type multiRegion struct {
 	adminLn   net.Listener
 	adminS    *http.Server
 	sink      checkpointSink
-	genPrev   uint64
+	// Summary generations: epoch<<generationSeqBits | seq. The epoch is
+	// persisted and incremented at every start (gossipState).
+	genEpoch, genSeq uint64
+	gstateMu         sync.Mutex // guards gstate (the summary loop and gossip's rejoin)
+	gstate           gossipState
+	gstateFile       string
+	adminClient      *http.Client // to other controllers' admin APIs
+}
+
+// nextGeneration is the generation of the next summary this controller
+// publishes: above every one it published before, restarts included.
+func (mr *multiRegion) nextGeneration() uint64 {
+	mr.genSeq++
+	return mr.genEpoch<<generationSeqBits | mr.genSeq
 }
 
 // enabled reports whether any cross-region component is configured.
@@ -131,6 +168,9 @@ func (c Config) validateMulti() error {
 		}
 		if c.Raft.Voters != 0 && c.Raft.Voters != 1 && c.Raft.Voters != 3 && c.Raft.Voters != 5 {
 			return fmt.Errorf("config: raft.voters = %d: want 1, 3 or 5", c.Raft.Voters)
+		}
+		if c.Audit.Dir == "" {
+			return errors.New("config: audit.dir is required with raft: policy applies, failovers and membership changes are recorded there")
 		}
 	}
 	if len(c.Gossip.Keys) > 0 {
@@ -193,6 +233,14 @@ func (g gossipRemotes) Candidates(now time.Time, model string, chain []uint64, p
 }
 
 func (g gossipRemotes) Serves(model string) (serves, known bool) { return g.node.View().Serves(model) }
+
+func (g gossipRemotes) Unseen(region string) (route.Unseen, bool) {
+	rv, ok := g.node.View().Region(region)
+	if !ok || rv.Summary == nil {
+		return route.Unseen{}, false
+	}
+	return route.Unseen{ReceivedAt: rv.ReceivedAt, RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
+}
 
 func (g gossipRemotes) ForwardAddrs(region string) []string {
 	rv, ok := g.node.View().Region(region)
@@ -294,7 +342,13 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Liveness = mr.liveness
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
+		gcfg.Now = c.now
 		gcfg.Insecure = cfg.Insecure
+		if mr.audit != nil {
+			// Every privileged action of the admin API, and what the leader
+			// does on its own, goes on this controller's chain first.
+			gcfg.Audit = mr.audit
+		}
 		if c.tls != nil {
 			// Raft only between controllers of the cluster's CA, both ways.
 			gcfg.TLS = identity.RequireControllers(c.tls.ServerConfig(true))
@@ -328,10 +382,43 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	if mr.audit != nil {
 		admin.Handle("/v1/audit/", bearer(cfg.AdminToken, http.StripPrefix("/v1/audit", audit.Handler(mr.audit))))
 	}
+	if len(cfg.Gossip.Keys) > 0 {
+		// Key rotation (meridian gossip keys): each change is recorded in
+		// the audit log before it takes effect (guardKeyOp).
+		keys := bearer(cfg.AdminToken, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			g := mr.gossipRef.Load()
+			if g == nil {
+				writeError(w, http.StatusServiceUnavailable, "starting", "the gossip pool is starting")
+				return
+			}
+			gossip.GuardedKeysHandler(g, c.guardKeyOp).ServeHTTP(w, r)
+		}))
+		admin.Handle(gossip.KeysPath, keys)
+		admin.Handle(gossip.KeysPath+"/", keys)
+		admin.Handle("GET "+gossipSelfPath, bearer(cfg.AdminToken, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			g := mr.gossipRef.Load()
+			if g == nil {
+				writeError(w, http.StatusServiceUnavailable, "starting", "the gossip pool is starting")
+				return
+			}
+			writeJSON(w, http.StatusOK, gossipSelf{Controller: cfg.ControllerID, Region: cfg.Region, GossipAddr: g.Addr()})
+		})))
+	}
 	var h http.Handler = admin
 	mr.adminH.Store(&h)
 
 	if len(cfg.Gossip.Keys) > 0 {
+		mr.gstateFile = cfg.gossipStateFile()
+		st, err := nextEpoch(mr.gstateFile)
+		if err != nil {
+			return fmt.Errorf("gossip.state_file: %w", err)
+		}
+		mr.gstate, mr.genEpoch = st, st.Epoch
+		tr := NewPodTransport()
+		if c.tls != nil {
+			tr.TLSClientConfig = c.tls.ClientConfig("")
+		}
+		mr.adminClient = &http.Client{Transport: tr, Timeout: 5 * time.Second}
 		gcfg := gossip.DefaultConfig()
 		if cfg.Gossip.Fast {
 			fastGossip(&gcfg)
@@ -361,6 +448,8 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
+		gcfg.Now, gcfg.WrapTransport = c.now, c.deps.WrapGossipTransport
+		gcfg.Rejoin = c.rejoinAddrs
 		node, err := gossip.Open(ctx, gcfg)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)
@@ -396,9 +485,43 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.AutoFailover.HoldDown > 0 {
 			acfg.HoldDown = cfg.AutoFailover.HoldDown
 		}
+		if cfg.AutoFailover.ReportMaxAge > 0 {
+			acfg.ReportMaxAge = cfg.AutoFailover.ReportMaxAge
+		}
 		c.goRun("auto-failover", func() error { return mr.node.RunAutoFailover(run, acfg, c.observeRegions) })
 	}
 	return nil
+}
+
+// guardKeyOp records a gossip keyring change asked of the admin API
+// (gossip_key_install, _use, _remove) in the audit log, with the caller's
+// identity, before it takes effect, and refuses it when the record cannot
+// be written (gossip.KeyOpGuard), as the Raft tier does for its writes: a
+// key change on record is what lets an operator tell who could read the
+// pool's traffic when.
+func (c *Controller) guardKeyOp(r *http.Request, op gossip.KeyOp, fingerprint string, refused error,
+	apply func() (gossip.KeyOpResult, error)) (gossip.KeyOpResult, error) {
+	by := global.RequestActor(r)
+	act := audit.AdminAction{Action: "gossip_key_" + string(op), Actor: by.Name, Auth: by.Auth, Args: map[string]string{}}
+	if fingerprint != "" {
+		act.Args["fingerprint"] = fingerprint
+	}
+	if n := c.mr.node; n != nil {
+		act.PolicyVersion = n.State().PolicyVersionString()
+	}
+	var adm audit.Admin
+	if c.mr.audit != nil {
+		adm = audit.Admin{Log: c.mr.audit, Origin: c.cfg.Region}
+	}
+	if refused != nil {
+		return gossip.KeyOpResult{}, adm.Refuse(r.Context(), act, refused)
+	}
+	var res gossip.KeyOpResult
+	err := adm.Run(r.Context(), act, func(context.Context) (err error) {
+		res, err = apply()
+		return err
+	})
+	return res, err
 }
 
 // fastGossip shortens memberlist's intervals for loopback clusters (tests,
@@ -451,6 +574,7 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 		if err := c.publishSummary(); err != nil {
 			c.log.Warn("summary not published", "err", err)
 		}
+		c.rememberGossipPeers()
 		select {
 		case <-ctx.Done():
 			return nil
@@ -460,11 +584,11 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 }
 
 func (c *Controller) publishSummary() error {
-	now := time.Now()
+	now := c.now()
 	loads := map[string]*summary.ProfileLoad{}
 	models := map[string]bool{}
 	for _, p := range c.Registry.Pods() {
-		if !c.Index.Alive(p.ID) || p.Ejected(now) {
+		if !c.Index.Alive(p.ID) || !p.Serving(now) {
 			continue
 		}
 		info := p.Info()
@@ -482,7 +606,7 @@ func (c *Controller) publishSummary() error {
 			models[info.Model] = true
 		}
 	}
-	in := summary.Input{Region: c.cfg.Region, Generation: summary.NextGeneration(c.mr.genPrev, now), BuiltAt: now, BlockSize: c.cfg.BlockSize}
+	in := summary.Input{Region: c.cfg.Region, Generation: c.mr.nextGeneration(), BuiltAt: now, BlockSize: c.cfg.BlockSize}
 	for m := range models {
 		in.Models = append(in.Models, m)
 	}
@@ -493,22 +617,20 @@ func (c *Controller) publishSummary() error {
 	if err != nil {
 		return err
 	}
-	if err := c.mr.gossip.Publish(s); err != nil {
-		return err
-	}
-	c.mr.genPrev = in.Generation
-	return nil
+	return c.mr.gossip.Publish(s)
 }
 
-// observeRegions feeds the automatic failover: per region, its controllers
-// and their liveness (gossip), and its healthy pods (this region from the
-// registry, the others from their summaries).
+// observeRegions feeds the automatic failover: per region, its own report
+// of its serving pods and that report's age (this region from the
+// registry, now; the others from their latest summaries), and its
+// controllers' liveness (gossip), which explains a stale report but is no
+// evidence by itself.
 func (c *Controller) observeRegions(context.Context) global.Observations {
 	obs := global.Observations{}
-	now := time.Now()
+	now := c.now()
 	healthy := 0
 	for _, p := range c.Registry.Pods() {
-		if c.Index.Alive(p.ID) && !p.Ejected(now) && p.Info().Endpoint != "" {
+		if c.Index.Alive(p.ID) && p.Serving(now) {
 			healthy++
 		}
 	}
@@ -527,7 +649,7 @@ func (c *Controller) observeRegions(context.Context) global.Observations {
 			}
 		}
 		if rv.Summary != nil {
-			o.HealthyPods = rv.Summary.Totals().Pods
+			o.HealthyPods, o.ReportAge = rv.Summary.Totals().Pods, rv.Age(now)
 		}
 		obs[rv.Region] = o
 	}

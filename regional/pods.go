@@ -7,10 +7,14 @@ import (
 	"net/netip"
 	"net/url"
 	"path"
+	"slices"
 	"strings"
+	"sync/atomic"
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/meridian-llm/meridian/global/identity"
+	"github.com/meridian-llm/meridian/regional/discovery"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
@@ -33,6 +37,24 @@ type PodsConfig struct {
 	// meridian-announce-mac header (kvevents.AnnounceMAC). At least 32
 	// bytes (MERIDIAN_ANNOUNCE_KEY).
 	AnnounceKey string `yaml:"announce_key"`
+	// TLS is how pods with an https endpoint are reached, for scraping
+	// their /metrics and proxying requests: ca (the pods' CA; default the
+	// system's roots), cert and key (a client certificate, for pods that
+	// require one), server_name, insecure_skip_verify (insecure controllers
+	// only), min_version. A pod is https when its endpoint says so.
+	TLS *identity.ClientTLSConfig `yaml:"tls"`
+	// RequireHTTPS refuses pods whose endpoint is plain http: static pods
+	// fail validation, such a PodUp is refused (reason plaintext_endpoint).
+	// Default false: each pod's endpoint decides.
+	RequireHTTPS bool `yaml:"require_https"`
+	// Discovery follows the pods without static lists: a Kubernetes
+	// headless Service through DNS, or a file (see regional/discovery).
+	// Pods it finds join the registry with their endpoints and leave when
+	// it stops finding them. A discovered pod is allowed by construction:
+	// a PodUp naming it (the bridge announces the same pods) is believed
+	// for its discovered endpoint whatever allowed_endpoints says; other
+	// announcements still need allowed_endpoints. Default: none.
+	Discovery discovery.Config `yaml:"discovery"`
 }
 
 // UnmarshalYAML also accepts the earlier form of the section, a plain list
@@ -46,9 +68,13 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 		// check the keys here, so a misspelt one is still an error.
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			switch k := n.Content[i]; k.Value {
-			case "static", "allowed_endpoints", "announce_key":
+			case "static", "allowed_endpoints", "announce_key", "require_https", "discovery":
+			case "tls":
+				if err := knownKeys(n.Content[i+1], "pods.tls", "ca", "cert", "key", "server_name", "insecure_skip_verify", "min_version"); err != nil {
+					return err
+				}
 			default:
-				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key)", k.Line, k.Value)
+				return fmt.Errorf("line %d: pods: unknown key %q (want static, allowed_endpoints, announce_key, tls, require_https, discovery)", k.Line, k.Value)
 			}
 		}
 	}
@@ -61,6 +87,19 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 	return nil
 }
 
+// knownKeys refuses a key of the mapping n that is not one of keys.
+func knownKeys(n *yaml.Node, section string, keys ...string) error {
+	if n.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		if k := n.Content[i]; !slices.Contains(keys, k.Value) {
+			return fmt.Errorf("line %d: %s: unknown key %q (want %s)", k.Line, section, k.Value, strings.Join(keys, ", "))
+		}
+	}
+	return nil
+}
+
 // Validate names the first field that is wrong.
 func (c PodsConfig) Validate() error {
 	for i, p := range c.Static {
@@ -69,6 +108,15 @@ func (c PodsConfig) Validate() error {
 		}
 		if _, err := endpointHost(p.Endpoint); err != nil {
 			return fmt.Errorf("pods.static[%d] (%s): %w", i, p.Name, err)
+		}
+		if c.RequireHTTPS && !httpsEndpoint(p.Endpoint) {
+			return fmt.Errorf("pods.static[%d] (%s): endpoint %q is not https and pods.require_https is set", i, p.Name, p.Endpoint)
+		}
+		if p.Engine != "" && !slices.Contains(kvevents.Engines(), p.Engine) {
+			return fmt.Errorf("pods.static[%d] (%s): engine %q: want one of %s", i, p.Name, p.Engine, strings.Join(kvevents.Engines(), ", "))
+		}
+		if p.KVBlocks < 0 {
+			return fmt.Errorf("pods.static[%d] (%s): kv_blocks = %d: want >= 0", i, p.Name, p.KVBlocks)
 		}
 	}
 	for i, a := range c.AllowedEndpoints {
@@ -85,7 +133,23 @@ func (c PodsConfig) Validate() error {
 	if c.AnnounceKey != "" && len(c.AnnounceKey) < 32 {
 		return fmt.Errorf("pods.announce_key: %d bytes, at least 32 are required", len(c.AnnounceKey))
 	}
+	if c.Discovery.Enabled() {
+		if err := c.Discovery.Validate(); err != nil {
+			return fmt.Errorf("pods.%w", err)
+		}
+	}
+	if c.TLS != nil {
+		if err := c.TLS.Validate("pods.tls"); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// httpsEndpoint reports whether a pod's endpoint is an https URL.
+func httpsEndpoint(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	return err == nil && u.Scheme == "https"
 }
 
 // Why a PodUp was not believed (meridian_ingest_podup_rejected_total).
@@ -94,20 +158,25 @@ const (
 	rejectBadEndpoint = "bad_endpoint"         // not an http(s) URL with a host
 	rejectNotAllowed  = "endpoint_not_allowed" // its host is not in allowed_endpoints
 	rejectBadMAC      = "bad_mac"              // missing or wrong meridian-announce-mac
+	rejectPlaintext   = "plaintext_endpoint"   // http while pods.require_https is set
 )
 
-var podUpRejections = []string{rejectKeyMismatch, rejectBadEndpoint, rejectNotAllowed, rejectBadMAC}
+var podUpRejections = []string{rejectKeyMismatch, rejectBadEndpoint, rejectNotAllowed, rejectBadMAC, rejectPlaintext}
 
 // podGate decides which PodUp announcements to believe.
 type podGate struct {
 	prefixes []netip.Prefix
 	patterns []string
 	key      []byte
+	https    bool
+	// discovered maps the pods discovery found to their endpoints: a PodUp
+	// of one of them naming that endpoint is allowed (nil: none).
+	discovered atomic.Pointer[map[string]string]
 }
 
 // newPodGate builds the gate of a valid PodsConfig.
 func newPodGate(c PodsConfig) *podGate {
-	g := &podGate{key: []byte(c.AnnounceKey)}
+	g := &podGate{key: []byte(c.AnnounceKey), https: c.RequireHTTPS}
 	allowed := c.AllowedEndpoints
 	if len(allowed) == 0 {
 		allowed = []string{"127.0.0.0/8", "::1/128", "localhost"}
@@ -139,13 +208,29 @@ func (g *podGate) check(key string, u *kvevents.PodUp, mac string) string {
 	if err != nil {
 		return rejectBadEndpoint
 	}
-	if !g.allows(host) {
+	if !g.allows(host) && !g.isDiscovered(u.Pod, u.Endpoint) {
 		return rejectNotAllowed
+	}
+	if g.https && !httpsEndpoint(u.Endpoint) {
+		return rejectPlaintext
 	}
 	if len(g.key) > 0 && !kvevents.AnnounceMACValid(g.key, u, mac) {
 		return rejectBadMAC
 	}
 	return ""
+}
+
+// setDiscovered replaces the discovered pods (name -> endpoint).
+func (g *podGate) setDiscovered(m map[string]string) { g.discovered.Store(&m) }
+
+// isDiscovered reports whether discovery found pod at endpoint.
+func (g *podGate) isDiscovered(pod, endpoint string) bool {
+	m := g.discovered.Load()
+	if m == nil {
+		return false
+	}
+	ep, ok := (*m)[pod]
+	return ok && strings.TrimRight(ep, "/") == strings.TrimRight(endpoint, "/")
 }
 
 func (g *podGate) allows(host string) bool {

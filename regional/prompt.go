@@ -116,7 +116,9 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		}
 		out.IDs = ids
 	}
-	ns := index.Namespace{Model: model, BlockSize: p.blockSize}
+	// A salted request matches only blocks stored under its salt, from any
+	// engine (the re-keyer seeds their chains the same way).
+	ns := index.Namespace{Model: model, CacheSalt: r.CacheSalt, BlockSize: p.blockSize}
 	out.Chain = index.ChainHashes(ns, out.IDs, make([]uint64, 0, len(out.IDs)/p.blockSize))
 	return out, nil
 }

@@ -9,9 +9,11 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -217,18 +219,20 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	hdr := http.Header{"X-Meridian-Pod": {pod.Name}}
 	out := http.Header{"X-Meridian-Pod": {pod.Name}, "X-Meridian-Predicted-Cached-Tokens": {strconv.Itoa(d.CachedTokens)},
 		"X-Meridian-Region": {s.topo.Region}}
-	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name, func(status int) {
-		ttft := s.now().Sub(p.started)
-		ticket.FirstByte(s.now())
-		if status == http.StatusOK {
-			s.dec.Speculation().Observe(pod.ID, p.req.Chain, s.now())
-		}
-		s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
-		if s.calib != nil && status == http.StatusOK {
-			s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached,
-				PendingPrefillTokens: pendingAhead, TTFTMs: float64(ttft) / float64(time.Millisecond)})
-		}
-	})
+	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name,
+		limits{firstByte: s.cfg.FirstByteTimeout}, func(status int) {
+			ttft := s.now().Sub(p.started)
+			ticket.FirstByte(s.now())
+			pod.Contact(s.now())
+			if status == http.StatusOK {
+				s.dec.Speculation().Observe(pod.ID, p.req.Chain, s.now())
+			}
+			s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
+			if s.calib != nil && status == http.StatusOK {
+				s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached,
+					PendingPrefillTokens: pendingAhead, TTFTMs: float64(ttft) / float64(time.Millisecond)})
+			}
+		})
 }
 
 // relay posts the request body to url (with the client's headers, minus
@@ -237,11 +241,19 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // body byte has arrived (firstByte is called then), so an upstream that
 // fails or stalls before answering can be retried elsewhere; from then on
 // the client sees the upstream's answer byte for byte, flushed as it comes.
-func (s *Server) relay(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, p *parsed, url string, add, out http.Header, who string, firstByte func(status int)) (res attempt) {
+func (s *Server) relay(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, p *parsed, url string, add, out http.Header, who string, lim limits, firstByte func(status int)) (res attempt) {
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	timer := time.AfterFunc(s.cfg.FirstByteTimeout, cancel)
+	timer := time.AfterFunc(lim.firstByte, cancel)
 	defer timer.Stop()
+	var ct *connectTimer
+	if lim.connect > 0 && lim.connect < lim.firstByte {
+		// The connection (TCP and TLS) must be up within lim.connect: a
+		// peer whose packets are blackholed is given up on in a few RTTs.
+		ct = startConnectTimer(lim.connect, cancel)
+		defer ct.t.Stop()
+		uctx = httptrace.WithClientTrace(uctx, &httptrace.ClientTrace{GotConn: ct.gotConn})
+	}
 
 	ureq, err := http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw))
 	if err != nil {
@@ -257,7 +269,11 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	}
 	resp, err := client.Do(ureq)
 	if err != nil {
-		return s.upstreamErr(ctx, timer, err)
+		if ct != nil && ct.fired.Load() && ctx.Err() == nil {
+			timer.Stop()
+			return attempt{retryable: true, kind: "connect_timeout", err: fmt.Errorf("%s: no connection within %v", who, lim.connect)}
+		}
+		return s.upstreamErr(ctx, timer, lim, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode >= 500 {
@@ -269,7 +285,7 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	buf := *bufp
 	n, rerr := resp.Body.Read(buf)
 	if n == 0 && rerr != nil && rerr != io.EOF {
-		return s.upstreamErr(ctx, timer, rerr)
+		return s.upstreamErr(ctx, timer, lim, rerr)
 	}
 	if !timer.Stop() {
 		// The first-byte timer fired while the first bytes were being
@@ -279,7 +295,7 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 		if ctx.Err() != nil {
 			return attempt{err: ctx.Err()}
 		}
-		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("no answer within %v", s.cfg.FirstByteTimeout)}
+		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("%s: no answer within %v", who, lim.firstByte)}
 	}
 	res.ttft, res.status = s.now().Sub(p.started), resp.StatusCode
 	firstByte(resp.StatusCode)
@@ -361,6 +377,20 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	return res
 }
 
+// connectTimer cancels a try whose connection is not up in time.
+type connectTimer struct {
+	t     *time.Timer
+	fired atomic.Bool
+}
+
+func startConnectTimer(d time.Duration, cancel context.CancelFunc) *connectTimer {
+	c := &connectTimer{}
+	c.t = time.AfterFunc(d, func() { c.fired.Store(true); cancel() })
+	return c
+}
+
+func (c *connectTimer) gotConn(httptrace.GotConnInfo) { c.t.Stop() }
+
 // sseError is an OpenAI-style error event for a stream that cannot go on.
 func sseError(err error) []byte {
 	var e apiError
@@ -375,12 +405,12 @@ func sseError(err error) []byte {
 // proxied request does not leave one behind for the collector.
 var relayBufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-func (s *Server) upstreamErr(ctx context.Context, timer *time.Timer, err error) attempt {
+func (s *Server) upstreamErr(ctx context.Context, timer *time.Timer, lim limits, err error) attempt {
 	if ctx.Err() != nil {
 		return attempt{err: ctx.Err()}
 	}
 	if !timer.Stop() {
-		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("no answer within %v", s.cfg.FirstByteTimeout)}
+		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("no answer within %v", lim.firstByte)}
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return attempt{retryable: true, kind: "refused", err: err}

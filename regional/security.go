@@ -39,15 +39,26 @@ type AuthConfig struct {
 func (c AuthConfig) enabled() bool { return c.Mode != "" }
 
 // insecureListeners names the machine-to-machine listeners and links that
-// would carry plaintext beyond this host: Raft on a non-loopback address,
-// the admin API on one, and forwarding between controllers (the API
-// listener and the public URL other controllers reach) when the
-// cross-region path is on. None without TLS configured.
+// would carry plaintext beyond this host, or trust a peer unverified: Raft
+// on a non-loopback address, the admin API on one, and forwarding between
+// controllers (the API listener and the public URL other controllers
+// reach) when the cross-region path is on, all without tls; Kafka brokers
+// beyond loopback without kafka.tls, or with kafka.tls.insecure_skip_verify
+// (and SASL PLAIN without it); pods scraped with pods.tls.insecure_skip_verify.
 func (c Config) insecureListeners() []string {
-	if c.TLS != nil {
-		return nil
-	}
+	return append(c.Kafka.Security.InsecureUses("kafka", c.Kafka.Brokers), c.insecureNonKafka()...)
+}
+
+// insecureNonKafka is insecureListeners without the Kafka links, which
+// kafka.insecure alone may accept.
+func (c Config) insecureNonKafka() []string {
 	var out []string
+	if c.Pods.TLS != nil && c.Pods.TLS.InsecureSkipVerify {
+		out = append(out, "pods.tls.insecure_skip_verify (https pods not authenticated)")
+	}
+	if c.TLS != nil {
+		return out
+	}
 	if c.Raft.DataDir != "" && !loopbackAddr(c.Raft.Bind) {
 		out = append(out, "raft.bind "+c.Raft.Bind)
 	}
@@ -76,7 +87,14 @@ func (c Config) validateSecurity() error {
 		}
 	}
 	if !c.Insecure {
-		if l := c.insecureListeners(); len(l) > 0 {
+		if c.Pods.TLS != nil && c.Pods.TLS.InsecureSkipVerify {
+			return errors.New("config: pods.tls.insecure_skip_verify: https pods would not be authenticated (whoever answers at a pod's address would get its prompts); give pods.tls.ca instead, or set insecure: true to accept it")
+		}
+		l := c.insecureNonKafka()
+		if !c.Kafka.Insecure {
+			l = append(c.Kafka.Security.InsecureUses("kafka", c.Kafka.Brokers), l...)
+		}
+		if len(l) > 0 {
 			return fmt.Errorf("config: plaintext on a non-loopback address: %s; configure tls (meridian certs init makes a development PKI) or set insecure: true to accept it",
 				strings.Join(l, ", "))
 		}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net/http"
 	"slices"
 	"strings"
@@ -38,6 +39,8 @@ type ServerConfig struct {
 	// FirstByteTimeout: a pod that sends no byte of its answer within it is
 	// treated as failed (and the request retried elsewhere). Default 120s.
 	FirstByteTimeout time.Duration `yaml:"first_byte_timeout"`
+	// Forward bounds each try at another region's controller.
+	Forward ForwardConfig `yaml:"forward"`
 	// Outlier is the passive health check.
 	Outlier route.OutlierConfig `yaml:"outlier"`
 	// Limits bound what clients can hold of the API listener (timeouts,
@@ -48,7 +51,76 @@ type ServerConfig struct {
 // DefaultServerConfig returns the defaults documented on ServerConfig.
 func DefaultServerConfig() ServerConfig {
 	return ServerConfig{MaxBodyBytes: 16 << 20, MaxRetries: 2, RetryBackoff: 10 * time.Millisecond,
-		FirstByteTimeout: 120 * time.Second, Outlier: route.DefaultOutlierConfig(), Limits: DefaultAPIListener()}
+		FirstByteTimeout: 120 * time.Second, Forward: DefaultForwardConfig(), Outlier: route.DefaultOutlierConfig(), Limits: DefaultAPIListener()}
+}
+
+// ForwardConfig derives the timeouts of a forward to another region from
+// what is expected of it, so that a region that does not answer (a
+// partition that blackholes its packets) costs a request little before the
+// next allowed region is tried:
+//
+//	connect    = max(ConnectMin, ConnectRTTs x RTT)        TCP and TLS up
+//	first byte = RTT + FirstByteFactor x (expected time to first byte
+//	             past the RTT: the remote's queue and prefill, from the
+//	             cost model) + FirstByteMargin, at most first_byte_timeout
+//
+// and every try of a request, in any region, ends by Budget after it
+// arrived.
+type ForwardConfig struct {
+	// ConnectRTTs and ConnectMin bound the connection; defaults 4 and
+	// 250ms.
+	ConnectRTTs float64       `yaml:"connect_rtts"`
+	ConnectMin  time.Duration `yaml:"connect_min"`
+	// FirstByteFactor and FirstByteMargin bound the wait for the first
+	// byte; defaults 3 and 2s.
+	FirstByteFactor float64       `yaml:"first_byte_factor"`
+	FirstByteMargin time.Duration `yaml:"first_byte_margin"`
+	// Budget is how long a request may wait for a first byte in all, across
+	// the regions it is tried in; default 60s.
+	Budget time.Duration `yaml:"budget"`
+}
+
+// DefaultForwardConfig returns the defaults documented on ForwardConfig.
+func DefaultForwardConfig() ForwardConfig {
+	return ForwardConfig{ConnectRTTs: 4, ConnectMin: 250 * time.Millisecond, FirstByteFactor: 3,
+		FirstByteMargin: 2 * time.Second, Budget: 60 * time.Second}
+}
+
+// Validate names the first field that is wrong.
+func (c ForwardConfig) Validate() error {
+	switch {
+	case c.ConnectRTTs < 1 || c.ConnectMin <= 0:
+		return fmt.Errorf("server config: forward.connect_rtts = %v, connect_min = %v: want >= 1 and > 0", c.ConnectRTTs, c.ConnectMin)
+	case c.FirstByteFactor < 1 || c.FirstByteMargin < 0:
+		return fmt.Errorf("server config: forward.first_byte_factor = %v, first_byte_margin = %v: want >= 1 and >= 0", c.FirstByteFactor, c.FirstByteMargin)
+	case c.Budget <= 0:
+		return fmt.Errorf("server config: forward.budget = %v: want > 0", c.Budget)
+	}
+	return nil
+}
+
+// limits are the timeouts of one try.
+type limits struct {
+	connect   time.Duration // 0: none beyond the first-byte one
+	firstByte time.Duration
+}
+
+// limits are the timeouts of a forward to a region rttMs away whose
+// expected time to first byte is expectedMs (RTT included; the cost
+// model's estimate), with left of the request's budget. An estimate that is
+// unknown (not finite) waits up to capFirstByte.
+func (c ForwardConfig) limits(rttMs, expectedMs float64, capFirstByte, left time.Duration) limits {
+	ms := float64(time.Millisecond)
+	if math.IsNaN(rttMs) || math.IsInf(rttMs, 0) || rttMs < 0 {
+		rttMs = 0
+	}
+	l := limits{connect: max(c.ConnectMin, time.Duration(c.ConnectRTTs*rttMs*ms)), firstByte: capFirstByte}
+	if fb := rttMs + c.FirstByteFactor*max(expectedMs-rttMs, 0); !math.IsNaN(fb) && fb*ms < float64(capFirstByte) {
+		l.firstByte = min(time.Duration(fb*ms)+c.FirstByteMargin, capFirstByte)
+	}
+	l.firstByte = min(l.firstByte, left)
+	l.connect = min(l.connect, l.firstByte)
+	return l
 }
 
 // Validate names the first field that is wrong.
@@ -60,6 +132,11 @@ func (c ServerConfig) Validate() error {
 		return fmt.Errorf("server config: max_retries = %d: want 0..10", c.MaxRetries)
 	case c.RetryBackoff < 0 || c.FirstByteTimeout <= 0:
 		return fmt.Errorf("server config: retry_backoff must be >= 0 and first_byte_timeout > 0")
+	}
+	if err := c.Forward.Validate(); err != nil {
+		return err
+	}
+	switch {
 	case c.Outlier.ConsecutiveFailures < 1 || c.Outlier.BaseEjection <= 0 || c.Outlier.MaxEjectionPercent < 0 || c.Outlier.MaxEjectionPercent > 100:
 		return fmt.Errorf("server config: outlier: consecutive_failures >= 1, base_ejection > 0, max_ejection_percent 0..100")
 	}
@@ -90,6 +167,9 @@ type Server struct {
 	topo       Topology
 	// auditHealth: how the audit log's writes have been going (/readyz).
 	auditHealth auditHealth
+	// fwd is the prefill this controller forwarded to other regions that
+	// their summaries cannot show yet.
+	fwd route.Forwarded
 }
 
 // ServerDeps is what a Server is given: the decision core, the prompt
@@ -259,7 +339,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 		return nil
 	}
-	p.raw = raw
+	p.raw = dropReportingXargs(raw)
 	if err := json.Unmarshal(raw, &p.body); err != nil {
 		s.fail(w, api, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
 		return nil
@@ -294,7 +374,7 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 	s.m.tokensReused.Add(float64(prompt.Reused))
 	s.m.tokensEncoded.Add(float64(len(prompt.IDs)))
 	p.req = route.Request{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
-		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id")}
+		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id"), Salted: p.body.CacheSalt != ""}
 	if s.cfg.AllowPolicyOverride {
 		if pol := r.Header.Get("X-Meridian-Policy"); pol != "" {
 			if !slices.Contains(route.Policies, pol) {
@@ -449,13 +529,14 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		ready, detail = s.ready()
 	}
 	// Pods count only while they can take a request now: live in the
-	// index (announced, not shut down), with an endpoint, not ejected (a
-	// pod that refuses connections is ejected at its first refusal).
+	// index (announced, not shut down), with an endpoint, not lapsed (its
+	// announcement ran out and it does not answer), not ejected (a pod that
+	// refuses connections is ejected at its first refusal).
 	now := s.now()
 	pods := s.reg.Pods()
 	alive := 0
 	for _, p := range pods {
-		if s.dec.Alive(p) && p.Info().Endpoint != "" && !p.Ejected(now) {
+		if s.dec.Alive(p) && p.Serving(now) {
 			alive++
 		}
 	}

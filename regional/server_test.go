@@ -388,7 +388,10 @@ func TestScrapeOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sc := NewScraper(reg, srv.Client(), time.Second, slog.New(slog.DiscardHandler))
+	sc, err := NewScraper(reg, srv.Client(), time.Second, slog.New(slog.DiscardHandler), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sc.ScrapeOnce(context.Background())
 	if got := p.Load().KVUtil; got != 0.93 {
 		t.Fatalf("after a scrape: kv util %v, want 0.93", got)

@@ -17,7 +17,7 @@ import (
 func auditCommand(extra ...*cli.Command) *cli.Command {
 	return &cli.Command{
 		Name:  "audit",
-		Usage: "query, follow and verify the hash-chained audit log of cross-region decisions",
+		Usage: "query, follow and verify the hash-chained audit log of cross-region decisions and privileged actions",
 		Subcommands: append([]*cli.Command{
 			auditQueryCommand(), auditTailCommand(), auditVerifyCommand(), auditHashCommand(), auditCheckpointsCommand(),
 		}, extra...),
@@ -45,7 +45,7 @@ func auditFilterFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "region", Usage: "records whose origin or chosen region is `REGION`"},
 		&cli.StringFlag{Name: "tenant", Usage: "records of raw tenant id `ID` (compared by its HMAC)"},
-		&cli.StringSliceFlag{Name: "kind", Usage: "decision kind (cross_region, residency_denied, forwarded_in, fallback); repeat or comma-separate"},
+		&cli.StringSliceFlag{Name: "kind", Usage: "record kind (cross_region, residency_denied, forwarded_in, fallback, or admin_action: policy applies, failovers, membership changes, key rotation); repeat or comma-separate"},
 		&cli.StringFlag{Name: "controller-id", Usage: "only the chain of controller `ID`"},
 		&cli.BoolFlag{Name: "json", Usage: "print each record as its canonical JSON line"},
 	}

@@ -93,7 +93,8 @@ func TestControllerSecretsFromEnvAndRedacted(t *testing.T) {
 	dir := t.TempDir()
 	cfg := filepath.Join(dir, "raft.yaml")
 	os.WriteFile(cfg, []byte("region: us-east-1\nlisten: 127.0.0.1:0\nkafka: {brokers: [127.0.0.1:9092]}\n"+
-		"raft: {data_dir: "+dir+"/raft, advertise: \"${TEST_RAFT_ADDR}\"}\ninsecure: true\n"), 0o644)
+		"raft: {data_dir: "+dir+"/raft, advertise: \"${TEST_RAFT_ADDR}\"}\ninsecure: true\n"+
+		"audit: {dir: "+dir+"/audit, hmac_key: audit-hmac-key-of-thirty-two-bytes}\n"), 0o644)
 	// No admin token anywhere: refused.
 	if _, _, err := runApp(t, "controller", "--config", cfg, "--check"); err == nil || !strings.Contains(err.Error(), "admin_token") {
 		t.Fatalf("raft without an admin token: %v", err)

@@ -105,6 +105,7 @@ func helmSecrets() map[string]map[string]map[string]string {
 		},
 		"meridian-api-keys":       {"api-keys.yaml": "keys: []\n"},
 		"meridian-controller-tls": {"tls.crt": "", "tls.key": "", "ca.crt": ""},
+		"meridian-kafka-client":   {"ca.crt": "", "password": "helm-test-kafka-password"},
 	}}
 }
 

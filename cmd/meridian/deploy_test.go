@@ -1344,7 +1344,7 @@ func writeFixture(t *testing.T, files map[string]string) string {
 	return dir
 }
 
-const fixtureConfig = "region: us-east-1\nlisten: \":8080\"\nkafka:\n  brokers: [\"kafka:9092\"]\n"
+const fixtureConfig = "region: us-east-1\nlisten: \":8080\"\nkafka:\n  brokers: [\"kafka:9092\"]\n  tls: {ca: /etc/meridian/kafka-ca.pem}\n"
 
 func fixtureCompose(command, config string) map[string]string {
 	return map[string]string{
@@ -1372,7 +1372,8 @@ func TestDeployChecksRejectMadeUpThings(t *testing.T) {
 	}
 	raftConfig := func(bootstrap bool) string {
 		return fixtureConfig + "insecure: true\nadmin_token: fixture-admin-token-of-thirty-two-bytes\npolicy_file: /etc/meridian/policies/p.yaml\n" +
-			fmt.Sprintf("raft: {data_dir: /var/lib/meridian/raft, bind: \"0.0.0.0:7400\", bootstrap: %v}\n", bootstrap)
+			fmt.Sprintf("raft: {data_dir: /var/lib/meridian/raft, bind: \"0.0.0.0:7400\", bootstrap: %v}\n", bootstrap) +
+			"audit: {dir: /var/lib/meridian/audit, hmac_key: fixture-audit-hmac-key-of-32-bytes}\n"
 	}
 	policy, err := os.ReadFile(filepath.Join(deployRoot, "policies", "default.yaml"))
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
+	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
@@ -16,19 +18,25 @@ func engineSimCommand() *cli.Command {
 	d := enginesim.DefaultConfig()
 	return &cli.Command{
 		Name:  "engine-sim",
-		Usage: "run a simulated vLLM pod (OpenAI API, prefix cache, KV events to Kafka, vllm: metrics)",
+		Usage: "run a simulated vLLM, SGLang or TensorRT-LLM pod (OpenAI API, prefix cache, KV events to Kafka or ZMQ, engine metrics)",
 		Description: "Serves POST /v1/completions and /v1/chat/completions (SSE with stream: true), GET /v1/models,\n" +
 			"/health and /metrics, POST /reset_prefix_cache, GET/POST /admin/faults and POST\n" +
 			"/admin/faults/release. With --kafka it publishes its KV events (vLLM msgpack batches,\n" +
-			"key = pod name) to meridian.kv-events.<region>, with PodUp at start and PodDown at exit.\n" +
+			"key = pod name) to meridian.kv-events.<region>, with PodUp at start and PodDown at exit;\n" +
+			"--kafka-ca and --kafka-sasl-* reach brokers that require TLS and SCRAM, and a broker beyond\n" +
+			"loopback without TLS needs --kafka-insecure. --tls-cert/--tls-key serve https.\n" +
 			"Give the router the same --tokenizer, --model-dir and --chat-template so both compute the\n" +
-			"same token ids. Timing defaults come from --hardware; see the enginesim package docs.",
+			"same token ids. Timing defaults come from --hardware; see the enginesim package docs.\n" +
+			"--engine vllm|sglang|trtllm chooses whose wire form its KV events take (vLLM's extra_keys salt,\n" +
+			"SGLang's cache_salt and signed hashes, TensorRT-LLM's saltless events) and whose metric names\n" +
+			"/metrics has; the PodUp says which, so a mixed fleet runs from one binary.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "addr", Value: "127.0.0.1:8000", Usage: "listen address (port 0 picks one)"},
 			&cli.StringFlag{Name: "name", Usage: "pod name, the Kafka key of its events (default enginesim-<port>)"},
 			&cli.StringFlag{Name: "endpoint", Usage: "base URL announced in PodUp (default http://<listen address>)"},
 			&cli.StringFlag{Name: "region", Usage: "region announced in PodUp; names the default Kafka topic"},
 			&cli.StringFlag{Name: "model", Value: d.Model, Usage: "served model name"},
+			&cli.StringFlag{Name: "engine", Value: kvevents.EngineVLLM, Usage: "engine imitated on the wire and in /metrics: " + strings.Join(kvevents.Engines(), ", ")},
 			&cli.StringSliceFlag{Name: "lora", Usage: "LoRA adapter name also served (repeatable)"},
 			&cli.StringFlag{Name: "tokenizer", Value: d.Tokenizer.Encoding, Usage: "tiktoken encoding: " + strings.Join(tokenize.Encodings(), ", ")},
 			&cli.StringFlag{Name: "model-dir", Usage: "model directory with tokenizer_config.json and/or chat_template.jinja"},
@@ -59,7 +67,9 @@ func engineSimCommand() *cli.Command {
 			&cli.Uint64Flag{Name: "seed", Value: d.Seed, Usage: "seed of fault draws and output text"},
 			&cli.StringFlag{Name: "admin-token", EnvVars: []string{"MERIDIAN_ENGINESIM_ADMIN_TOKEN"},
 				Usage: "bearer token required on /admin/* and /reset_prefix_cache"},
-		}, logFlags()...),
+			&cli.StringFlag{Name: "tls-cert", Usage: "PEM `FILE` of a certificate: serve https (the default --endpoint is then https://)"},
+			&cli.StringFlag{Name: "tls-key", Usage: "PEM `FILE` of the certificate's key"},
+		}, append(kafkaSecurityFlags(), logFlags()...)...),
 		Action: func(c *cli.Context) error {
 			if c.String("zmq-endpoint") != "" && c.String("kafka") != "" {
 				return usageError("engine-sim: --zmq-endpoint and --kafka exclude each other")
@@ -72,7 +82,8 @@ func engineSimCommand() *cli.Command {
 				return usageError("engine-sim: %w", err)
 			}
 			if ep := c.String("zmq-endpoint"); ep != "" {
-				pub, err := enginesim.NewZMQPublisher(enginesim.ZMQConfig{Endpoint: ep, ReplayEndpoint: c.String("zmq-replay"), Model: cfg.Model})
+				pub, err := enginesim.NewZMQPublisher(enginesim.ZMQConfig{Endpoint: ep, ReplayEndpoint: c.String("zmq-replay"), Model: cfg.Model,
+					Encoding: enginesim.EncodingFor(cfg.Engine)})
 				if err != nil {
 					return usageError("engine-sim: --zmq-endpoint: %w", err)
 				}
@@ -96,6 +107,7 @@ func engineSimConfig(c *cli.Context) (enginesim.Config, error) {
 	cfg.Endpoint = c.String("endpoint")
 	cfg.Region = c.String("region")
 	cfg.Model = c.String("model")
+	cfg.Engine = c.String("engine")
 	cfg.LoRAs = c.StringSlice("lora")
 	cfg.Tokenizer = tokenize.Config{Encoding: c.String("tokenizer"), Dir: c.String("model-dir")}
 	if path := c.String("chat-template"); path != "" {
@@ -126,8 +138,10 @@ func engineSimConfig(c *cli.Context) (enginesim.Config, error) {
 	cfg.EventBatchSize = c.Int("event-batch-size")
 	cfg.EventFlushInterval = c.Duration("event-flush-interval")
 	if brokers := c.String("kafka"); brokers != "" {
-		cfg.Kafka = &enginesim.KafkaConfig{Brokers: strings.Split(brokers, ","), Topic: c.String("kafka-topic")}
+		cfg.Kafka = &enginesim.KafkaConfig{Brokers: strings.Split(brokers, ","), Topic: c.String("kafka-topic"),
+			Security: kafkaSecurity(c, kafkasec.Config{}), Insecure: c.Bool("kafka-insecure")}
 	}
+	cfg.TLSCert, cfg.TLSKey = c.String("tls-cert"), c.String("tls-key")
 	cfg.Faults = enginesim.Faults{
 		ErrorRate:      c.Float64("error-rate"),
 		StallRate:      c.Float64("stall-rate"),

@@ -61,3 +61,22 @@ func TestEngineSimLogFlags(t *testing.T) {
 		}
 	}
 }
+
+// engine-sim --engine picks the engine imitated; vLLM by default.
+func TestEngineSimEngineFlag(t *testing.T) {
+	var out bytes.Buffer
+	for arg, want := range map[string]string{"": "vllm", "sglang": "sglang", "trtllm": "trtllm"} {
+		args := []string{}
+		if arg != "" {
+			args = []string{"--engine", arg}
+		}
+		cfg, err := engineSimConfigFor(t, &out, args...)
+		if err != nil || cfg.Engine != want || cfg.Validate() != nil {
+			t.Errorf("%q: engine %q, %v", arg, cfg.Engine, err)
+		}
+	}
+	cfg, _ := engineSimConfigFor(t, &out, "--engine", "tgi")
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "tgi") {
+		t.Fatalf("an unknown engine: %v", err)
+	}
+}

@@ -27,7 +27,9 @@ func eventsDecodeCommand() *cli.Command {
 		Description: "Reads binary msgpack (one payload, or several concatenated) from FILE or standard input,\n" +
 			"or with --hex one hex-encoded payload per line. Each payload that cannot be decoded gets a\n" +
 			"line on standard error naming its position, the byte offset and the reason; in hex mode the\n" +
-			"next line is still decoded. The exit status is 1 if anything failed.",
+			"next line is still decoded. A malformed event inside a payload that decodes is named the same\n" +
+			"way (index, tag, reason, offset) and listed under \"skipped\"; the payload's good events are\n" +
+			"printed. The exit status is 1 if anything failed.",
 		Flags: []cli.Flag{
 			&cli.BoolFlag{Name: "hex", Usage: "read one hex-encoded payload per line"},
 			&cli.IntFlag{Name: "max-bytes", Value: kvevents.DefaultDecoderConfig().MaxMessageBytes,
@@ -55,8 +57,8 @@ func eventsDecodeCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if res.Failed > 0 {
-				return fmt.Errorf("events decode: %d payload(s) failed to decode, %d decoded", res.Failed, res.Batches)
+			if res.Failed > 0 || res.BadEvents > 0 {
+				return fmt.Errorf("events decode: %d payload(s) failed to decode, %d decoded, %d malformed event(s) skipped", res.Failed, res.Batches, res.BadEvents)
 			}
 			return nil
 		},

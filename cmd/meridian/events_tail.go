@@ -12,6 +12,7 @@ import (
 	"github.com/segmentio/kafka-go"
 	"github.com/urfave/cli/v2"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
@@ -23,13 +24,14 @@ func eventsTailCommand() *cli.Command {
 		Description: "Joins the topic with a consumer group of its own (it never moves the controllers'\n" +
 			"offsets), from the end of the topic or with --from-beginning from its start, and prints\n" +
 			"partition, offset, key, headers and the decoded batch of every message. A message that\n" +
-			"cannot be decoded is printed with its error (byte offset and reason) and tailing goes on.",
-		Flags: []cli.Flag{
+			"cannot be decoded is printed with its error (byte offset and reason) and tailing goes on.\n" +
+			"The --kafka-* flags reach brokers that require TLS and SASL, as a controller's kafka section does.",
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "kafka", EnvVars: []string{"MERIDIAN_KAFKA"}, Usage: "comma-separated Kafka brokers (required)"},
 			&cli.StringFlag{Name: "topic", Usage: "topic, e.g. meridian.kv-events.us-east-1 (required)"},
 			&cli.BoolFlag{Name: "from-beginning", Usage: "start from the oldest retained message"},
 			&cli.IntFlag{Name: "max", Usage: "stop after this many messages (0: until interrupted)"},
-		},
+		}, kafkaSecurityFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.String("kafka") == "" || c.String("topic") == "" {
 				return usageError("events tail: --kafka (or MERIDIAN_KAFKA) and --topic are required")
@@ -38,8 +40,18 @@ func eventsTailCommand() *cli.Command {
 			if c.Bool("from-beginning") {
 				start = kafka.FirstOffset
 			}
+			brokers := strings.Split(c.String("kafka"), ",")
+			sec := kafkaSecurity(c, kafkasec.Config{})
+			if err := sec.Validate("kafka", brokers, c.Bool("kafka-insecure")); err != nil {
+				return usageError("events tail: %w", err)
+			}
+			client, err := sec.Open("kafka", nil)
+			if err != nil {
+				return usageError("events tail: %w", err)
+			}
 			r := kafka.NewReader(kafka.ReaderConfig{
-				Brokers:     strings.Split(c.String("kafka"), ","),
+				Dialer:      client.Dialer(10 * time.Second),
+				Brokers:     brokers,
 				Topic:       c.String("topic"),
 				GroupID:     "meridian-events-tail-" + strconv.FormatInt(time.Now().UnixNano(), 36),
 				StartOffset: start,
@@ -58,7 +70,7 @@ func eventsTailCommand() *cli.Command {
 					if c.Context.Err() != nil {
 						return nil
 					}
-					return fmt.Errorf("events tail: %w", err)
+					return fmt.Errorf("events tail: %w", client.Explain(err))
 				}
 				line, err := tailLine(dec, m)
 				if err != nil {

@@ -44,7 +44,7 @@ func TestEventsDecodeBinary(t *testing.T) {
 		if err != nil || stderr != "" {
 			t.Fatalf("%v: err %v, stderr %q", args, err, stderr)
 		}
-		want := `{"ts":2,"events":[{"type":"BlockRemoved","block_hashes":[9223372036854775808],"medium":"GPU","group_idx":null}],"data_parallel_rank":0}` + "\n" +
+		want := `{"ts":2,"events":[{"type":"BlockRemoved","block_hashes":[9223372036854775808],"medium":"GPU","group_idx":null,"locality":null}],"data_parallel_rank":0}` + "\n" +
 			`{"ts":2,"events":[{"type":"AllBlocksCleared"}],"data_parallel_rank":0}` + "\n"
 		if stdout != want {
 			t.Fatalf("%v: stdout\n%s\nwant\n%s", args, stdout, want)
@@ -52,21 +52,32 @@ func TestEventsDecodeBinary(t *testing.T) {
 	}
 }
 
-// TestEventsDecodeBinaryBad: a bad payload in binary input is reported with
-// its file offset; what came before it is still printed; exit status 1.
+// TestEventsDecodeBinaryBad: a malformed event is named (index, reason,
+// file offset) and its payload's good events are printed; a payload that
+// cannot be framed is reported with its file offset and ends the input;
+// what came before is printed; exit status 1.
 func TestEventsDecodeBinaryBad(t *testing.T) {
 	a := encodeBatch(t, kvevents.Encoding{}, &kvevents.AllBlocksCleared{})
-	in := append(append([]byte{}, a...), 0x92, 0x00, 0x91, 0x05) // events: [5]
+	// Payload 2 is [0, [5, ["AllBlocksCleared"]]]: its event 0 is an int.
+	in := append(append([]byte{}, a...), 0x92, 0x00, 0x92, 0x05, 0x91, 0xa0|byte(len(kvevents.TagAllBlocksCleared)))
+	in = append(in, kvevents.TagAllBlocksCleared...)
+	second := len(a)
+	in = append(in, 0x92, 0xcb, 0x3f) // a third payload, truncated
 	stdout, stderr, err := runEvents(t, in)
 	if err == nil || exitCode(err) != 1 {
 		t.Fatalf("err %v, want exit status 1", err)
 	}
-	if strings.Count(stdout, "\n") != 1 {
-		t.Fatalf("stdout %q: want the first batch", stdout)
+	lines := strings.Split(strings.TrimSpace(stdout), "\n")
+	if len(lines) != 2 || lines[1] != `{"ts":0,"events":[{"type":"AllBlocksCleared"}],"data_parallel_rank":null,"skipped":[{"index":0,"offset":3,"tag":"","reason":"bad_event","error_offset":3,"detail":"event 0: want array [tag, fields...] or map with \"type\", found integer"}]}` {
+		t.Fatalf("stdout %q: want the first batch, then the second with its good event", stdout)
 	}
-	want := "payload 2 at file byte " + strconv.Itoa(len(a)) + ": bad_event at byte 3 (file byte " + strconv.Itoa(len(a)+3) + ")"
-	if !strings.Contains(stderr, want) {
-		t.Fatalf("stderr %q, want it to contain %q", stderr, want)
+	for _, want := range []string{
+		"payload 2 at file byte " + strconv.Itoa(second) + ": event 0 ((no tag)) skipped: bad_event at byte 3 (file byte " + strconv.Itoa(second+3) + ")",
+		"payload 3 at file byte " + strconv.Itoa(len(in)-3) + ": truncated at byte 1",
+	} {
+		if !strings.Contains(stderr, want) {
+			t.Fatalf("stderr %q, want it to contain %q", stderr, want)
+		}
 	}
 }
 
@@ -83,17 +94,18 @@ func TestEventsDecodeHex(t *testing.T) {
 		"",                           //
 		"  " + spaced + "  ",         // line 6
 		"93cb3ff8000000000000910500", // line 7: event 0 is an int
+		"9300",                       // line 8: truncated
 	}, "\n")
 	stdout, stderr, err := runEvents(t, []byte(in), "--hex")
-	if err == nil || !strings.Contains(err.Error(), "3 payload(s) failed to decode, 2 decoded") {
+	if err == nil || !strings.Contains(err.Error(), "3 payload(s) failed to decode, 3 decoded, 1 malformed event(s) skipped") {
 		t.Fatalf("err %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout), "\n")
-	if len(lines) != 2 || lines[0] != `{"ts":2,"events":[{"type":"PodDown","pod":"p","epoch":3,"reason":"drain"}],"data_parallel_rank":0}` ||
-		lines[1] != `{"ts":0,"events":[],"data_parallel_rank":null}` {
+	if len(lines) != 3 || lines[0] != `{"ts":2,"events":[{"type":"PodDown","pod":"p","epoch":3,"reason":"drain"}],"data_parallel_rank":0}` ||
+		lines[1] != `{"ts":0,"events":[],"data_parallel_rank":null}` || !strings.HasPrefix(lines[2], `{"ts":1.5,"events":[],"data_parallel_rank":0,"skipped":[{"index":0`) {
 		t.Fatalf("stdout %q", stdout)
 	}
-	for _, want := range []string{"line 3: bad hex", "line 4: truncated at byte 0", "line 7: bad_event at byte 11"} {
+	for _, want := range []string{"line 3: bad hex", "line 4: truncated at byte 0", "line 7: event 0 ((no tag)) skipped: bad_event at byte 11", "line 8: truncated"} {
 		if !strings.Contains(stderr, want) {
 			t.Errorf("stderr %q lacks %q", stderr, want)
 		}

@@ -41,7 +41,9 @@ func gossipKeysCommand() *cli.Command {
 			"Check with `list` that every controller has the key before `use`, and uses it before `remove`.\n" +
 			"Make a key with: head -c 32 /dev/urandom | base64. Keys are never printed, only fingerprints.\n" +
 			"The exit status is 1 when any controller refused or did not answer (run the step again: every\n" +
-			"step is idempotent).",
+			"step is idempotent). Each step is recorded (admin_action, with the key's fingerprint and the caller's\n" +
+			"certificate identity or the admin token) in the audit log of the controller asked, before it takes\n" +
+			"effect; a step that cannot be recorded is refused (audit_unavailable) and changes nothing.",
 		Subcommands: []*cli.Command{
 			{Name: "list", Usage: "show every controller's key fingerprints", Flags: gossipAdminFlags(), Action: runGossipKeysList},
 			{Name: "install", Usage: "add a key for decryption on every controller", Flags: keyFlags(), Action: runGossipKeyOp(gossip.KeyInstall)},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -23,8 +24,15 @@ func kvBridgeCommand() *cli.Command {
 			"Pods come from --config (YAML, see kvbridge.Config) and/or repeated --pod flags:\n" +
 			"  --pod NAME=tcp://HOST:5557[,replay=tcp://HOST:5558][,model=M][,hardware=H][,dp=N][,subscribe=PREFIX]\n" +
 			"  --pod tcp://*:5557,bind    (listen for engines that connect; pod names from topics kv@<pod>@<model>)\n" +
-			"An empty NAME takes pod names from the topics. Flags override the file; --check prints the\n" +
-			"effective configuration and exits.",
+			"An empty NAME takes pod names from the topics; with http=URL the bridge announces the pod\n" +
+			"(PodUp with that endpoint, repeated every --announce-interval), which vLLM never does.\n\n" +
+			"Or the engines are discovered (the file's discovery section, or --dns): a headless Service's\n" +
+			"pods, each subscribed to at its address and --kv-events-port, announced with its HTTP\n" +
+			"endpoint (the Service's \"http\" port), and dropped when it leaves. Give the controllers the\n" +
+			"same discovery section.\n\n" +
+			"The file's kafka section (tls, sasl: as a controller's) or the --kafka-* flags secure the\n" +
+			"brokers; a broker beyond loopback without TLS needs insecure: true (--kafka-insecure). Flags\n" +
+			"override the file; --check prints the effective configuration and exits.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"MERIDIAN_KVBRIDGE_CONFIG"}, Usage: "YAML configuration file"},
 			&cli.GenericFlag{Name: "pod", Value: &podFlags{}, Usage: "an engine to subscribe to (repeatable; syntax above)"},
@@ -32,8 +40,13 @@ func kvBridgeCommand() *cli.Command {
 			&cli.StringFlag{Name: "region", Usage: "region, naming the topic meridian.kv-events.<region> (overrides the file)"},
 			&cli.StringFlag{Name: "topic", Usage: "Kafka topic (default meridian.kv-events.<region>)"},
 			&cli.StringFlag{Name: "metrics-addr", Usage: "serve /metrics, /healthz, /readyz and /streams on this address"},
+			&cli.StringFlag{Name: "dns", Usage: "discover the engines through this headless Service's SRV records (e.g. vllm.ns.svc.cluster.local.)"},
+			&cli.IntFlag{Name: "kv-events-port", Value: 5557, Usage: "with --dns: the engines' ZMQ PUB port"},
+			&cli.IntFlag{Name: "replay-port", Usage: "with --dns: the engines' ZMQ replay port (0: none)"},
+			&cli.StringFlag{Name: "model", Usage: "with --dns: the model the discovered engines serve"},
+			&cli.DurationFlag{Name: "announce-interval", Usage: "how often pods are announced (default 10s; negative: never)"},
 			&cli.BoolFlag{Name: "check", Usage: "validate the configuration, print it, and exit"},
-		}, logFlags()...),
+		}, append(kafkaSecurityFlags(), logFlags()...)...),
 		Action: func(c *cli.Context) error {
 			cfg, err := kvBridgeConfig(c)
 			if err != nil {
@@ -78,6 +91,28 @@ func kvBridgeConfig(c *cli.Context) (kvbridge.Config, error) {
 	}
 	if v := c.String("metrics-addr"); v != "" {
 		cfg.MetricsAddr = v
+	}
+	cfg.Kafka = kafkaSecurity(c, cfg.Kafka)
+	if c.Bool("kafka-insecure") {
+		cfg.Insecure = true
+	}
+	if v := c.String("dns"); v != "" {
+		cfg.Discovery.DNS.Name = v
+		if cfg.Discovery.DNS.KVEventsPort == 0 || c.IsSet("kv-events-port") {
+			cfg.Discovery.DNS.KVEventsPort = c.Int("kv-events-port")
+		}
+		if c.IsSet("replay-port") {
+			cfg.Discovery.DNS.ReplayPort = c.Int("replay-port")
+		}
+		if v := c.String("model"); v != "" {
+			cfg.Discovery.DNS.Model = v
+		}
+	}
+	if c.IsSet("announce-interval") {
+		cfg.AnnounceInterval = c.Duration("announce-interval")
+	}
+	if v := os.Getenv("MERIDIAN_ANNOUNCE_KEY"); v != "" {
+		cfg.AnnounceKey = v
 	}
 	if cfg.Topic == "" && cfg.Region != "" {
 		cfg.Topic = kvevents.TopicFor(cfg.Region)

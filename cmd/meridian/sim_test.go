@@ -52,7 +52,7 @@ func TestSimCommandTrace(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rows); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	if len(rows) != 6 || rows[4].Policy != "meridian" || rows[4].HitRate == nil || *rows[4].HitRate <= 0 {
+	if len(rows) != 12 || rows[10].Policy != "meridian" || rows[10].HitRate == nil || *rows[10].HitRate <= 0 {
 		t.Errorf("rows: %s", out)
 	}
 	if _, err := os.Stat(filepath.Join(charts, "ttft_cdf.svg")); err != nil {
@@ -77,6 +77,11 @@ func TestSimCommandWorkloadsAndErrors(t *testing.T) {
 		{"--workload", "short", "--origin-shares", "1,x,1"},
 		{"--trace", "does-not-exist.jsonl"},
 		{"--trace", "x.jsonl", "--workload", "rag"},
+		{"--workload", "short", "--seeds", "3"},
+		{"--workload", "short", "--load", "0.2,x"},
+		{"--workload", "short", "--load", "0.2", "--seeds", "0"},
+		{"--workload", "short", "--scenario", "mars"},
+		{"--workload", "short", "--model-error", "2"},
 	} {
 		_, _, err := runSim(t, args...)
 		var ee *exitError
@@ -105,7 +110,7 @@ func TestSimCommandControllerConfig(t *testing.T) {
 		Cross   int     `json:"cross_region_requests"`
 	}
 	run := func(extra ...string) map[string]row {
-		args := append([]string{"--workload", "rag", "--duration", "20s", "--pods-per-region", "2", "--policy", "round_robin,meridian", "--json", "--quiet"}, extra...)
+		args := append([]string{"--workload", "rag", "--duration", "20s", "--pods-per-region", "2", "--eu-health-share", "0", "--policy", "round_robin,meridian", "--json", "--quiet"}, extra...)
 		out, _, err := runSim(t, args...)
 		if err != nil {
 			t.Fatal(err)
@@ -139,5 +144,35 @@ func TestSimCommandControllerConfig(t *testing.T) {
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "bounded_load_factr") {
 		t.Errorf("misspelt key: error %v, want exit status 2 naming the key", err)
+	}
+}
+
+// TestSimCommandSweep: --load L1,L2 --seeds N --json prints {"runs": [...]}
+// with one object per (load, policy); --report writes one HTML page.
+func TestSimCommandSweep(t *testing.T) {
+	dir := t.TempDir()
+	report := filepath.Join(dir, "report.html")
+	out, _, err := runSim(t, "--workload", "short", "--duration", "15s", "--pods-per-region", "2", "--load", "0.3,0.6", "--seeds", "2",
+		"--policy", "gorgo,meridian", "--ablations", "--scenario", "roaming", "--model-error", "0.3", "--json", "--report", report, "--quiet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Runs []struct {
+			Load   float64    `json:"load"`
+			Policy string     `json:"policy"`
+			Seeds  int        `json:"seeds"`
+			CI     [2]float64 `json:"ttft_p95_ci95_ms"`
+		} `json:"runs"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if len(doc.Runs) != 2*6 || doc.Runs[0].Load != 0.3 || doc.Runs[0].Policy != "gorgo" || doc.Runs[0].Seeds != 2 {
+		t.Errorf("runs: %s", out)
+	}
+	page, err := os.ReadFile(report)
+	if err != nil || !bytes.Contains(page, []byte("<svg")) || !bytes.Contains(page, []byte("roam share")) {
+		t.Errorf("report: %v, %d bytes", err, len(page))
 	}
 }

@@ -78,6 +78,9 @@ func fleetDrillConfig(f *fleet.Fleet, region, admin string) Config {
 	cfg.HTTP = f.HTTP // https, with the fleet's CA
 	cfg.Hold = time.Second
 	cfg.MovedTimeout, cfg.BackTimeout = 30*time.Second, 30*time.Second
+	// A probe is a TLS request through the race detector on a loaded
+	// machine: give it room (the default 5 s is for real fleets).
+	cfg.ProbeTimeout = 20 * time.Second
 	// The drill's timing targets (5 s to move, 10 s to come back) are
 	// wall-clock figures for a real fleet; on a loaded test machine they
 	// measure the machine. Here they are only the outer bound: the test

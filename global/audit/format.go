@@ -19,6 +19,15 @@ func (r *Record) AppendText(b []byte) []byte {
 			b = fmt.Appendf(b, "/%s", r.Pod)
 		}
 	}
+	if d, ok := r.Admin(); ok {
+		b = appendAdminText(b, d)
+		for _, kv := range [][2]string{{"policy", r.PolicyVersion}, {"decision", r.DecisionID}, {"request", r.RequestID}} {
+			if kv[1] != "" {
+				b = fmt.Appendf(b, " %s=%s", kv[0], quoteIfNeeded(kv[1]))
+			}
+		}
+		return b
+	}
 	for _, kv := range [][2]string{
 		{"class", r.DataClass}, {"rule", r.Rule}, {"policy", r.PolicyVersion},
 		{"decision", r.DecisionID}, {"request", r.RequestID}, {"tenant", short(r.TenantHMAC)}, {"session", short(r.SessionHMAC)},

@@ -288,7 +288,14 @@ func (l *Log) writeBatch(batch []*request) error {
 	seg := l.seg
 	ts := now.UTC().Round(0)
 	if ts.Before(l.head.ts) {
-		ts = l.head.ts // times never go back within a chain
+		// Times never go back within a chain, but a clock that steps back
+		// is not hidden: counted, measured and logged.
+		back := l.head.ts.Sub(ts)
+		l.m.clockBack.Inc()
+		l.m.clockBackBy.Set(back.Seconds())
+		l.logger.Warn("audit: the wall clock is behind the last record's time; records keep that time",
+			"behind", back, "last_record", l.head.ts, "clock", ts)
+		ts = l.head.ts
 	}
 	buf := l.buf[:0]
 	idx := l.idxBuf[:0]

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/meridian-llm/meridian/global/audit/audittest"
@@ -214,13 +215,19 @@ func TestRotationByAge(t *testing.T) {
 	verifyOK(t, root, nil)
 }
 
+// TestTimesNeverGoBack: record times never decrease, and a wall clock
+// that steps back is not hidden: it is counted and its step measured.
 func TestTimesNeverGoBack(t *testing.T) {
 	root := t.TempDir()
 	clock := audittest.NewClock(testStart)
-	l := openTest(t, testConfig(root, "c"), Deps{Clock: clock})
+	reg := prometheus.NewRegistry()
+	l := openTest(t, testConfig(root, "c"), Deps{Clock: clock, Registerer: reg})
 	mustAppend(t, l, testEntry(0))
 	clock.Set(testStart.Add(-time.Hour)) // the wall clock steps back
 	mustAppend(t, l, testEntry(1))
+	if n, by := testutil.ToFloat64(l.m.clockBack), testutil.ToFloat64(l.m.clockBackBy); n != 1 || by != 3600 {
+		t.Fatalf("clock regression counted %v times, %v s; want once, 3600 s", n, by)
+	}
 	clock.Set(testStart.Add(time.Minute))
 	mustAppend(t, l, testEntry(2))
 	l.Close()

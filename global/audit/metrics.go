@@ -14,6 +14,8 @@ type metrics struct {
 	batch       prometheus.Histogram
 	rotations   prometheus.Counter
 	checkpoints *prometheus.CounterVec
+	clockBack   prometheus.Counter
+	clockBackBy prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer, queueDepth func() float64) (*metrics, error) {
@@ -38,6 +40,14 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() float64) (*metrics,
 		rotations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_audit_segments_rotated_total", Help: "Segments sealed by size or age.",
 		}),
+		clockBack: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_audit_clock_regressions_total",
+			Help: "Batches whose wall time was behind the chain's last record time (the clock stepped back): their records carry the last time instead.",
+		}),
+		clockBackBy: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_audit_clock_regression_seconds",
+			Help: "How far behind the chain's last record time the wall clock was at the last regression.",
+		}),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_audit_checkpoints_total", Help: "Checkpoints handed to the sink, by result (ok, error).",
 		}, []string{"result"}),
@@ -56,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() float64) (*metrics,
 	queue := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "meridian_audit_queue_depth", Help: "Appends waiting for the writer.",
 	}, queueDepth)
-	for _, c := range []prometheus.Collector{m.records, m.bytes, m.writeErrors, m.fsync, m.batch, m.rotations, m.checkpoints, queue} {
+	for _, c := range []prometheus.Collector{m.records, m.bytes, m.writeErrors, m.fsync, m.batch, m.rotations, m.checkpoints, m.clockBack, m.clockBackBy, queue} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register audit metrics: %w", err)
 		}

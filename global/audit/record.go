@@ -44,6 +44,7 @@ const (
 	KindResidencyDenied Kind = "residency_denied" // the request was refused by a residency rule
 	KindForwardedIn     Kind = "forwarded_in"     // a request forwarded by another region was accepted here
 	KindFallback        Kind = "fallback"         // a forward failed before the first byte; served elsewhere
+	// KindAdminAction (admin.go) is a privileged action on the control plane.
 )
 
 func validKind(k Kind) bool {
@@ -76,7 +77,7 @@ type Entry struct {
 	PolicyVersion string // policy version the decision used (required for the kinds above)
 	// Cost is the cost explanation as a JSON object (for example gorgo's
 	// candidates and terms); required, non-empty, for cross_region and
-	// fallback. It is stored re-encoded canonically: keys sorted, no
+	// fallback. An admin_action record holds its AdminDetail here. It is stored re-encoded canonically: keys sorted, no
 	// insignificant space, numbers kept as their literal text. Empty is {}.
 	Cost json.RawMessage
 }
@@ -219,6 +220,13 @@ func prepare(e *Entry, h *Hasher, dst []byte) ([]byte, error) {
 	}
 	if crossing && string(cost) == "{}" {
 		return nil, &EntryError{Field: "cost", Reason: fmt.Sprintf("empty: a %s record carries the cost breakdown", e.Kind)}
+	}
+	if e.Kind == KindAdminAction {
+		// Every privileged action on record names what was done, by whom
+		// (and how they were authenticated) and with what outcome.
+		if err := checkAdminCost(cost); err != nil {
+			return nil, &EntryError{Field: "cost", Reason: err.Error()}
+		}
 	}
 	b := dst
 	if b == nil {

@@ -1,8 +1,10 @@
 // Package identity is the machine identity of a controller: the TLS material
 // it serves and dials with (certificate, key and the cluster CA, reloaded
 // from files so that rotated certificates take effect without a restart),
-// the identity a verified peer certificate carries, and a development PKI
-// (InitDevPKI, behind `meridian certs init`).
+// the identity a verified peer certificate carries, a development PKI
+// (InitDevPKI, behind `meridian certs init`), and the TLS of clients that
+// dial servers outside that PKI (ClientTLSConfig: Kafka brokers, https
+// pods).
 //
 // # Identity encoding
 //
@@ -36,6 +38,10 @@
 //     config to clients with a controller identity (Raft, forwarding);
 //     ClientConfig presents the current certificate and verifies the server
 //     against the current CA.
+//   - ClientTLSConfig.Load verifies servers against its CA (or the system's
+//     roots) for the host dialled unless insecure_skip_verify, which its
+//     callers accept only from an insecure process; its client certificate
+//     is read again at the next handshake after the files change.
 //   - No process-global state: metrics go to the Registerer in Deps.
 //
 // It imports nothing of Meridian's: global, regional and cmd import it.

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/memberlist"
+
+	"github.com/meridian-llm/meridian/regional/gossip/gossiptest"
 )
 
 // TestThreeRegions: every node gets every other region's latest summary
@@ -330,4 +332,86 @@ func TestBadBodyOverTheWire(t *testing.T) {
 	}
 	send(good)
 	waitFor(t, 10*time.Second, "a good body still accepted", func() error { return holds(a, "us-west-2", 1) })
+}
+
+// TestRejoinThroughEveryKnownAddress: a controller cut off long enough for
+// both sides to declare each other dead and stop gossiping to the dead is
+// isolated from every other region; it says so (Isolated, the metric) and,
+// with no seed configured, rejoins once the network heals through the
+// addresses of the controllers it had seen. A controller restarted with
+// seeds that point only at itself rejoins through the addresses Rejoin
+// gives (the controller's: its Raft members', those it remembered).
+func TestRejoinThroughEveryKnownAddress(t *testing.T) {
+	key := newKey(t)
+	part := gossiptest.NewPartition()
+	cfg := func(name, region string) Config {
+		c := testConfig(t, name, region, key)
+		c.GossipToTheDeadTime = 100 * time.Millisecond
+		c.WrapTransport = part.Wrap(name)
+		return c
+	}
+	a := open(t, cfg("a", "us-east-1"))
+	cfgB := cfg("b", "us-west-2")
+	cfgB.Join = []string{a.Addr()}
+	b := open(t, cfgB)
+	c := open(t, cfg("c", "eu-west-1")) // no seeds
+	if _, err := c.Join(context.Background(), []string{a.Addr()}); err != nil {
+		t.Fatal(err)
+	}
+	sees := func(n *Node, region string, live bool) error {
+		r, ok := n.View().Region(region)
+		if !ok || r.Live != live {
+			return fmt.Errorf("%s: %s live %v, want %v", n.cfg.NodeName, region, ok && r.Live, live)
+		}
+		return nil
+	}
+	waitFor(t, 15*time.Second, "everyone sees everyone", func() error {
+		return errors.Join(sees(c, "us-east-1", true), sees(c, "us-west-2", true), sees(a, "eu-west-1", true))
+	})
+	if c.Isolated() {
+		t.Fatal("c isolated while it sees the other regions")
+	}
+
+	part.Cut([]string{"c"}, []string{"a", "b"})
+	waitFor(t, 20*time.Second, "both sides declare each other dead", func() error {
+		for _, n := range []*Node{a, b} {
+			if r, ok := n.View().Region("eu-west-1"); !ok || r.Dead != 1 {
+				return fmt.Errorf("%s does not see c dead", n.cfg.NodeName)
+			}
+		}
+		if !c.Isolated() {
+			return errors.New("c is not isolated")
+		}
+		return nil
+	})
+	if got := counter(t, c.m.isolated); got != 1 {
+		t.Fatalf("isolated gauge %v, want 1", got)
+	}
+	part.Heal()
+	waitFor(t, 20*time.Second, "c rejoins through the controllers it had seen", func() error {
+		return errors.Join(sees(c, "us-east-1", true), sees(c, "us-west-2", true), sees(a, "eu-west-1", true), sees(b, "eu-west-1", true))
+	})
+	if c.Isolated() || counter(t, c.m.isolated) != 0 || counter(t, c.m.rejoins) == 0 {
+		t.Fatalf("after rejoining: isolated %v, gauge %v, rejoins %v", c.Isolated(), counter(t, c.m.isolated), counter(t, c.m.rejoins))
+	}
+
+	// A restart whose seeds point only at itself: Rejoin's addresses.
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	self := ln.LocalAddr().String()
+	ln.Close()
+	cfgC2 := cfg("c", "eu-west-1")
+	_, port, _ := net.SplitHostPort(self)
+	cfgC2.BindPort, _ = strconv.Atoi(port)
+	cfgC2.Join = []string{self}
+	cfgC2.Rejoin = func(context.Context) []string { return []string{b.Addr()} }
+	c2 := open(t, cfgC2)
+	waitFor(t, 20*time.Second, "the restarted controller rejoins through Rejoin's addresses", func() error {
+		return errors.Join(sees(c2, "us-east-1", true), sees(c2, "us-west-2", true), sees(a, "eu-west-1", true))
+	})
 }

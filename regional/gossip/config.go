@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"context"
 	"encoding/base64"
 	"errors"
 	"fmt"
@@ -35,10 +36,19 @@ type Config struct {
 	// private address of this host when bound to 0.0.0.0) and the bound port.
 	AdvertiseAddr string
 	AdvertisePort int
-	// Join lists seed controllers ("host:port"). Open tries them once; while
-	// no other controller is known the node retries every RetryJoinInterval.
+	// Join lists seed controllers ("host:port"). Open tries them once.
+	// While the node is isolated from every other region (no controller of
+	// another region alive for it), it rejoins every RetryJoinInterval
+	// through every address it knows: Join, the addresses of every
+	// controller it has seen (Peers), and Rejoin's.
 	Join              []string
 	RetryJoinInterval time.Duration // default 30s
+	// Rejoin, if set, gives more addresses to rejoin through (the
+	// controller's: the Raft configuration's members, the peers it
+	// remembers from before a restart). It is called on the node's worker,
+	// at most once per RetryJoinInterval, and only while isolated; it must
+	// return within RetryJoinInterval.
+	Rejoin func(ctx context.Context) []string
 
 	// Label tags every packet and stream (bound into the encryption as
 	// additional data): pools with different labels never talk. Default
@@ -87,6 +97,11 @@ type Config struct {
 	// PullRetry is how long to wait for a requested summary before asking
 	// again. Default 5s.
 	PullRetry time.Duration
+	// OlderGenerationAfter: a summary of a lower generation than the one
+	// held is rejected (counted, logged) until the held one is this old;
+	// then it is taken, as the region's controllers evidently restarted
+	// without their generation. Default 30s.
+	OlderGenerationAfter time.Duration
 	// UpdateTimeout bounds the wait for the digest broadcast, LeaveTimeout
 	// the wait for the leave broadcast on Close. Defaults 2s and 2s.
 	UpdateTimeout time.Duration
@@ -135,28 +150,29 @@ type StaticRTT struct {
 func DefaultConfig() Config {
 	wan := memberlist.DefaultWANConfig()
 	return Config{
-		BindAddr:            "0.0.0.0",
-		BindPort:            7947,
-		RetryJoinInterval:   30 * time.Second,
-		Label:               "meridian-wan",
-		ProbeInterval:       2 * time.Second,
-		ProbeTimeout:        1500 * time.Millisecond,
-		GossipInterval:      wan.GossipInterval,
-		GossipNodes:         wan.GossipNodes,
-		PushPullInterval:    15 * time.Second,
-		TCPTimeout:          wan.TCPTimeout,
-		SuspicionMult:       wan.SuspicionMult,
-		GossipToTheDeadTime: wan.GossipToTheDeadTime,
-		DeadNodeReclaimTime: 60 * time.Second,
-		SyncInterval:        time.Second,
-		PullRetry:           5 * time.Second,
-		UpdateTimeout:       2 * time.Second,
-		KeyOpTimeout:        5 * time.Second,
-		LeaveTimeout:        2 * time.Second,
-		MaxSummaryBytes:     1 << 20,
-		SuspectAfterProbes:  3,
-		RTTWindow:           8,
-		RTTMinSamples:       3,
+		BindAddr:             "0.0.0.0",
+		BindPort:             7947,
+		RetryJoinInterval:    30 * time.Second,
+		Label:                "meridian-wan",
+		ProbeInterval:        2 * time.Second,
+		ProbeTimeout:         1500 * time.Millisecond,
+		GossipInterval:       wan.GossipInterval,
+		GossipNodes:          wan.GossipNodes,
+		PushPullInterval:     15 * time.Second,
+		TCPTimeout:           wan.TCPTimeout,
+		SuspicionMult:        wan.SuspicionMult,
+		GossipToTheDeadTime:  wan.GossipToTheDeadTime,
+		DeadNodeReclaimTime:  60 * time.Second,
+		SyncInterval:         time.Second,
+		PullRetry:            5 * time.Second,
+		OlderGenerationAfter: 30 * time.Second,
+		UpdateTimeout:        2 * time.Second,
+		KeyOpTimeout:         5 * time.Second,
+		LeaveTimeout:         2 * time.Second,
+		MaxSummaryBytes:      1 << 20,
+		SuspectAfterProbes:   3,
+		RTTWindow:            8,
+		RTTMinSamples:        3,
 	}
 }
 
@@ -227,6 +243,7 @@ func (c *Config) Validate() error {
 	positive("GossipToTheDeadTime", c.GossipToTheDeadTime)
 	positive("SyncInterval", c.SyncInterval)
 	positive("PullRetry", c.PullRetry)
+	positive("OlderGenerationAfter", c.OlderGenerationAfter)
 	positive("UpdateTimeout", c.UpdateTimeout)
 	positive("LeaveTimeout", c.LeaveTimeout)
 	positive("KeyOpTimeout", c.KeyOpTimeout)

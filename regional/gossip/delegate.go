@@ -53,6 +53,14 @@ func (d *delegate) NotifyMsg(b []byte) {
 		n.answer(w)
 	case msgSummary:
 		_ = n.receive(b[msgHeaderLen:], "pull")
+	case msgAge:
+		m, err := decodeAge(b)
+		if err != nil {
+			n.m.rejected.WithLabelValues("malformed").Inc()
+			n.warnOnce("age", "malformed summary age dropped", "err", err)
+			return
+		}
+		n.noteAge(m)
 	case msgKeyOp:
 		m, err := decodeKeyOp(b)
 		if err != nil {

@@ -59,6 +59,8 @@
 // answers; the caller gets every controller's outcome and key
 // fingerprints. KeysHandler serves them as the admin API
 // (/v1/gossip/keys{,/install,/use,/remove}) for `meridian gossip keys`;
+// GuardedKeysHandler lets the controller record each change in its audit
+// log before it takes effect, and refuse it when it cannot (KeyOpGuard);
 // KeyringFile keeps the keyring across restarts. Keys never appear in
 // answers, logs or metrics, only fingerprints.
 //

@@ -249,6 +249,32 @@ func (n *Node) KeyOperation(ctx context.Context, op KeyOp, key string) (KeyOpRes
 	return res, nil
 }
 
+// checkKeyOp returns the error KeyOperation would refuse op on key with
+// here, without changing anything: using a key this controller does not
+// hold, removing its primary key, a closed node. A nil answer does not
+// promise the operation succeeds (the keyring may change in between).
+func (n *Node) checkKeyOp(op KeyOp, key []byte) error {
+	if n.closed.Load() {
+		return ErrClosed
+	}
+	keys := n.keyring.GetKeys()
+	var why string
+	switch op {
+	case KeyUse:
+		if !slices.ContainsFunc(keys, func(k []byte) bool { return bytes.Equal(k, key) }) {
+			why = "the key is not installed here: install it first"
+		}
+	case KeyRemove:
+		if len(keys) > 0 && bytes.Equal(keys[0], key) {
+			why = "the primary key cannot be removed: use another key first"
+		}
+	}
+	if why != "" {
+		return fmt.Errorf("gossip key %s %s: %w: %s", op, fingerprint(key), ErrKeyRefused, why)
+	}
+	return nil
+}
+
 // livePeers are the other controllers not known dead, from the node's own
 // table (memberlist mutates the *Node values Members returns under its own
 // lock, so they are not read here).

@@ -375,6 +375,139 @@ func TestKeysHandler(t *testing.T) {
 	}
 }
 
+// guardCall is what a KeyOpGuard was called with.
+type guardCall struct {
+	op          KeyOp
+	fingerprint string
+	refused     error
+	applied     bool
+	err         error
+}
+
+// TestGuardedKeysHandler: every change goes through the guard, once, after
+// it is checked against this controller's keyring and before it takes
+// effect: a bad key, a use of a key not installed and a removal of the
+// primary key reach it as refused (and change nothing); a guard that
+// declines (its record could not be written) leaves every keyring as it
+// was and the answer is 503 audit_unavailable; listings are not guarded.
+func TestGuardedKeysHandler(t *testing.T) {
+	k1, k2 := newKey(t), newKey(t)
+	nodes, _ := pool(t, k1, nil)
+	var (
+		mu      sync.Mutex
+		calls   []guardCall
+		decline error
+	)
+	guard := func(r *http.Request, op KeyOp, fingerprint string, refused error, apply func() (KeyOpResult, error)) (KeyOpResult, error) {
+		mu.Lock()
+		no := decline
+		mu.Unlock()
+		c := guardCall{op: op, fingerprint: fingerprint, refused: refused}
+		var res KeyOpResult
+		switch {
+		case refused != nil:
+			c.err = refused
+		case no != nil:
+			c.err = no
+		default:
+			// The change has not happened yet when the guard runs.
+			if slices.Contains(nodes[0].ListKeys(), fp(t, k2)) && op == KeyInstall {
+				t.Error("the key was installed before the guard let it")
+			}
+			c.applied = true
+			res, c.err = apply()
+		}
+		mu.Lock()
+		calls = append(calls, c)
+		mu.Unlock()
+		return res, c.err
+	}
+	srv := httptest.NewServer(GuardedKeysHandler(nodes[0], guard))
+	defer srv.Close()
+	hc := &http.Client{Transport: &http.Transport{}}
+	defer hc.CloseIdleConnections()
+	c := &KeysClient{BaseURL: srv.URL, Token: "t", HTTP: hc}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	last := func() guardCall {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(calls) == 0 {
+			t.Fatal("the guard was not called")
+		}
+		return calls[len(calls)-1]
+	}
+	var api *KeysAPIError
+
+	// Declined: nothing changes anywhere.
+	mu.Lock()
+	decline = errors.New("gossip_key_install refused: its audit record could not be written")
+	mu.Unlock()
+	if _, err := c.Install(ctx, k2); !errors.As(err, &api) || api.Status != 503 || api.Code != "audit_unavailable" || !strings.Contains(api.Message, "audit record could not be written") {
+		t.Fatalf("declined install: %v", err)
+	}
+	for _, n := range nodes {
+		if !slices.Equal(n.ListKeys(), []string{fp(t, k1)}) {
+			t.Fatalf("%s has keys %v after a declined install", n.cfg.NodeName, n.ListKeys())
+		}
+	}
+	if g := last(); g.op != KeyInstall || g.fingerprint != fp(t, k2) || g.refused != nil || g.applied {
+		t.Fatalf("declined install: guard call %+v", g)
+	}
+	mu.Lock()
+	decline = nil
+	mu.Unlock()
+
+	if _, err := c.Install(ctx, k2); err != nil {
+		t.Fatal(err)
+	}
+	if g := last(); g.op != KeyInstall || g.fingerprint != fp(t, k2) || !g.applied || g.err != nil {
+		t.Fatalf("install: guard call %+v", g)
+	}
+	everyone(t, nodes, fp(t, k1), fp(t, k2))
+
+	k3 := newKey(t)
+	for _, tc := range []struct {
+		name   string
+		do     func() error
+		op     KeyOp
+		fp     string
+		status int
+		is     error
+	}{
+		{"bad key", func() error { _, err := c.Install(ctx, "short"); return err }, KeyInstall, "", 400, ErrInvalidKey},
+		{"use of a key not installed", func() error { _, err := c.Use(ctx, k3); return err }, KeyUse, fp(t, k3), 409, ErrKeyRefused},
+		{"removal of the primary", func() error { _, err := c.Remove(ctx, k1); return err }, KeyRemove, fp(t, k1), 409, ErrKeyRefused},
+	} {
+		if err := tc.do(); !errors.As(err, &api) || api.Status != tc.status {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if g := last(); g.op != tc.op || g.fingerprint != tc.fp || !errors.Is(g.refused, tc.is) || g.applied {
+			t.Fatalf("%s: guard call %+v", tc.name, g)
+		}
+	}
+	everyone(t, nodes, fp(t, k1), fp(t, k2))
+
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+KeysRemovePath, strings.NewReader("not json"))
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if g := last(); resp.StatusCode != 400 || g.op != KeyRemove || !errors.Is(g.refused, errKeyRequest) {
+		t.Fatalf("bad body: %d, guard call %+v", resp.StatusCode, g)
+	}
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(calls)
+	}
+	before := count()
+	if _, err := c.List(ctx); err != nil || before != 6 || count() != 6 {
+		t.Fatalf("list: %v; %d guard calls before, %d after, want 6", err, before, count())
+	}
+}
+
 // TestRemoveKeyLeavesReadersAlone: removing a key from the middle of the
 // keyring never writes into a slice a reader (the transport decrypting a
 // packet) may hold — the race detector watches — and keeps the order.

@@ -65,7 +65,32 @@ type keysErrorBody struct {
 // 0). A bad key is 400 (invalid_key), an operation this controller refuses
 // 409 (key_refused; nothing was sent). It does not authenticate: mount it
 // behind the admin API's authentication. Answers never contain keys.
-func KeysHandler(n *Node) http.Handler {
+//
+// KeysHandler does not record what it changes: a controller serves
+// GuardedKeysHandler, whose guard records every change in its audit log.
+func KeysHandler(n *Node) http.Handler { return GuardedKeysHandler(n, nil) }
+
+// KeyOpGuard stands around every keyring change (install, use, remove)
+// that GuardedKeysHandler is asked for, so that the controller can record
+// it (in its audit log) before it takes effect, and refuse it if it cannot.
+// It is called once the request is read and checked against this
+// controller's keyring: fingerprint names the key ("" when the request
+// holds no valid key); refused, when not nil, says why the change is
+// refused before anything changed, and the guard returns it (possibly
+// annotated, wrapping it). Otherwise the guard calls apply, which carries
+// the change out on every controller, and returns its outcome; or it
+// declines to call it and returns why (the change could not be recorded),
+// and nothing changes: the handler answers 503 audit_unavailable with that
+// error. r is the request, for the caller's identity.
+type KeyOpGuard func(r *http.Request, op KeyOp, fingerprint string, refused error,
+	apply func() (KeyOpResult, error)) (KeyOpResult, error)
+
+// errKeyRequest is a request body that is not {"key": "..."}.
+var errKeyRequest = errors.New(`want a JSON body {"key": "<base64 of 32 bytes>"}`)
+
+// GuardedKeysHandler is KeysHandler whose changes go through guard (nil:
+// none). Listings are not guarded.
+func GuardedKeysHandler(n *Node, guard KeyOpGuard) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		path := strings.TrimSuffix(r.URL.Path, "/")
 		var op KeyOp
@@ -103,18 +128,44 @@ func KeysHandler(n *Node) http.Handler {
 			return
 		}
 		var req KeyRequest
+		var refused error
+		fp := ""
 		dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&req); err != nil {
-			keysError(w, http.StatusBadRequest, "invalid_request", "want a JSON body {\"key\": \"<base64 of 32 bytes>\"}")
-			return
+			refused = fmt.Errorf("gossip key %s: %w", op, errKeyRequest)
+		} else if kb, err := decodeKey(req.Key); err != nil {
+			refused = fmt.Errorf("gossip key %s: %w: %v", op, ErrInvalidKey, err)
+		} else {
+			fp = fingerprint(kb)
+			refused = n.checkKeyOp(op, kb)
 		}
-		res, err := n.KeyOperation(ctx, op, req.Key)
+		applied := false
+		apply := func() (KeyOpResult, error) {
+			applied = true
+			return n.KeyOperation(ctx, op, req.Key)
+		}
+		var (
+			res KeyOpResult
+			err error
+		)
+		switch {
+		case guard != nil:
+			res, err = guard(r, op, fp, refused, apply)
+		case refused != nil:
+			err = refused
+		default:
+			res, err = apply()
+		}
 		switch {
 		case err == nil:
 			writeKeysJSON(w, http.StatusOK, res)
+		case refused == nil && !applied:
+			keysError(w, http.StatusServiceUnavailable, "audit_unavailable", err.Error())
 		case isPartial(err):
 			writeKeysJSON(w, http.StatusBadGateway, res)
+		case errors.Is(err, errKeyRequest):
+			keysError(w, http.StatusBadRequest, "invalid_request", err.Error())
 		default:
 			keysFailure(w, err)
 		}

@@ -17,6 +17,9 @@ type metrics struct {
 	summaryAge     *prometheus.GaugeVec
 	rtt            *prometheus.GaugeVec
 	regionLive     *prometheus.GaugeVec
+	skew           *prometheus.GaugeVec
+	isolated       prometheus.Gauge
+	rejoins        prometheus.Counter
 	keyOps         *prometheus.CounterVec
 }
 
@@ -41,7 +44,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		rejected: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_gossip_summaries_rejected_total",
-			Help: "Summary bodies rejected, by reason (oversize, truncated, magic, version, checksum, field, malformed, stale).",
+			Help: "Summary bodies rejected, by reason (oversize, truncated, magic, version, checksum, field, malformed, stale, older_generation).",
 		}, []string{"reason"}),
 		pulls: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_summary_pulls_total",
@@ -57,7 +60,19 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		summaryAge: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_gossip_summary_age_seconds",
-			Help: "Age of the summary held for each remote region (by its build time, or receive time if later).",
+			Help: "Age of the summary held for each remote region: the sender's reported age when it sent it plus the time since it arrived (no remote wall clock is read).",
+		}, []string{"region"}),
+		isolated: f.NewGauge(prometheus.GaugeOpts{
+			Name: "meridian_gossip_isolated",
+			Help: "1 while no controller of another region is alive for this one: no cross-region work can be done, and it rejoins through every address it knows.",
+		}),
+		rejoins: f.NewCounter(prometheus.CounterOpts{
+			Name: "meridian_gossip_rejoins_total",
+			Help: "Attempts to rejoin the pool while isolated from every other region.",
+		}),
+		skew: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "meridian_gossip_clock_skew_seconds",
+			Help: "How far each remote region's controllers' wall clocks are ahead of this controller's (median; negative: behind), measured from their summaries' age messages.",
 		}, []string{"region"}),
 		rtt: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "meridian_gossip_rtt_seconds",

@@ -57,6 +57,7 @@ type Node struct {
 	mu         sync.Mutex
 	peers      map[string]*peer
 	regions    map[string]*held
+	ages       map[string]reported // by region: an age message before its body
 	pending    map[string]pull
 	own        *published
 	metaDirty  bool
@@ -92,7 +93,9 @@ type peer struct {
 	digest   Digest
 	digestOK bool
 	dead     bool
-	seen     time.Time // joined, or last direct ping answer
+	seen     time.Time     // joined, or last direct ping answer
+	skew     time.Duration // its wall clock minus ours, from its last age message
+	skewOK   bool
 	samples  []time.Duration
 	next     int // ring position in samples
 	coord    *coordinate.Coordinate
@@ -101,8 +104,20 @@ type peer struct {
 type held struct {
 	s          *summary.Summary
 	hash       uint64
-	receivedAt time.Time
+	receivedAt time.Time     // on this controller's clock
+	sentAge    time.Duration // the sender's age of it when sent (0: not reported)
 	via        string
+}
+
+// age is how old the summary is at now: the sender's age when it sent it
+// plus the time since it arrived, both durations (no remote wall clock).
+func (h *held) age(now time.Time) time.Duration { return max(now.Sub(h.receivedAt), 0) + h.sentAge }
+
+// reported is an age message waiting for its body (the two travel as
+// separate messages, in either order).
+type reported struct {
+	m  ageMsg
+	at time.Time
 }
 
 type pull struct {
@@ -116,6 +131,7 @@ type published struct {
 	body []byte
 	msg  []byte // msgSummary framing of body
 	hash uint64
+	at   time.Time // when it was published, on this controller's clock
 }
 
 type sendJob struct {
@@ -161,6 +177,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		static:  map[string]time.Duration{},
 		peers:   map[string]*peer{},
 		regions: map[string]*held{},
+		ages:    map[string]reported{},
 		pending: map[string]pull{},
 		warned:  map[string]bool{},
 		kick:    make(chan struct{}, 1),
@@ -356,7 +373,7 @@ func (n *Node) setOwn(s *summary.Summary) error {
 		if len(body) > n.cfg.MaxSummaryBytes {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), n.cfg.MaxSummaryBytes)
 		}
-		p = &published{s: s, body: body, msg: encodeSummaryMsg(body), hash: bodyHash(body)}
+		p = &published{s: s, body: body, msg: encodeSummaryMsg(body), hash: bodyHash(body), at: n.now()}
 		t := s.Totals()
 		d.Generation, d.BodyHash, d.BodyLen = s.Generation, p.hash, uint32(len(body))
 		d.Pods, d.Running, d.Slots = uint32(t.Pods), uint32(t.Running), uint32(t.Slots)
@@ -428,29 +445,101 @@ func (n *Node) sync() {
 	n.mu.Unlock()
 }
 
+// maybeRejoin rejoins, every RetryJoinInterval while the node is isolated
+// from every other region, through every address it knows: the seeds, the
+// controllers it has seen, and Rejoin's. A controller that lost everyone
+// (a long partition after which both sides declared each other dead and
+// stopped gossiping to the dead), or restarted with seeds that point only
+// at itself, finds its way back.
 func (n *Node) maybeRejoin() {
-	if len(n.cfg.Join) == 0 {
+	n.mu.Lock()
+	isolated := n.isolatedLocked()
+	due := n.now().Sub(n.lastJoin) >= n.cfg.RetryJoinInterval
+	n.mu.Unlock()
+	if !isolated || !due {
 		return
 	}
 	n.mu.Lock()
-	alone := true
-	for _, p := range n.peers {
-		if !p.dead {
-			alone = false
-			break
+	n.lastJoin = n.now() // also when there is nowhere to join: retry after the interval
+	n.mu.Unlock()
+	addrs := n.rejoinAddrs()
+	if len(addrs) == 0 {
+		n.warnOnce("isolated-nowhere", "isolated from every other region, and no address to rejoin through")
+		return
+	}
+	n.m.rejoins.Inc()
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RetryJoinInterval)
+	defer cancel()
+	if k, err := n.Join(ctx, addrs); err == nil {
+		n.log.Info("rejoined the pool after being isolated from every other region", "through", addrs, "answered", k)
+	}
+}
+
+// rejoinAddrs is every address to rejoin through, this node's own
+// excluded: the seeds, the controllers seen, then Rejoin's.
+func (n *Node) rejoinAddrs() []string {
+	var extra []string
+	if n.cfg.Rejoin != nil {
+		ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RetryJoinInterval)
+		extra = n.cfg.Rejoin(ctx)
+		cancel()
+	}
+	seen := map[string]bool{n.addr: true}
+	var out []string
+	for _, list := range [][]string{n.cfg.Join, n.Peers(), extra} {
+		for _, a := range list {
+			if a != "" && !seen[a] {
+				seen[a] = true
+				out = append(out, a)
+			}
 		}
 	}
-	due := n.now().Sub(n.lastJoin) >= n.cfg.RetryJoinInterval
-	n.mu.Unlock()
-	if alone && due {
-		_, _ = n.Join(n.ctx, n.cfg.Join)
+	return out
+}
+
+// isolatedLocked reports whether no controller of another region is alive
+// for this node (declared dead or never seen; a suspect one still counts:
+// memberlist has not given up on it).
+func (n *Node) isolatedLocked() bool {
+	for _, p := range n.peers {
+		if !p.dead && p.digestOK && p.digest.Region != n.cfg.Region {
+			return false
+		}
 	}
+	return true
+}
+
+// Isolated reports whether this controller is isolated from every other
+// region: no controller of another region is alive for it. Cross-region
+// work (forwarding, summaries, failover evidence) cannot be done then; it
+// keeps rejoining.
+func (n *Node) Isolated() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.isolatedLocked()
+}
+
+// Peers returns the gossip addresses of the other controllers this node
+// has seen, alive or dead, sorted: a controller rejoins through them, and
+// may keep them across restarts.
+func (n *Node) Peers() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, p := range n.peers {
+		if p.node.Addr != nil && p.node.Port != 0 {
+			out = append(out, net.JoinHostPort(net.IP(p.node.Addr).String(), strconv.Itoa(int(p.node.Port))))
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // pulls returns the requests for newer summaries to send: for each remote
 // region whose controllers advertise a newer generation (or the same one
-// with a greater body hash) than the one held, ask the one advertising the
-// newest, unless a request for it is younger than PullRetry.
+// with a greater body hash) than the one held, or any other once the held
+// one is OlderGenerationAfter old, ask the one advertising the newest,
+// unless a request for it is younger than PullRetry.
 func (n *Node) pulls() []sendJob {
 	n.mu.Lock()
 	defer n.mu.Unlock()
@@ -476,7 +565,12 @@ func (n *Node) pulls() []sendJob {
 	var jobs []sendJob
 	for region, c := range best {
 		if h := n.regions[region]; h != nil && !newer(c.gen, c.hash, h.s.Generation, h.hash) {
-			continue
+			// Not newer: nothing to fetch, unless the held one is old and
+			// the region now advertises another (a lower generation after
+			// its controllers restarted without theirs).
+			if (c.gen == h.s.Generation && c.hash == h.hash) || h.age(now) < n.cfg.OlderGenerationAfter {
+				continue
+			}
 		}
 		q, asked := n.pending[region]
 		if asked && q.gen >= c.gen && now.Sub(q.at) < n.cfg.PullRetry {
@@ -565,10 +659,27 @@ func (n *Node) receive(body []byte, via string) error {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
+	now := n.now()
 	if h := n.regions[s.Region]; h != nil && !newer(s.Generation, hash, h.s.Generation, h.hash) {
-		return nil
+		if h.age(now) < n.cfg.OlderGenerationAfter {
+			// An older generation than the one held: a replay, or a
+			// controller whose generations went back. Counted, logged, and
+			// taken once the held one is old enough to mean the region's
+			// controllers restarted without their generation.
+			n.m.rejected.WithLabelValues("older_generation").Inc()
+			n.warnOnceLocked("older:"+s.Region, "summary of an older generation than the one held dropped",
+				"of", s.Region, "generation", s.Generation, "held", h.s.Generation, "via", via)
+			return nil
+		}
+		n.log.Warn("taking a summary of an older generation: the one held is old, its region's controllers restarted",
+			"of", s.Region, "generation", s.Generation, "held", h.s.Generation, "held_age", h.age(now))
 	}
-	n.regions[s.Region] = &held{s: s, hash: hash, receivedAt: n.now(), via: via}
+	h := &held{s: s, hash: hash, receivedAt: now, via: via}
+	if r, ok := n.ages[s.Region]; ok && r.m.Hash == hash {
+		h.sentAge = r.m.Age // the body follows its age message at once
+		delete(n.ages, s.Region)
+	}
+	n.regions[s.Region] = h
 	if q, ok := n.pending[s.Region]; ok && q.gen <= s.Generation {
 		delete(n.pending, s.Region)
 	}
@@ -611,6 +722,9 @@ func (n *Node) answer(w want) {
 	case w.Region != n.cfg.Region || own == nil || own.s.Generation < w.Generation:
 		n.log.Debug("pull for a summary this controller does not have", "from", w.From, "remote_region", w.Region, "generation", w.Generation)
 	default:
+		age := ageMsg{From: n.cfg.NodeName, Region: n.cfg.Region, Generation: own.s.Generation, Hash: own.hash,
+			Age: max(n.now().Sub(own.at), 0), SentAt: n.now().UnixNano()}
+		n.enqueue(sendJob{to: to, msg: age.encode()})
 		n.enqueue(sendJob{to: to, msg: own.msg, summary: true})
 	}
 }
@@ -623,6 +737,37 @@ func (n *Node) warnOnce(key, msg string, args ...any) {
 	if !seen {
 		n.log.Warn(msg+" (logged once per kind)", args...)
 	}
+}
+
+// warnOnceLocked is warnOnce with n.mu held.
+func (n *Node) warnOnceLocked(key, msg string, args ...any) {
+	if !n.warned[key] {
+		n.warned[key] = true
+		n.log.Warn(msg+" (logged once per kind)", args...)
+	}
+}
+
+// noteAge takes an age message: the age of the summary it names (held
+// already, or arriving next), and the sender's clock skew against ours,
+// its wall time when it sent plus half the round trip against our wall
+// time on receipt.
+func (n *Node) noteAge(m ageMsg) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	now := n.now()
+	if p := n.peers[m.From]; p != nil && !p.dead && m.SentAt != 0 {
+		transit := time.Duration(0)
+		if len(p.samples) > 0 {
+			transit = median(slices.Clone(p.samples)) / 2
+		}
+		p.skew, p.skewOK = time.Unix(0, m.SentAt).Add(transit).Sub(now), true
+	}
+	if h := n.regions[m.Region]; h != nil && h.hash == m.Hash {
+		h.sentAge = m.Age
+		n.rebuildLocked()
+		return
+	}
+	n.ages[m.Region] = reported{m: m, at: now}
 }
 
 // Close leaves the pool and stops the node; safe to call twice.

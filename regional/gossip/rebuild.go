@@ -44,7 +44,7 @@ func (n *Node) rebuildLocked() {
 	}
 	for name, h := range n.regions {
 		r := region(name)
-		r.Summary, r.ReceivedAt, r.Via = h.s, h.receivedAt, h.via
+		r.Summary, r.ReceivedAt, r.SentAge, r.Via = h.s, h.receivedAt, h.sentAge, h.via
 	}
 	states := map[ControllerState]int{StateAlive: 0, StateSuspect: 0, StateDead: 0}
 	for _, p := range n.peers {
@@ -57,6 +57,8 @@ func (n *Node) rebuildLocked() {
 			Digest:      p.digest,
 			Samples:     len(p.samples),
 			State:       StateAlive,
+			ClockSkew:   p.skew,
+			SkewKnown:   p.skewOK,
 		}
 		if p.node.Addr != nil {
 			c.Addr = net.JoinHostPort(net.IP(p.node.Addr).String(), strconv.Itoa(int(p.node.Port)))
@@ -91,6 +93,15 @@ func (n *Node) rebuildLocked() {
 	v := &RegionsView{Local: n.cfg.Region, At: now, byName: map[string]int{}}
 	for _, r := range byRegion {
 		r.Live = r.Alive > 0
+		var skews []time.Duration
+		for _, c := range r.Controllers {
+			if c.SkewKnown && c.State != StateDead {
+				skews = append(skews, c.ClockSkew)
+			}
+		}
+		if len(skews) > 0 {
+			r.ClockSkew, r.SkewKnown = median(skews), true
+		}
 		slices.SortFunc(r.Controllers, func(a, b Controller) int { return cmp.Compare(a.Name, b.Name) })
 		n.rttLocked(r)
 		v.Regions = append(v.Regions, *r)
@@ -116,6 +127,11 @@ func (n *Node) rebuildLocked() {
 	for st, k := range states {
 		n.m.members.WithLabelValues(string(st)).Set(float64(k))
 	}
+	iso := 0.0
+	if n.isolatedLocked() {
+		iso = 1
+	}
+	n.m.isolated.Set(iso)
 	for i := range v.Regions {
 		r := &v.Regions[i]
 		live := 0.0
@@ -128,6 +144,9 @@ func (n *Node) rebuildLocked() {
 		}
 		if r.RTTSource != RTTNone {
 			n.m.rtt.WithLabelValues(r.Region).Set(r.RTT.Seconds())
+		}
+		if r.SkewKnown {
+			n.m.skew.WithLabelValues(r.Region).Set(r.ClockSkew.Seconds())
 		}
 	}
 }

@@ -173,7 +173,7 @@ func bareNode(t *testing.T, cfg Config, now *time.Time) *Node {
 	n := &Node{
 		cfg: cfg, log: testLogger(t), now: func() time.Time { return *now }, m: newMetrics(prometheus.NewRegistry()),
 		coord: coord, dims: 8, static: map[string]time.Duration{}, peers: map[string]*peer{}, regions: map[string]*held{},
-		pending: map[string]pull{}, warned: map[string]bool{}, kick: make(chan struct{}, 1), sends: make(chan sendJob, 8),
+		ages: map[string]reported{}, pending: map[string]pull{}, warned: map[string]bool{}, kick: make(chan struct{}, 1), sends: make(chan sendJob, 8),
 	}
 	for _, e := range cfg.StaticRTT {
 		if e.A == cfg.Region {
@@ -378,8 +378,9 @@ func TestSuspectAndLive(t *testing.T) {
 	}
 }
 
-// TestRegionCandidate: the view's candidate carries the RTT and the age
-// (from receipt when the remote clock runs ahead).
+// TestRegionCandidate: the view's candidate carries the RTT and the age:
+// the sender's reported age plus the time since receipt, whatever the
+// summary's build time says on the remote clock.
 func TestRegionCandidate(t *testing.T) {
 	s := buildSummary(t, "us-west-2", 1, 1000)
 	recv := s.BuiltAt.Add(-2 * time.Second) // the remote clock is 2s ahead
@@ -390,13 +391,15 @@ func TestRegionCandidate(t *testing.T) {
 	if !ok || c.RTTMs != 65 || c.SummaryAge != 5*time.Second || !c.Remote || c.Region != "us-west-2" {
 		t.Fatalf("candidate %+v ok %v", c, ok)
 	}
-	// Received after it was built: the age runs from the build; and it is
-	// never negative (now before both, under clock skew).
+	// Sent 3s after it was built (as the sender reported), received 90s
+	// of wall clock later by a receiver whose clock is 90s ahead: 3s old
+	// on arrival, 7s old four seconds later. The build time is not read.
 	late := r
-	late.ReceivedAt = s.BuiltAt.Add(3 * time.Second)
-	if c, _ := late.Candidate(s.BuiltAt.Add(7*time.Second), nil, 10); c.SummaryAge != 7*time.Second {
-		t.Fatalf("age from the build: %v", c.SummaryAge)
+	late.ReceivedAt, late.SentAge = s.BuiltAt.Add(90*time.Second), 3*time.Second
+	if c, _ := late.Candidate(late.ReceivedAt.Add(4*time.Second), nil, 10); c.SummaryAge != 7*time.Second {
+		t.Fatalf("age from the sender's report: %v", c.SummaryAge)
 	}
+	// It is never negative (now before receipt, under a clock step).
 	if c, _ := r.Candidate(recv.Add(-time.Second), nil, 10); c.SummaryAge != 0 {
 		t.Fatalf("age under skew: %v", c.SummaryAge)
 	}
@@ -469,5 +472,79 @@ func TestPublishErrors(t *testing.T) {
 	}
 	if err := n.Publish(buildSummary(t, "us-east-1", 6, 5000)); !errors.Is(err, ErrTooLarge) {
 		t.Errorf("oversize: %v", err)
+	}
+}
+
+// TestSummaryAgeSkewAndGenerations: a summary's age is the sender's
+// reported age plus the time since receipt, whichever of the body and its
+// age message arrives first, with no remote wall clock read; the sender's
+// clock skew is measured from the age message; a summary of an older
+// generation is rejected and counted until the one held is
+// OlderGenerationAfter old, then taken (its region restarted).
+func TestSummaryAgeSkewAndGenerations(t *testing.T) {
+	now := time.Now()
+	cfg := testConfig(t, "a", "us-east-1", newKey(t))
+	n := bareNode(t, cfg, &now)
+	n.mu.Lock()
+	addPeer(n, "w1", "us-west-2", 60*time.Millisecond, 60*time.Millisecond, 60*time.Millisecond)
+	n.mu.Unlock()
+	body := func(gen uint64) []byte {
+		b, err := buildSummary(t, "us-west-2", gen, 100).MarshalBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	age := func(gen uint64, b []byte, a time.Duration) {
+		m := ageMsg{From: "w1", Region: "us-west-2", Generation: gen, Hash: bodyHash(b), Age: a,
+			SentAt: now.Add(90*time.Second - 30*time.Millisecond).UnixNano()} // its clock is 90s ahead
+		(*delegate)(n).NotifyMsg(m.encode())
+	}
+	view := func() *RegionView {
+		r, ok := n.View().Region("us-west-2")
+		if !ok || r.Summary == nil {
+			t.Fatal("no summary of us-west-2")
+		}
+		return r
+	}
+
+	b5 := body(5)
+	age(5, b5, 3*time.Second) // the age message first
+	if err := n.receive(b5, "pull"); err != nil {
+		t.Fatal(err)
+	}
+	if got := view().Age(now); got != 3*time.Second {
+		t.Fatalf("age on receipt %v, want the reported 3s", got)
+	}
+	if r := view(); !r.SkewKnown || r.ClockSkew != 90*time.Second {
+		t.Fatalf("skew %v (known %v), want 90s", r.ClockSkew, r.SkewKnown)
+	}
+	now = now.Add(4 * time.Second)
+	if got := view().Age(now); got != 7*time.Second {
+		t.Fatalf("age 4s later %v, want 7s", got)
+	}
+
+	b6 := body(6)
+	if err := n.receive(b6, "pull"); err != nil { // the body first
+		t.Fatal(err)
+	}
+	age(6, b6, time.Second)
+	if r := view(); r.Summary.Generation != 6 || r.Age(now) != time.Second {
+		t.Fatalf("generation %d age %v, want 6 and 1s", r.Summary.Generation, r.Age(now))
+	}
+
+	older := counter(t, n.m.rejected.WithLabelValues("older_generation"))
+	if err := n.receive(body(4), "push/pull"); err != nil {
+		t.Fatal(err)
+	}
+	if r := view(); r.Summary.Generation != 6 || counter(t, n.m.rejected.WithLabelValues("older_generation")) != older+1 {
+		t.Fatalf("an older generation was taken (held %d) or not counted", r.Summary.Generation)
+	}
+	now = now.Add(cfg.OlderGenerationAfter)
+	if err := n.receive(body(4), "push/pull"); err != nil {
+		t.Fatal(err)
+	}
+	if r := view(); r.Summary.Generation != 4 {
+		t.Fatalf("held generation %d: the restarted region's summary was not taken once the held one was old", r.Summary.Generation)
 	}
 }

@@ -46,7 +46,15 @@ type RegionView struct {
 	// any of its controllers); nil until one arrived.
 	Summary    *summary.Summary
 	ReceivedAt time.Time // on this controller's clock
-	Via        string    // how it arrived: "pull" or "push/pull"
+	// SentAge is how old the summary was when its sender sent it, as the
+	// sender reported it (a duration on its clock; 0 when not reported).
+	SentAge time.Duration
+	Via     string // how it arrived: "pull" or "push/pull"
+	// ClockSkew is the median over the region's controllers of how far
+	// their wall clocks are ahead of this controller's (negative: behind),
+	// from their last age messages; SkewKnown false without one.
+	ClockSkew time.Duration
+	SkewKnown bool
 
 	Controllers []Controller
 	Alive       int  // controllers alive and answering pings
@@ -84,20 +92,19 @@ type Controller struct {
 	DirectRTT   time.Duration // median of its direct samples (0: fewer than RTTMinSamples)
 	VivaldiRTT  time.Duration // Vivaldi distance (0: no coordinate)
 	Samples     int           // direct samples held
+	ClockSkew   time.Duration // its wall clock minus ours (see RegionView.ClockSkew)
+	SkewKnown   bool
 }
 
-// Age is the summary's age at now: since its build time, or since it was
-// received if that is later (a remote clock running ahead must not make a
-// summary look fresher than its arrival). 0 without a summary.
+// Age is the summary's age at now: the sender's age of it when it sent it
+// plus the time since it arrived here, both durations, so that no two
+// machines' wall clocks are compared (a controller 90 s ahead would
+// otherwise find every summary 90 s stale). 0 without a summary.
 func (r *RegionView) Age(now time.Time) time.Duration {
 	if r.Summary == nil {
 		return 0
 	}
-	t := r.Summary.BuiltAt
-	if r.ReceivedAt.Before(t) {
-		t = r.ReceivedAt
-	}
-	return max(now.Sub(t), 0)
+	return max(now.Sub(r.ReceivedAt), 0) + r.SentAge
 }
 
 // Serves reports whether any remote region's summary says it serves model

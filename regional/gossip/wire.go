@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/hashicorp/memberlist"
 	"github.com/hashicorp/serf/coordinate"
@@ -18,8 +19,11 @@ import (
 //     every alive message): region, summary generation, body hash and
 //     length, region load totals, forwarding address;
 //   - user messages over TCP (SendReliable): a pull request naming the
-//     requester, a region and the generation it wants; a summary body; a
-//     keyring operation and its answer (keyring.go);
+//     requester, a region and the generation it wants; a summary body,
+//     preceded by its age message (what it is, how old it was when sent, as
+//     a duration, and the sender's wall time then); a keyring operation and
+//     its answer (keyring.go). Older controllers drop the age message (an
+//     unknown type) and keep reading bodies;
 //   - the push/pull state (LocalState): the sender's own summary body;
 //   - the ping ack payload: the sender's Vivaldi coordinate.
 
@@ -43,6 +47,7 @@ const (
 	msgSummary    = 2
 	msgKeyOp      = 3
 	msgKeyAck     = 4
+	msgAge        = 5
 	stateVersion  = 1
 	wireVersion   = 1
 	pingVersion   = 1
@@ -187,6 +192,49 @@ func decodeWant(b []byte) (want, error) {
 	m.Generation = w.u64()
 	return m, w.end()
 }
+
+// ageMsg says how old a summary body sent with it was: the sender's age of
+// it as a duration on the sender's own clock, so the receiver adds its own
+// monotonic time since receipt and never compares two machines' wall
+// clocks. SentAt, the sender's wall time, measures clock skew.
+type ageMsg struct {
+	From       string // sender's node name
+	Region     string
+	Generation uint64
+	Hash       uint64 // of the body (bodyHash)
+	Age        time.Duration
+	SentAt     int64 // unix nanos, the sender's wall clock
+}
+
+func (m ageMsg) encode() []byte {
+	b := []byte{msgAge, wireVersion}
+	b = appendString8(b, m.From)
+	b = appendString8(b, m.Region)
+	b = binary.LittleEndian.AppendUint64(b, m.Generation)
+	b = binary.LittleEndian.AppendUint64(b, m.Hash)
+	b = binary.LittleEndian.AppendUint64(b, uint64(max(m.Age, 0)))
+	return binary.LittleEndian.AppendUint64(b, uint64(m.SentAt))
+}
+
+func decodeAge(b []byte) (ageMsg, error) {
+	w := &wire{b: b[msgHeaderLen:]}
+	var m ageMsg
+	m.From = w.str8("sender", maxNodeNameLen, false)
+	m.Region = w.str8("region", summary.MaxRegionLen, false)
+	m.Generation = w.u64()
+	m.Hash = w.u64()
+	age := w.u64()
+	m.SentAt = int64(w.u64())
+	if w.err == nil && age > uint64(maxReportedAge) {
+		return m, fmt.Errorf("%w: summary age %d ns", errWire, age)
+	}
+	m.Age = time.Duration(age)
+	return m, w.end()
+}
+
+// maxReportedAge bounds the age a sender may report: a week is nonsense
+// already, and a larger value would overflow the receiver's sums.
+const maxReportedAge = 7 * 24 * time.Hour
 
 func encodeSummaryMsg(body []byte) []byte {
 	return append([]byte{msgSummary, wireVersion}, body...)

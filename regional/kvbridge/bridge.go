@@ -20,6 +20,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/segmentio/kafka-go"
 
+	"github.com/meridian-llm/meridian/regional/discovery"
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
@@ -42,6 +44,8 @@ type Stats struct {
 	Reconnects    uint64 // ... after an earlier one of the same endpoint was lost
 	ConnectErrors uint64
 	ProduceErrors uint64 // Kafka writes that failed (and were retried)
+	Announcements uint64 // PodUp announcements acknowledged by Kafka
+	PodsDown      uint64 // PodDown announcements (discovered pods that left) acknowledged
 	Connections   int    // live ZMQ connections now
 	Pending       int    // batches received and not yet acknowledged by Kafka or dropped (the lag)
 }
@@ -94,14 +98,26 @@ type StreamStats struct {
 // Bridge subscribes to engines' ZMQ PUB sockets and produces their batches
 // to the region's Kafka topic. Open starts it; Close stops it.
 type Bridge struct {
-	cfg     Config
-	log     *slog.Logger
-	now     func() time.Time
-	m       *metrics
-	w       *kafka.Writer
-	tr      *kafka.Transport
+	cfg  Config
+	log  *slog.Logger
+	now  func() time.Time
+	m    *metrics
+	w    *kafka.Writer
+	tr   *kafka.Transport
+	sec  *kafkasec.Client
+	warn *kvevents.WarnLimiter
+
+	srcMu   sync.Mutex
 	sources []*source
-	warn    *kvevents.WarnLimiter
+	// announced are the pods the bridge announces, by name: static pods
+	// with an HTTP endpoint and discovered ones (under srcMu).
+	announced map[string]PodConfig
+
+	disc       discovery.Source // nil without Discovery
+	discovered []discovery.Pod  // the last snapshot applied (the discovery goroutine's)
+	bgCtx      context.Context
+	stopBg     context.CancelFunc
+	bg         sync.WaitGroup // discovery and the announcer
 
 	readCtx  context.Context
 	stopRead context.CancelFunc
@@ -130,6 +146,8 @@ type source struct {
 	replay *replayClient
 	ln     net.Listener // Bind
 	in     chan item
+	ctx    context.Context // its connections' lifetime
+	cancel context.CancelFunc
 	rwg    sync.WaitGroup // the connection goroutines
 	gen    atomic.Uint64  // connection generations
 	dec    *kvevents.Decoder
@@ -153,35 +171,34 @@ func Open(cfg Config) (*Bridge, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	b := &Bridge{cfg: cfg, log: cfg.Logger, now: cfg.Now, changed: make(chan struct{})}
+	b := &Bridge{cfg: cfg, log: cfg.Logger, now: cfg.Now, changed: make(chan struct{}), announced: map[string]PodConfig{}}
 	b.warn = kvevents.NewWarnLimiter(b.log, time.Minute, b.now)
 	var err error
+	if b.sec, err = cfg.Kafka.Open("kafka", nil); err != nil {
+		return nil, fmt.Errorf("open kv bridge: %w", err)
+	}
 	if b.m, err = newMetrics(cfg.Registerer, b); err != nil {
 		return nil, err
 	}
 	for _, p := range cfg.Pods {
-		for r := range p.DataParallelSize {
-			ep, _ := parseEndpoint(p.Endpoint, r, p.Bind)
-			dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
-			if err != nil {
-				return nil, err
-			}
-			s := &source{b: b, pod: p, rank: r, ep: ep, in: make(chan item, cfg.QueueSize), dec: dec,
-				streams: map[streamKey]*stream{}, snap: map[streamKey]StreamStats{}}
-			if p.ReplayEndpoint != "" {
-				rep, _ := parseEndpoint(p.ReplayEndpoint, r, false)
-				s.replay = &replayClient{ep: rep, timeout: cfg.ReplayTimeout}
-			}
-			if ep.bind {
-				if s.ln, err = ep.Listen(); err != nil {
-					b.closeListeners()
-					return nil, fmt.Errorf("open kv bridge: bind %s: %w", ep, err)
-				}
-			}
-			b.sources = append(b.sources, s)
+		srcs, err := b.newSources(p)
+		if err != nil {
+			b.closeListeners()
+			return nil, err
+		}
+		b.sources = append(b.sources, srcs...)
+		if p.HTTPEndpoint != "" {
+			b.announced[p.Name] = p
 		}
 	}
-	b.tr = &kafka.Transport{ClientID: "meridian-kvbridge", DialTimeout: cfg.DialTimeout}
+	if cfg.Discovery.Enabled() {
+		if b.disc, err = discovery.New(cfg.Discovery, discovery.Deps{Logger: b.log.With("component", "discovery"),
+			Registerer: cfg.Registerer, Now: cfg.Now}); err != nil {
+			b.closeListeners()
+			return nil, fmt.Errorf("open kv bridge: discovery: %w", err)
+		}
+	}
+	b.tr = b.sec.Transport("meridian-kvbridge", cfg.DialTimeout)
 	b.w = &kafka.Writer{
 		Addr:                   kafka.TCP(cfg.Brokers...),
 		Topic:                  cfg.Topic,
@@ -199,18 +216,95 @@ func Open(cfg Config) (*Bridge, error) {
 	}
 	b.readCtx, b.stopRead = context.WithCancel(context.Background())
 	b.procCtx, b.stopProc = context.WithCancel(context.Background())
+	b.bgCtx, b.stopBg = context.WithCancel(context.Background())
 	for _, s := range b.sources {
-		s.rwg.Add(1)
-		if s.ln != nil {
-			go s.acceptLoop(b.readCtx)
-		} else {
-			go s.dialLoop(b.readCtx)
-		}
-		b.procs.Add(1)
-		go s.process(b.procCtx)
+		b.start(s)
 	}
-	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources))
+	if uses := cfg.Kafka.InsecureUses("kafka", cfg.Brokers); len(uses) > 0 {
+		b.log.Warn("INSECURE: this kv bridge runs with insecure: true; anyone on the path to the brokers can read or forge the events", "insecure", uses)
+	}
+	if b.disc != nil {
+		b.bg.Add(1)
+		go func() {
+			defer b.bg.Done()
+			_ = b.disc.Run(b.bgCtx, b.applyDiscovered)
+		}()
+	}
+	if cfg.AnnounceInterval > 0 {
+		b.bg.Add(1)
+		go b.announceLoop()
+	}
+	b.log.Info("kv bridge started", "topic", cfg.Topic, "sources", len(b.sources), "kafka", b.sec, "discovery", b.disc != nil)
 	return b, nil
+}
+
+// newSources builds the sources of one pod (one per data-parallel rank),
+// binding their listeners; they start with start.
+func (b *Bridge) newSources(p PodConfig) ([]*source, error) {
+	if p.DataParallelSize < 1 {
+		p.DataParallelSize = 1
+	}
+	var out []*source
+	for r := range p.DataParallelSize {
+		ep, err := parseEndpoint(p.Endpoint, r, p.Bind)
+		if err != nil {
+			return nil, fmt.Errorf("open kv bridge: pod %s: %w", p.Name, err)
+		}
+		dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+		if err != nil {
+			return nil, err
+		}
+		s := &source{b: b, pod: p, rank: r, ep: ep, in: make(chan item, b.cfg.QueueSize), dec: dec,
+			streams: map[streamKey]*stream{}, snap: map[streamKey]StreamStats{}}
+		if p.ReplayEndpoint != "" {
+			if rep, err := parseEndpoint(p.ReplayEndpoint, r, false); err == nil {
+				s.replay = &replayClient{ep: rep, timeout: b.cfg.ReplayTimeout}
+			}
+		}
+		if ep.bind {
+			if s.ln, err = ep.Listen(); err != nil {
+				for _, o := range out {
+					if o.ln != nil {
+						o.ln.Close()
+					}
+				}
+				return nil, fmt.Errorf("open kv bridge: bind %s: %w", ep, err)
+			}
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// start runs a source's connection goroutine(s) and its processor.
+func (b *Bridge) start(s *source) {
+	s.ctx, s.cancel = context.WithCancel(b.readCtx)
+	s.rwg.Add(1)
+	if s.ln != nil {
+		go s.acceptLoop(s.ctx)
+	} else {
+		go s.dialLoop(s.ctx)
+	}
+	b.procs.Add(1)
+	go s.process(b.procCtx)
+}
+
+// stop ends a source that is no longer in b.sources: its connections
+// close, and its processor forwards what was received, then ends.
+func (s *source) stop() {
+	s.cancel()
+	if s.ln != nil {
+		s.ln.Close()
+	}
+	s.rwg.Wait()
+	close(s.in)
+}
+
+// snapshotSources returns the current sources.
+func (b *Bridge) snapshotSources() []*source {
+	b.srcMu.Lock()
+	defer b.srcMu.Unlock()
+	return slices.Clone(b.sources)
 }
 
 // Run opens a bridge, serves until ctx ends, then closes it, allowing 10s
@@ -302,9 +396,11 @@ func (b *Bridge) handler(g prometheus.Gatherer) http.Handler {
 func (b *Bridge) Close(ctx context.Context) error {
 	b.closeOnce.Do(func() {
 		var errs []error
+		b.stopBg() // discovery and the announcer: the sources stop changing
+		b.bg.Wait()
 		b.stopRead()
 		b.closeListeners()
-		for _, s := range b.sources {
+		for _, s := range b.snapshotSources() {
 			s.rwg.Wait()
 			close(s.in)
 		}
@@ -329,7 +425,7 @@ func (b *Bridge) Close(ctx context.Context) error {
 }
 
 func (b *Bridge) closeListeners() {
-	for _, s := range b.sources {
+	for _, s := range b.snapshotSources() {
 		if s.ln != nil {
 			s.ln.Close()
 		}
@@ -339,8 +435,9 @@ func (b *Bridge) closeListeners() {
 // Addrs returns, per source, the endpoint it dials or listens on (a bound
 // port 0 resolved), in configuration order (ranks expanded).
 func (b *Bridge) Addrs() []string {
-	out := make([]string, len(b.sources))
-	for i, s := range b.sources {
+	sources := b.snapshotSources()
+	out := make([]string, len(sources))
+	for i, s := range sources {
 		if s.ln != nil {
 			out[i] = zmtp.EndpointOf(s.ln)
 		} else {
@@ -368,7 +465,7 @@ func (b *Bridge) statsLocked() Stats {
 // rank.
 func (b *Bridge) Streams() []StreamStats {
 	var out []StreamStats
-	for _, s := range b.sources {
+	for _, s := range b.snapshotSources() {
 		s.mu.Lock()
 		for _, st := range s.snap {
 			out = append(out, st)
@@ -538,6 +635,8 @@ type outMsg struct {
 	at     time.Time
 	marker string // the marker's why; "" for an engine batch
 	replay bool
+	// announce is "up" or "down" for the bridge's own PodUp and PodDown.
+	announce string
 }
 
 // process is a source's processor goroutine: it takes the queued messages
@@ -640,6 +739,14 @@ func (s *source) handle(ctx context.Context, it item, out []outMsg, acts []actio
 			c.malformed++
 		} else {
 			rank = batch.Rank()
+			for _, sk := range batch.Skipped {
+				if sk.Malformed() {
+					// One bad event: the ingester skips it and applies the rest.
+					s.b.m.malformedEvents.WithLabelValues(string(sk.Reason)).Inc()
+					s.b.warn.Warn("malformed event:"+string(sk.Reason), "kv bridge: malformed event (forwarded; the ingester skips it)",
+						"pod", pod, "seq", seq, "index", sk.Index, "tag", sk.Tag, "detail", sk.Detail)
+				}
+			}
 		}
 	}
 	key := streamKey{pod: pod, topic: topic, rank: rank}
@@ -700,6 +807,12 @@ func (s *source) message(key streamKey, model string, rank int64, a action, at t
 	}
 	if s.pod.Hardware != "" {
 		hs = append(hs, kafka.Header{Key: kvevents.HeaderHardware, Value: []byte(s.pod.Hardware)})
+	}
+	if s.pod.Engine != "" {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderEngine, Value: []byte(s.pod.Engine)})
+	}
+	if s.pod.KVBlocks > 0 {
+		hs = append(hs, kafka.Header{Key: kvevents.HeaderKVBlocks, Value: binary.BigEndian.AppendUint64(nil, uint64(s.pod.KVBlocks))})
 	}
 	o := outMsg{at: at, replay: a.replayed}
 	switch a.kind {
@@ -770,10 +883,14 @@ func (b *Bridge) produce(ctx context.Context, out []outMsg) {
 				return
 			}
 		}
-		b.m.produceErrors.WithLabelValues("write").Inc()
+		kind := "write"
+		if k := b.sec.Kind(err); k == kafkasec.KindAuth || k == kafkasec.KindTLS {
+			kind = k
+		}
+		b.m.produceErrors.WithLabelValues(kind).Inc()
 		b.update(func(st *Stats) { st.ProduceErrors++ })
 		b.warn.Warn("produce", "kv bridge: kafka write failed; retrying", "topic", b.cfg.Topic,
-			"messages", len(pending), "err", err, "retry_in", backoff)
+			"messages", len(pending), "err", b.sec.Explain(err), "retry_in", backoff)
 		if !sleep(ctx, backoff) {
 			return
 		}
@@ -795,8 +912,13 @@ func (b *Bridge) written(ok []outMsg) {
 	}
 	now := b.now()
 	var fwd, rep, mark uint64
+	var ups, downs uint64
 	for _, o := range ok {
 		switch {
+		case o.announce == "up":
+			ups++
+		case o.announce == "down":
+			downs++
 		case o.marker != "":
 			mark++
 			b.m.markers.WithLabelValues(o.marker).Inc()
@@ -809,10 +931,14 @@ func (b *Bridge) written(ok []outMsg) {
 		}
 	}
 	b.m.forwarded.Add(float64(fwd))
+	b.m.announcements.WithLabelValues("up").Add(float64(ups))
+	b.m.announcements.WithLabelValues("down").Add(float64(downs))
 	b.update(func(st *Stats) {
 		st.Forwarded += fwd
 		st.Replayed += rep
 		st.Markers += mark
+		st.Announcements += ups
+		st.PodsDown += downs
 	})
 }
 

@@ -72,7 +72,7 @@ func TestBridgeForwardsInOrder(t *testing.T) {
 	}
 	reg := prometheus.NewRegistry()
 	cfg := bridgeConfig(cluster, kvbridge.PodConfig{Name: "pod-a", Endpoint: pub.Addr(), ReplayEndpoint: pub.ReplayAddr(),
-		Model: testModel, Hardware: "h100"})
+		Model: testModel, Hardware: "h100", Engine: kvevents.EngineSGLang, KVBlocks: 1 << 17})
 	cfg.Registerer = reg
 	b := openBridge(t, cfg)
 	waitPub(t, pub, "the bridge's subscription", func(s enginesim.ZMQStats) bool { return s.Subscribers == 1 })
@@ -90,7 +90,8 @@ func TestBridgeForwardsInOrder(t *testing.T) {
 	}
 	for _, r := range recs {
 		h := r.headers
-		if r.key != "pod-a" || h[kvevents.HeaderPod] != "pod-a" || h[kvevents.HeaderModel] != testModel || h[kvevents.HeaderHardware] != "h100" {
+		if r.key != "pod-a" || h[kvevents.HeaderPod] != "pod-a" || h[kvevents.HeaderModel] != testModel || h[kvevents.HeaderHardware] != "h100" ||
+			h[kvevents.HeaderEngine] != kvevents.EngineSGLang || h[kvevents.HeaderKVBlocks] != "\x00\x00\x00\x00\x00\x02\x00\x00" {
 			t.Fatalf("message %v: key %q headers %v", r, r.key, h)
 		}
 		if _, ok := h[kvevents.HeaderEpoch]; ok {
@@ -598,23 +599,27 @@ func TestBridgeMalformedInput(t *testing.T) {
 	topic := []byte("kv@pod-m@" + testModel)
 	for _, f := range [][][]byte{
 		{topic, seq(0), good},
-		{topic, seq(1), []byte{0x93, 0xcb}},  // truncated: forwarded, counted
-		{topic, seq(2)},                      // two frames: dropped
-		{[]byte("vllm"), seq(2), good},       // no pod in the topic: dropped
-		{topic, []byte{1, 2}, good},          // short seq: dropped
-		{[]byte("kv@pod-n@m"), seq(0), good}, // a second stream, over max_streams: dropped
-		{topic, seq(2), good},                // next
-		{topic, seq(0), good},                // back to 0 on one connection: a restart
+		{topic, seq(1), []byte{0x93, 0xcb}},             // truncated: forwarded, counted
+		{topic, seq(2), []byte{0x92, 0x00, 0x91, 0x05}}, // one bad event: forwarded, counted
+		{topic, seq(2)},                                 // two frames: dropped
+		{[]byte("vllm"), seq(2), good},                  // no pod in the topic: dropped
+		{topic, []byte{1, 2}, good},                     // short seq: dropped
+		{[]byte("kv@pod-n@m"), seq(0), good},            // a second stream, over max_streams: dropped
+		{topic, seq(3), good},                           // next
+		{topic, seq(0), good},                           // back to 0 on one connection: a restart
 		{topic, seq(1), good},
 	} {
 		if err := conn.SendMsg(zmq4.NewMsgFrom(f...)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	waitBridge(t, b, "all nine messages", func(s kvbridge.Stats) bool { return s.Received == 9 && s.Pending == 0 })
-	recs := readTopic(t, cluster, 7)
-	if got := seqs(recs); got != "M(join) 0 1 2 M(restart) 0 1" {
+	waitBridge(t, b, "all ten messages", func(s kvbridge.Stats) bool { return s.Received == 10 && s.Pending == 0 })
+	recs := readTopic(t, cluster, 8)
+	if got := seqs(recs); got != "M(join) 0 1 2 3 M(restart) 0 1" {
 		t.Fatalf("kafka holds %s", got)
+	}
+	if v := metricValue(t, reg, "meridian_kvbridge_events_malformed_total", "reason", "bad_event"); v != 1 {
+		t.Errorf("events_malformed{reason=bad_event} = %v, want 1", v)
 	}
 	if string(recs[2].value) != "\x93\xcb" {
 		t.Fatalf("the malformed payload was changed: %q", recs[2].value)

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/meridian-llm/meridian/regional/discovery"
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvbridge/zmtp"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
@@ -25,8 +29,37 @@ type Config struct {
 	Brokers []string `yaml:"brokers"`
 	// Topic; default "meridian.kv-events.<Region>".
 	Topic string `yaml:"topic"`
-	// Pods are the engines to subscribe to. At least one.
+	// Kafka is how the brokers are reached: its tls and sasl keys are the
+	// controller's kafka.tls and kafka.sasl (see kafkasec.Config). Brokers
+	// beyond loopback need tls unless Insecure.
+	Kafka kafkasec.Config `yaml:"kafka,omitempty"`
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// kafka.tls.insecure_skip_verify and SASL PLAIN without TLS: an explicit
+	// opt-out for development, logged at every start.
+	Insecure bool `yaml:"insecure,omitempty"`
+	// Pods are the engines to subscribe to. At least one, unless Discovery
+	// finds them.
 	Pods []PodConfig `yaml:"pods"`
+	// Discovery follows the engines without a static list: a Kubernetes
+	// headless Service through DNS, or a file (see regional/discovery, the
+	// same section a controller reads under pods.discovery). Each pod found
+	// is subscribed to at its ZMQ endpoint (dns.kv_events_port and
+	// replay_port at the pod's address; kv_events and replay in the file)
+	// under its name, announced with its HTTP endpoint, and unsubscribed
+	// from (with a PodDown) when it leaves. Give the controllers the same
+	// section, so they name the pods alike and believe the announcements.
+	Discovery discovery.Config `yaml:"discovery"`
+	// AnnounceInterval is how often the bridge announces each pod it knows
+	// an HTTP endpoint of (discovered pods, and static pods with
+	// http_endpoint): a PodUp with a TTL of AnnounceTTLFactor intervals,
+	// which vLLM never sends, so that controllers learn the pods'
+	// endpoints and forget those that go away. Default 10s; negative:
+	// never.
+	AnnounceInterval time.Duration `yaml:"announce_interval"`
+	// AnnounceKey signs the announcements (kvevents.AnnounceMAC) for
+	// controllers configured with pods.announce_key
+	// (MERIDIAN_ANNOUNCE_KEY); at least 32 bytes. Empty: unsigned.
+	AnnounceKey string `yaml:"announce_key"`
 
 	// BatchTimeout is the Kafka writer's linger; default 2ms (kafka-go's own
 	// 1s would delay every batch by a second).
@@ -105,28 +138,46 @@ type PodConfig struct {
 	Model string `yaml:"model"`
 	// Hardware goes in the hardware header (e.g. "h100"); empty: none.
 	Hardware string `yaml:"hardware"`
+	// Engine is the engine kind, "vllm", "sglang" or "trtllm", sent in the
+	// engine header: the controller scrapes the pod's metrics by it. Empty:
+	// none (vLLM's names).
+	Engine string `yaml:"engine"`
+	// KVBlocks is the engine's KV-cache capacity in blocks (GPU plus
+	// offload tiers), sent in the kv-blocks header: the controller sizes
+	// the pod's re-keyer by it. 0: none.
+	KVBlocks int `yaml:"kv_blocks"`
 	// Subscribe is the topic prefix subscribed to; default "" (everything).
 	Subscribe string `yaml:"subscribe"`
 	// DataParallelSize subscribes to ranks 0..n-1 of a vLLM data-parallel
 	// deployment, whose rank r publishes at the endpoints offset as vLLM
 	// offsets them (tcp port + r, ipc path + "_dp<r>"). Default 1.
 	DataParallelSize int `yaml:"data_parallel_size"`
+	// HTTPEndpoint is the base URL of the engine's OpenAI-compatible API,
+	// e.g. "http://10.0.0.7:8000": with it (and a Name) the bridge
+	// announces the pod (see Config.AnnounceInterval). Empty: no PodUp.
+	HTTPEndpoint string `yaml:"http_endpoint"`
 }
+
+// AnnounceTTLFactor is the TTL of the bridge's announcements in announce
+// intervals: a controller lets a pod lapse only after three announcements
+// in a row are missing (and the pod does not answer).
+const AnnounceTTLFactor = 3
 
 // DefaultConfig returns the defaults documented on Config (no brokers, no
 // pods).
 func DefaultConfig() Config {
 	return Config{
-		BatchTimeout:    2 * time.Millisecond,
-		WriteTimeout:    10 * time.Second,
-		MaxMessageBytes: 1 << 20,
-		DialTimeout:     5 * time.Second,
-		ReplayTimeout:   5 * time.Second,
-		BackoffMin:      100 * time.Millisecond,
-		BackoffMax:      5 * time.Second,
-		QueueSize:       4096,
-		MaxWriteBatch:   512,
-		MaxStreams:      4096,
+		BatchTimeout:     2 * time.Millisecond,
+		WriteTimeout:     10 * time.Second,
+		MaxMessageBytes:  1 << 20,
+		DialTimeout:      5 * time.Second,
+		ReplayTimeout:    5 * time.Second,
+		BackoffMin:       100 * time.Millisecond,
+		BackoffMax:       5 * time.Second,
+		QueueSize:        4096,
+		MaxWriteBatch:    512,
+		MaxStreams:       4096,
+		AnnounceInterval: 10 * time.Second,
 	}
 }
 
@@ -144,6 +195,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.ReplayTimeout, d.ReplayTimeout)
 	setDur(&c.BackoffMin, d.BackoffMin)
 	setDur(&c.BackoffMax, d.BackoffMax)
+	setDur(&c.AnnounceInterval, d.AnnounceInterval)
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = d.MaxMessageBytes
 	}
@@ -191,6 +243,9 @@ func (c Config) Validate() error {
 			return fmt.Errorf("kvbridge config: brokers[%d] %q: want host:port", i, b)
 		}
 	}
+	if err := c.Kafka.Validate("kafka", c.Brokers, c.Insecure); err != nil {
+		return fmt.Errorf("kvbridge config: %w", err)
+	}
 	if c.Topic == "" {
 		return errors.New("kvbridge config: region: required to name the topic (or set topic)")
 	}
@@ -199,8 +254,19 @@ func (c Config) Validate() error {
 			return fmt.Errorf("kvbridge config: metrics_addr %q: want host:port", c.MetricsAddr)
 		}
 	}
-	if len(c.Pods) == 0 {
-		return errors.New("kvbridge config: pods: at least one pod endpoint is required")
+	if len(c.Pods) == 0 && !c.Discovery.Enabled() {
+		return errors.New("kvbridge config: pods: at least one pod endpoint is required (or discovery)")
+	}
+	if c.Discovery.Enabled() {
+		if err := c.Discovery.Validate(); err != nil {
+			return fmt.Errorf("kvbridge config: %w", err)
+		}
+		if c.Discovery.DNS.Name != "" && c.Discovery.DNS.KVEventsPort == 0 {
+			return errors.New("kvbridge config: discovery.dns.kv_events_port: required: the engines' ZMQ PUB port (vLLM's kv_events_config endpoint, e.g. 5557)")
+		}
+	}
+	if c.AnnounceKey != "" && len(c.AnnounceKey) < 32 {
+		return fmt.Errorf("kvbridge config: announce_key: %d bytes, at least 32 are required", len(c.AnnounceKey))
 	}
 	durs := []struct {
 		name string
@@ -241,6 +307,12 @@ func (c Config) Validate() error {
 		if p.DataParallelSize < 1 || p.DataParallelSize > 1024 {
 			return fmt.Errorf("%s.data_parallel_size %d: want 1..1024", field, p.DataParallelSize)
 		}
+		if p.Engine != "" && !slices.Contains(kvevents.Engines(), p.Engine) {
+			return fmt.Errorf("%s.engine %q: want one of %s", field, p.Engine, strings.Join(kvevents.Engines(), ", "))
+		}
+		if p.KVBlocks < 0 {
+			return fmt.Errorf("%s.kv_blocks %d: want >= 0", field, p.KVBlocks)
+		}
 		for r := 0; r < p.DataParallelSize; r++ {
 			ep, err := parseEndpoint(p.Endpoint, r, p.Bind)
 			if err != nil {
@@ -256,6 +328,14 @@ func (c Config) Validate() error {
 					return fmt.Errorf("%s.replay_endpoint: %w", field, err)
 				}
 				replays = append(replays, rep.String())
+			}
+		}
+		if p.HTTPEndpoint != "" {
+			if p.Name == "" {
+				return fmt.Errorf("%s.http_endpoint: needs a name to announce the pod under", field)
+			}
+			if u, err := url.Parse(p.HTTPEndpoint); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("%s.http_endpoint %q: want an http(s) URL with a host", field, p.HTTPEndpoint)
 			}
 		}
 		if strings.ContainsAny(p.Name, "\x00") {
@@ -288,7 +368,7 @@ func LoadConfig(path string) (Config, error) {
 }
 
 // ParsePodFlag parses the command line's pod syntax:
-// "name=tcp://host:5557[,replay=tcp://host:5558][,model=M][,hardware=H][,dp=N][,bind]".
+// "name=tcp://host:5557[,replay=tcp://host:5558][,http=http://host:8000][,model=M][,hardware=H][,dp=N][,bind]".
 // An empty name ("=tcp://...", or no "name=" at all: "tcp://...") takes
 // pod names from the topics.
 func ParsePodFlag(s string) (PodConfig, error) {
@@ -308,10 +388,20 @@ func ParsePodFlag(s string) (PodConfig, error) {
 		switch k {
 		case "replay":
 			p.ReplayEndpoint = v
+		case "http":
+			p.HTTPEndpoint = v
 		case "model":
 			p.Model = v
 		case "hardware":
 			p.Hardware = v
+		case "engine":
+			p.Engine = v
+		case "kv_blocks":
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				return p, fmt.Errorf("pod %q: kv_blocks=%q: not an integer", s, v)
+			}
+			p.KVBlocks = n
 		case "subscribe":
 			p.Subscribe = v
 		case "dp":
@@ -323,7 +413,7 @@ func ParsePodFlag(s string) (PodConfig, error) {
 		case "bind":
 			p.Bind = v == "" || v == "true"
 		default:
-			return p, fmt.Errorf("pod %q: unknown option %q (want replay, model, hardware, subscribe, dp or bind)", s, k)
+			return p, fmt.Errorf("pod %q: unknown option %q (want replay, http, model, hardware, engine, kv_blocks, subscribe, dp or bind)", s, k)
 		}
 	}
 	return p, nil

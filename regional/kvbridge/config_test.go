@@ -42,6 +42,15 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 		"replay_timeout -1s":         func(c *Config) { c.ReplayTimeout = -time.Second },
 		"connecting needs a host":    func(c *Config) { c.Pods[0].Endpoint = "tcp://:5557" },
 		"is also pods[0]'s PUB":      func(c *Config) { c.Pods[0].DataParallelSize = 2 },
+		`pods[0].engine "tgi"`:       func(c *Config) { c.Pods[0].Engine = "tgi" },
+		"pods[0].kv_blocks -5":       func(c *Config) { c.Pods[0].KVBlocks = -5 },
+		"pods[0].http_endpoint":      func(c *Config) { c.Pods[0].HTTPEndpoint = "ftp://10.0.0.1" },
+		"needs a name to announce":   func(c *Config) { c.Pods[0].Name, c.Pods[0].HTTPEndpoint = "", "http://10.0.0.1:8000" },
+		"announce_key":               func(c *Config) { c.AnnounceKey = "short" },
+		"discovery.dns.kv_events_port": func(c *Config) {
+			c.Pods, c.Discovery.DNS.Name = nil, "vllm.ns.svc.cluster.local."
+		},
+		"discovery: dns.name": func(c *Config) { c.Discovery.DNS.Name = "bad name" },
 	} {
 		c := validConfig()
 		mut(&c)
@@ -54,6 +63,12 @@ func TestConfigValidateNamesTheField(t *testing.T) {
 	c.Pods = []PodConfig{{Endpoint: "tcp://h:5557", DataParallelSize: 2}, {Endpoint: "tcp://h:5558"}}
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "pods[1].endpoint") {
 		t.Errorf("overlapping ranks: %v", err)
+	}
+	// Discovery instead of a pod list.
+	c = validConfig()
+	c.Pods, c.Discovery.DNS.Name, c.Discovery.DNS.KVEventsPort = nil, "vllm.ns.svc.cluster.local.", 5557
+	if err := c.Validate(); err != nil {
+		t.Fatalf("discovery without pods: %v", err)
 	}
 	// A topic instead of a region; a bound endpoint may use * and port 0.
 	c = validConfig()
@@ -87,19 +102,19 @@ func TestParseEndpointRanks(t *testing.T) {
 }
 
 func TestParsePodFlag(t *testing.T) {
-	p, err := ParsePodFlag("pod-a=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5558,model=llama,hardware=h100,dp=2")
+	p, err := ParsePodFlag("pod-a=tcp://10.0.0.7:5557,replay=tcp://10.0.0.7:5558,http=http://10.0.0.7:8000,model=llama,hardware=h100,dp=2,engine=sglang,kv_blocks=70112")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := PodConfig{Name: "pod-a", Endpoint: "tcp://10.0.0.7:5557", ReplayEndpoint: "tcp://10.0.0.7:5558",
-		Model: "llama", Hardware: "h100", DataParallelSize: 2}
+		HTTPEndpoint: "http://10.0.0.7:8000", Model: "llama", Hardware: "h100", DataParallelSize: 2, Engine: "sglang", KVBlocks: 70112}
 	if p != want {
 		t.Fatalf("got %+v", p)
 	}
 	if p, err := ParsePodFlag("tcp://*:5557,bind"); err != nil || p.Name != "" || !p.Bind || p.Endpoint != "tcp://*:5557" {
 		t.Fatalf("unnamed bind: %+v %v", p, err)
 	}
-	for _, bad := range []string{"a=", "a=tcp://h:1,dp=x", "a=tcp://h:1,colour=red"} {
+	for _, bad := range []string{"a=", "a=tcp://h:1,dp=x", "a=tcp://h:1,colour=red", "a=tcp://h:1,kv_blocks=many"} {
 		if _, err := ParsePodFlag(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -134,6 +149,9 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if len(c.Pods) != 3 || !c.Pods[2].Bind || c.Pods[1].DataParallelSize != 2 {
 		t.Fatalf("loaded %+v", c.Pods)
+	}
+	if k := c.Kafka; k.TLS == nil || k.TLS.CA == "" || k.SASL == nil || k.SASL.Mechanism != "scram-sha-512" || k.SASL.PasswordFile == "" {
+		t.Fatalf("kafka section %+v %+v", k.TLS, k.SASL)
 	}
 }
 

@@ -71,8 +71,26 @@
 // synchronous Dial and racy auto-reconnect are not used, only its ZMTP
 // connection layer) and one processor that owns the streams, asks for
 // replays and writes to Kafka (kafka-go Writer, Hash balancer, RequireAll;
-// failed writes are retried with backoff, preserving order). Close stops
+// TLS and SASL from the kafka section, as the controller's; failed writes
+// are retried with backoff, preserving order). Close stops
 // reading, forwards what was received, and waits for every goroutine.
+//
+// # Pods without a static list, and their announcements
+//
+// vLLM sends no PodUp, so a controller would know a bridged pod from its
+// events but never its endpoint. The bridge announces every pod whose HTTP
+// endpoint it knows (static pods with http_endpoint, and discovered pods)
+// every announce_interval with a TTL of three intervals (epoch 0: it knows
+// no process epoch, and an announcement without one clears nothing). With
+// discovery (the regional/discovery section a controller reads under
+// pods.discovery) it follows a headless Service or a file: each pod that
+// joins is subscribed to at its ZMQ endpoints (the pod's address with
+// kv_events_port and replay_port) under the discovered name and announced
+// at once; a pod that leaves is unsubscribed from (what was received is
+// still forwarded) and announced down (PodDown). Controllers believe a
+// PodUp only for an allowed endpoint: give them the same discovery section
+// (a discovered pod is allowed by construction) or allowed_endpoints
+// covering the pods' addresses.
 //
 // # Known limits
 //
@@ -86,8 +104,9 @@
 //     duplicates batches, which the ingester applies twice (kafka-go has no
 //     idempotent producer).
 //
-// It imports regional/kvevents and its own regional/kvbridge/zmtp of ours
-// and nothing else of Meridian's; it must not import regional (the
+// It imports regional/kvevents, regional/kafkasec (the Kafka clients'
+// TLS and SASL), regional/discovery and its own regional/kvbridge/zmtp of
+// ours and nothing else of Meridian's; it must not import regional (the
 // ingester), index, global or cmd: the topic is the only contract between
 // the bridge and the controllers.
 package kvbridge

@@ -51,11 +51,13 @@ func startKafkaB(t testing.TB) *kfake.Cluster {
 	return c
 }
 
-// bridgeConfig is a bridge on cluster with fast retries.
+// bridgeConfig is a bridge on cluster (nil: set Brokers) with fast retries.
 func bridgeConfig(cluster *kfake.Cluster, pods ...kvbridge.PodConfig) kvbridge.Config {
 	cfg := kvbridge.DefaultConfig()
 	cfg.Region = testRegion
-	cfg.Brokers = cluster.ListenAddrs()
+	if cluster != nil {
+		cfg.Brokers = cluster.ListenAddrs()
+	}
 	cfg.Pods = pods
 	cfg.BackoffMin, cfg.BackoffMax = 5*time.Millisecond, 50*time.Millisecond
 	cfg.DialTimeout, cfg.ReplayTimeout = 2*time.Second, 5*time.Second
@@ -230,7 +232,14 @@ func (r record) String() string {
 // readTopic reads n messages from the topic's partition 0.
 func readTopic(t *testing.T, cluster *kfake.Cluster, n int) []record {
 	t.Helper()
-	r := kafka.NewReader(kafka.ReaderConfig{Brokers: cluster.ListenAddrs(), Topic: testTopic, Partition: 0, MaxWait: 50 * time.Millisecond})
+	return readTopicFrom(t, cluster.ListenAddrs(), nil, n)
+}
+
+// readTopicFrom reads n records from brokers, dialled with dialer (nil:
+// kafka-go's default, plaintext).
+func readTopicFrom(t *testing.T, brokers []string, dialer *kafka.Dialer, n int) []record {
+	t.Helper()
+	r := kafka.NewReader(kafka.ReaderConfig{Brokers: brokers, Topic: testTopic, Partition: 0, MaxWait: 50 * time.Millisecond, Dialer: dialer})
 	defer r.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

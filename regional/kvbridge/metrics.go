@@ -10,24 +10,26 @@ import (
 
 // metrics are the bridge's series, meridian_kvbridge_*.
 type metrics struct {
-	received      *prometheus.CounterVec // path: live, replay
-	forwarded     prometheus.Counter
-	markers       *prometheus.CounterVec // why: restart, join
-	duplicates    prometheus.Counter
-	dropped       *prometheus.CounterVec // reason
-	malformed     *prometheus.CounterVec // decode reason
-	gapsDetected  prometheus.Counter
-	gapsRecovered prometheus.Counter
-	gapsLost      prometheus.Counter
-	batchesLost   prometheus.Counter
-	restarts      prometheus.Counter
-	joins         *prometheus.CounterVec // history: full, partial
-	replays       *prometheus.CounterVec // result: ok, failed
-	noReplay      prometheus.Counter
-	reconnects    prometheus.Counter
-	connectErrors prometheus.Counter
-	produceErrors *prometheus.CounterVec // kind: write, too_large
-	latency       prometheus.Histogram
+	received        *prometheus.CounterVec // path: live, replay
+	forwarded       prometheus.Counter
+	markers         *prometheus.CounterVec // why: restart, join
+	duplicates      prometheus.Counter
+	dropped         *prometheus.CounterVec // reason
+	malformed       *prometheus.CounterVec // decode reason
+	malformedEvents *prometheus.CounterVec // decode reason
+	gapsDetected    prometheus.Counter
+	gapsRecovered   prometheus.Counter
+	gapsLost        prometheus.Counter
+	batchesLost     prometheus.Counter
+	restarts        prometheus.Counter
+	joins           *prometheus.CounterVec // history: full, partial
+	replays         *prometheus.CounterVec // result: ok, failed
+	noReplay        prometheus.Counter
+	reconnects      prometheus.Counter
+	connectErrors   prometheus.Counter
+	produceErrors   *prometheus.CounterVec // kind: write, auth, tls, too_large
+	announcements   *prometheus.CounterVec // kind: up, down
+	latency         prometheus.Histogram
 }
 
 func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
@@ -47,6 +49,8 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 			"Batches not forwarded, by reason (bad_frames: not [topic, seq, payload]; no_pod: no pod name configured or in the topic; too_many_streams: over max_streams; too_large: over max_message_bytes).", "reason"),
 		malformed: cv("batches_malformed_total",
 			"Payloads that do not decode as a vLLM KVEventBatch, by decode reason; forwarded all the same.", "reason"),
+		malformedEvents: cv("events_malformed_total",
+			"Malformed events inside payloads that decode (the ingester skips them and applies the rest), by decode reason; forwarded all the same.", "reason"),
 		gapsDetected:  c("gaps_detected_total", "Runs of sequence numbers not received live (per pod, topic and data-parallel rank)."),
 		gapsRecovered: c("gaps_recovered_total", "Gaps fully repaired from an engine's replay socket."),
 		gapsLost:      c("gaps_lost_total", "Gaps not fully repaired (no replay socket, replay failed, or the engine's buffer no longer held them)."),
@@ -59,7 +63,9 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 			"Repairs not attempted because the pod has no replay endpoint: a gap (then lost), a mid-stream join (then partial), or a restarted engine's history."),
 		reconnects:    c("reconnects_total", "ZMQ connections re-established after one was lost."),
 		connectErrors: c("connect_errors_total", "Failed ZMQ connection attempts (each followed by a backoff)."),
-		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff) and batches dropped as too large, by kind.", "kind"),
+		announcements: cv("announcements_total",
+			"The bridge's own pod announcements written to Kafka, by kind (up: PodUp with a TTL, repeated every announce_interval; down: PodDown of a discovered pod that left).", "kind"),
+		produceErrors: cv("produce_errors_total", "Kafka write failures (retried with backoff: write; auth: SASL refused; tls: broker certificate not trusted or no TLS) and batches dropped as too large (too_large), by kind.", "kind"),
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "meridian_kvbridge_forward_latency_seconds",
 			Help:    "Time from receiving a batch over ZMQ to Kafka acknowledging it.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16)}),
@@ -75,6 +81,10 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	}
 	for _, r := range kvevents.Reasons() {
 		m.malformed.WithLabelValues(string(r))
+		m.malformedEvents.WithLabelValues(string(r))
+	}
+	for _, v := range []string{"up", "down"} {
+		m.announcements.WithLabelValues(v)
 	}
 	for _, v := range []string{"full", "partial"} {
 		m.joins.WithLabelValues(v)
@@ -82,7 +92,7 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 	for _, v := range []string{"ok", "failed"} {
 		m.replays.WithLabelValues(v)
 	}
-	for _, v := range []string{"write", "too_large"} {
+	for _, v := range []string{"write", "auth", "tls", "too_large"} {
 		m.produceErrors.WithLabelValues(v)
 	}
 	gauges := []prometheus.Collector{
@@ -94,8 +104,8 @@ func newMetrics(r prometheus.Registerer, b *Bridge) (*metrics, error) {
 			func() float64 { return float64(b.conns.Load()) }),
 	}
 	for _, col := range append([]prometheus.Collector{m.received, m.forwarded, m.markers, m.duplicates, m.dropped,
-		m.malformed, m.gapsDetected, m.gapsRecovered, m.gapsLost, m.batchesLost, m.restarts, m.joins, m.replays,
-		m.noReplay, m.reconnects, m.connectErrors, m.produceErrors, m.latency}, gauges...) {
+		m.malformed, m.malformedEvents, m.gapsDetected, m.gapsRecovered, m.gapsLost, m.batchesLost, m.restarts, m.joins, m.replays,
+		m.noReplay, m.reconnects, m.connectErrors, m.produceErrors, m.announcements, m.latency}, gauges...) {
 		if err := r.Register(col); err != nil {
 			return nil, fmt.Errorf("register kvbridge metrics: %w", err)
 		}

@@ -15,11 +15,21 @@ const HeaderAnnounceMAC = "meridian-announce-mac"
 
 // AnnounceMAC is the hex HMAC-SHA256 of u's fields under key: the pod,
 // endpoint, model, hardware, region and epoch, each length-prefixed, after
-// a version label, so no two different announcements share an input.
+// a version label, so no two different announcements share an input; then
+// the engine kind and KV capacity when either is set (so announcements
+// without them keep the MAC they had, and neither can be added or changed
+// without the key); then the TTL when set (likewise).
 func AnnounceMAC(key []byte, u *PodUp) string {
 	m := hmac.New(sha256.New, key)
 	b := []byte("meridian-podup-v1")
-	for _, f := range []string{u.Pod, u.Endpoint, u.Model, u.Hardware, u.Region, strconv.FormatUint(u.Epoch, 10)} {
+	fields := []string{u.Pod, u.Endpoint, u.Model, u.Hardware, u.Region, strconv.FormatUint(u.Epoch, 10)}
+	if u.Engine != "" || u.KVBlocks != 0 {
+		fields = append(fields, u.Engine, strconv.FormatUint(u.KVBlocks, 10))
+	}
+	if u.TTL > 0 {
+		fields = append(fields, "ttl_ms="+strconv.FormatInt(u.TTL.Milliseconds(), 10))
+	}
+	for _, f := range fields {
 		b = strconv.AppendInt(append(b, 0), int64(len(f)), 10)
 		b = append(append(b, ':'), f...)
 	}

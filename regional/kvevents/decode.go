@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // DecoderConfig bounds what one message may make a Decoder hold. Every limit
@@ -88,7 +89,11 @@ type Decoder struct {
 	tokens  []uint32
 	raws    []Raw
 	rawBuf  []byte
+	strToks []StringToken
 	intern  map[string]string
+	// curTag is the tag of the event being decoded (nil until read), for
+	// Skipped.
+	curTag []byte
 }
 
 // maxInterned bounds the decoder's string table (medium, kind, LoRA and pod
@@ -156,6 +161,8 @@ func (d *Decoder) reset() {
 	d.tokens = d.tokens[:0]
 	d.raws = d.raws[:0]
 	d.rawBuf = d.rawBuf[:0]
+	clear(d.strToks)
+	d.strToks = d.strToks[:0]
 }
 
 func (d *Decoder) envelope() error {
@@ -264,15 +271,51 @@ func (d *Decoder) eventList() error {
 		return r.fail(start, ReasonTooLarge, "events: %d events, limit %d", n, d.cfg.MaxEvents)
 	}
 	for k := 0; k < n; k++ {
-		if err := d.event(k); err != nil {
-			return err
+		evStart := r.i
+		err := d.event(k)
+		if err == nil {
+			continue
 		}
+		// Per-event isolation: an event whose extent is still well-formed
+		// msgpack is skipped and listed; one whose end cannot be found
+		// fails the batch (nothing after it can be framed).
+		switch ReasonOf(err) {
+		case ReasonTruncated, ReasonBadMsgpack, ReasonTooDeep:
+			return err // the end of the event cannot be found
+		}
+		r.i = evStart
+		if serr := r.skip(d.cfg.MaxDepth); serr != nil {
+			return serr
+		}
+		d.skipBad(k, evStart, err)
 	}
 	return nil
 }
 
+// skipBad lists event idx, at off, as malformed with err's reason.
+func (d *Decoder) skipBad(idx, off int, err error) {
+	s := Skipped{Index: idx, Offset: off, Tag: d.tagString(), Reason: ReasonOf(err), ErrOffset: off}
+	if de, ok := err.(*DecodeError); ok {
+		s.Detail, s.ErrOffset = de.Detail, de.Offset
+	}
+	if s.Reason == "" {
+		s.Reason, s.Detail = ReasonBadEvent, err.Error()
+	}
+	d.skipped = append(d.skipped, s)
+}
+
+// tagString is the current event's tag for Skipped (at most 64 bytes).
+func (d *Decoder) tagString() string {
+	tag := d.curTag
+	if len(tag) > 64 {
+		tag = tag[:64]
+	}
+	return d.str(tag)
+}
+
 func (d *Decoder) event(idx int) error {
 	r := &d.r
+	d.curTag = nil
 	start := r.i
 	isMap, n, err := r.container("event")
 	if err != nil {
@@ -292,9 +335,10 @@ func (d *Decoder) event(idx int) error {
 	if err != nil {
 		return err
 	}
+	d.curTag = tag
 	kind := kindOfTag(tag)
 	if kind == 0 {
-		d.skip(idx, start, tag)
+		d.skipUnknown(idx, start)
 		return d.skipValues(n - 1)
 	}
 	f := fieldsOf(kind)
@@ -338,11 +382,8 @@ func eventKeyError(err error, idx int) error {
 	return err
 }
 
-func (d *Decoder) skip(idx, off int, tag []byte) {
-	if len(tag) > 64 {
-		tag = tag[:64]
-	}
-	d.skipped = append(d.skipped, Skipped{Index: idx, Offset: off, Tag: d.str(tag), Reason: ReasonUnknownEvent})
+func (d *Decoder) skipUnknown(idx, off int) {
+	d.skipped = append(d.skipped, Skipped{Index: idx, Offset: off, Tag: d.tagString(), Reason: ReasonUnknownEvent, ErrOffset: off})
 }
 
 func (d *Decoder) eventMap(idx, start, n int) error {
@@ -361,6 +402,7 @@ func (d *Decoder) eventMap(idx, start, n int) error {
 			if tag, err = d.tag(idx); err != nil {
 				return err
 			}
+			d.curTag = tag
 			found = true
 			if k == 0 {
 				scan = r.i // fields follow the tag: no second pass over it
@@ -398,11 +440,15 @@ func (d *Decoder) eventMap(idx, start, n int) error {
 		}
 	}
 	if kind == 0 {
-		d.skip(idx, start, tag)
+		d.skipUnknown(idx, start)
 		return nil
 	}
 	return d.emit(kind, &u, start)
 }
+
+// maxTTLMs bounds a PodUp's ttl_ms (a year): beyond it the value is
+// nonsense, and its Duration would overflow.
+const maxTTLMs = 365 * 24 * 3600 * 1000
 
 // field ids, shared by every event kind.
 type fieldID uint8
@@ -427,14 +473,41 @@ const (
 	fRegion
 	fEpoch
 	fReason
+	fLocality
+	fMMKeys
+	fCacheSalt
+	fMetadata
+	fEngine
+	fKVBlocks
+	fTTL
+	numFields
 )
 
+// The positional field orders. BlockStored's first 11 are vLLM's
+// declaration order; position 7 (lora_name) may hold SGLang's {cache_salt}
+// metadata map instead. locality and mm_keys follow in TensorRT-LLM's
+// order (no engine writes them positionally: they came after vLLM's map
+// events; Meridian's encoder does, so every field has a position). PodUp's
+// engine and kv_blocks came after its first six.
 var (
-	storedFields  = []fieldID{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow}
-	removedFields = []fieldID{fBlockHashes, fMedium, fGroupIdx}
-	podUpFields   = []fieldID{fPod, fEndpoint, fModel, fHardware, fRegion, fEpoch}
+	storedFields  = []fieldID{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoRAID, fMedium, fLoRAName, fExtraKeys, fGroupIdx, fSpecKind, fSlidingWindow, fLocality, fMMKeys}
+	removedFields = []fieldID{fBlockHashes, fMedium, fGroupIdx, fLocality}
+	podUpFields   = []fieldID{fPod, fEndpoint, fModel, fHardware, fRegion, fEpoch, fEngine, fKVBlocks, fTTL}
 	podDownFields = []fieldID{fPod, fEpoch, fReason}
 )
+
+// namedFields is, per kind, the set (bit f) of fields a map event may name:
+// the positional ones, and for BlockStored SGLang's top-level cache_salt and
+// a metadata map as a map-encoded BlockStoredWithMetadata would name it.
+var namedFields = func() (m [KindPodDown + 1]uint64) {
+	for k := KindBlockStored; k <= KindPodDown; k++ {
+		for _, f := range fieldsOf(k) {
+			m[k] |= 1 << f
+		}
+	}
+	m[KindBlockStored] |= 1<<fCacheSalt | 1<<fMetadata
+	return m
+}()
 
 // fieldsOf is the positional field order of kind.
 func fieldsOf(k Kind) []fieldID {
@@ -457,17 +530,30 @@ var fieldNames = [...]string{
 	fExtraKeys: "extra_keys", fGroupIdx: "group_idx", fSpecKind: "kv_cache_spec_kind",
 	fSlidingWindow: "kv_cache_spec_sliding_window", fPod: "pod", fEndpoint: "endpoint",
 	fModel: "model", fHardware: "hardware", fRegion: "region", fEpoch: "epoch", fReason: "reason",
+	fLocality: "locality", fMMKeys: "mm_keys", fCacheSalt: "cache_salt", fMetadata: "metadata",
+	fEngine: "engine", fKVBlocks: "kv_blocks", fTTL: "ttl_ms",
 }
 
-// fieldByName returns the field of kind called name; fieldNone for a field the
-// kind does not have (ignored, as vLLM's decoders ignore unknown fields).
-func fieldByName(kind Kind, name []byte) fieldID {
-	for _, f := range fieldsOf(kind) {
-		if fieldNames[f] == string(name) {
-			return f
+// fieldIDs maps a field name to its id.
+var fieldIDs = func() map[string]fieldID {
+	m := make(map[string]fieldID, len(fieldNames))
+	for f, name := range fieldNames {
+		if name != "" {
+			m[name] = fieldID(f)
 		}
 	}
-	return fieldNone
+	return m
+}()
+
+// fieldByName returns the field of kind called name; fieldNone for a field the
+// kind does not have (ignored, as vLLM's decoders ignore unknown fields, e.g.
+// session_id and ownership).
+func fieldByName(kind Kind, name []byte) fieldID {
+	f, ok := fieldIDs[string(name)]
+	if !ok || namedFields[kind]&(1<<f) == 0 {
+		return fieldNone
+	}
+	return f
 }
 
 // union holds the fields of any event kind while it is decoded.
@@ -490,6 +576,15 @@ type union struct {
 	region    string
 	epoch     uint64
 	reason    string
+	locality  Opt[string]
+	mmKeys    []Raw
+	salt      Opt[string]
+	strToks   []StringToken
+	pairs     bool
+	pairNext  uint32
+	engine    string
+	kvBlocks  uint64
+	ttlMs     uint64
 }
 
 func (d *Decoder) field(u *union, f fieldID) error {
@@ -506,7 +601,7 @@ func (d *Decoder) field(u *union, f fieldID) error {
 			u.parent = Some(h)
 		}
 	case fTokenIDs:
-		u.tokens, err = d.tokenList()
+		err = d.tokenList(u)
 	case fBlockSize:
 		if !r.nextNil() {
 			u.blockSize, err = r.int64(name)
@@ -516,9 +611,26 @@ func (d *Decoder) field(u *union, f fieldID) error {
 	case fMedium:
 		u.medium, err = d.optStr(name)
 	case fLoRAName:
-		u.loraName, err = d.optStr(name)
+		if d.nextIsMap() {
+			err = d.metadata(u)
+		} else if u.loraName, err = d.optStr(name); ReasonOf(err) == ReasonBadFieldType {
+			err = r.fail(err.(*DecodeError).Offset, ReasonBadFieldType, "lora_name: want string, nil or SGLang's metadata map, found %s",
+				typeName(r.b[err.(*DecodeError).Offset]))
+		}
+	case fMetadata:
+		err = d.metadata(u)
+	case fCacheSalt:
+		u.salt, err = d.optStr(name)
+	case fLocality:
+		u.locality, err = d.optStr(name)
+	case fMMKeys:
+		u.mmKeys, err = d.rawList(name)
+	case fEngine:
+		u.engine, err = d.reqStr(name)
+	case fKVBlocks:
+		u.kvBlocks, err = d.uint(name)
 	case fExtraKeys:
-		u.extra, err = d.extraKeys()
+		u.extra, err = d.rawList(name)
 	case fGroupIdx:
 		u.group, err = d.optInt(name)
 	case fSpecKind:
@@ -537,17 +649,19 @@ func (d *Decoder) field(u *union, f fieldID) error {
 		u.region, err = d.reqStr(name)
 	case fReason:
 		u.reason, err = d.reqStr(name)
-	case fEpoch:
+	case fTTL:
 		if !r.nextNil() {
 			off := r.i
 			var v uint64
 			var signed bool
 			v, signed, err = r.intBits(name)
-			if err == nil && signed && int64(v) < 0 {
-				err = r.fail(off, ReasonBadFieldType, "epoch: negative %d", int64(v))
+			if err == nil && (signed && int64(v) < 0 || v > maxTTLMs) {
+				err = r.fail(off, ReasonBadFieldType, "ttl_ms: %d out of range", int64(v))
 			}
-			u.epoch = v
+			u.ttlMs = v
 		}
+	case fEpoch:
+		u.epoch, err = d.uint(name)
 	default:
 		err = r.skip(d.cfg.MaxDepth)
 	}
@@ -557,14 +671,27 @@ func (d *Decoder) field(u *union, f fieldID) error {
 func (d *Decoder) emit(kind Kind, u *union, off int) error {
 	switch kind {
 	case KindBlockStored:
+		if len(u.tokens) > 0 {
+			if u.blockSize <= 0 || u.blockSize > maxBlockSize {
+				return d.r.fail(off, ReasonBadBlockSize, "BlockStored: block_size %d with %d token ids, want 1..%d", u.blockSize, len(u.tokens), maxBlockSize)
+			}
+			if int64(len(u.tokens)) != int64(len(u.hashes))*u.blockSize {
+				return d.r.fail(off, ReasonBadTokenCount, "BlockStored: %d token ids for %d blocks of %d", len(u.tokens), len(u.hashes), u.blockSize)
+			}
+		}
+		if u.mmKeys != nil && len(u.mmKeys) != len(u.hashes) {
+			return d.r.fail(off, ReasonBadTokenCount, "BlockStored: mm_keys has %d entries for %d blocks", len(u.mmKeys), len(u.hashes))
+		}
 		d.stored = append(d.stored, BlockStored{
 			BlockHashes: u.hashes, ParentBlockHash: u.parent, TokenIDs: u.tokens, BlockSize: u.blockSize,
 			LoRAID: u.loraID, Medium: u.medium, LoRAName: u.loraName, ExtraKeys: u.extra,
 			GroupIdx: u.group, KVCacheSpecKind: u.specKind, KVCacheSpecSlidingWindow: u.window,
+			Locality: u.locality, CacheSalt: u.salt, MMKeys: u.mmKeys, StringTokens: u.strToks,
+			Pairs: u.pairs, PairNext: u.pairNext,
 		})
 		d.events = append(d.events, &d.stored[len(d.stored)-1])
 	case KindBlockRemoved:
-		d.removed = append(d.removed, BlockRemoved{BlockHashes: u.hashes, Medium: u.medium, GroupIdx: u.group})
+		d.removed = append(d.removed, BlockRemoved{BlockHashes: u.hashes, Medium: u.medium, GroupIdx: u.group, Locality: u.locality})
 		d.events = append(d.events, &d.removed[len(d.removed)-1])
 	case KindAllBlocksCleared:
 		d.events = append(d.events, &AllBlocksCleared{})
@@ -573,7 +700,8 @@ func (d *Decoder) emit(kind Kind, u *union, off int) error {
 			return d.r.fail(off, ReasonMissingField, "PodUp without a pod name")
 		}
 		d.podUp = append(d.podUp, PodUp{Pod: u.pod, Endpoint: u.endpoint, Model: u.model,
-			Hardware: u.hardware, Region: u.region, Epoch: u.epoch})
+			Hardware: u.hardware, Region: u.region, Epoch: u.epoch, Engine: u.engine, KVBlocks: u.kvBlocks,
+			TTL: time.Duration(u.ttlMs) * time.Millisecond})
 		d.events = append(d.events, &d.podUp[len(d.podUp)-1])
 	case KindPodDown:
 		if u.pod == "" {
@@ -671,15 +799,20 @@ func (d *Decoder) hashList(what string) ([]uint64, error) {
 	return d.hashes[s:len(d.hashes):len(d.hashes)], nil
 }
 
-func (d *Decoder) tokenList() ([]uint32, error) {
+// tokenList reads token_ids into u: integers (the fast path), and the two
+// other forms engines send: strings (TensorRT-LLM) and [token, next] pairs
+// (SGLang's bigram keys).
+func (d *Decoder) tokenList(u *union) error {
 	n, _, err := d.list("token_ids", "tokens", d.cfg.MaxTokensPerEvent)
 	if n == 0 || err != nil {
-		return nil, err
+		return err
 	}
 	r := &d.r
 	s := len(d.tokens)
 	d.tokens = append(d.tokens, make([]uint32, n)...)
 	out := d.tokens[s : s+n : s+n]
+	strStart := len(d.strToks)
+	pairs := 0
 	b := r.b
 	i := r.i
 	for k := range out {
@@ -697,25 +830,128 @@ func (d *Decoder) tokenList() ([]uint32, error) {
 		}
 		r.i = i
 		off := i
-		v, signed, err := r.intBits("token id")
-		if err != nil {
-			return nil, err
-		}
-		if (signed && int64(v) < 0) || v > 0xffffffff {
-			if signed {
-				return nil, r.fail(off, ReasonBadFieldType, "token id %d out of range [0, 2^32)", int64(v))
+		switch {
+		case i < len(b) && typeName(b[i]) == "string":
+			p, _, err := r.bytes("token id", d.cfg.MaxStringBytes)
+			if err != nil {
+				return err
 			}
-			return nil, r.fail(off, ReasonBadFieldType, "token id %d out of range [0, 2^32)", v)
+			d.strToks = append(d.strToks, StringToken{Pos: k, Value: string(p)})
+		case i < len(b) && b[i] == 0x92: // fixarray(2): a [token, next] pair
+			if pairs != k {
+				return r.fail(off, ReasonBadTokenPairs, "token_ids: a pair at %d after plain token ids", k)
+			}
+			r.i++
+			first, err := d.tokenID()
+			if err != nil {
+				return err
+			}
+			if k > 0 && first != u.pairNext {
+				return r.fail(off, ReasonBadTokenPairs, "token_ids: pair %d starts with %d, the previous pair ended with %d", k, first, u.pairNext)
+			}
+			if u.pairNext, err = d.tokenID(); err != nil {
+				return err
+			}
+			out[k] = first
+			pairs++
+		default:
+			v, err := d.tokenID()
+			if err != nil {
+				return err
+			}
+			out[k] = v
 		}
-		out[k] = uint32(v)
 		i = r.i
 	}
 	r.i = i
-	return out, nil
+	if pairs > 0 && pairs != n {
+		return r.fail(r.i, ReasonBadTokenPairs, "token_ids: %d pairs among %d token ids", pairs, n)
+	}
+	u.tokens, u.pairs = out, pairs > 0
+	if len(d.strToks) > strStart {
+		u.strToks = d.strToks[strStart:len(d.strToks):len(d.strToks)]
+	}
+	return nil
 }
 
-func (d *Decoder) extraKeys() ([]Raw, error) {
-	n, present, err := d.list("extra_keys", "entries", d.cfg.MaxBlocksPerEvent)
+// tokenID reads one integer token id, which must fit in uint32.
+func (d *Decoder) tokenID() (uint32, error) {
+	r := &d.r
+	off := r.i
+	v, signed, err := r.intBits("token id")
+	if err != nil {
+		return 0, err
+	}
+	if (signed && int64(v) < 0) || v > 0xffffffff {
+		if signed {
+			return 0, r.fail(off, ReasonBadFieldType, "token id %d out of range [0, 2^32)", int64(v))
+		}
+		return 0, r.fail(off, ReasonBadFieldType, "token id %d out of range [0, 2^32)", v)
+	}
+	return uint32(v), nil
+}
+
+// nextIsMap reports whether the next value is a map.
+func (d *Decoder) nextIsMap() bool {
+	r := &d.r
+	if r.i >= len(r.b) {
+		return false
+	}
+	c := r.b[r.i]
+	return (c >= 0x80 && c <= 0x8f) || c == mpMap16 || c == mpMap32
+}
+
+// metadata reads SGLang's BlockStoredMetadata map ({cache_salt[, session_id]}):
+// cache_salt goes to u.salt; other keys are ignored. Nil is absent.
+func (d *Decoder) metadata(u *union) error {
+	r := &d.r
+	if r.nextNil() {
+		return nil
+	}
+	start := r.i
+	isMap, n, err := r.container("metadata")
+	if err != nil {
+		return err
+	}
+	if !isMap {
+		return r.fail(start, ReasonBadFieldType, "metadata: want map, found array")
+	}
+	for k := 0; k < n; k++ {
+		key, err := d.strBytes("metadata key")
+		if err != nil {
+			return err
+		}
+		if string(key) == "cache_salt" {
+			if u.salt, err = d.optStr("cache_salt"); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := r.skip(d.cfg.MaxDepth); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// uint reads a non-negative integer (nil reads as 0).
+func (d *Decoder) uint(what string) (uint64, error) {
+	r := &d.r
+	if r.nextNil() {
+		return 0, nil
+	}
+	off := r.i
+	v, signed, err := r.intBits(what)
+	if err == nil && signed && int64(v) < 0 {
+		return 0, r.fail(off, ReasonBadFieldType, "%s: negative %d", what, int64(v))
+	}
+	return v, err
+}
+
+// rawList reads a list field whose elements are kept as raw msgpack values
+// (extra_keys, mm_keys): nil when absent.
+func (d *Decoder) rawList(what string) ([]Raw, error) {
+	n, present, err := d.list(what, "entries", d.cfg.MaxBlocksPerEvent)
 	if !present || err != nil {
 		return nil, err
 	}

@@ -81,8 +81,16 @@ func TestDecodeLimits(t *testing.T) {
 	}{"hash bytes", limit(func(c *DecoderConfig) { c.MaxHashBytes = 8 }), long, ReasonBadHash, "9 bytes, limit 8"}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := decodeWith(t, c.cfg, c.msg)
-			wantReason(t, err, c.reason, c.detail)
+			b, err := decodeWith(t, c.cfg, c.msg)
+			switch c.name {
+			case "hashes", "tokens", "string", "hash bytes":
+				// A limit of one event skips that event only.
+				if err != nil || len(b.Skipped) == 0 || b.Skipped[0].Reason != c.reason || !strings.Contains(b.Skipped[0].Detail, c.detail) {
+					t.Fatalf("got %v, skipped %+v; want the event skipped with %s %q", err, b, c.reason, c.detail)
+				}
+			default:
+				wantReason(t, err, c.reason, c.detail)
+			}
 		})
 	}
 	// Within the limits the same message decodes.
@@ -129,6 +137,8 @@ func TestDecodeErrors(t *testing.T) {
 		return out
 	}
 	str := func(s string) []byte { return appendStr(nil, s) }
+	// Failures of the batch: the envelope, or an event whose end cannot be
+	// found.
 	cases := []struct {
 		name   string
 		msg    []byte
@@ -142,33 +152,74 @@ func TestDecodeErrors(t *testing.T) {
 		{"rank string", []byte{0x93, 0x00, 0x90, 0xa1, 'x'}, ReasonBadEnvelope, "data_parallel_rank"},
 		{"map without events", cat([]byte{0x81}, str("ts"), []byte{0}), ReasonBadEnvelope, "no events"},
 		{"map key int", []byte{0x81, 0x01, 0x02}, ReasonBadEnvelope, "key"},
-		{"event int", batch([]byte{0x05}), ReasonBadEvent, "want array"},
-		{"event empty", batch([]byte{0x90}), ReasonBadEvent, "empty"},
-		{"tag int", batch([]byte{0x91, 0x05}), ReasonBadEvent, "tag"},
-		{"map key int after type", batch(cat([]byte{0x82}, str("type"), str(TagBlockRemoved), []byte{0x01, 0x02})), ReasonBadEvent, "key"},
-		{"map key int before type", batch(cat([]byte{0x82}, []byte{0x01, 0x02}, str("type"), str(TagBlockRemoved))), ReasonBadEvent, "key"},
-		{"map without type", batch(cat([]byte{0x81}, str("medium"), str("GPU"))), ReasonBadEvent, "no \"type\""},
-		{"block_size string", batch(cat([]byte{0x95}, str(TagBlockStored), []byte{0x90, mpNil, 0x90}, str("x"))), ReasonBadFieldType, "block_size"},
-		{"medium int", batch(cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x90, 0x07})), ReasonBadFieldType, "medium"},
-		{"medium bytes", batch(cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x90, mpBin8, 1, 'G'})), ReasonBadFieldType, "medium"},
-		{"hashes map", batch(cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x80})), ReasonBadFieldType, "block_hashes"},
-		{"hash nil", batch(cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x91, mpNil})), ReasonBadHash, "found nil"},
-		{"hash string", batch(cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x91}, str("ab"))), ReasonBadHash, "string"},
-		{"token too big", batch(cat([]byte{0x94}, str(TagBlockStored), []byte{0x90, mpNil, 0x91, mpUint64, 0, 0, 0, 1, 0, 0, 0, 0})), ReasonBadFieldType, "out of range"},
-		{"token float", batch(cat([]byte{0x94}, str(TagBlockStored), []byte{0x90, mpNil, 0x91, mpFloat32, 0, 0, 0, 0})), ReasonBadFieldType, "token id"},
-		{"lora_id too big", batch(cat([]byte{0x96}, str(TagBlockStored), []byte{0x90, mpNil, 0x90, 0x02, mpUint64, 0xff, 0, 0, 0, 0, 0, 0, 0})), ReasonBadFieldType, "int64"},
-		{"pod up without pod", batch(cat([]byte{0x91}, str(TagPodUp))), ReasonMissingField, "pod name"},
-		{"pod down without pod", batch(cat([]byte{0x81}, str("type"), str(TagPodDown))), ReasonMissingField, "pod name"},
-		{"negative epoch", batch(cat([]byte{0x93}, str(TagPodDown), str("p"), []byte{0xff})), ReasonBadFieldType, "epoch"},
 		{"ext where a value is skipped", batch(cat([]byte{0x92}, str(TagAllBlocksCleared), []byte{mpExt8, 5, 1, 1})), ReasonTruncated, "ext"},
 		{"deep unknown field", batch(cat([]byte{0x92}, str(TagAllBlocksCleared), []byte(strings.Repeat("\x91", 40)), []byte{0})), ReasonTooDeep, "nested"},
 		{"array32 claims too much", []byte{0x92, 0x00, mpArray32, 0x7f, 0xff, 0xff, 0xff}, ReasonTruncated, "2147483647 elements"},
 		{"str32 claims too much", batch(cat([]byte{0x92}, str(TagAllBlocksCleared), []byte{mpStr32, 0x7f, 0xff, 0xff, 0xff})), ReasonTruncated, "bytes"},
+		{"bad msgpack in a token list", batch(cat([]byte{0x94}, str(TagBlockStored), []byte{0x90, mpNil, 0x91, 0xc1})), ReasonBadMsgpack, "0xc1"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := decodeWith(t, DefaultDecoderConfig(), c.msg)
 			wantReason(t, err, c.reason, c.detail)
+		})
+	}
+	// Failures of one event: it is skipped with its reason, and the events
+	// around it decode.
+	good := cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x91, 0x07}, str("GPU"))
+	events := []struct {
+		name   string
+		event  []byte
+		reason Reason
+		detail string
+	}{
+		{"event int", []byte{0x05}, ReasonBadEvent, "want array"},
+		{"event empty", []byte{0x90}, ReasonBadEvent, "empty"},
+		{"tag int", []byte{0x91, 0x05}, ReasonBadEvent, "tag"},
+		{"map key int after type", cat([]byte{0x82}, str("type"), str(TagBlockRemoved), []byte{0x01, 0x02}), ReasonBadEvent, "key"},
+		{"map key int before type", cat([]byte{0x82}, []byte{0x01, 0x02}, str("type"), str(TagBlockRemoved)), ReasonBadEvent, "key"},
+		{"map without type", cat([]byte{0x81}, str("medium"), str("GPU")), ReasonBadEvent, "no \"type\""},
+		{"block_size string", cat([]byte{0x95}, str(TagBlockStored), []byte{0x90, mpNil, 0x90}, str("x")), ReasonBadFieldType, "block_size"},
+		{"medium int", cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x90, 0x07}), ReasonBadFieldType, "medium"},
+		{"medium bytes", cat([]byte{0x93}, str(TagBlockRemoved), []byte{0x90, mpBin8, 1, 'G'}), ReasonBadFieldType, "medium"},
+		{"hashes map", cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x80}), ReasonBadFieldType, "block_hashes"},
+		{"hash nil", cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x91, mpNil}), ReasonBadHash, "found nil"},
+		{"hash string", cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x91}, str("ab")), ReasonBadHash, "string"},
+		{"token too big", cat([]byte{0x94}, str(TagBlockStored), []byte{0x90, mpNil, 0x91, mpUint64, 0, 0, 0, 1, 0, 0, 0, 0}), ReasonBadFieldType, "out of range"},
+		{"token float", cat([]byte{0x94}, str(TagBlockStored), []byte{0x90, mpNil, 0x91, mpFloat32, 0, 0, 0, 0}), ReasonBadFieldType, "token id"},
+		{"lora_id too big", cat([]byte{0x96}, str(TagBlockStored), []byte{0x90, mpNil, 0x90, 0x02, mpUint64, 0xff, 0, 0, 0, 0, 0, 0, 0}), ReasonBadFieldType, "int64"},
+		{"lora_name array", cat([]byte{0x98}, str(TagBlockStored), []byte{0x90, mpNil, 0x90, 0x02, mpNil, mpNil, 0x90}), ReasonBadFieldType, "SGLang's metadata map, found array"},
+		{"pod up without pod", cat([]byte{0x91}, str(TagPodUp)), ReasonMissingField, "pod name"},
+		{"pod down without pod", cat([]byte{0x81}, str("type"), str(TagPodDown)), ReasonMissingField, "pod name"},
+		{"negative epoch", cat([]byte{0x93}, str(TagPodDown), str("p"), []byte{0xff}), ReasonBadFieldType, "epoch"},
+		{"negative kv_blocks", cat([]byte{0x83}, str("type"), str(TagPodUp), str("pod"), str("p"), str("kv_blocks"), []byte{0xff}), ReasonBadFieldType, "kv_blocks"},
+		{"block size 0 with tokens", cat([]byte{0x95}, str(TagBlockStored), []byte{0x91, 0x01, mpNil, 0x92, 0x01, 0x02, 0x00}), ReasonBadBlockSize, "block_size 0"},
+		{"negative block size", cat([]byte{0x95}, str(TagBlockStored), []byte{0x91, 0x01, mpNil, 0x92, 0x01, 0x02, 0xfe}), ReasonBadBlockSize, "block_size -2"},
+		{"tokens not a multiple", cat([]byte{0x95}, str(TagBlockStored), []byte{0x92, 0x01, 0x02, mpNil, 0x93, 0x01, 0x02, 0x03, 0x02}), ReasonBadTokenCount, "3 token ids for 2 blocks of 2"},
+		{"tokens without hashes", cat([]byte{0x95}, str(TagBlockStored), []byte{0x90, mpNil, 0x92, 0x01, 0x02, 0x02}), ReasonBadTokenCount, "for 0 blocks"},
+		{"mm_keys not one per block", cat([]byte{0x83}, str("type"), str(TagBlockStored), str("block_hashes"), []byte{0x92, 0x01, 0x02}, str("mm_keys"), []byte{0x91, 0x90}), ReasonBadTokenCount, "mm_keys has 1 entries for 2 blocks"},
+		{"pair after a token", cat([]byte{0x95}, str(TagBlockStored), []byte{0x91, 0x01, mpNil, 0x92, 0x01, 0x92, 0x02, 0x03, 0x02}), ReasonBadTokenPairs, "after plain"},
+		{"token after a pair", cat([]byte{0x95}, str(TagBlockStored), []byte{0x91, 0x01, mpNil, 0x92, 0x92, 0x01, 0x02, 0x02, 0x02}), ReasonBadTokenPairs, "1 pairs among 2"},
+		{"pairs that do not chain", cat([]byte{0x95}, str(TagBlockStored), []byte{0x91, 0x01, mpNil, 0x92, 0x92, 0x01, 0x02, 0x92, 0x05, 0x06, 0x02}), ReasonBadTokenPairs, "starts with 5, the previous pair ended with 2"},
+		{"string among pairs", cat([]byte{0x95}, str(TagBlockStored), []byte{0x91, 0x01, mpNil, 0x92, 0x92, 0x01, 0x02}, str("x"), []byte{0x02}), ReasonBadTokenPairs, "1 pairs among 2"},
+		{"hash bytes over the limit", cat([]byte{0x92}, str(TagBlockRemoved), []byte{0x91, mpBin8, 65}, make([]byte, 65)), ReasonBadHash, "65 bytes, limit 64"},
+	}
+	for _, c := range events {
+		t.Run(c.name, func(t *testing.T) {
+			b, err := decodeWith(t, DefaultDecoderConfig(), batch(good, c.event, good))
+			if err != nil {
+				t.Fatalf("the batch failed: %v", err)
+			}
+			if len(b.Events) != 2 || len(b.Skipped) != 1 {
+				t.Fatalf("%d events, %d skipped, want 2 and 1: %s", len(b.Events), len(b.Skipped), AppendJSON(nil, b))
+			}
+			s := b.Skipped[0]
+			if s.Index != 1 || s.Offset != len(hdr)+1+len(good) || s.Reason != c.reason || !strings.Contains(s.Detail, c.detail) || !s.Malformed() {
+				t.Fatalf("skipped %+v, want event 1 at %d with %s and %q", s, len(hdr)+1+len(good), c.reason, c.detail)
+			}
+			if s.ErrOffset < s.Offset || s.ErrOffset >= s.Offset+len(c.event) {
+				t.Fatalf("error offset %d outside the event [%d, %d)", s.ErrOffset, s.Offset, s.Offset+len(c.event))
+			}
 		})
 	}
 }

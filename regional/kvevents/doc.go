@@ -22,12 +22,29 @@
 //     absent (Opt, nil slices); extra trailing elements and unknown keys are
 //     ignored; an unknown tag skips that event only (Batch.Skipped);
 //   - BlockStored has 11 fields, BlockRemoved 3, AllBlocksCleared none, in
-//     vLLM's declaration order; Meridian's lifecycle events PodUp (pod,
-//     endpoint, model, hardware, region, epoch) and PodDown (pod, epoch,
-//     reason) use the same two event styles in the same envelope;
+//     vLLM's declaration order; map events may also carry locality (vLLM
+//     #48281, TensorRT-LLM), mm_keys (TensorRT-LLM) and cache_salt (SGLang
+//     #37482); session_id and ownership are ignored. Meridian's lifecycle
+//     events PodUp (pod, endpoint, model, hardware, region, epoch, engine,
+//     kv_blocks, ttl_ms) and PodDown (pod, epoch, reason) use the same two event
+//     styles in the same envelope;
+//   - SGLang >= 0.5.18 writes a {cache_salt[, session_id]} map at position
+//     7, where vLLM has lora_name (BlockStoredWithMetadata): a string or
+//     such a map is accepted there;
 //   - a block hash is an unsigned or signed integer (the same 64 bits) or
 //     bytes (the last 8 bytes big-endian, left-padded with zeros when
-//     shorter); token ids must fit in uint32.
+//     shorter); a token id is an integer that fits in uint32, a string
+//     (TensorRT-LLM's EventTokenId = int | str; kept in StringTokens) or,
+//     for a whole event, a [token, next token] pair (SGLang's DeepSeek V4
+//     bigram pages; Pairs);
+//   - a BlockStored with token ids must have a positive block_size and
+//     block_size token ids per block hash.
+//
+// A malformed event (a field of the wrong type, a bad hash, a list over its
+// limit, a block size or token count that cannot be right) is skipped and
+// listed in Batch.Skipped with its reason; the rest of its batch decodes.
+// Only a failure that leaves the event's end unknown, or of the envelope,
+// fails the whole batch.
 //
 // Decoding never panics and never allocates more than a fixed multiple of
 // the message size: every count is checked against the bytes that remain and
@@ -47,8 +64,10 @@
 //
 // Engine hashes are opaque ids; the index key is our chain hash
 // (index.Extend) over the token ids, in the Namespace (pod model, the event's
-// LoRA name, the cache salt from block 0's extra keys, the router block
-// size). A Rekeyer, one per pod, keeps an engine-hash -> entry map (keyed by
+// LoRA name, the cache salt, the router block size). The salt is vLLM's,
+// from block 0's extra keys, or SGLang's, from the event's cache_salt
+// (either form): the same salted tokens index identically from every engine,
+// and differently from unsalted ones. A Rekeyer, one per pod, keeps an engine-hash -> entry map (keyed by
 // data-parallel rank, KV-cache group and engine hash) and emits Ops that the
 // ingester applies to the index. The rules, which the naive reference in the
 // tests restates:
@@ -61,18 +80,24 @@
 //     spans is held in that tier. So storing the last missing engine block
 //     registers it, and removing any engine block that belongs to it evicts
 //     it (the engine can no longer serve that full prefix); re-storing the
-//     block registers it again. Each engine block's announcements are
-//     counted per tier (vLLM can hold duplicate blocks with one hash; a
-//     replay of the same batch therefore counts twice, so the ingester must
-//     not feed a batch twice).
+//     block registers it again. The announcements of one engine block on
+//     one medium are a set, not a counter: vLLM's kv_cache_report_mode=full
+//     re-announces every reused block and removes it once, and a replayed
+//     batch changes nothing. (When vLLM holds two copies under one hash and
+//     evicts one, the block leaves the index early: an under-claim.)
 //  3. A BlockStored whose parent is not held in any tier is dropped
 //     (RekeyStats.UnknownParent): without the parent's tokens our chain
 //     cannot continue. A BlockStored without token_ids (CPU offload) adds a
 //     tier to blocks the pod already holds and is a no-op for others.
 //  4. Blocks whose extra keys carry anything but the LoRA name and the cache
-//     salt (multimodal items, prompt embeddings) are never registered, nor
-//     any block after them in the chain: a token-only key would claim hits
-//     the engine cannot serve.
+//     salt (multimodal items, prompt embeddings), blocks with TensorRT-LLM
+//     mm_keys or string token ids, and blocks of a KV-cache group that is
+//     not full attention (kv_cache_spec_kind sliding_window, mamba, ...)
+//     are never registered, nor any block after them in the chain: a
+//     token-only key would claim hits the engine cannot serve, and a
+//     sliding-window or state group attests its window, never a prefix
+//     (vLLM's hit needs the full-attention prefix; hybrid models are
+//     predicted by their full-attention groups, an upper bound).
 //  5. AllBlocksCleared clears the publishing rank: one OpClearPod when no
 //     other rank holds anything, else evictions of that rank's blocks.
 //     Lifecycle events are the ingester's; Reset forgets everything.
@@ -84,5 +109,9 @@
 //     it, whatever its first announcement said.
 //
 // Unknown media: TierOf documents the alias table; an unknown medium skips
-// the event and is counted, never guessed.
+// the event and is counted, never guessed. Storage that is not the pod's
+// own (Local: locality REMOTE, vLLM's FS/OBJ/STORAGE tiers without
+// locality LOCAL, the shared external tier) skips the event and is counted:
+// crediting the announcing pod with a store other pods share would be a
+// guess.
 package kvevents

@@ -23,12 +23,17 @@ type DumpConfig struct {
 type DumpResult struct {
 	Batches int // decoded and written
 	Failed  int // payloads (hex lines) that could not be decoded
+	// BadEvents counts malformed events skipped inside decoded batches
+	// (their batches are written without them).
+	BadEvents int
 }
 
 // Dump is `meridian events decode`: it reads raw vLLM batch payloads from in
 // and writes each batch as one JSON object per line (AppendJSON) to out. Each
 // payload it cannot decode gets one line on errw naming its position, the
-// byte offset and the reason. Binary input is one payload or several
+// byte offset and the reason; so does each malformed event inside a batch
+// that decodes (the batch is written with its good events, the bad one
+// listed under "skipped"). Binary input is one payload or several
 // concatenated; after a bad one the rest cannot be framed, so Dump stops
 // there. Hex input continues with the next line. The error is for I/O only.
 func Dump(in io.Reader, out, errw io.Writer, cfg DumpConfig) (DumpResult, error) {
@@ -82,6 +87,7 @@ func dumpBinary(d *Decoder, in io.Reader, w *bufio.Writer, errw io.Writer, res *
 			return fmt.Errorf("events decode: write: %w", err)
 		}
 		res.Batches++
+		reportBadEvents(errw, fmt.Sprintf("payload %d at file byte %d", n, off), off, b, res)
 		off += used
 	}
 	return nil
@@ -121,10 +127,31 @@ func dumpHex(d *Decoder, in io.Reader, w *bufio.Writer, errw io.Writer, res *Dum
 			return fmt.Errorf("events decode: write: %w", err)
 		}
 		res.Batches++
+		reportBadEvents(errw, fmt.Sprintf("line %d", n), 0, b, res)
 	}
 	if err := sc.Err(); err != nil {
 		res.Failed++
 		fmt.Fprintf(errw, "line %d: %v (longer than twice the message size limit?)\n", n+1, err)
 	}
 	return nil
+}
+
+// reportBadEvents names each malformed event of b on errw (where says which
+// payload; base is the payload's file offset, 0 for hex lines).
+func reportBadEvents(errw io.Writer, where string, base int, b *Batch, res *DumpResult) {
+	for _, s := range b.Skipped {
+		if !s.Malformed() {
+			continue
+		}
+		res.BadEvents++
+		tag := s.Tag
+		if tag == "" {
+			tag = "(no tag)"
+		}
+		if base > 0 {
+			fmt.Fprintf(errw, "%s: event %d (%s) skipped: %s at byte %d (file byte %d): %s\n", where, s.Index, tag, s.Reason, s.ErrOffset, base+s.ErrOffset, s.Detail)
+		} else {
+			fmt.Fprintf(errw, "%s: event %d (%s) skipped: %s at byte %d: %s\n", where, s.Index, tag, s.Reason, s.ErrOffset, s.Detail)
+		}
+	}
 }

@@ -2,9 +2,14 @@ package kvevents
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 )
+
+// errLoRAAndSalt: an array event cannot hold both a LoRA name and SGLang's
+// cache_salt, which share position 7 (no engine sends both).
+var errLoRAAndSalt = errors.New("BlockStored: lora_name and cache_salt share one position in array events")
 
 // EventStyle is how events are laid out on the wire.
 type EventStyle uint8
@@ -114,8 +119,15 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 	}
 	switch ev := ev.(type) {
 	case *BlockStored:
-		present := [4]bool{ev.ExtraKeys != nil, ev.GroupIdx.Valid, ev.KVCacheSpecKind.Valid, ev.KVCacheSpecSlidingWindow.Valid}
+		present := [6]bool{ev.ExtraKeys != nil, ev.GroupIdx.Valid, ev.KVCacheSpecKind.Valid, ev.KVCacheSpecSlidingWindow.Valid,
+			ev.Locality.Valid, ev.MMKeys != nil}
 		n := 7 + countTrailing(present[:], w.isMap)
+		if ev.CacheSalt.Valid && w.isMap {
+			n++
+		}
+		if ev.CacheSalt.Valid && !w.isMap && ev.LoRAName.Valid {
+			return w.dst, errLoRAAndSalt
+		}
 		header(TagBlockStored, n)
 		w.key(fBlockHashes)
 		w.dst = e.appendHashes(w.dst, ev.BlockHashes)
@@ -126,10 +138,7 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 			w.dst = append(w.dst, mpNil)
 		}
 		w.key(fTokenIDs)
-		w.dst = appendArrayHeader(w.dst, len(ev.TokenIDs))
-		for _, t := range ev.TokenIDs {
-			w.dst = appendUint(w.dst, uint64(t))
-		}
+		w.dst = appendTokens(w.dst, ev)
 		w.key(fBlockSize)
 		w.dst = appendInt(w.dst, ev.BlockSize)
 		w.key(fLoRAID)
@@ -137,38 +146,37 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 		w.key(fMedium)
 		w.dst = appendOpt(w.dst, ev.Medium, appendStr)
 		w.key(fLoRAName)
-		w.dst = appendOpt(w.dst, ev.LoRAName, appendStr)
-		k := 7
-		if w.isMap || k < n {
-			if ev.ExtraKeys != nil {
-				w.key(fExtraKeys)
-				w.dst = appendArrayHeader(w.dst, len(ev.ExtraKeys))
-				for _, r := range ev.ExtraKeys {
-					if len(r) == 0 {
-						w.dst = append(w.dst, mpNil)
-					} else {
-						w.dst = append(w.dst, r...)
-					}
-				}
-			} else if !w.isMap {
-				w.dst = append(w.dst, mpNil)
-			}
+		if ev.CacheSalt.Valid && !w.isMap {
+			// SGLang's BlockStoredWithMetadata: {cache_salt} at lora_name's place.
+			w.dst = appendStr(appendMapHeader(w.dst, 1), "cache_salt")
+			w.dst = appendStr(w.dst, ev.CacheSalt.V)
+		} else {
+			w.dst = appendOpt(w.dst, ev.LoRAName, appendStr)
 		}
+		w.rawList(fExtraKeys, ev.ExtraKeys, n > 7)
 		optField(&w, fGroupIdx, ev.GroupIdx, n > 8, appendInt)
 		optField(&w, fSpecKind, ev.KVCacheSpecKind, n > 9, appendStr)
 		optField(&w, fSlidingWindow, ev.KVCacheSpecSlidingWindow, n > 10, appendInt)
+		optField(&w, fLocality, ev.Locality, n > 11, appendStr)
+		w.rawList(fMMKeys, ev.MMKeys, n > 12)
+		if ev.CacheSalt.Valid && w.isMap {
+			w.key(fCacheSalt)
+			w.dst = appendStr(w.dst, ev.CacheSalt.V)
+		}
 	case *BlockRemoved:
-		n := 2 + countTrailing([]bool{ev.GroupIdx.Valid}, w.isMap)
+		n := 2 + countTrailing([]bool{ev.GroupIdx.Valid, ev.Locality.Valid}, w.isMap)
 		header(TagBlockRemoved, n)
 		w.key(fBlockHashes)
 		w.dst = e.appendHashes(w.dst, ev.BlockHashes)
 		w.key(fMedium)
 		w.dst = appendOpt(w.dst, ev.Medium, appendStr)
 		optField(&w, fGroupIdx, ev.GroupIdx, n > 2, appendInt)
+		optField(&w, fLocality, ev.Locality, n > 3, appendStr)
 	case *AllBlocksCleared:
 		header(TagAllBlocksCleared, 0)
 	case *PodUp:
-		header(TagPodUp, 6)
+		n := 6 + countTrailing([]bool{ev.Engine != "", ev.KVBlocks != 0, ev.TTL > 0}, w.isMap)
+		header(TagPodUp, n)
 		for _, f := range []struct {
 			id fieldID
 			v  string
@@ -178,6 +186,18 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 		}
 		w.key(fEpoch)
 		w.dst = appendUint(w.dst, ev.Epoch)
+		if (w.isMap && ev.Engine != "") || (!w.isMap && n > 6) {
+			w.key(fEngine)
+			w.dst = appendStr(w.dst, ev.Engine)
+		}
+		if (w.isMap && ev.KVBlocks != 0) || (!w.isMap && n > 7) {
+			w.key(fKVBlocks)
+			w.dst = appendUint(w.dst, ev.KVBlocks)
+		}
+		if (w.isMap && ev.TTL > 0) || (!w.isMap && n > 8) {
+			w.key(fTTL)
+			w.dst = appendUint(w.dst, uint64(max(ev.TTL.Milliseconds(), 1)))
+		}
 	case *PodDown:
 		header(TagPodDown, 3)
 		w.key(fPod)
@@ -190,6 +210,49 @@ func (e Encoding) appendEvent(dst []byte, ev Event) ([]byte, error) {
 		return w.dst, fmt.Errorf("unknown event type %T", ev)
 	}
 	return w.dst, nil
+}
+
+// rawList writes a list of raw values (extra_keys, mm_keys): in a map only
+// when present, in an array when inArray says the array reaches it (as nil
+// if absent).
+func (w *fieldWriter) rawList(f fieldID, rs []Raw, inArray bool) {
+	switch {
+	case rs != nil && (w.isMap || inArray):
+		w.key(f)
+		w.dst = appendArrayHeader(w.dst, len(rs))
+		for _, r := range rs {
+			if len(r) == 0 {
+				w.dst = append(w.dst, mpNil)
+			} else {
+				w.dst = append(w.dst, r...)
+			}
+		}
+	case !w.isMap && inArray:
+		w.dst = append(w.dst, mpNil)
+	}
+}
+
+// appendTokens writes token_ids as the engine did: integers, strings at the
+// positions of StringTokens, or [token, next] pairs.
+func appendTokens(dst []byte, ev *BlockStored) []byte {
+	dst = appendArrayHeader(dst, len(ev.TokenIDs))
+	strs := ev.StringTokens
+	for i, t := range ev.TokenIDs {
+		switch {
+		case ev.Pairs:
+			next := ev.PairNext
+			if i+1 < len(ev.TokenIDs) {
+				next = ev.TokenIDs[i+1]
+			}
+			dst = appendUint(appendUint(append(dst, 0x92), uint64(t)), uint64(next))
+		case len(strs) > 0 && strs[0].Pos == i:
+			dst = appendStr(dst, strs[0].Value)
+			strs = strs[1:]
+		default:
+			dst = appendUint(dst, uint64(t))
+		}
+	}
+	return dst
 }
 
 // countTrailing returns how many optional trailing fields are written: in a

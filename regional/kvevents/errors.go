@@ -7,6 +7,13 @@ import (
 
 // Reason classifies a decode failure. Its values are stable and few, so they
 // can label a metric (meridian_ingest_decode_errors_total{reason=...}).
+//
+// A failure inside one event whose extent is still well-formed msgpack
+// (a field of the wrong type, a bad hash, a list over its limit, a block
+// size or token count that cannot be right) skips that event only: it is
+// listed in Batch.Skipped with its reason and the rest of the batch
+// decodes. A failure of the envelope, or one that leaves the event's end
+// unknown (truncated, bad_msgpack, too_deep), fails the whole batch.
 type Reason string
 
 // The decode failure reasons.
@@ -40,6 +47,16 @@ const (
 	// ReasonTrailingBytes: bytes follow the batch in a message that must hold
 	// exactly one.
 	ReasonTrailingBytes Reason = "trailing_bytes"
+	// ReasonBadBlockSize: a BlockStored with token ids has a block_size that
+	// is not positive (or above 65536).
+	ReasonBadBlockSize Reason = "bad_block_size"
+	// ReasonBadTokenCount: a BlockStored's token_ids is not block_size
+	// tokens per block hash (or its mm_keys not one entry per block).
+	ReasonBadTokenCount Reason = "bad_token_count"
+	// ReasonBadTokenPairs: token_ids mixes [token, next] pairs with plain
+	// ids, or its pairs do not chain (pair i's second token is not pair
+	// i+1's first).
+	ReasonBadTokenPairs Reason = "bad_token_pairs"
 )
 
 // Reasons lists every Reason a Decoder can return, so a caller can create its
@@ -47,7 +64,7 @@ const (
 func Reasons() []Reason {
 	return []Reason{ReasonTruncated, ReasonBadEnvelope, ReasonBadEvent, ReasonUnknownEvent,
 		ReasonTooLarge, ReasonBadHash, ReasonBadFieldType, ReasonMissingField, ReasonTooDeep,
-		ReasonBadMsgpack, ReasonTrailingBytes}
+		ReasonBadMsgpack, ReasonTrailingBytes, ReasonBadBlockSize, ReasonBadTokenCount, ReasonBadTokenPairs}
 }
 
 // DecodeError is the error of every failed decode: where and why.

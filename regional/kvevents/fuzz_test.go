@@ -3,6 +3,7 @@ package kvevents
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -74,6 +75,9 @@ func FuzzDecode(f *testing.F) {
 		}
 		for _, enc := range allEncodings() {
 			msg, err := enc.AppendBatch(nil, b)
+			if errors.Is(err, errLoRAAndSalt) {
+				continue // a map event can hold both; an array event cannot
+			}
 			if err != nil {
 				t.Fatal(err)
 			}

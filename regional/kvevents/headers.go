@@ -5,11 +5,13 @@ package kvevents
 // (the engine simulator, the ZMQ bridge) add these headers where they know
 // the values, and the ingester reads them.
 const (
-	HeaderPod      = "pod"      // pod name (same as the key)
-	HeaderModel    = "model"    // served model name
-	HeaderHardware = "hardware" // hardware profile, e.g. "h100"
-	HeaderSeq      = "seq"      // batch sequence number, 8 bytes big-endian (vLLM's ZMQ frame 1)
-	HeaderEpoch    = "epoch"    // producer process-start epoch, 8 bytes big-endian
+	HeaderPod      = "pod"       // pod name (same as the key)
+	HeaderModel    = "model"     // served model name
+	HeaderHardware = "hardware"  // hardware profile, e.g. "h100"
+	HeaderSeq      = "seq"       // batch sequence number, 8 bytes big-endian (vLLM's ZMQ frame 1)
+	HeaderEpoch    = "epoch"     // producer process-start epoch, 8 bytes big-endian
+	HeaderEngine   = "engine"    // engine kind: vllm, sglang or trtllm (see Engines)
+	HeaderKVBlocks = "kv-blocks" // KV-cache capacity in engine blocks, 8 bytes big-endian
 	// HeaderMarker marks a batch the ZMQ bridge writes itself ("restart" or
 	// "join": an AllBlocksCleared for a rank whose engine restarted or
 	// whose history is unknown); it carries no seq, and the rank's sequence

@@ -11,9 +11,10 @@ import (
 // AppendJSON appends b as one JSON object, for operators (`meridian events
 // decode`, `events tail`): the wire field names, every field present (null
 // when absent), events as objects with "type" whatever their wire style,
-// hashes as unsigned decimal integers, extra_keys as JSON values (bytes as
-// {"bin": hex}). Unknown events the decoder skipped are listed under
-// "skipped".
+// hashes as unsigned decimal integers, extra_keys and mm_keys as JSON values
+// (bytes as {"bin": hex}), token ids as sent (numbers, strings, or [token,
+// next] pairs). Events the decoder skipped (unknown or malformed) are listed
+// under "skipped", malformed ones with what was wrong.
 func AppendJSON(dst []byte, b *Batch) []byte {
 	dst = append(dst, `{"ts":`...)
 	dst = appendJSONFloat(dst, b.TS)
@@ -36,6 +37,10 @@ func AppendJSON(dst []byte, b *Batch) []byte {
 			dst = appendJSONString(dst, s.Tag)
 			dst = append(dst, `,"reason":`...)
 			dst = appendJSONString(dst, string(s.Reason))
+			if s.Malformed() {
+				dst = fmt.Appendf(dst, `,"error_offset":%d,"detail":`, s.ErrOffset)
+				dst = appendJSONString(dst, s.Detail)
+			}
 			dst = append(dst, '}')
 		}
 		dst = append(dst, ']')
@@ -58,14 +63,7 @@ func appendEventJSON(dst []byte, ev Event) []byte {
 			dst = append(dst, "null"...)
 		}
 		key("token_ids")
-		dst = append(dst, '[')
-		for i, t := range ev.TokenIDs {
-			if i > 0 {
-				dst = append(dst, ',')
-			}
-			dst = strconv.AppendUint(dst, uint64(t), 10)
-		}
-		dst = append(dst, ']')
+		dst = appendJSONTokens(dst, ev)
 		key("block_size")
 		dst = strconv.AppendInt(dst, ev.BlockSize, 10)
 		key("lora_id")
@@ -75,24 +73,19 @@ func appendEventJSON(dst []byte, ev Event) []byte {
 		key("lora_name")
 		dst = appendJSONOptStr(dst, ev.LoRAName)
 		key("extra_keys")
-		if ev.ExtraKeys == nil {
-			dst = append(dst, "null"...)
-		} else {
-			dst = append(dst, '[')
-			for i, r := range ev.ExtraKeys {
-				if i > 0 {
-					dst = append(dst, ',')
-				}
-				dst = AppendRawJSON(dst, r)
-			}
-			dst = append(dst, ']')
-		}
+		dst = appendJSONRaws(dst, ev.ExtraKeys)
 		key("group_idx")
 		dst = appendJSONOptInt(dst, ev.GroupIdx)
 		key("kv_cache_spec_kind")
 		dst = appendJSONOptStr(dst, ev.KVCacheSpecKind)
 		key("kv_cache_spec_sliding_window")
 		dst = appendJSONOptInt(dst, ev.KVCacheSpecSlidingWindow)
+		key("locality")
+		dst = appendJSONOptStr(dst, ev.Locality)
+		key("mm_keys")
+		dst = appendJSONRaws(dst, ev.MMKeys)
+		key("cache_salt")
+		dst = appendJSONOptStr(dst, ev.CacheSalt)
 	case *BlockRemoved:
 		key("block_hashes")
 		dst = appendJSONHashes(dst, ev.BlockHashes)
@@ -100,6 +93,8 @@ func appendEventJSON(dst []byte, ev Event) []byte {
 		dst = appendJSONOptStr(dst, ev.Medium)
 		key("group_idx")
 		dst = appendJSONOptInt(dst, ev.GroupIdx)
+		key("locality")
+		dst = appendJSONOptStr(dst, ev.Locality)
 	case *PodUp:
 		for _, f := range [][2]string{{"pod", ev.Pod}, {"endpoint", ev.Endpoint}, {"model", ev.Model},
 			{"hardware", ev.Hardware}, {"region", ev.Region}} {
@@ -108,6 +103,14 @@ func appendEventJSON(dst []byte, ev Event) []byte {
 		}
 		key("epoch")
 		dst = strconv.AppendUint(dst, ev.Epoch, 10)
+		key("engine")
+		dst = appendJSONString(dst, ev.Engine)
+		key("kv_blocks")
+		dst = strconv.AppendUint(dst, ev.KVBlocks, 10)
+		if ev.TTL > 0 {
+			key("ttl_ms")
+			dst = strconv.AppendInt(dst, ev.TTL.Milliseconds(), 10)
+		}
 	case *PodDown:
 		key("pod")
 		dst = appendJSONString(dst, ev.Pod)
@@ -117,6 +120,44 @@ func appendEventJSON(dst []byte, ev Event) []byte {
 		dst = appendJSONString(dst, ev.Reason)
 	}
 	return append(dst, '}')
+}
+
+func appendJSONTokens(dst []byte, ev *BlockStored) []byte {
+	dst = append(dst, '[')
+	strs := ev.StringTokens
+	for i, t := range ev.TokenIDs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		switch {
+		case ev.Pairs:
+			next := ev.PairNext
+			if i+1 < len(ev.TokenIDs) {
+				next = ev.TokenIDs[i+1]
+			}
+			dst = fmt.Appendf(dst, "[%d,%d]", t, next)
+		case len(strs) > 0 && strs[0].Pos == i:
+			dst = appendJSONString(dst, strs[0].Value)
+			strs = strs[1:]
+		default:
+			dst = strconv.AppendUint(dst, uint64(t), 10)
+		}
+	}
+	return append(dst, ']')
+}
+
+func appendJSONRaws(dst []byte, rs []Raw) []byte {
+	if rs == nil {
+		return append(dst, "null"...)
+	}
+	dst = append(dst, '[')
+	for i, r := range rs {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = AppendRawJSON(dst, r)
+	}
+	return append(dst, ']')
 }
 
 func appendJSONHashes(dst []byte, hs []uint64) []byte {

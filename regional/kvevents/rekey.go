@@ -58,10 +58,12 @@ type RekeyConfig struct {
 	// removed ones still needed by a live descendant). Set it a little above
 	// the pod's KV capacity in blocks (GPU plus offload tiers). Past it, the
 	// least recently stored leaf block is forgotten and evicted from the
-	// index (RekeyStats.CapEvicted). An entry takes about 230 bytes, and
-	// about 280 on average when the engine block is a quarter of the router
-	// block (BenchmarkRekeyMemory), so the default 1<<18 (a 32k-block GPU
-	// cache plus offload tiers) bounds a pod at about 70 MB.
+	// index (RekeyStats.CapEvicted). An entry takes about 80 bytes (a
+	// 64-byte record and its slots in the key table), and about 130 on
+	// average when the engine block is a quarter of the router block (the
+	// tokens of unfinished router blocks are kept; BenchmarkRekeyMemory),
+	// so the default 1<<18 (a 32k-block GPU cache plus offload tiers)
+	// bounds a pod at about 35 MB.
 	MaxEntries int
 	// MaxRanks is one more than the highest data-parallel rank accepted.
 	// Default 64.
@@ -105,7 +107,11 @@ const maxBlockSize = 1 << 16
 // RekeyStats counts what a Rekeyer did and dropped; each field only grows,
 // except Entries. Event counts are per event, block counts per block hash.
 type RekeyStats struct {
-	StoredBlocks  uint64 // block announcements applied (new or repeated)
+	StoredBlocks uint64 // block announcements applied (new or repeated)
+	// Reannounced: announcements of a block the pod already held in that
+	// tier (a set: they change nothing; vLLM's kv_cache_report_mode=full
+	// re-announces every reused block).
+	Reannounced   uint64
 	RemovedBlocks uint64 // block removals applied
 	Clears        uint64 // AllBlocksCleared applied
 	// UnknownParent: BlockStored events dropped because their parent is not
@@ -122,6 +128,14 @@ type RekeyStats struct {
 	// UnknownMedium: events skipped because TierOf and Media do not know
 	// their medium.
 	UnknownMedium uint64
+	// NonLocal: events skipped because their storage is not the pod's own
+	// (see Local: locality REMOTE, shared file-system or object tiers, the
+	// external tier).
+	NonLocal uint64
+	// NotFullAttention: new blocks of a KV-cache group that is not full
+	// attention (sliding window, mamba, ...), tracked but never registered:
+	// such a group cannot extend a prefix match (see the package doc).
+	NotFullAttention uint64
 	// BadBlocks: BlockStored events dropped because block_size is not
 	// positive, token_ids is not len(block_hashes)*block_size long, the ratio
 	// to the router block size is not whole, or a block's size differs from
@@ -134,8 +148,9 @@ type RekeyStats struct {
 	// parent (a hash collision or an engine bug); the first mapping stays.
 	Conflicts uint64
 	// Opaque: new blocks that are never registered because they or an
-	// ancestor carry extra keys our chain hash cannot express (multimodal
-	// items, prompt embeddings, or a LoRA or salt where it is not expected).
+	// ancestor carry content our chain hash cannot express (multimodal
+	// items in extra_keys or TensorRT-LLM's mm_keys, string token ids,
+	// prompt embeddings, or a LoRA or salt where it is not expected).
 	Opaque uint64
 	// CapEvicted: blocks forgotten to stay within MaxEntries; CapDropped:
 	// stored blocks not tracked because nothing could be forgotten.
@@ -143,6 +158,29 @@ type RekeyStats struct {
 	CapDropped uint64
 	// Entries is the number of engine blocks tracked now.
 	Entries int
+}
+
+// Add returns the sum of two pods' counters (Entries included).
+func (s RekeyStats) Add(o RekeyStats) RekeyStats {
+	s.StoredBlocks += o.StoredBlocks
+	s.Reannounced += o.Reannounced
+	s.RemovedBlocks += o.RemovedBlocks
+	s.Clears += o.Clears
+	s.UnknownParent += o.UnknownParent
+	s.NoTokensUnknown += o.NoTokensUnknown
+	s.UnknownRemoved += o.UnknownRemoved
+	s.RemovedNotHeld += o.RemovedNotHeld
+	s.UnknownMedium += o.UnknownMedium
+	s.NonLocal += o.NonLocal
+	s.NotFullAttention += o.NotFullAttention
+	s.BadBlocks += o.BadBlocks
+	s.BadRank += o.BadRank
+	s.Conflicts += o.Conflicts
+	s.Opaque += o.Opaque
+	s.CapEvicted += o.CapEvicted
+	s.CapDropped += o.CapDropped
+	s.Entries += o.Entries
+	return s
 }
 
 // Rekeyer turns one pod's engine events into index operations on our own
@@ -153,15 +191,17 @@ type Rekeyer struct {
 	cfg   RekeyConfig
 	stats RekeyStats
 
-	byKey   map[ekey]int32
+	byKey   keyTable
 	entries []entry
 	free    []int32
 	// leaf list (no children), least recently stored first
 	leafHead, leafTail int32
 	rankCount          []int
 
-	tokFree  [][]uint32 // recycled token slices of length tokFreeN
-	tokFreeN int
+	toks tokStore
+	// ours holds the router hashes of entries that complete more than one
+	// router block (engine blocks larger than the router's), by entry.
+	ours map[int32][]uint64
 
 	ops      []opRec
 	opHashes []uint64
@@ -179,23 +219,96 @@ type ekey struct {
 
 const none int32 = -1
 
+// entry is one tracked engine block, in one 64-byte cache line (entries are
+// reached at random: parents, children, leaf neighbours).
 type entry struct {
 	key                ekey
 	parent             int32 // none for the first block of a sequence
 	child              int32 // first child, none if a leaf
 	prevSib, nextSib   int32
 	prevLeaf, nextLeaf int32
-	pos                uint32 // index of this engine block within its router block (engine < router)
-	ebs                uint32 // engine block size
-	nours              uint32 // router blocks this entry completes
-	base               uint64 // our hash the router block being filled chains from
-	last               uint64 // our hash of the last router block this entry completes
-	ours               []uint64
-	toks               []uint32 // own tokens, while a descendant may need them
-	count              [index.NumTiers]uint32
-	reg                uint8 // bit t: this entry's router blocks are registered in tier t
-	opaque             bool
-	inLeaf             bool
+	// h is the hash this entry's children chain from: our hash of the last
+	// router block it completes (nours > 0), else the hash the router block
+	// it is filling chains from.
+	h     uint64
+	pos   uint16 // index of this engine block within its router block (engine < router)
+	ebsm1 uint16 // engine block size - 1
+	nours uint32 // router blocks this entry completes
+	tok   int32  // its own tokens in the token store (nours == 0), while a descendant may need them
+	held  uint8  // bit t: the engine announced this block in tier t (a set)
+	reg   uint8  // bit t: this entry's router blocks are registered in tier t
+	flags uint8
+	_     uint8
+}
+
+// entry flags.
+const (
+	fUsed   uint8 = 1 << iota // a tracked block (not a free slot)
+	fOpaque                   // never registered (it or an ancestor)
+	fInLeaf                   // on the leaf list
+)
+
+func (e *entry) ebs() uint32     { return uint32(e.ebsm1) + 1 }
+func (e *entry) is(f uint8) bool { return e.flags&f != 0 }
+func (e *entry) set(f uint8, on bool) {
+	if on {
+		e.flags |= f
+	} else {
+		e.flags &^= f
+	}
+}
+
+// tokStore keeps the own tokens of entries that end inside a router block,
+// in chunks of one engine block size: one arena per size (a pod usually has
+// one), its chunks recycled.
+type tokStore struct {
+	arenas []tokArena
+}
+
+type tokArena struct {
+	size int
+	buf  []uint32
+	free []int32
+}
+
+func (s *tokStore) arena(size int) *tokArena {
+	for i := range s.arenas {
+		if s.arenas[i].size == size {
+			return &s.arenas[i]
+		}
+	}
+	s.arenas = append(s.arenas, tokArena{size: size})
+	return &s.arenas[len(s.arenas)-1]
+}
+
+// put stores toks and returns its chunk.
+func (s *tokStore) put(toks []uint32) int32 {
+	a := s.arena(len(toks))
+	if n := len(a.free); n > 0 {
+		c := a.free[n-1]
+		a.free = a.free[:n-1]
+		copy(a.buf[int(c)*a.size:], toks)
+		return c
+	}
+	a.buf = append(a.buf, toks...)
+	return int32(len(a.buf)/a.size - 1)
+}
+
+func (s *tokStore) get(size int, c int32) []uint32 {
+	a := s.arena(size)
+	return a.buf[int(c)*size : int(c+1)*size]
+}
+
+func (s *tokStore) release(size int, c int32) {
+	a := s.arena(size)
+	a.free = append(a.free, c)
+}
+
+func (s *tokStore) clear() {
+	for i := range s.arenas {
+		s.arenas[i].buf = s.arenas[i].buf[:0]
+		s.arenas[i].free = s.arenas[i].free[:0]
+	}
 }
 
 type opRec struct {
@@ -209,7 +322,7 @@ func NewRekeyer(cfg RekeyConfig) (*Rekeyer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	r := &Rekeyer{cfg: cfg, byKey: make(map[ekey]int32), leafHead: none, leafTail: none,
+	r := &Rekeyer{cfg: cfg, leafHead: none, leafTail: none,
 		rankCount: make([]int, cfg.MaxRanks)}
 	return r, nil
 }
@@ -217,12 +330,22 @@ func NewRekeyer(cfg RekeyConfig) (*Rekeyer, error) {
 // Stats returns the counters.
 func (r *Rekeyer) Stats() RekeyStats {
 	s := r.stats
-	s.Entries = len(r.byKey)
+	s.Entries = r.byKey.n
 	return s
 }
 
 // Len is the number of engine blocks tracked.
-func (r *Rekeyer) Len() int { return len(r.byKey) }
+func (r *Rekeyer) Len() int { return r.byKey.n }
+
+// Reserve sizes the Rekeyer for n engine blocks (the pod's KV capacity in
+// blocks, GPU plus offload tiers), at most MaxEntries, so that it does not
+// grow while the pod's cache fills.
+func (r *Rekeyer) Reserve(n int) {
+	r.byKey.reserve(min(n, r.cfg.MaxEntries))
+}
+
+// Capacity is how many engine blocks the Rekeyer tracks without growing.
+func (r *Rekeyer) Capacity() int { return len(r.byKey.slots) * 3 / 4 }
 
 // Apply appends to dst the index operations that b's block events imply and
 // returns it. Lifecycle events (PodUp, PodDown) are not the Rekeyer's: the
@@ -268,28 +391,29 @@ func (r *Rekeyer) finish(dst []Op) []Op {
 	return dst
 }
 
-// emit records an op, merging it into the previous one when kind and tier
-// match (the index takes a slice per call).
-func (r *Rekeyer) emit(kind OpKind, t index.Tier, e *entry) {
+// emit records an op for entry i's router blocks (none for OpClearPod),
+// merging it into the previous one when kind and tier match (the index
+// takes a slice per call).
+func (r *Rekeyer) emit(kind OpKind, t index.Tier, i int32) {
 	if n := len(r.ops); n > 0 && kind != OpClearPod {
 		if last := &r.ops[n-1]; last.kind == kind && last.tier == t && last.end == len(r.opHashes) {
-			r.opHashes = e.appendOurs(r.opHashes)
+			r.opHashes = r.appendOurs(r.opHashes, i)
 			last.end = len(r.opHashes)
 			return
 		}
 	}
 	start := len(r.opHashes)
-	if e != nil {
-		r.opHashes = e.appendOurs(r.opHashes)
+	if i != none {
+		r.opHashes = r.appendOurs(r.opHashes, i)
 	}
 	r.ops = append(r.ops, opRec{kind: kind, tier: t, start: start, end: len(r.opHashes)})
 }
 
-func (e *entry) appendOurs(dst []uint64) []uint64 {
-	if e.nours == 1 {
-		return append(dst, e.last)
+func (r *Rekeyer) appendOurs(dst []uint64, i int32) []uint64 {
+	if e := &r.entries[i]; e.nours == 1 {
+		return append(dst, e.h)
 	}
-	return append(dst, e.ours...)
+	return append(dst, r.ours[i]...)
 }
 
 func (r *Rekeyer) event(rank int64, ev Event) {
@@ -325,6 +449,40 @@ func (r *Rekeyer) key(rank int64, group Opt[int64]) (ekey, bool) {
 	return ekey{group: int32(g), rank: int32(rank)}, true
 }
 
+// local reports whether an event's medium and locality are the pod's own
+// storage: Local, except that a medium the operator mapped in Media is
+// local unless its locality says otherwise.
+func (r *Rekeyer) local(m, locality Opt[string]) bool {
+	if m.Valid && !locality.Valid && len(r.cfg.Media) > 0 {
+		if _, ok := r.cfg.Media[m.V]; ok {
+			return true
+		}
+		if _, ok := r.cfg.Media[strings.ToUpper(m.V)]; ok {
+			return true
+		}
+	}
+	return Local(m, locality)
+}
+
+// FullAttention reports whether a KV-cache group of this kind extends a
+// prefix match: absent (engines without hybrid groups, and vLLM before
+// #40984), vLLM's "full_attention" (MLA included) or SGLang's "full".
+// Sliding-window, chunked-local, mamba and other groups are not.
+func FullAttention(kind Opt[string]) bool {
+	return !kind.Valid || kind.V == "full_attention" || kind.V == "full"
+}
+
+// nonEmptyList reports whether raw is a msgpack array or map with at least
+// one element (a block's mm_keys entry that names content).
+func nonEmptyList(raw Raw) bool {
+	if len(raw) == 0 {
+		return false
+	}
+	rd := reader{b: raw}
+	_, n, err := rd.container("mm_keys")
+	return err != nil || n > 0
+}
+
 func (r *Rekeyer) tier(m Opt[string]) (index.Tier, bool) {
 	if m.Valid && len(r.cfg.Media) > 0 {
 		if t, ok := r.cfg.Media[m.V]; ok {
@@ -338,25 +496,19 @@ func (r *Rekeyer) tier(m Opt[string]) (index.Tier, bool) {
 }
 
 func (r *Rekeyer) lookup(k ekey) int32 {
-	if i, ok := r.byKey[k]; ok {
-		return i
-	}
-	return none
+	return r.byKey.lookup(k, r.entries)
 }
 
-func (e *entry) alive() bool {
-	for _, c := range e.count {
-		if c > 0 {
-			return true
-		}
-	}
-	return false
-}
+func (e *entry) alive() bool { return e.held != 0 }
 
 func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 	t, ok := r.tier(ev.Medium)
 	if !ok {
 		r.stats.UnknownMedium++
+		return
+	}
+	if !r.local(ev.Medium, ev.Locality) {
+		r.stats.NonLocal++
 		return
 	}
 	n := len(ev.BlockHashes)
@@ -392,7 +544,7 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 			r.stats.UnknownParent++
 			return
 		}
-		if int64(r.entries[parent].ebs) != ebs {
+		if int64(r.entries[parent].ebs()) != ebs {
 			r.stats.BadBlocks++
 			return
 		}
@@ -405,11 +557,23 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 		// blocks never match the base model's.
 		lora = "lora_id:" + strconv.FormatInt(ev.LoRAID.V, 10)
 	}
+	ctx := blockCtx{lora: lora, full: FullAttention(ev.KVCacheSpecKind)}
+	if ev.CacheSalt.Valid {
+		ctx.salt = ev.CacheSalt.V
+	}
+	strs := ev.StringTokens
 	for b, h := range ev.BlockHashes {
 		k.hash = h
-		var extra Raw
+		ctx.extra = nil
 		if b < len(ev.ExtraKeys) {
-			extra = ev.ExtraKeys[b]
+			ctx.extra = ev.ExtraKeys[b]
+		}
+		// Multimodal content our chain cannot express: mm_keys, or string
+		// token ids inside this block.
+		ctx.mm = b < len(ev.MMKeys) && nonEmptyList(ev.MMKeys[b])
+		for len(strs) > 0 && int64(strs[0].Pos) < int64(b+1)*ebs {
+			ctx.mm = true
+			strs = strs[1:]
 		}
 		if i := r.lookup(k); i != none {
 			if r.entries[i].parent != parent {
@@ -419,7 +583,7 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 			parent = i
 			continue
 		}
-		i := r.create(k, parent, ev.TokenIDs[int64(b)*ebs:int64(b+1)*ebs], lora, extra)
+		i := r.create(k, parent, ev.TokenIDs[int64(b)*ebs:int64(b+1)*ebs], &ctx)
 		if i == none {
 			r.stats.CapDropped += uint64(n - b)
 			return
@@ -429,11 +593,21 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 	}
 }
 
+// blockCtx is what a BlockStored says about each of its blocks beyond
+// tokens: the namespace (LoRA name, the event's cache salt), the block's
+// extra keys, whether it holds multimodal content, and whether its group
+// is full attention.
+type blockCtx struct {
+	lora, salt string
+	extra      Raw
+	mm, full   bool
+}
+
 // create adds the entry for a new engine block under parent (none for the
 // first block of a sequence) and returns its index, or none when the cap is
 // reached and nothing can be forgotten.
-func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, lora string, extra Raw) int32 {
-	if len(r.byKey) >= r.cfg.MaxEntries && !r.evictOne(parent) {
+func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, ctx *blockCtx) int32 {
+	if r.byKey.n >= r.cfg.MaxEntries && !r.evictOne(parent) {
 		return none
 	}
 	var i int32
@@ -447,47 +621,57 @@ func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, lora string, extra
 	ebs := uint32(len(toks))
 	R := uint32(r.cfg.BlockSize)
 	e := entry{key: k, parent: parent, child: none, prevSib: none, nextSib: none,
-		prevLeaf: none, nextLeaf: none, ebs: ebs}
-	salt, opaque := classifyExtra(extra, lora, parent == none)
+		prevLeaf: none, nextLeaf: none, ebsm1: uint16(ebs - 1), tok: none, flags: fUsed}
+	salt, opaque := classifyExtra(ctx.extra, ctx.lora, parent == none)
+	if salt == "" {
+		salt = ctx.salt // SGLang's: the event's, for the chain it starts
+	}
 	var p *entry
 	if parent != none {
 		p = &r.entries[parent]
-		e.opaque = p.opaque
+		e.set(fOpaque, p.is(fOpaque))
 	}
-	if opaque {
-		e.opaque = true
+	if opaque || ctx.mm || !ctx.full {
+		e.set(fOpaque, true)
 	}
+	// The hash this block's router block chains from: the seed, or what
+	// the parent leaves (see entry.h).
 	var base uint64
-	switch {
-	case p == nil:
-		base = r.seedFor(lora, salt)
-	case R > ebs && p.pos+1 < R/ebs:
-		base = p.base
-		e.pos = p.pos + 1
-	default:
-		base = p.last
+	if p == nil {
+		base = r.seedFor(ctx.lora, salt)
+	} else {
+		base = p.h
+		if R > ebs && uint32(p.pos)+1 < R/ebs {
+			e.pos = p.pos + 1
+		}
 	}
-	e.base = base
 	if R >= ebs {
 		kk := R / ebs
-		if e.pos == kk-1 {
+		if uint32(e.pos) == kk-1 {
 			e.nours = 1
-			e.last = index.Extend(base, r.routerBlock(p, kk-1, toks))
+			e.h = index.Extend(base, r.routerBlock(p, kk-1, toks))
 		} else {
-			e.toks = r.tokSlice(len(toks))
-			copy(e.toks, toks)
+			e.h = base
+			e.tok = r.toks.put(toks)
 		}
 	} else {
 		m := ebs / R
 		e.nours = m
-		e.ours = index.ChainFrom(base, int(R), toks, make([]uint64, 0, m))
-		e.last = e.ours[m-1]
+		ours := index.ChainFrom(base, int(R), toks, make([]uint64, 0, m))
+		e.h = ours[m-1]
+		if r.ours == nil {
+			r.ours = map[int32][]uint64{}
+		}
+		r.ours[i] = ours
 	}
-	if e.opaque {
+	switch {
+	case !ctx.full:
+		r.stats.NotFullAttention++
+	case e.is(fOpaque):
 		r.stats.Opaque++
 	}
 	r.entries[i] = e
-	r.byKey[k] = i
+	r.byKey.insert(k, i)
 	r.rankCount[k.rank]++
 	if parent != none {
 		p := &r.entries[parent]
@@ -516,7 +700,7 @@ func (r *Rekeyer) routerBlock(p *entry, n uint32, toks []uint32) []uint32 {
 	s := r.scratch[:total]
 	copy(s[int(n)*len(toks):], toks)
 	for j := int(n) - 1; j >= 0; j-- {
-		copy(s[j*len(toks):], p.toks)
+		copy(s[j*len(toks):], r.toks.get(len(toks), p.tok))
 		if j > 0 {
 			p = &r.entries[p.parent]
 		}
@@ -530,32 +714,6 @@ func (r *Rekeyer) seedFor(lora, salt string) uint64 {
 		r.nsCache, r.seed = ns, ns.Seed()
 	}
 	return r.seed
-}
-
-func (r *Rekeyer) tokSlice(n int) []uint32 {
-	if n == r.tokFreeN {
-		if k := len(r.tokFree); k > 0 {
-			s := r.tokFree[k-1]
-			r.tokFree[k-1] = nil
-			r.tokFree = r.tokFree[:k-1]
-			return s
-		}
-	}
-	return make([]uint32, n)
-}
-
-func (r *Rekeyer) tokRelease(s []uint32) {
-	if s == nil {
-		return
-	}
-	if len(s) != r.tokFreeN {
-		if len(r.tokFree) > 0 {
-			return // keep recycling the size we have
-		}
-		r.tokFreeN = len(s)
-	}
-	// Bounded by the most entries ever live at once (at most MaxEntries).
-	r.tokFree = append(r.tokFree, s)
 }
 
 // classifyExtra reads a block's extra_keys tuple. The chain hash covers model,
@@ -597,15 +755,18 @@ func classifyExtra(raw Raw, lora string, first bool) (salt string, opaque bool) 
 	return salt, false
 }
 
-// store adds one announcement of entry i in tier t.
+// store adds one announcement of entry i in tier t: announcements of one
+// engine block on one medium are a set, not a counter.
 func (r *Rekeyer) store(i int32, t index.Tier) {
 	r.stats.StoredBlocks++
 	e := &r.entries[i]
-	e.count[t]++
-	if e.count[t] == 1 {
+	if e.held&(1<<t) != 0 {
+		r.stats.Reannounced++
+	} else {
+		e.held |= 1 << t
 		r.flip(i, t)
 	}
-	if e.inLeaf && e.nextLeaf != none {
+	if e.is(fInLeaf) && e.nextLeaf != none {
 		// Most recently stored leaf goes last.
 		r.leafRemove(i)
 		r.leafPushBack(i)
@@ -618,6 +779,10 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 		r.stats.UnknownMedium++
 		return
 	}
+	if !r.local(ev.Medium, ev.Locality) {
+		r.stats.NonLocal++
+		return
+	}
 	for _, h := range ev.BlockHashes {
 		k.hash = h
 		i := r.lookup(k)
@@ -626,16 +791,14 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 			continue
 		}
 		e := &r.entries[i]
-		if e.count[t] == 0 {
+		if e.held&(1<<t) == 0 {
 			r.stats.RemovedNotHeld++
 			continue
 		}
 		r.stats.RemovedBlocks++
-		e.count[t]--
-		if e.count[t] == 0 {
-			r.flip(i, t)
-			r.maybeDelete(i)
-		}
+		e.held &^= 1 << t
+		r.flip(i, t)
+		r.maybeDelete(i)
 	}
 }
 
@@ -668,11 +831,11 @@ func (r *Rekeyer) flip(i int32, t index.Tier) {
 // and none is opaque.
 func (r *Rekeyer) recheck(c int32, t index.Tier) {
 	e := &r.entries[c]
-	want := !e.opaque
+	want := !e.is(fOpaque)
 	if want {
 		w := e
-		for j := uint32(0); ; j++ {
-			if w.count[t] == 0 {
+		for j := uint16(0); ; j++ {
+			if w.held&(1<<t) == 0 {
 				want = false
 				break
 			}
@@ -686,10 +849,10 @@ func (r *Rekeyer) recheck(c int32, t index.Tier) {
 	switch {
 	case want && e.reg&bit == 0:
 		e.reg |= bit
-		r.emit(OpRegister, t, e)
+		r.emit(OpRegister, t, c)
 	case !want && e.reg&bit != 0:
 		e.reg &^= bit
-		r.emit(OpEvict, t, e)
+		r.emit(OpEvict, t, c)
 	}
 }
 
@@ -725,11 +888,12 @@ func (r *Rekeyer) evictOne(keep int32) bool {
 	e := &r.entries[v]
 	for t := index.Tier(0); t < index.NumTiers; t++ {
 		if e.reg&(1<<t) != 0 {
-			r.emit(OpEvict, t, e)
+			r.emit(OpEvict, t, v)
 		}
 	}
+	e = &r.entries[v]
 	e.reg = 0
-	e.count = [index.NumTiers]uint32{}
+	e.held = 0
 	r.maybeDelete(v)
 	return true
 }
@@ -738,7 +902,7 @@ func (r *Rekeyer) evictOne(keep int32) bool {
 // the leaf list.
 func (r *Rekeyer) unlink(i int32) {
 	e := &r.entries[i]
-	if e.inLeaf {
+	if e.is(fInLeaf) {
 		r.leafRemove(i)
 	}
 	if e.prevSib != none {
@@ -753,16 +917,22 @@ func (r *Rekeyer) unlink(i int32) {
 
 func (r *Rekeyer) release(i int32) {
 	e := &r.entries[i]
-	delete(r.byKey, e.key)
+	r.byKey.remove(e.key, i)
 	r.rankCount[e.key.rank]--
-	r.tokRelease(e.toks)
+	if e.tok != none {
+		r.toks.release(int(e.ebs()), e.tok)
+	}
+	if e.nours > 1 {
+		delete(r.ours, i)
+	}
 	*e = entry{}
 	r.free = append(r.free, i)
 }
 
 func (r *Rekeyer) leafPushBack(i int32) {
 	e := &r.entries[i]
-	e.inLeaf, e.prevLeaf, e.nextLeaf = true, r.leafTail, none
+	e.prevLeaf, e.nextLeaf = r.leafTail, none
+	e.set(fInLeaf, true)
 	if r.leafTail != none {
 		r.entries[r.leafTail].nextLeaf = i
 	} else {
@@ -773,7 +943,8 @@ func (r *Rekeyer) leafPushBack(i int32) {
 
 func (r *Rekeyer) leafPushFront(i int32) {
 	e := &r.entries[i]
-	e.inLeaf, e.prevLeaf, e.nextLeaf = true, none, r.leafHead
+	e.prevLeaf, e.nextLeaf = none, r.leafHead
+	e.set(fInLeaf, true)
 	if r.leafHead != none {
 		r.entries[r.leafHead].prevLeaf = i
 	} else {
@@ -794,28 +965,29 @@ func (r *Rekeyer) leafRemove(i int32) {
 	} else {
 		r.leafTail = e.prevLeaf
 	}
-	e.inLeaf, e.prevLeaf, e.nextLeaf = false, none, none
+	e.prevLeaf, e.nextLeaf = none, none
+	e.set(fInLeaf, false)
 }
 
 // clearRank forgets every block of one data-parallel rank. When no other
 // rank holds anything the whole pod is cleared with one OpClearPod;
 // otherwise the rank's registered router blocks are evicted one by one.
 func (r *Rekeyer) clearRank(rank int32) {
-	if r.rankCount[rank] == len(r.byKey) {
+	if r.rankCount[rank] == r.byKey.n {
 		r.clearAll()
 		return
 	}
 	for i := range r.entries {
 		e := &r.entries[i]
-		if e.ebs == 0 || e.key.rank != rank {
+		if !e.is(fUsed) || e.key.rank != rank {
 			continue // a free slot, or another rank's
 		}
 		for t := index.Tier(0); t < index.NumTiers; t++ {
 			if e.reg&(1<<t) != 0 {
-				r.emit(OpEvict, t, e)
+				r.emit(OpEvict, t, int32(i))
 			}
 		}
-		if e.inLeaf {
+		if e.is(fInLeaf) {
 			r.leafRemove(int32(i))
 		}
 		r.release(int32(i))
@@ -825,11 +997,10 @@ func (r *Rekeyer) clearRank(rank int32) {
 }
 
 func (r *Rekeyer) clearAll() {
-	r.emit(OpClearPod, 0, nil)
-	clear(r.byKey)
-	for i := range r.entries {
-		r.tokRelease(r.entries[i].toks)
-	}
+	r.emit(OpClearPod, 0, none)
+	r.byKey.clear()
+	r.toks.clear()
+	clear(r.ours)
 	r.entries = r.entries[:0]
 	r.free = r.free[:0]
 	r.leafHead, r.leafTail = none, none

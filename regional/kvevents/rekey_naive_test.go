@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"hash/fnv"
@@ -19,6 +20,12 @@ import (
 // recomputes from scratch which router blocks the pod holds, by re-hashing
 // each block's whole token history from the start of its sequence with
 // index.ChainHashes. No windows, no trees, no counters of registrations.
+// What it restates of the rules: an engine block is held per tier as a set
+// (announced or not); events whose storage is not the pod's own (Local)
+// change nothing; the namespace of a sequence is its first block's LoRA and
+// salt (from extra keys, else the event's cache_salt); a block with
+// multimodal content (extra keys, mm_keys, a string token id) or of a group
+// that is not full attention is never registered, nor anything after it.
 type naiveRekeyer struct {
 	model  string
 	R      int
@@ -30,8 +37,8 @@ type naiveBlock struct {
 	parent     *naiveBlock
 	tokens     []uint32
 	lora, salt string // of the sequence's first block
-	opaque     bool   // this block's own extra keys
-	count      [index.NumTiers]int
+	opaque     bool   // this block's own content: not expressible, or not full attention
+	held       [index.NumTiers]bool
 }
 
 type tierHash struct {
@@ -44,8 +51,8 @@ func newNaive(model string, R int) *naiveRekeyer {
 }
 
 func (n *naiveBlock) alive() bool {
-	for _, c := range n.count {
-		if c > 0 {
+	for _, h := range n.held {
+		if h {
 			return true
 		}
 	}
@@ -70,22 +77,22 @@ func (n *naiveRekeyer) event(rank int64, ev Event) {
 	case *AllBlocksCleared:
 		for _, b := range n.blocks {
 			if int64(b.key.rank) == rank {
-				b.count = [index.NumTiers]int{}
+				b.held = [index.NumTiers]bool{}
 			}
 		}
 	case *BlockRemoved:
 		t, ok := TierOf(ev.Medium)
-		if !ok {
+		if !ok || !Local(ev.Medium, ev.Locality) {
 			return
 		}
 		for _, h := range ev.BlockHashes {
-			if b := n.blocks[ekey{h, group(ev.GroupIdx), int32(rank)}]; b != nil && b.count[t] > 0 {
-				b.count[t]--
+			if b := n.blocks[ekey{h, group(ev.GroupIdx), int32(rank)}]; b != nil {
+				b.held[t] = false
 			}
 		}
 	case *BlockStored:
 		t, ok := TierOf(ev.Medium)
-		if !ok || len(ev.BlockHashes) == 0 {
+		if !ok || !Local(ev.Medium, ev.Locality) || len(ev.BlockHashes) == 0 {
 			return
 		}
 		k := ekey{group: group(ev.GroupIdx), rank: int32(rank)}
@@ -93,7 +100,7 @@ func (n *naiveRekeyer) event(rank int64, ev Event) {
 			for _, h := range ev.BlockHashes {
 				k.hash = h
 				if b := n.blocks[k]; b != nil && b.alive() {
-					b.count[t]++
+					b.held[t] = true
 				}
 			}
 			return
@@ -127,13 +134,29 @@ func (n *naiveRekeyer) event(rank int64, ev Event) {
 					extra = ev.ExtraKeys[i]
 				}
 				salt, opaque := classifyExtra(extra, lora, parent == nil)
+				if salt == "" && ev.CacheSalt.Valid {
+					salt = ev.CacheSalt.V
+				}
+				if i < len(ev.MMKeys) {
+					if raw := ev.MMKeys[i]; len(raw) > 0 && raw[0] != mpNil && raw[0] != 0x90 && raw[0] != 0x80 {
+						opaque = true
+					}
+				}
+				for _, st := range ev.StringTokens {
+					if st.Pos >= i*E && st.Pos < (i+1)*E {
+						opaque = true
+					}
+				}
+				if k := ev.KVCacheSpecKind; k.Valid && k.V != "full_attention" && k.V != "full" {
+					opaque = true
+				}
 				b = &naiveBlock{key: k, parent: parent, tokens: ev.TokenIDs[i*E : (i+1)*E : (i+1)*E], opaque: opaque}
 				if parent == nil {
 					b.lora, b.salt = lora, salt
 				}
 				n.blocks[k] = b
 			}
-			b.count[t]++
+			b.held[t] = true
 			parent = b
 		}
 	}
@@ -182,7 +205,7 @@ func (n *naiveRekeyer) held() map[tierHash]int {
 			for t := index.Tier(0); t < index.NumTiers; t++ {
 				all := true
 				for i, p := range chain {
-					if i*E < end && (i+1)*E > j*n.R && p.count[t] == 0 {
+					if i*E < end && (i+1)*E > j*n.R && !p.held[t] {
 						all = false
 					}
 				}
@@ -241,7 +264,22 @@ type engineGen struct {
 	// that never forgets a block can keep its first definition, as the naive
 	// reference does (TestRekeyCapRestoreRedefines).
 	extraKeys extraKeysMode
-	blocks    []genBlock
+	// kinds is the kv_cache_spec_kind of each group's events, drawn once
+	// per run (a group's kind is fixed by the model): group 1 may be a
+	// sliding-window or mamba group of a hybrid model.
+	kinds      [2]Opt[string]
+	kindsDrawn bool
+	// carrier is how this engine sends a salt and a multimodal item (see
+	// event): one engine, one form, unless extraKeys is mixed. carriers,
+	// when set, are the ones it may draw from (an engine kind's).
+	carrier  int
+	carriers []int
+	// extraOdds: one store in extraOdds salts its sequence and one puts a
+	// multimodal item in it (0: 10). vocab: token ids are drawn from
+	// [0, vocab) (0: 3). A fleet lowers both so that pods of different
+	// engines store the same salted tokens.
+	extraOdds, vocab int
+	blocks           []genBlock
 }
 
 type extraKeysMode uint8
@@ -273,6 +311,16 @@ func (g *engineGen) hash(parent uint64, toks []uint32, rank, group int64, extra 
 }
 
 func (g *engineGen) batch(t *rapid.T) *Batch {
+	if !g.kindsDrawn {
+		g.kindsDrawn = true
+		g.kinds[0] = rapid.SampledFrom([]Opt[string]{{}, Some("full_attention")}).Draw(t, "kind 0")
+		g.kinds[1] = rapid.SampledFrom([]Opt[string]{{}, Some("full_attention"), Some("full"), Some("sliding_window"), Some("mamba")}).Draw(t, "kind 1")
+		if g.carriers != nil {
+			g.carrier = rapid.SampledFrom(g.carriers).Draw(t, "engine carrier")
+		} else {
+			g.carrier = rapid.IntRange(0, 2).Draw(t, "engine carrier")
+		}
+	}
 	rank := rapid.Int64Range(0, 1).Draw(t, "rank")
 	b := &Batch{TS: 1, DataParallelRank: Some(rank)}
 	for n := rapid.IntRange(1, 4).Draw(t, "events"); n > 0; n-- {
@@ -281,10 +329,19 @@ func (g *engineGen) batch(t *rapid.T) *Batch {
 	return b
 }
 
-var genMedia = []Opt[string]{{}, Some("GPU"), Some("CPU"), Some("DISK"), Some("gpu"), Some("WEIRD")}
+// genStorage is a medium and locality as engines send them: vLLM's and
+// SGLang's tiers, vLLM's FS/OBJ/STORAGE with and without locality, SGLang's
+// shared external pool, and a medium nobody knows.
+type genStorage struct{ medium, locality Opt[string] }
+
+var genStorages = []genStorage{{}, {Some("GPU"), Opt[string]{}}, {Some("CPU"), Opt[string]{}}, {Some("DISK"), Opt[string]{}},
+	{Some("gpu"), Opt[string]{}}, {Some("WEIRD"), Opt[string]{}}, {Some("CPU_PINNED"), Opt[string]{}},
+	{Some("FS"), Some("LOCAL")}, {Some("FS"), Opt[string]{}}, {Some("OBJ"), Opt[string]{}}, {Some("STORAGE"), Some("LOCAL")},
+	{Some("STORAGE"), Some("REMOTE")}, {Some("GPU"), Some("LOCAL")}, {Some("EXTERNAL"), Opt[string]{}}, {Some("EXTERNAL"), Some("LOCAL")}}
 
 func (g *engineGen) event(t *rapid.T, rank int64) Event {
-	medium := rapid.SampledFrom(genMedia).Draw(t, "medium")
+	st := rapid.SampledFrom(genStorages).Draw(t, "storage")
+	medium := st.medium
 	group := rapid.Int64Range(0, 1).Draw(t, "group")
 	known := func(label string) (genBlock, bool) {
 		var mine []genBlock
@@ -300,7 +357,7 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 	}
 	switch rapid.IntRange(0, 9).Draw(t, "op") {
 	case 0, 1, 2, 3: // store new blocks (or re-store: same content gives the same hashes)
-		ev := &BlockStored{BlockSize: int64(g.E), Medium: medium}
+		ev := &BlockStored{BlockSize: int64(g.E), Medium: medium, Locality: st.locality}
 		var parent uint64
 		depth := 0
 		if p, ok := known("parent"); ok && rapid.IntRange(0, 3).Draw(t, "root?") > 0 {
@@ -310,39 +367,63 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		if rapid.IntRange(0, 5).Draw(t, "lora?") == 0 {
 			ev.LoRAName = Some("l1")
 		}
-		extraKind := rapid.IntRange(0, 9).Draw(t, "extra")
+		extraKind := rapid.IntRange(0, cmp.Or(g.extraOdds, 10)-1).Draw(t, "extra")
+		// Where the salt or the multimodal item travels: vLLM's extra_keys,
+		// or SGLang's cache_salt (the salt), TensorRT-LLM's mm_keys or a
+		// string token id (the item). The engine hash is the same whatever
+		// the carrier: one content, one hash.
+		carrier := g.carrier
+		if g.extraKeys == extraKeysMixed {
+			carrier = rapid.IntRange(0, 2).Draw(t, "carrier")
+		}
+		salt := rapid.SampledFrom([]string{"salt-a", "salt-b"}).Draw(t, "salt")
 		ev.GroupIdx = Some(group)
+		ev.KVCacheSpecKind = g.kinds[group]
 		n := rapid.IntRange(1, g.maxRun).Draw(t, "blocks")
+		if extraKind == 0 && depth == 0 && carrier > 0 {
+			ev.CacheSalt = Some(salt)
+		}
 		for i := 0; i < n; i++ {
 			toks := make([]uint32, g.E)
 			for j := range toks {
-				toks[j] = uint32(rapid.IntRange(0, 2).Draw(t, "tok"))
+				toks[j] = uint32(rapid.IntRange(0, cmp.Or(g.vocab, 3)-1).Draw(t, "tok"))
 			}
 			extra := "-"
 			switch {
 			case extraKind == 0 && depth == 0:
-				extra = "salt"
+				extra = salt
 			case extraKind == 1 && i == n/2:
 				extra = "image"
 			}
 			h := g.hash(parent, toks, rank, group, extra+ev.LoRAName.V)
 			ev.BlockHashes = append(ev.BlockHashes, h)
-			ev.TokenIDs = append(ev.TokenIDs, toks...)
 			var raw Raw = Raw{mpNil}
-			if ev.LoRAName.Valid || extra != "-" {
+			var mm Raw = Raw{0x90}
+			switch {
+			case extra == "image" && carrier == 1:
+				mm = append(appendArrayHeader(nil, 1), 0x83)
+				mm = append(appendStr(appendStr(mm, "type"), "mm_key"), appendStr(appendStr(nil, "hash"), "ab12")...)
+				mm = append(appendStr(mm, "start_offset"), 0x00)
+			case extra == "image" && carrier == 2:
+				ev.StringTokens = append(ev.StringTokens, StringToken{Pos: i * g.E, Value: "img-0"})
+				toks[0] = 0
+			}
+			ev.MMKeys = append(ev.MMKeys, mm)
+			ev.TokenIDs = append(ev.TokenIDs, toks...)
+			if ev.LoRAName.Valid || (extra != "-" && carrier == 0) {
 				var items []byte
 				cnt := 0
 				if ev.LoRAName.Valid {
 					items = appendStr(items, ev.LoRAName.V)
 					cnt++
 				}
-				switch extra {
-				case "salt":
-					items = appendStr(items, "salt")
-					cnt++
-				case "image":
+				switch {
+				case extra == "image" && carrier == 0:
 					items = append(appendArrayHeader(items, 2), appendStr(nil, "img-hash")...)
 					items = append(items, 0x03)
+					cnt++
+				case extra != "-" && carrier == 0:
+					items = appendStr(items, salt)
 					cnt++
 				}
 				raw = append(appendArrayHeader(nil, cnt), items...)
@@ -354,6 +435,14 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		}
 		if rapid.IntRange(0, 19).Draw(t, "bad?") == 0 {
 			ev.TokenIDs = ev.TokenIDs[1:] // wrong token count: dropped
+			ev.StringTokens = nil
+		}
+		if rapid.IntRange(0, 4).Draw(t, "pairs?") == 0 && len(ev.StringTokens) == 0 {
+			// SGLang's bigram keys carry the same tokens as pairs.
+			ev.Pairs, ev.PairNext = true, uint32(rapid.IntRange(0, 2).Draw(t, "pair next"))
+		}
+		if carrier != 1 || extraKind != 1 {
+			ev.MMKeys = nil
 		}
 		switch g.extraKeys {
 		case extraKeysMixed:
@@ -365,7 +454,7 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		}
 		return ev
 	case 4: // offload: tokens-less store of known (or unknown) hashes
-		ev := &BlockStored{BlockSize: int64(g.E), Medium: medium}
+		ev := &BlockStored{BlockSize: int64(g.E), Medium: medium, Locality: st.locality}
 		for n := rapid.IntRange(1, 4).Draw(t, "n"); n > 0; n-- {
 			if b, ok := known("block"); ok {
 				ev.BlockHashes = append(ev.BlockHashes, b.hash)
@@ -376,7 +465,7 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		}
 		return ev
 	case 5, 6, 7, 8: // remove known (and unknown) hashes, often a tail run
-		ev := &BlockRemoved{Medium: medium, GroupIdx: Some(group)}
+		ev := &BlockRemoved{Medium: medium, Locality: st.locality, GroupIdx: Some(group)}
 		for n := rapid.IntRange(1, 8).Draw(t, "n"); n > 0; n-- {
 			if b, ok := known("block"); ok && rapid.IntRange(0, 9).Draw(t, "unknown?") > 0 {
 				ev.BlockHashes = append(ev.BlockHashes, b.hash)
@@ -392,7 +481,7 @@ func (g *engineGen) event(t *rapid.T, rank int64) Event {
 		}
 		// A store under a parent the pod never had.
 		return &BlockStored{BlockHashes: []uint64{rapid.Uint64().Draw(t, "h")}, ParentBlockHash: Some(rapid.Uint64().Draw(t, "p")),
-			TokenIDs: make([]uint32, g.E), BlockSize: int64(g.E), Medium: medium}
+			TokenIDs: make([]uint32, g.E), BlockSize: int64(g.E), Medium: medium, Locality: st.locality}
 	}
 }
 
@@ -428,9 +517,9 @@ func TestRekeyerMatchesNaive(t *testing.T) {
 				var all []Event
 				for _, blk := range naive.blocks {
 					for tr := index.Tier(0); tr < index.NumTiers; tr++ {
-						for i := 0; i < blk.count[tr]; i++ {
+						if blk.held[tr] {
 							all = append(all, &BlockRemoved{BlockHashes: []uint64{blk.key.hash}, Medium: Some(strings.ToUpper(tr.String())),
-								GroupIdx: Some(int64(blk.key.group))})
+								Locality: Some("LOCAL"), GroupIdx: Some(int64(blk.key.group))})
 						}
 					}
 				}

@@ -3,6 +3,7 @@ package kvevents
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -139,19 +140,32 @@ func TestRekeyUnknownParentAndBadBlocks(t *testing.T) {
 	}
 }
 
-// TestRekeyDuplicates: vLLM can hold two blocks with one hash; each
-// announcement needs its removal.
+// TestRekeyDuplicates: announcements of one engine block on one medium are
+// a set. vLLM with kv_cache_report_mode="full" re-announces every reused
+// block and removes it once (vllm/v1/core/kv_cache_manager.py); counting
+// announcements would leave the block indexed after its removal. The price:
+// when vLLM holds two physical copies under one hash and evicts one, the
+// block is no longer indexed although one copy remains (an under-claim).
 func TestRekeyDuplicates(t *testing.T) {
 	r := newTestRekeyer(t, 4)
 	ev := stored(Opt[uint64]{}, 4, seq(4, 0), 1)
 	if len(r.ApplyEvent(nil, 0, ev)) != 1 || len(r.ApplyEvent(nil, 0, ev)) != 0 {
 		t.Fatal("a duplicate announcement must register once")
 	}
-	if ops := r.ApplyEvent(nil, 0, removed("GPU", 1)); len(ops) != 0 {
-		t.Fatalf("first removal of two announcements evicted: %v", ops)
-	}
 	if ops := r.ApplyEvent(nil, 0, removed("GPU", 1)); len(ops) != 1 || ops[0].Kind != OpEvict {
-		t.Fatalf("second removal: %v", ops)
+		t.Fatalf("the one removal of a re-announced block: %v, want it evicted", ops)
+	}
+	if ops := r.ApplyEvent(nil, 0, removed("GPU", 1)); len(ops) != 0 {
+		t.Fatalf("a second removal: %v", ops)
+	}
+	if s := r.Stats(); s.Reannounced != 1 || s.Entries != 0 || s.UnknownRemoved != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+	// The same block in another tier is another member of the set.
+	ev.Medium = Some("CPU")
+	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 0), 1))
+	if ops := r.ApplyEvent(nil, 0, ev); len(ops) != 1 || ops[0].Tier != index.TierCPU {
+		t.Fatalf("cpu announcement: %v", ops)
 	}
 }
 
@@ -245,9 +259,8 @@ func TestRekeyCap(t *testing.T) {
 		names[h] = fmt.Sprintf("s%d", i)
 		r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, base), uint64(i+1)))
 	}
-	// Sequence 1 is re-stored (announced again): the oldest leaf is now 0.
+	// Sequence 0 is re-stored (announced again): the oldest leaf is now 1.
 	r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 0), 1))
-	r.ApplyEvent(nil, 0, removed("GPU", 1))
 	got := opsString(r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, 300), 4)), names)
 	if !strings.HasPrefix(got, "evict gpu [s1]; register gpu [") {
 		t.Fatalf("ops %q, want the least recently stored leaf (s1) evicted first", got)
@@ -487,5 +500,95 @@ func TestClassifyExtraOpaqueAllocs(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { _, _ = classifyExtra(mm, "lora", true) }); n != 0 {
 		t.Fatalf("classifyExtra allocates %v times on a multimodal item", n)
+	}
+}
+
+// TestLocal: what Meridian credits a pod with: its own tiers, not shared
+// or remote storage (see Local).
+func TestLocal(t *testing.T) {
+	none := Opt[string]{}
+	for _, c := range []struct {
+		medium, locality Opt[string]
+		want             bool
+	}{
+		{none, none, true}, {Some("GPU"), none, true}, {Some("CPU_PINNED"), none, true}, {Some("DISK"), none, true},
+		{Some("GPU"), Some("REMOTE"), false}, {Some("DISK"), Some("remote"), false}, {Some("GPU"), Some("SOMEWHERE"), false},
+		{Some("FS"), Some("LOCAL"), true}, {Some("fs"), Some("local"), true}, {Some("FS"), none, false},
+		{Some("OBJ"), none, false}, {Some("OBJ"), Some("REMOTE"), false}, {Some("STORAGE"), none, false},
+		{Some("STORAGE"), Some("LOCAL"), true}, {Some("EXTERNAL"), none, false}, {Some("SHARED"), none, false},
+		{Some("EXTERNAL"), Some("LOCAL"), true}, {Some("WEIRD"), none, true},
+	} {
+		if got := Local(c.medium, c.locality); got != c.want {
+			t.Errorf("Local(%v, %v) = %v, want %v", c.medium, c.locality, got, c.want)
+		}
+	}
+	for m, want := range map[string]index.Tier{"FS": index.TierDisk, "STORAGE": index.TierDisk, "OBJ": index.TierExternal} {
+		if got, ok := TierOf(Some(m)); !ok || got != want {
+			t.Errorf("TierOf(%s) = %v, %v; want %v", m, got, ok, want)
+		}
+	}
+}
+
+// TestRekeyNonLocal: events on storage the pod does not own are skipped
+// and counted; a medium the operator maps is the operator's word.
+func TestRekeyNonLocal(t *testing.T) {
+	r := newTestRekeyer(t, 4, func(c *RekeyConfig) { c.Media = map[string]index.Tier{"LMCACHE": index.TierExternal} })
+	ev := stored(Opt[uint64]{}, 4, seq(4, 0), 1)
+	ev.Medium = Some("OBJ")
+	if ops := r.ApplyEvent(nil, 0, ev); len(ops) != 0 {
+		t.Fatalf("OBJ registered: %v", ops)
+	}
+	ev.Medium, ev.Locality = Some("GPU"), Some("REMOTE")
+	if ops := r.ApplyEvent(nil, 0, ev); len(ops) != 0 {
+		t.Fatalf("a REMOTE block registered: %v", ops)
+	}
+	ev.Medium, ev.Locality = Some("lmcache"), Opt[string]{}
+	if ops := r.ApplyEvent(nil, 0, ev); len(ops) != 1 || ops[0].Tier != index.TierExternal {
+		t.Fatalf("an operator's medium: %v", ops)
+	}
+	if ops := r.ApplyEvent(nil, 0, &BlockRemoved{BlockHashes: []uint64{1}, Medium: Some("LMCACHE"), Locality: Some("REMOTE")}); len(ops) != 0 {
+		t.Fatalf("a REMOTE removal evicted: %v", ops)
+	}
+	if s := r.Stats(); s.NonLocal != 3 || s.Entries != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestRekeyEngineSalts: a salt sent the SGLang way (the event's
+// cache_salt) and the vLLM way (block 0's extra keys) give one namespace,
+// which differs from the unsalted one.
+func TestRekeyEngineSalts(t *testing.T) {
+	toks := seq(8, 300)
+	want := index.ChainHashes(index.Namespace{Model: "m", CacheSalt: "tenant-a", BlockSize: 4}, toks, nil)
+	plain := index.ChainHashes(index.Namespace{Model: "m", BlockSize: 4}, toks, nil)
+	sglang := stored(Opt[uint64]{}, 4, toks, 1, 2)
+	sglang.CacheSalt = Some("tenant-a")
+	vllm := stored(Opt[uint64]{}, 4, toks, 1, 2)
+	vllm.ExtraKeys = []Raw{RawStrings([]string{"tenant-a"}), {mpNil}}
+	for name, ev := range map[string]*BlockStored{"sglang": sglang, "vllm": vllm} {
+		ops := newTestRekeyer(t, 4).ApplyEvent(nil, 0, ev)
+		if len(ops) != 1 || fmt.Sprint(ops[0].Hashes) != fmt.Sprint(want) || ops[0].Hashes[0] == plain[0] {
+			t.Errorf("%s: ops %v, want %v", name, ops, want)
+		}
+	}
+}
+
+// TestRekeyStatsAdd: Add sums every counter.
+func TestRekeyStatsAdd(t *testing.T) {
+	var one RekeyStats
+	v := reflect.ValueOf(&one).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if v.Field(i).CanUint() {
+			v.Field(i).SetUint(1)
+		} else {
+			v.Field(i).SetInt(1)
+		}
+	}
+	sum := reflect.ValueOf(one.Add(one))
+	for i := 0; i < sum.NumField(); i++ {
+		f := sum.Field(i)
+		if (f.CanUint() && f.Uint() != 2) || (f.CanInt() && f.Int() != 2) {
+			t.Errorf("%s not summed", sum.Type().Field(i).Name)
+		}
 	}
 }

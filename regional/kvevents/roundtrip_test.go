@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -51,17 +52,39 @@ func genEvent(t *rapid.T) Event {
 	str := rapid.StringN(0, 20, -1)
 	switch rapid.IntRange(0, 4).Draw(t, "event") {
 	case 0:
+		// Well-formed: block_size tokens per hash (or none, as CPU offload
+		// sends), in any of the token forms engines use.
+		hashes := nilIfEmpty(rapid.SliceOfN(rapid.Uint64(), 0, 8).Draw(t, "hashes"))
 		ev := &BlockStored{
-			BlockHashes:              nilIfEmpty(rapid.SliceOfN(rapid.Uint64(), 0, 8).Draw(t, "hashes")),
+			BlockHashes:              hashes,
 			ParentBlockHash:          optOf(t, rapid.Uint64(), "parent"),
-			TokenIDs:                 nilIfEmpty(rapid.SliceOfN(rapid.Uint32(), 0, 40).Draw(t, "tokens")),
-			BlockSize:                rapid.Int64().Draw(t, "bs"),
+			BlockSize:                rapid.Int64Range(0, 6).Draw(t, "bs"),
 			LoRAID:                   optOf(t, rapid.Int64(), "lora_id"),
 			Medium:                   optOf(t, rapid.SampledFrom([]string{"GPU", "CPU", "DISK", "x"}), "medium"),
-			LoRAName:                 optOf(t, str, "lora_name"),
 			GroupIdx:                 optOf(t, rapid.Int64(), "group"),
 			KVCacheSpecKind:          optOf(t, str, "kind"),
 			KVCacheSpecSlidingWindow: optOf(t, rapid.Int64(), "window"),
+			Locality:                 optOf(t, rapid.SampledFrom([]string{"LOCAL", "REMOTE"}), "locality"),
+		}
+		if ev.BlockSize > 0 && rapid.Bool().Draw(t, "tokens?") {
+			ev.TokenIDs = nilIfEmpty(rapid.SliceOfN(rapid.Uint32(), len(hashes)*int(ev.BlockSize), len(hashes)*int(ev.BlockSize)).Draw(t, "tokens"))
+		}
+		switch form := rapid.IntRange(0, 3).Draw(t, "token form"); {
+		case form == 1 && len(ev.TokenIDs) > 0:
+			ev.Pairs, ev.PairNext = true, rapid.Uint32().Draw(t, "pair next")
+		case form == 2:
+			for i := range ev.TokenIDs {
+				if rapid.IntRange(0, 3).Draw(t, "string token?") == 0 {
+					ev.TokenIDs[i] = 0
+					ev.StringTokens = append(ev.StringTokens, StringToken{Pos: i, Value: str.Draw(t, "string token")})
+				}
+			}
+		}
+		// lora_name and SGLang's cache_salt share a position in array events.
+		if rapid.Bool().Draw(t, "salt?") {
+			ev.CacheSalt = Some(str.Draw(t, "salt"))
+		} else {
+			ev.LoRAName = optOf(t, str, "lora_name")
 		}
 		if rapid.Bool().Draw(t, "extra?") {
 			n := rapid.IntRange(0, 4).Draw(t, "extra n")
@@ -70,19 +93,28 @@ func genEvent(t *rapid.T) Event {
 				ev.ExtraKeys = append(ev.ExtraKeys, genRaw(t, "extra", 2))
 			}
 		}
+		if rapid.Bool().Draw(t, "mm?") {
+			ev.MMKeys = []Raw{}
+			for range hashes {
+				ev.MMKeys = append(ev.MMKeys, genRaw(t, "mm", 2))
+			}
+		}
 		return ev
 	case 1:
 		return &BlockRemoved{
 			BlockHashes: nilIfEmpty(rapid.SliceOfN(rapid.Uint64(), 0, 8).Draw(t, "hashes")),
 			Medium:      optOf(t, rapid.SampledFrom([]string{"GPU", "CPU_TIER2", ""}), "medium"),
 			GroupIdx:    optOf(t, rapid.Int64(), "group"),
+			Locality:    optOf(t, rapid.SampledFrom([]string{"LOCAL", "REMOTE"}), "locality"),
 		}
 	case 2:
 		return &AllBlocksCleared{}
 	case 3:
 		return &PodUp{Pod: rapid.StringN(1, 20, -1).Draw(t, "pod"), Endpoint: str.Draw(t, "endpoint"),
 			Model: str.Draw(t, "model"), Hardware: str.Draw(t, "hw"), Region: str.Draw(t, "region"),
-			Epoch: rapid.Uint64().Draw(t, "epoch")}
+			Epoch: rapid.Uint64().Draw(t, "epoch"), Engine: rapid.SampledFrom([]string{"", "vllm", "sglang", "trtllm"}).Draw(t, "engine"),
+			KVBlocks: rapid.Uint64().Draw(t, "kv blocks"),
+			TTL:      time.Duration(rapid.IntRange(0, 1e6).Draw(t, "ttl_ms")) * time.Millisecond}
 	default:
 		return &PodDown{Pod: rapid.StringN(1, 20, -1).Draw(t, "pod"), Epoch: rapid.Uint64().Draw(t, "epoch"),
 			Reason: str.Draw(t, "reason")}
@@ -128,6 +160,7 @@ func TestRoundTripFixed(t *testing.T) {
 		&BlockRemoved{BlockHashes: []uint64{1}, Medium: Some("GPU")},
 		&AllBlocksCleared{},
 		&PodUp{Pod: "p", Endpoint: "http://127.0.0.1:1", Model: "m", Hardware: "h100", Region: "eu", Epoch: 9},
+		&PodUp{Pod: "p", Endpoint: "http://127.0.0.1:1", Model: "m", Hardware: "h100", Region: "eu", Epoch: 9, TTL: 30 * time.Second},
 		&PodDown{Pod: "p", Epoch: 9, Reason: "drain"},
 	}}
 	for _, enc := range allEncodings() {

@@ -4,16 +4,21 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/vmihailenco/msgpack/v5"
+
+	"github.com/meridian-llm/meridian/index"
 )
 
 var update = flag.Bool("update", false, "rewrite the want sections of testdata/vectors and the fuzz seed corpus")
@@ -27,6 +32,7 @@ type vector struct {
 	want     string // the JSON line, when it decodes
 	errWant  string // "reason offset", when it does not
 	tiers    []string
+	apply    string // the apply section: what re-keying the batch must index
 	sections map[string]string
 }
 
@@ -70,6 +76,7 @@ func loadVectors(t testing.TB) []vector {
 		if s, ok := v.sections["tiers"]; ok {
 			v.tiers = strings.Fields(s)
 		}
+		v.apply = v.sections["apply"]
 		if (v.want == "") == (v.errWant == "") {
 			t.Fatalf("%s: want exactly one of a want or an error section", p)
 		}
@@ -146,11 +153,17 @@ func TestVectors(t *testing.T) {
 					}
 				}
 			}
+			if v.apply != "" {
+				checkApply(t, v, b)
+			}
 			// Our encoder, in every style, writes something that decodes to
 			// the same batch.
 			for _, enc := range allEncodings() {
 				msg, err := enc.AppendBatch(nil, b)
 				if err != nil {
+					if errors.Is(err, errLoRAAndSalt) {
+						continue // lora_name and cache_salt: map events only
+					}
 					t.Fatal(err)
 				}
 				b2, err := newTestDecoder(t).Decode(msg)
@@ -161,6 +174,103 @@ func TestVectors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkApply re-keys the vector's batch with a fresh Rekeyer (model "m",
+// the router block size of the apply section) and checks that the index it
+// builds holds exactly the held lines, that the naive reference agrees, and
+// the listed RekeyStats fields. An apply section:
+//
+//	block_size 4                                  router block size
+//	held <tier> [salt=S] [lora=L] tokens t1 t2 ...  every full router block
+//	                                              of these tokens, chained
+//	                                              from the namespace's seed
+//	stats Field=N ...                             RekeyStats fields
+func checkApply(t *testing.T, v vector, b *Batch) {
+	t.Helper()
+	R := 0
+	want := map[tierHash]int{}
+	stats := map[string]uint64{}
+	for _, line := range strings.Split(strings.TrimSpace(v.apply), "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 2 && f[0] == "block_size":
+			R, _ = strconv.Atoi(f[1])
+		case len(f) >= 4 && f[0] == "held":
+			ns := index.Namespace{Model: "m", BlockSize: R}
+			tier := tierNamed(t, f[1])
+			i := 2
+			for ; f[i] != "tokens"; i++ {
+				k, val, _ := strings.Cut(f[i], "=")
+				switch k {
+				case "salt":
+					ns.CacheSalt = val
+				case "lora":
+					ns.LoRA = val
+				default:
+					t.Fatalf("%s: bad apply line %q", v.path, line)
+				}
+			}
+			var toks []uint32
+			for _, s := range f[i+1:] {
+				n, err := strconv.ParseUint(s, 10, 32)
+				if err != nil {
+					t.Fatalf("%s: bad token %q", v.path, s)
+				}
+				toks = append(toks, uint32(n))
+			}
+			for _, h := range index.ChainHashes(ns, toks, nil) {
+				want[tierHash{h, tier}]++
+			}
+		case len(f) >= 2 && f[0] == "stats":
+			for _, kv := range f[1:] {
+				k, val, _ := strings.Cut(kv, "=")
+				n, err := strconv.ParseUint(val, 10, 64)
+				if err != nil {
+					t.Fatalf("%s: bad stats %q", v.path, kv)
+				}
+				stats[k] = n
+			}
+		default:
+			t.Fatalf("%s: bad apply line %q", v.path, line)
+		}
+	}
+	cfg := DefaultRekeyConfig()
+	cfg.Model, cfg.BlockSize = "m", R
+	r, err := NewRekeyer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := &opIndex{m: map[tierHash]int{}}
+	idx.apply(t, r.Apply(nil, b))
+	if !maps.Equal(idx.m, want) {
+		t.Errorf("re-keyed, the index holds %s\nwant %s", fmtHeld(idx.m), fmtHeld(want))
+	}
+	naive := newNaive("m", R)
+	naive.apply(b)
+	if got := naive.held(); !maps.Equal(got, want) {
+		t.Errorf("the naive reference holds %s\nwant %s", fmtHeld(got), fmtHeld(want))
+	}
+	got := reflect.ValueOf(r.Stats())
+	for k, n := range stats {
+		fv := got.FieldByName(k)
+		if !fv.IsValid() {
+			t.Fatalf("%s: no RekeyStats field %s", v.path, k)
+		}
+		if fv.Uint() != n {
+			t.Errorf("RekeyStats.%s = %d, want %d (%+v)", k, fv.Uint(), n, r.Stats())
+		}
+	}
+}
+
+func tierNamed(t *testing.T, name string) index.Tier {
+	for tr := index.Tier(0); tr < index.NumTiers; tr++ {
+		if tr.String() == name {
+			return tr
+		}
+	}
+	t.Fatalf("no tier %q", name)
+	return 0
 }
 
 func allEncodings() []Encoding {

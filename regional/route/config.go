@@ -16,6 +16,15 @@ const (
 	PolicyRoundRobin  = "round_robin"  // in turn, ignoring cache and load
 	PolicyLeastLoaded = "least_loaded" // fewest requests in flight
 	PolicySessionHash = "session_hash" // rendezvous hash of the session id (stateless affinity)
+
+	// The fair baselines (issue 17): what a careful operator of another
+	// router would run on a mixed fleet, so Meridian is compared with them
+	// and not only with hardware-blind ones.
+	PolicyWeightedRoundRobin     = "weighted_round_robin"     // in turn, in proportion to prefill speed
+	PolicyWeightedLeastLoaded    = "weighted_least_loaded"    // fewest in flight per unit of prefill speed
+	PolicyLeastOutstandingTokens = "least_outstanding_tokens" // fewest prompt tokens in flight per unit of speed
+	PolicyBoundedAffinity        = "bounded_affinity"         // consistent hashing with bounded loads, speed-weighted
+	PolicyPrecisePrefix          = "precise_prefix"           // llm-d's precise prefix-cache scorer with its load scorers
 )
 
 // Filter names, applied in the configured order.
@@ -37,8 +46,11 @@ const (
 type Config struct {
 	// Policy picks among the pods the filters leave; default "ttft".
 	Policy string `yaml:"policy"`
-	// Filters in order; default alive, model, healthy, bounded_load,
-	// new_session.
+	// Filters in order; default alive, model, healthy, bounded_load.
+	// new_session is off by default: it places a session's first request
+	// by in-flight count, which sends it behind a pod's one long prefill
+	// (on the simulated conversation trace at load 0.5 it raised Meridian's
+	// TTFT p95 from 3.1 s to 5.1 s).
 	Filters []string `yaml:"filters"`
 	// Weights of the scorers (0 turns one off):
 	//   prefix:   cached tokens count toward the prefill saving (0..1; 1 = fully)
@@ -85,6 +97,10 @@ type Config struct {
 	MaxSessions int           `yaml:"max_sessions"`
 	// TopK candidates are explained in a decision. Default 3.
 	TopK int `yaml:"top_k"`
+	// BoundedAffinity configures the bounded_affinity picker.
+	BoundedAffinity BoundedAffinityConfig `yaml:"bounded_affinity"`
+	// PrecisePrefix configures the precise_prefix picker.
+	PrecisePrefix PrecisePrefixConfig `yaml:"precise_prefix"`
 	// SpeculationTTL is how long a pod that has just answered is assumed to
 	// hold its prompt's prefix before the index learns it from the pod's
 	// events (see Speculation): until the index confirms it, at most this
@@ -94,11 +110,43 @@ type Config struct {
 	SpeculationTTL time.Duration `yaml:"speculation_ttl"`
 }
 
+// BoundedAffinityConfig is consistent hashing with bounded loads (Mirrokni,
+// Thorup and Zadimoghaddam, "Consistent Hashing with Bounded Loads", SODA
+// 2018), weighted by hardware: each pod has VirtualNodes x its prefill speed
+// relative to the slowest pod's points on the ring, and a session's key
+// walks the ring from its hash to the first pod whose in-flight requests + 1
+// stay within ceil(LoadFactor x (total in flight + 1) x the pod's share of
+// the candidates' prefill speed).
+type BoundedAffinityConfig struct {
+	// LoadFactor is 1 + epsilon of the paper. Default 1.25 (the epsilon of
+	// 0.25 the paper's evaluation and HAProxy's hash-balance-factor 125
+	// use).
+	LoadFactor float64 `yaml:"load_factor"`
+	// VirtualNodes per pod of the slowest profile. Default 160 (vLLM
+	// router's consistent_hash).
+	VirtualNodes int `yaml:"virtual_nodes"`
+}
+
+// PrecisePrefixConfig weighs the three scorers of llm-d's precise
+// prefix-cache-aware profile, each in [0, 1], their weighted sum maximised:
+// the prefix score is a pod's cached prefix blocks min-max normalised over
+// the pods that hold any (1 when they all hold the same; 0 for a pod that
+// holds none), kv_util is 1 - the scraped KV-cache usage, queue is
+// (max - q) / (max - min) of the scraped waiting queues (1 when all equal).
+type PrecisePrefixConfig struct {
+	// Defaults 2, 1, 1: llm-d's guide
+	// guides/precise-prefix-cache-aware/scheduler/precise-prefix-cache-aware.values.yaml
+	// (llm-d/llm-d@019a3f3).
+	PrefixWeight float64 `yaml:"prefix_weight"`
+	KVUtilWeight float64 `yaml:"kv_util_weight"`
+	QueueWeight  float64 `yaml:"queue_weight"`
+}
+
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
 		Policy:              PolicyTTFT,
-		Filters:             []string{FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad, FilterNewSession},
+		Filters:             []string{FilterAlive, FilterModel, FilterHealthy, FilterBoundedLoad},
 		Weights:             map[string]float64{"prefix": 1, "queue": 1, "running": 1, "kv_util": 1, "affinity": 1},
 		BoundedLoadFactor:   2.5,
 		RunningPenaltyMs:    2,
@@ -110,6 +158,8 @@ func DefaultConfig() Config {
 		SessionTTL:          30 * time.Minute,
 		MaxSessions:         1 << 20,
 		TopK:                3,
+		BoundedAffinity:     BoundedAffinityConfig{LoadFactor: 1.25, VirtualNodes: 160},
+		PrecisePrefix:       PrecisePrefixConfig{PrefixWeight: 2, KVUtilWeight: 1, QueueWeight: 1},
 		SpeculationTTL:      10 * time.Second,
 	}
 }
@@ -118,7 +168,8 @@ var knownScorers = []string{"prefix", "queue", "running", "kv_util", "affinity"}
 
 // Policies are the picker policies a decision config (or, where allowed,
 // the X-Meridian-Policy header) may name.
-var Policies = []string{PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash}
+var Policies = []string{PolicyTTFT, PolicyRoundRobin, PolicyLeastLoaded, PolicySessionHash,
+	PolicyWeightedRoundRobin, PolicyWeightedLeastLoaded, PolicyLeastOutstandingTokens, PolicyBoundedAffinity, PolicyPrecisePrefix}
 
 // Validate names the first field that is wrong.
 func (c Config) Validate() error {
@@ -156,6 +207,16 @@ func (c Config) Validate() error {
 		return fmt.Errorf("decision config: top_k = %d: want >= 1", c.TopK)
 	case c.SpeculationTTL < 0:
 		return fmt.Errorf("decision config: speculation_ttl = %v: want >= 0", c.SpeculationTTL)
+	case !(c.BoundedAffinity.LoadFactor >= 1) || c.BoundedAffinity.LoadFactor > 100:
+		return fmt.Errorf("decision config: bounded_affinity.load_factor = %v: want 1..100", c.BoundedAffinity.LoadFactor)
+	case c.BoundedAffinity.VirtualNodes < 1 || c.BoundedAffinity.VirtualNodes > 4096:
+		return fmt.Errorf("decision config: bounded_affinity.virtual_nodes = %d: want 1..4096", c.BoundedAffinity.VirtualNodes)
+	}
+	pp := c.PrecisePrefix
+	for _, w := range []float64{pp.PrefixWeight, pp.KVUtilWeight, pp.QueueWeight} {
+		if !(w >= 0) || w > 100 {
+			return fmt.Errorf("decision config: precise_prefix weights = %v, %v, %v: want 0..100 each", pp.PrefixWeight, pp.KVUtilWeight, pp.QueueWeight)
+		}
 	}
 	for t, w := range c.TierWeights {
 		if !(w >= 0) || w > 1 {

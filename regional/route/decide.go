@@ -27,6 +27,9 @@ type Request struct {
 	RequestID    string
 	Policy       string // override of the configured policy (if allowed), or ""
 	Exclude      []*Pod // pods already tried for this request (retries)
+	// Salted says the request carries a cache salt: it avoids pods whose
+	// KV events cannot carry one (PodInfo.SaltBlind) while others remain.
+	Salted bool
 }
 
 // CandidateScore explains one candidate of a decision.
@@ -145,6 +148,9 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 	if len(req.Exclude) > 0 {
 		d.retried.apply(c)
 	}
+	if req.Salted {
+		saltFilter{}.apply(c)
+	}
 	for _, f := range d.filters {
 		f.apply(c)
 	}
@@ -161,7 +167,7 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 		// A baseline does not price its choice; explain it with the same
 		// terms the cost model would use.
 		dec.CachedTokens = c.cached(p)
-		rate, _ := d.model.Rate(info.Profile)
+		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
 			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.inflight.Load())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
@@ -172,23 +178,30 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 }
 
 // BacklogTokens expresses the pod's remaining prefill backlog in tokens at
-// the profile's current rate (gorgo multiplies it back).
+// the profile's current rate (gorgo multiplies it back): the backlog model's
+// remaining work, but never less than the uncached tokens of the requests
+// that have not had their first byte (the model drains with time; work a
+// stalled pod has not done, waiting for KV blocks behind long decodes say,
+// must not look done), and nothing when every request has had it.
 func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
-	if rateMs <= 0 {
-		return int(p.pendingPrefill.Load())
+	pending := int(p.pendingPrefill.Load())
+	if rateMs <= 0 || pending <= 0 {
+		return max(pending, 0) // nothing before its first byte: nothing ahead
 	}
-	return int(float64(p.PrefillBacklog(now)) / float64(time.Millisecond) / rateMs)
+	return max(int(float64(p.PrefillBacklog(now))/float64(time.Millisecond)/rateMs), pending)
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and
-// their expected prefill time at the pod profile's current rate, and its
-// session as begun there (pinning the session to the pod). The ticket's
-// Done undoes both.
+// their expected prefill time on the pod (gorgo's prefill model: the pod's
+// current rate, attention included), its prompt tokens as outstanding, and
+// its session as begun there (pinning the session to the pod). The
+// ticket's Done undoes all three.
 func (d *Decider) Admit(dec *Decision) *Ticket {
-	rate, _ := d.model.Rate(dec.Pod.Info().Profile)
-	work := time.Duration(float64(dec.Uncached) * rate * float64(time.Millisecond))
+	work := time.Duration(d.model.PrefillMs(dec.Pod.Info().Profile, dec.Pod.Name, dec.CachedTokens, dec.Uncached) * float64(time.Millisecond))
 	now := d.now()
 	t := dec.Pod.Admit(dec.Uncached, work, now)
+	t.tokens = int64(dec.Uncached + dec.CachedTokens)
+	dec.Pod.outstanding.Add(t.tokens)
 	if dec.session != "" {
 		d.sessions.Begin(dec.session, dec.PodName, now)
 		t.sessions, t.session = d.sessions, dec.session

@@ -5,6 +5,7 @@ import (
 	"math"
 	"reflect"
 	"slices"
+	"sort"
 	"testing"
 	"time"
 
@@ -185,6 +186,23 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 	case PolicySessionHash:
 		chosen = naiveRendezvous(s.pods, req)
 		dec.Reason = "session_hash"
+	case PolicyWeightedRoundRobin:
+		chosen = naiveWeightedRoundRobin(d, s.pods)
+		dec.Reason = policy
+	case PolicyWeightedLeastLoaded:
+		chosen = naiveLeastCost(d, s.pods, func(p *Pod) float64 { return float64(p.inflight.Load()+1) * naiveRate(d, p) })
+		dec.Reason = policy
+	case PolicyLeastOutstandingTokens:
+		chosen = naiveLeastCost(d, s.pods, func(p *Pod) float64 {
+			return (float64(p.outstanding.Load()) + float64(req.PromptTokens)) * naiveRate(d, p)
+		})
+		dec.Reason = policy
+	case PolicyBoundedAffinity:
+		chosen = naiveBoundedAffinity(d, s.pods, req)
+		dec.Reason = policy
+	case PolicyPrecisePrefix:
+		chosen = naivePrecisePrefix(d, s, s.pods)
+		dec.Reason = policy
 	case PolicyTTFT:
 		chosen = naiveTTFT(d, s, req, now, dec)
 	default:
@@ -196,7 +214,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 	dec.MatchedBlocks = int(s.bySlot[p.ID.Slot()])
 	if policy != PolicyTTFT {
 		dec.CachedTokens = min(dec.MatchedBlocks*req.BlockSize, req.PromptTokens)
-		rate, _ := d.model.Rate(info.Profile)
+		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
 			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, now, rate), Running: int(p.inflight.Load())}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
@@ -224,7 +242,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 		if u := math.Float64frombits(p.kvUtil.Load()); u > 0.8 {
 			extra += wKV * d.cfg.KVUtilPenaltyMs * (u - 0.8) / 0.2
 		}
-		rate, _ := d.model.Rate(info.Profile)
+		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		if hasPin && p.Name == pinned && sessInflight < d.cfg.ThickSession {
 			extra -= wAff * (d.cfg.AffinityBonusMs + d.cfg.AffinityCacheWeight*float64(cached)*rate)
 		}
@@ -323,6 +341,156 @@ func naiveLeastLoaded(d *Decider, pods []*Pod) int {
 	return best
 }
 
+// naiveRate is a pod's nominal prefill time per token (1 / its speed).
+func naiveRate(d *Decider, p *Pod) float64 { return 1 / naiveSpeed(d, p) }
+
+// naiveLeastCost scans from the rotating offset for the lowest cost.
+func naiveLeastCost(d *Decider, pods []*Pod, cost func(*Pod) float64) int {
+	off := int(d.rr.Add(1) % uint64(len(pods)))
+	best := -1
+	for i := range pods {
+		j := (i + off) % len(pods)
+		if best < 0 || cost(pods[j]) < cost(pods[best]) {
+			best = j
+		}
+	}
+	return best
+}
+
+// naiveWeightedRoundRobin: every pod's pass is its start (the pass of the
+// pick before it was first seen) plus its turns times its prefill time per
+// token; the lowest pass, first in name order, takes the turn. It keeps its
+// state in the naive decider's own picker, updated the same way.
+func naiveWeightedRoundRobin(d *Decider, pods []*Pod) int {
+	w := d.pickers[PolicyWeightedRoundRobin].(*weightedRoundRobinPicker)
+	if w.pods == nil {
+		w.pods = map[string]*wrrPod{}
+	}
+	if len(w.pods) > 2*len(d.reg.Pods())+64 {
+		live := map[string]*wrrPod{}
+		for _, p := range d.reg.Pods() {
+			if s, ok := w.pods[p.Name]; ok {
+				live[p.Name] = s
+			}
+		}
+		w.pods = live
+	}
+	for _, p := range pods {
+		if _, ok := w.pods[p.Name]; !ok {
+			w.pods[p.Name] = &wrrPod{start: w.vtime}
+		}
+	}
+	best := 0
+	pass := func(p *Pod) float64 { s := w.pods[p.Name]; return s.start + float64(s.turns)*naiveRate(d, p) }
+	for i, p := range pods {
+		if pass(p) < pass(pods[best]) {
+			best = i
+		}
+	}
+	w.vtime = pass(pods[best])
+	w.pods[pods[best].Name].turns++
+	return best
+}
+
+// naiveRingPoints lists every point of the ring over the registry's pods,
+// sorted by hash then pod name.
+func naiveRingPoints(d *Decider) []ringPoint {
+	pods := d.reg.Pods()
+	slowest := math.Inf(1)
+	for _, p := range pods {
+		slowest = min(slowest, naiveSpeed(d, p))
+	}
+	var pts []ringPoint
+	for _, p := range pods {
+		n := int(math.Round(float64(d.cfg.BoundedAffinity.VirtualNodes) * naiveSpeed(d, p) / slowest))
+		if n < 1 {
+			n = 1
+		}
+		for i := 0; i < n; i++ {
+			pts = append(pts, ringPoint{hash: xxhash.Sum64String(fmt.Sprintf("%s#%d", p.Name, i)), pod: p})
+		}
+	}
+	sort.Slice(pts, func(i, j int) bool {
+		if pts[i].hash != pts[j].hash {
+			return pts[i].hash < pts[j].hash
+		}
+		return pts[i].pod.Name < pts[j].pod.Name
+	})
+	return pts
+}
+
+// naiveBoundedAffinity scans the sorted ring from the first point at or
+// after the key's hash for a candidate under its bound.
+func naiveBoundedAffinity(d *Decider, pods []*Pod, req *Request) int {
+	key := req.SessionID
+	if key == "" {
+		key = req.RequestID
+	}
+	h := xxhash.Sum64String(key)
+	pts := naiveRingPoints(d)
+	var total int64
+	var sum float64
+	for _, p := range pods {
+		total += p.inflight.Load()
+		sum += naiveSpeed(d, p)
+	}
+	start := len(pts)
+	for i, pt := range pts {
+		if pt.hash >= h {
+			start = i
+			break
+		}
+	}
+	first := -1
+	for k := 0; k < len(pts); k++ {
+		pt := pts[(start+k)%len(pts)]
+		i := slices.Index(pods, pt.pod)
+		if i < 0 {
+			continue
+		}
+		if first < 0 {
+			first = i
+		}
+		bound := math.Ceil(d.cfg.BoundedAffinity.LoadFactor * float64(total+1) * naiveSpeed(d, pt.pod) / sum)
+		if float64(pt.pod.inflight.Load()+1) <= bound {
+			return i
+		}
+	}
+	return first
+}
+
+// naivePrecisePrefix computes llm-d's three scores for every candidate and
+// takes the highest sum (ties: the first from the rotating offset).
+func naivePrecisePrefix(d *Decider, s *naiveScratch, pods []*Pod) int {
+	var matched []int32
+	var queues []int64
+	for _, p := range pods {
+		if m := s.bySlot[p.ID.Slot()]; m > 0 {
+			matched = append(matched, m)
+		}
+		queues = append(queues, max(p.engineWaiting.Load(), 0))
+	}
+	cfg := d.cfg.PrecisePrefix
+	cost := func(p *Pod) float64 {
+		prefix := 0.0
+		if m := s.bySlot[p.ID.Slot()]; m > 0 {
+			lo, hi := slices.Min(matched), slices.Max(matched)
+			if lo == hi {
+				prefix = 1
+			} else {
+				prefix = float64(m-lo) / float64(hi-lo)
+			}
+		}
+		queue := 1.0
+		if lo, hi := slices.Min(queues), slices.Max(queues); hi != lo {
+			queue = float64(hi-max(p.engineWaiting.Load(), 0)) / float64(hi-lo)
+		}
+		kv := 1 - p.Load().KVUtil
+		return -(cfg.PrefixWeight*prefix + cfg.KVUtilWeight*kv + cfg.QueueWeight*queue)
+	}
+	return naiveLeastCost(d, pods, cost)
+}
+
 // rendezvous picks the pod with the highest hash of (session, pod): the same
 // session lands on the same pod while the pod set is stable, and only the
 // sessions of a removed pod move. Without a session id, the request id.
@@ -369,8 +537,13 @@ func TestDecideMatchesNaive(t *testing.T) {
 		cfg.ThickSession = rapid.IntRange(1, 3).Draw(rt, "thick")
 		cfg.BoundedLoadFactor = rapid.SampledFrom([]float64{1, 1.5, 2.5}).Draw(rt, "bound")
 		cfg.TopK = rapid.IntRange(1, 4).Draw(rt, "topk")
+		cfg.BoundedAffinity.LoadFactor = rapid.SampledFrom([]float64{1, 1.25, 2}).Draw(rt, "bounded_affinity_factor")
+		cfg.BoundedAffinity.VirtualNodes = rapid.IntRange(1, 8).Draw(rt, "virtual_nodes")
 		for _, name := range knownScorers {
 			cfg.Weights[name] = rapid.SampledFrom([]float64{0, 0.5, 1}).Draw(rt, "w_"+name)
+		}
+		if rapid.Bool().Draw(rt, "new_session") {
+			cfg.Filters = append(cfg.Filters, FilterNewSession)
 		}
 		if rapid.Bool().Draw(rt, "shuffle_filters") {
 			cfg.Filters = rapid.Permutation(cfg.Filters).Draw(rt, "filters")
@@ -413,7 +586,9 @@ func TestDecideMatchesNaive(t *testing.T) {
 				}
 			case 5: // a pod answers (speculation), fails, or reports its KV cache
 				if p, ok := reg.Get(podName(rt)); ok {
-					switch rapid.IntRange(0, 2).Draw(rt, "what") {
+					switch rapid.IntRange(0, 3).Draw(rt, "what") {
+					case 3:
+						p.SetEngineQueue(-1, int64(rapid.IntRange(-1, 5).Draw(rt, "waiting")))
 					case 0:
 						pipeline.spec.Observe(p.ID, rapid.SampledFrom(chains).Draw(rt, "chain"), clock)
 					case 1:

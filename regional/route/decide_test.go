@@ -18,7 +18,13 @@ type fixture struct {
 	clock time.Time
 }
 
-func newFixture(t *testing.T, pods int, mut func(*Config)) *fixture {
+// fataler is what the fixtures need of a test: *testing.T or *rapid.T.
+type fataler interface {
+	Helper()
+	Fatal(args ...any)
+}
+
+func newFixture(t fataler, pods int, mut func(*Config)) *fixture {
 	t.Helper()
 	idx, err := index.New(index.DefaultConfig())
 	if err != nil {
@@ -351,7 +357,9 @@ func TestDecideAffinityCacheWeight(t *testing.T) {
 			t.Fatalf("first turn: %+v, %v", first, err)
 		}
 		f.dec.Admit(first).Done(f.clock)
-		warm.Admit(0, time.Duration(queueMs/qw*float64(time.Millisecond)), f.clock)
+		// Work routed ahead of it that has not had its first byte (one
+		// pending token: a backlog with nothing pending is no backlog).
+		warm.Admit(1, time.Duration(queueMs/qw*float64(time.Millisecond)), f.clock)
 		d, err := f.dec.Decide(r)
 		if err != nil {
 			t.Fatal(err)

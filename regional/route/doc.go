@@ -16,7 +16,8 @@
 //     healthy (not ejected by outlier detection), bounded_load (no pod may take
 //     more than BoundedLoadFactor x its fair share of in-flight requests, so a
 //     hot shared prefix never piles everything onto one pod), new_session
-//     (a session's first request goes to the least loaded pods);
+//     (a session's first request goes to the least loaded pods; off by
+//     default);
 //   - scorers, all in milliseconds: prefix (the exact cached prefix from the
 //     index, weighted by tier for the best candidates, shortens prefill),
 //     queue (prefill tokens already routed to the pod and not yet past their
@@ -30,9 +31,22 @@
 //     no prefix anywhere requests spread by load, never pile on the first pod.
 //
 // Baseline pickers (round_robin, least_loaded, session_hash) run behind the
-// same filters, so operators can compare like with like. The explanation of
-// a decision (POST /v1/route) is produced by the same pipeline as the
-// decision itself.
+// same filters, so operators can compare like with like, and so do the fair
+// baselines, which know each pod's hardware: weighted_round_robin (stride
+// scheduling by prefill speed), weighted_least_loaded and
+// least_outstanding_tokens (in flight, or prompt tokens in flight, per unit
+// of speed), bounded_affinity (consistent hashing with bounded loads,
+// speed-weighted; its ring has a naive reference in the tests) and
+// precise_prefix (llm-d's precise prefix-cache scorer with its KV and queue
+// scorers and default weights; it reads the waiting queue the scraper sets
+// with Pod.SetEngineQueue). The explanation of a decision (POST /v1/route) is
+// produced by the same pipeline as the decision itself.
+//
+// Forwarded counts the prefill work a controller has sent to each remote
+// region that the region's latest summary cannot show yet; Adjust adds it
+// to the remote candidates before Place, so requests placed between two
+// summaries do not all go to a region that looked idle when it last
+// published.
 //
 // # Invariants
 //
@@ -43,7 +57,8 @@
 //     ejected at once.
 //   - Deciding and placing change no accounting: only Admit counts a request
 //     (and its session) on a pod, until its ticket is done; only
-//     Placement.Record counts a placement in the remote-share guardrail.
+//     Placement.Record counts a placement in the remote-share guardrail, and
+//     only Forwarded.Add a forward.
 //   - Decisions read snapshots (index, registry) and a given clock; they
 //     never wait on I/O and never call time.Now themselves.
 //

@@ -38,14 +38,29 @@ func (excludeFilter) apply(c *cycle) {
 	c.keep("retried", func(p *Pod) bool { return !slices.Contains(c.req.Exclude, p) })
 }
 
+// saltFilter keeps a salted request off pods whose KV events cannot carry
+// its salt, while any other pod remains. Such a pod indexes the salted
+// blocks it stores as unsalted ones (their tokens are all its events say),
+// which later unsalted requests would be predicted to hit; kept off salted
+// traffic, it holds only blocks its events describe. When only such pods
+// remain, availability wins and the request goes to one of them.
+type saltFilter struct{}
+
+func (saltFilter) apply(c *cycle) {
+	if slices.ContainsFunc(c.pods, func(p *Pod) bool { return !p.Info().SaltBlind() }) {
+		c.keep("salt_blind", func(p *Pod) bool { return !p.Info().SaltBlind() })
+	}
+}
+
 // aliveFilter keeps the pods live in the index (a removed pod leaves the
 // index at once, before the registry snapshot a decision read changes) with
 // a known endpoint (a pod known only from its KV events, or whose
-// announcement was not believed, cannot be sent a request).
+// announcement was not believed, cannot be sent a request) that has not
+// lapsed (its announcement ran out and it did not answer).
 type aliveFilter struct{}
 
 func (aliveFilter) apply(c *cycle) {
-	c.keep(FilterAlive, func(p *Pod) bool { return c.d.idx.Alive(p.ID) && p.Info().Endpoint != "" })
+	c.keep(FilterAlive, func(p *Pod) bool { return c.d.idx.Alive(p.ID) && p.Info().Endpoint != "" && !p.Lapsed() })
 }
 
 // modelFilter keeps the pods that serve the requested model (a pod or a

@@ -21,6 +21,12 @@ func newPickers(cfg Config, scorers []scorer) map[string]picker {
 		PolicyRoundRobin:  roundRobinPicker{},
 		PolicyLeastLoaded: leastLoadedPicker{},
 		PolicySessionHash: sessionHashPicker{},
+
+		PolicyWeightedRoundRobin:     &weightedRoundRobinPicker{},
+		PolicyWeightedLeastLoaded:    weightedLeastLoadedPicker{},
+		PolicyLeastOutstandingTokens: leastOutstandingTokensPicker{},
+		PolicyBoundedAffinity:        &boundedAffinityPicker{cfg: cfg.BoundedAffinity},
+		PolicyPrecisePrefix:          precisePrefixPicker{cfg: cfg.PrecisePrefix},
 	}
 }
 
@@ -96,7 +102,7 @@ func (t ttftPicker) pick(c *cycle, dec *Decision) int {
 	for i := 0; i < n; i++ {
 		p := c.pods[(i+off)%n]
 		info := p.Info()
-		rate, _ := d.model.Rate(info.Profile)
+		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		c.order = append(c.order, p)
 		c.rates = append(c.rates, rate)
 		c.cands = append(c.cands, gorgo.Candidate{Pod: p.Name, Profile: info.Profile,

@@ -256,3 +256,33 @@ func TestPickers(t *testing.T) {
 		t.Fatalf("ttft chose %s: %+v", got, dec)
 	}
 }
+
+// TestBacklogShiftsOncePerWave: three requests booked 100 ms of prefill each
+// all answer 10 s late, one after the other; the backlog model shifts once
+// for the wave and is drained when the last one answers, where shifting
+// by each one's lateness left 20 s of phantom backlog on an idle pod.
+func TestBacklogShiftsOncePerWave(t *testing.T) {
+	f := newFixture(t, 1, nil)
+	p := f.pod(t, "pod-0")
+	t0 := f.clock
+	var tickets []*Ticket
+	for range 3 {
+		tickets = append(tickets, p.Admit(100, 100*time.Millisecond, t0))
+	}
+	for i, tk := range tickets {
+		tk.FirstByte(t0.Add(10*time.Second + time.Duration(i)*100*time.Millisecond))
+	}
+	end := t0.Add(10*time.Second + 200*time.Millisecond)
+	if b := p.PrefillBacklog(end); b != 0 {
+		t.Fatalf("backlog %v after the wave's last first byte, want 0", b)
+	}
+	if got := BacklogTokens(p, end, 0.36); got != 0 {
+		t.Fatalf("backlog %d tokens, want 0", got)
+	}
+	// A request still before its first byte keeps its tokens ahead even
+	// when the model thinks its work done.
+	p.Admit(500, 10*time.Millisecond, end)
+	if got := BacklogTokens(p, end.Add(time.Minute), 0.36); got != 500 {
+		t.Fatalf("stalled request: %d tokens ahead, want 500", got)
+	}
+}

@@ -17,9 +17,22 @@ type PodInfo struct {
 	Endpoint string `json:"endpoint" yaml:"endpoint"` // base URL of its OpenAI-compatible API
 	Model    string `json:"model" yaml:"model"`
 	Profile  string `json:"profile" yaml:"profile"` // hardware profile (gorgo)
+	// Engine is the engine kind, "vllm", "sglang" or "trtllm": which metric
+	// names its /metrics has. Empty: vLLM's.
+	Engine string `json:"engine,omitempty" yaml:"engine"`
+	// KVBlocks is the pod's KV-cache capacity in engine blocks (GPU plus
+	// offload tiers); 0: unknown. It sizes the pod's re-keyer.
+	KVBlocks int    `json:"kv_blocks,omitempty" yaml:"kv_blocks"`
 	Epoch    uint64 `json:"epoch" yaml:"-"`
 	Static   bool   `json:"static,omitempty" yaml:"-"`
 }
+
+// SaltBlind reports whether the pod's KV events cannot carry a cache salt:
+// TensorRT-LLM's streaming events have no salt field (its KV cache manager
+// v2 salts its block keys, but salt-aware event keys are out of the
+// publisher's scope, TensorRT-LLM #13589), so a salted block is announced
+// like an unsalted one.
+func (i PodInfo) SaltBlind() bool { return i.Engine == "trtllm" }
 
 // Pod is one pod with its live load accounting and health. Load counters are
 // the router's own in-flight accounting — fresher than any engine metric.
@@ -30,11 +43,20 @@ type Pod struct {
 
 	inflight       atomic.Int64  // requests routed here and not finished
 	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
-	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done
-	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped from vllm:kv_cache_usage_perc
+	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
+	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
+	engineRunning  atomic.Int64  // scraped: requests the engine says it runs (-1: unknown)
+	engineWaiting  atomic.Int64  // scraped: requests the engine says are queued (-1: unknown)
+	outstanding    atomic.Int64  // prompt tokens of requests routed here and not finished
 	routed         atomic.Int64  // requests routed here, ever
 
 	ejectedTo atomic.Int64 // unix nanos: ejected until then
+
+	contactAt atomic.Int64 // unix nanos: the pod last answered (a scrape, a request)
+	lapsed    atomic.Bool  // its announcement ran out and it does not answer
+
+	backlogMu sync.Mutex
+	shift     int64 // nanos the backlog model has been shifted by first bytes, in all
 
 	mu        sync.Mutex
 	fails     int // consecutive 5xx or connection failures
@@ -49,16 +71,28 @@ type Load struct {
 	InFlight       int64   `json:"in_flight"`
 	PendingPrefill int64   `json:"pending_prefill_tokens"` // uncached tokens of requests before their first byte
 	KVUtil         float64 `json:"kv_util"`
-	Routed         int64   `json:"routed"`
+	// OutstandingTokens are the prompt tokens of requests routed here and
+	// not finished (admitted through Decider.Admit).
+	OutstandingTokens int64 `json:"outstanding_tokens"`
+	Routed            int64 `json:"routed"`
+	// EngineRunning and EngineWaiting are the engine's own scraped counts
+	// (-1 when unknown): seconds old, so the decision uses the router's
+	// in-flight accounting (precise_prefix, as llm-d does, reads the
+	// waiting count); they are shown for operators.
+	EngineRunning int64 `json:"engine_running"`
+	EngineWaiting int64 `json:"engine_waiting"`
 }
 
 // Load returns the pod's current load.
 func (p *Pod) Load() Load {
 	return Load{
-		InFlight:       p.inflight.Load(),
-		PendingPrefill: p.pendingPrefill.Load(),
-		KVUtil:         math.Float64frombits(p.kvUtil.Load()),
-		Routed:         p.routed.Load(),
+		InFlight:          p.inflight.Load(),
+		PendingPrefill:    p.pendingPrefill.Load(),
+		KVUtil:            math.Float64frombits(p.kvUtil.Load()),
+		OutstandingTokens: p.outstanding.Load(),
+		Routed:            p.routed.Load(),
+		EngineRunning:     p.engineRunning.Load(),
+		EngineWaiting:     p.engineWaiting.Load(),
 	}
 }
 
@@ -71,15 +105,11 @@ func (p *Pod) Admit(uncached int, work time.Duration, now time.Time) *Ticket {
 	p.inflight.Add(1)
 	p.pendingPrefill.Add(int64(uncached))
 	p.routed.Add(1)
-	var done int64
-	for {
-		old := p.prefillBusy.Load()
-		done = max(old, now.UnixNano()) + int64(work)
-		if p.prefillBusy.CompareAndSwap(old, done) {
-			break
-		}
-	}
-	return &Ticket{pod: p, pending: int64(uncached), due: done}
+	p.backlogMu.Lock()
+	defer p.backlogMu.Unlock()
+	done := max(p.prefillBusy.Load(), now.UnixNano()) + int64(work)
+	p.prefillBusy.Store(done)
+	return &Ticket{pod: p, pending: int64(uncached), due: done, shiftAt: p.shift}
 }
 
 // PrefillBacklog is how much prefill work routed to the pod should still be
@@ -94,7 +124,9 @@ type Ticket struct {
 	sessions *Sessions // when the request belongs to a session
 	session  string
 	pending  int64
-	due      int64 // unix nanos: when the backlog model expects its prefill done
+	tokens   int64 // prompt tokens counted in the pod's outstanding tokens
+	due      int64 // unix nanos: when the backlog model expected its prefill done at admission
+	shiftAt  int64 // the pod's shift then
 	first    bool
 	done     bool
 }
@@ -102,23 +134,26 @@ type Ticket struct {
 // FirstByte marks the end of the request's prefill at now: its tokens leave
 // the pending count, and the backlog model learns how far off it was — the
 // prefill work routed after this request shifts by the same amount (FIFO).
+// The request's expected end is read on the model as already shifted by
+// earlier first bytes, so a wave of late requests shifts it once, not once
+// per request (which piled up minutes of phantom backlog on idle pods).
 func (t *Ticket) FirstByte(now time.Time) {
 	if t.first || t.done {
 		return
 	}
 	t.first = true
-	t.pod.pendingPrefill.Add(-t.pending)
-	delta := now.UnixNano() - t.due
-	for {
-		old := t.pod.prefillBusy.Load()
-		if old <= now.UnixNano() && delta < 0 {
-			return // drained already
-		}
-		nv := max(old+delta, now.UnixNano())
-		if t.pod.prefillBusy.CompareAndSwap(old, nv) {
-			return
-		}
+	p := t.pod
+	p.pendingPrefill.Add(-t.pending)
+	p.backlogMu.Lock()
+	defer p.backlogMu.Unlock()
+	delta := now.UnixNano() - (t.due + p.shift - t.shiftAt)
+	old := p.prefillBusy.Load()
+	if old <= now.UnixNano() && delta < 0 {
+		return // drained already
 	}
+	nv := max(old+delta, now.UnixNano())
+	p.prefillBusy.Store(nv)
+	p.shift += nv - old
 }
 
 // Done marks the request finished at now, successfully or not (a request
@@ -131,6 +166,7 @@ func (t *Ticket) Done(now time.Time) {
 	t.FirstByte(now)
 	t.done = true
 	t.pod.inflight.Add(-1)
+	t.pod.outstanding.Add(-t.tokens)
 	if t.sessions != nil {
 		t.sessions.End(t.session, now)
 	}
@@ -140,6 +176,52 @@ func (t *Ticket) Done(now time.Time) {
 func (p *Pod) SetKVUtil(u float64) {
 	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
 }
+
+// Contact records that the pod answered at now (any HTTP response: it is
+// reachable, whatever it said).
+func (p *Pod) Contact(now time.Time) {
+	n := now.UnixNano()
+	for {
+		old := p.contactAt.Load()
+		if old >= n || p.contactAt.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// LastContact is when the pod last answered (zero: never).
+func (p *Pod) LastContact() time.Time {
+	if n := p.contactAt.Load(); n != 0 {
+		return time.Unix(0, n)
+	}
+	return time.Time{}
+}
+
+// Lapsed reports whether the pod's announcement ran out while it did not
+// answer: the first phase of its removal. A lapsed pod is no candidate and
+// does not count as serving; a new announcement restores it.
+func (p *Pod) Lapsed() bool { return p.lapsed.Load() }
+
+// SetLapsed marks the pod lapsed or restores it.
+func (p *Pod) SetLapsed(v bool) { p.lapsed.Store(v) }
+
+// Serving reports whether the pod can take a request at now: it has an
+// endpoint, has not lapsed and is not ejected. (Whether it is live in the
+// index is the index's to say.)
+func (p *Pod) Serving(now time.Time) bool {
+	return p.Info().Endpoint != "" && !p.Lapsed() && !p.Ejected(now)
+}
+
+// SetEngineQueue records the engine's scraped running and waiting request
+// counts (-1: unknown). The waiting count is the signal llm-d's queue
+// scorer reads (precise_prefix).
+func (p *Pod) SetEngineQueue(running, waiting int64) {
+	p.engineRunning.Store(running)
+	p.engineWaiting.Store(waiting)
+}
+
+// engineQueue is the engine's scraped waiting count, 0 when unknown.
+func (p *Pod) engineQueue() int64 { return max(p.engineWaiting.Load(), 0) }
 
 // Ejected reports whether the pod is ejected at now.
 func (p *Pod) Ejected(now time.Time) bool { return now.UnixNano() < p.ejectedTo.Load() }
@@ -198,6 +280,8 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 		return nil, false, err
 	}
 	p = &Pod{Name: info.Name, ID: id}
+	p.engineRunning.Store(-1)
+	p.engineWaiting.Store(-1)
 	p.info.Store(&info)
 	r.pods[info.Name] = p
 	r.publish()

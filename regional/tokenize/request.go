@@ -33,6 +33,11 @@ type Request struct {
 	// AddGenerationPrompt (vLLM extension; default true) ends a chat
 	// rendering with the assistant's header.
 	AddGenerationPrompt *bool `json:"add_generation_prompt,omitempty"`
+	// CacheSalt (vLLM's and SGLang's cache_salt) isolates the request's
+	// prefix cache: it does not change the tokens, but a salted request can
+	// only reuse blocks stored under the same salt, so the router hashes
+	// its chain in the salt's namespace.
+	CacheSalt string `json:"cache_salt,omitempty"`
 }
 
 // AppendRequest appends the ids of r, a request of kind k, to dst. Errors

@@ -91,9 +91,8 @@ func (c *prefixCache) prefillDone(h *holding) {
 			run = &Event{Kind: BlockStored, BlockSize: c.blockSize, LoRAName: h.lora, Medium: MediumGPU}
 			if i > 0 {
 				run.ParentHash, run.HasParent = h.hashes[i-1], true
-			} else {
-				run.CacheSalt = h.salt
 			}
+			run.CacheSalt = h.salt
 		}
 		run.BlockHashes = append(run.BlockHashes, b.Hash)
 		run.TokenIDs = append(run.TokenIDs, b.Data.tokens...)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-llm/meridian/regional/kafkasec"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
@@ -119,6 +120,13 @@ type KafkaConfig struct {
 	BatchTimeout time.Duration
 	// WriteTimeout bounds one write; default 10s.
 	WriteTimeout time.Duration
+	// Security is TLS to the brokers and a SASL user (kafkasec.Config: the
+	// kafka.tls and kafka.sasl sections of a controller's configuration).
+	// Brokers beyond loopback need TLS unless Insecure.
+	Security kafkasec.Config
+	// Insecure accepts plaintext to brokers beyond loopback,
+	// insecure_skip_verify and PLAIN without TLS (logged at Open).
+	Insecure bool
 }
 
 // Config configures one simulated pod. Zero values take the defaults given.
@@ -128,12 +136,21 @@ type Config struct {
 	// Name is the pod name: the Kafka key of its events and the name in its
 	// lifecycle events. Default "enginesim-<port>".
 	Name string
-	// Endpoint is the base URL announced in PodUp; default http://<listen addr>.
+	// Endpoint is the base URL announced in PodUp; default
+	// http(s)://<listen addr>.
 	Endpoint string
+	// TLSCert and TLSKey are PEM files: with them the pod serves https, as
+	// an inference pod behind TLS does (the router then scrapes and proxies
+	// to it with its pods.tls CA). Both or neither.
+	TLSCert, TLSKey string
 	// Region is announced in PodUp and names the default Kafka topic.
 	Region string
 	// Model is the served model name; default "meridian/sim-70b".
 	Model string
+	// Engine is the engine the pod imitates on the wire: "vllm" (default),
+	// "sglang" or "trtllm" (see EncodingFor, Batch.KVBatch and the metrics'
+	// names). The prefix cache, timing and API are the same for all three.
+	Engine string
 	// LoRAs are adapter names also served; a request naming one uses it.
 	LoRAs []string
 	// Tokenizer is how prompts become token ids: give the router the same.
@@ -171,6 +188,12 @@ type Config struct {
 	// the first of them; default 20ms (about one vLLM engine step). Not
 	// scaled by TimeScale.
 	EventFlushInterval time.Duration
+	// AnnounceInterval is how often the pod repeats its PodUp (same epoch,
+	// with a TTL of AnnounceTTLFactor intervals), so that a controller that
+	// lost the first one (a topic rebuilt without it) learns the pod's
+	// endpoint within one interval. Default 10s; negative: announce once,
+	// at Open, without a TTL (as pods did before). Not scaled by TimeScale.
+	AnnounceInterval time.Duration
 	// MaxPendingEvents bounds events held while the publisher fails; beyond
 	// it they are dropped and counted, and the batch sequence skips one so
 	// consumers see a gap. Default 100000.
@@ -203,6 +226,11 @@ type Config struct {
 	Clock Clock
 }
 
+// AnnounceTTLFactor is the TTL of a repeated PodUp in announce intervals:
+// a controller drops the pod only after three announcements in a row are
+// missing (and the pod does not answer).
+const AnnounceTTLFactor = 3
+
 // DefaultConfig returns a loopback h100 pod with an ephemeral port. Timing,
 // CacheBlocks and MaxConcurrency are left zero, to be taken from the
 // Hardware profile when the engine opens: setting Hardware alone changes
@@ -220,6 +248,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:       64 << 20,
 		EventBatchSize:     16,
 		EventFlushInterval: 20 * time.Millisecond,
+		AnnounceInterval:   10 * time.Second,
 		MaxPendingEvents:   100000,
 		Seed:               1,
 	}
@@ -245,6 +274,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.Timing.PrefillPerToken, p.Timing.PrefillPerToken)
 	setDur(&c.Timing.DecodeInterval, p.Timing.DecodeInterval)
 	setDur(&c.EventFlushInterval, d.EventFlushInterval)
+	setDur(&c.AnnounceInterval, d.AnnounceInterval)
 	if c.Timing.PrefillSlots == 0 {
 		c.Timing.PrefillSlots = 1
 	}
@@ -268,6 +298,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Model == "" {
 		c.Model = d.Model
+	}
+	if c.Engine == "" {
+		c.Engine = kvevents.EngineVLLM
 	}
 	if c.Tokenizer.Encoding == "" {
 		c.Tokenizer.Encoding = d.Tokenizer.Encoding
@@ -332,6 +365,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("enginesim config: EventFlushInterval %v: must be > 0", c.EventFlushInterval)
 	case c.MaxPendingEvents < c.EventBatchSize:
 		return fmt.Errorf("enginesim config: MaxPendingEvents %d: must be >= EventBatchSize (%d)", c.MaxPendingEvents, c.EventBatchSize)
+	case !slices.Contains(kvevents.Engines(), c.Engine):
+		return fmt.Errorf("enginesim config: Engine %q: want one of %s", c.Engine, strings.Join(kvevents.Engines(), ", "))
 	case c.DataParallelRank < 0:
 		return fmt.Errorf("enginesim config: DataParallelRank %d: must be >= 0", c.DataParallelRank)
 	case c.Kafka != nil && c.Publisher != nil:
@@ -340,6 +375,13 @@ func (c Config) Validate() error {
 		return errors.New("enginesim config: Kafka.Brokers: empty")
 	case c.Kafka != nil && c.Kafka.Topic == "": // no Region to name the default
 		return errors.New("enginesim config: Region: required to name the default Kafka topic (or set Kafka.Topic)")
+	case (c.TLSCert == "") != (c.TLSKey == ""):
+		return fmt.Errorf("enginesim config: TLSCert %q and TLSKey %q: set both or neither", c.TLSCert, c.TLSKey)
+	}
+	if c.Kafka != nil {
+		if err := c.Kafka.Security.Validate("kafka", c.Kafka.Brokers, c.Kafka.Insecure); err != nil {
+			return fmt.Errorf("enginesim config: %w", err)
+		}
 	}
 	for i, l := range c.LoRAs {
 		if l == "" || l == c.Model {

@@ -1,8 +1,12 @@
-// Package enginesim is a stand-in for a vLLM pod: an OpenAI-compatible HTTP
-// server whose prefix cache, timing, metrics and KV-cache events behave like
-// vLLM's, cheap enough that tests, the demo and the multi-region simulator
-// run dozens of them on loopback (Open/Close, one goroutine per request plus
-// one event publisher).
+// Package enginesim is a stand-in for a vLLM, SGLang or TensorRT-LLM pod: an
+// OpenAI-compatible HTTP server whose prefix cache, timing, metrics and
+// KV-cache events behave like vLLM's, cheap enough that tests, the demo and
+// the multi-region simulator run dozens of them on loopback (Open/Close, one
+// goroutine per request plus one event publisher). Config.Engine picks
+// whose wire form its events take and whose names its metrics have (vLLM:
+// extra_keys salt; SGLang: cache_salt on each salted event, signed hashes,
+// sglang:* metrics; TensorRT-LLM: no salt in its events, trtllm_* metrics):
+// see Batch.KVBatch, EncodingFor; a mixed fleet runs from one binary.
 //
 // # What it reproduces (llm-d-inference-sim's observable contract, and vLLM's)
 //
@@ -31,17 +35,24 @@
 //     eviction; AllBlocksCleared on /reset_prefix_cache. They are published
 //     in vLLM batches ([ts, events, dp_rank]) when EventBatchSize events are
 //     pending or EventFlushInterval after the first pending one, each batch
-//     with a sequence number from 0, plus Meridian's PodUp at Open and
-//     PodDown at Close carrying the epoch of this process start.
+//     with a sequence number from 0, plus Meridian's PodUp at Open (with
+//     the engine kind and the KV capacity), repeated every AnnounceInterval
+//     with a TTL of AnnounceTTLFactor intervals (a controller that lost the
+//     first learns the endpoint within one interval), and PodDown at Close,
+//     all carrying the epoch of this process start.
 //   - Timing: TTFT = queueing (at most MaxConcurrency requests run; the rest
 //     wait FIFO) + PrefillOverhead + PrefillPerToken x uncached tokens; then
 //     one token per DecodeInterval; all scaled by TimeScale and, under load,
 //     by up to LoadFactor (llm-d-inference-sim's time-factor-under-load).
 //     Hardware profiles give defaults (see Profiles for their sources).
-//   - Metrics (vLLM names, from an injected registry): vllm:num_requests_running,
-//     vllm:num_requests_waiting, vllm:kv_cache_usage_perc,
-//     vllm:prefix_cache_hits_total, vllm:prefix_cache_queries_total,
-//     vllm:time_to_first_token_seconds, plus meridian_enginesim_* counters
+//   - Metrics (the engine's names, from an injected registry): for vLLM
+//     vllm:num_requests_running, vllm:num_requests_waiting,
+//     vllm:kv_cache_usage_perc, vllm:prefix_cache_hits_total,
+//     vllm:prefix_cache_queries_total, vllm:time_to_first_token_seconds; for
+//     SGLang sglang:num_running_reqs, sglang:num_queue_reqs,
+//     sglang:token_usage, sglang:cached_tokens_total, ...; for TensorRT-LLM
+//     trtllm_num_requests_running, trtllm_num_requests_waiting,
+//     trtllm_kv_cache_utilization, ...; plus meridian_enginesim_* counters
 //     for published batches, publish errors and injected faults.
 //
 // # Invariants (tested against a naive reference)

@@ -3,6 +3,7 @@ package enginesim
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -51,8 +52,13 @@ type Engine struct {
 	pipe     *eventPipe
 	ownedPub io.Closer // the Kafka publisher when the engine built it
 
+	announces    atomic.Int64  // PodUps emitted
+	stopAnnounce chan struct{} // closed to stop the announcer
+	announceDone chan struct{} // closed when it stopped
+
 	// Network side, set by Open.
 	ln       net.Listener
+	scheme   string // of URL: http, or https with TLSCert
 	srv      *http.Server
 	endpoint string
 	baseCtx  context.Context
@@ -122,7 +128,7 @@ func newEngine(cfg Config, name string) (*Engine, error) {
 		seed = hex.EncodeToString(b[:])
 	}
 	e.chain = newHashChain(seed)
-	if e.m, err = newMetrics(e.reg, cfg.Model); err != nil {
+	if e.m, err = newMetrics(e.reg, cfg.Model, cfg.Engine); err != nil {
 		return nil, fmt.Errorf("open engine: %w", err)
 	}
 	e.faults = newFaultState(cfg.Faults, cfg.Seed)
@@ -162,10 +168,18 @@ func Open(cfg Config) (*Engine, error) {
 		ln.Close()
 		return nil, err
 	}
-	e.ln = ln
+	e.ln, e.scheme = ln, "http"
+	if cfg.TLSCert != "" {
+		kp, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("open engine: TLSCert/TLSKey: %w", err)
+		}
+		e.ln, e.scheme = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}), "https"
+	}
 	e.endpoint = cfg.Endpoint
 	if e.endpoint == "" {
-		e.endpoint = "http://" + ln.Addr().String()
+		e.endpoint = e.URL()
 	}
 	pub := cfg.Publisher
 	if cfg.Kafka != nil {
@@ -175,14 +189,17 @@ func Open(cfg Config) (*Engine, error) {
 			return nil, fmt.Errorf("open engine: %w", err)
 		}
 		pub, e.ownedPub = kp, kp
+		if uses := e.cfg.Kafka.Security.InsecureUses("kafka", e.cfg.Kafka.Brokers); len(uses) > 0 {
+			e.log.Warn("INSECURE: the engine's Kafka link is insecure; anyone on the path can read or forge its events", "insecure", uses)
+		}
 	}
 	if pub == nil {
 		pub = discardPublisher{}
 	}
 	e.startPipe(pub)
-	e.mu.Lock()
-	e.emitLocked(Event{Kind: PodUp, Pod: e.podInfo()})
-	e.mu.Unlock()
+	e.announce()
+	e.stopAnnounce, e.announceDone = make(chan struct{}), make(chan struct{})
+	go e.announceLoop()
 
 	e.baseCtx, e.cancel = context.WithCancel(context.Background())
 	e.srv = &http.Server{
@@ -194,7 +211,7 @@ func Open(cfg Config) (*Engine, error) {
 	e.srvDone = make(chan struct{})
 	go func() {
 		defer close(e.srvDone)
-		if err := e.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := e.srv.Serve(e.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			e.log.Error("engine server stopped", "err", err)
 		}
 	}()
@@ -219,6 +236,7 @@ func (e *Engine) Close(ctx context.Context) error {
 			}
 			<-e.srvDone
 		}
+		e.stopAnnouncing()
 		if e.pipe != nil {
 			e.mu.Lock()
 			e.emitLocked(Event{Kind: PodDown, Pod: e.podInfo()})
@@ -251,6 +269,7 @@ func (e *Engine) Kill(ctx context.Context) error {
 			_ = e.srv.Close()
 			<-e.srvDone
 		}
+		e.stopAnnouncing()
 		if e.pipe != nil {
 			if err := e.pipe.close(ctx); err != nil {
 				errs = append(errs, err)
@@ -280,13 +299,57 @@ func Run(ctx context.Context, cfg Config) error {
 	return e.Close(cctx)
 }
 
+// announce emits the pod's PodUp: with a TTL when it is repeated.
+func (e *Engine) announce() {
+	info := e.podInfo()
+	if e.cfg.AnnounceInterval > 0 {
+		info.TTL = AnnounceTTLFactor * e.cfg.AnnounceInterval
+	}
+	e.mu.Lock()
+	e.emitLocked(Event{Kind: PodUp, Pod: info})
+	e.mu.Unlock()
+	e.announces.Add(1)
+}
+
+// announceLoop repeats the PodUp every AnnounceInterval until
+// stopAnnouncing.
+func (e *Engine) announceLoop() {
+	defer close(e.announceDone)
+	if e.cfg.AnnounceInterval <= 0 {
+		return
+	}
+	for {
+		t := e.clock.NewTimer(e.cfg.AnnounceInterval)
+		select {
+		case <-e.stopAnnounce:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		e.announce()
+	}
+}
+
+// stopAnnouncing stops the announcer (before a PodDown, or on a kill) and
+// waits for it.
+func (e *Engine) stopAnnouncing() {
+	if e.stopAnnounce == nil {
+		return
+	}
+	close(e.stopAnnounce)
+	<-e.announceDone
+}
+
+// Announcements returns how many PodUps the pod has emitted.
+func (e *Engine) Announcements() int64 { return e.announces.Load() }
+
 func (e *Engine) podInfo() PodInfo {
 	return PodInfo{Name: e.name, Endpoint: e.endpoint, Model: e.cfg.Model, Hardware: e.cfg.Hardware,
-		Region: e.cfg.Region, Epoch: e.epoch, Reason: "shutdown"}
+		Region: e.cfg.Region, Epoch: e.epoch, Reason: "shutdown", Engine: e.cfg.Engine, KVBlocks: uint64(e.cfg.CacheBlocks)}
 }
 
 // URL returns the base URL of the OpenAI-compatible API.
-func (e *Engine) URL() string { return "http://" + e.ln.Addr().String() }
+func (e *Engine) URL() string { return e.scheme + "://" + e.ln.Addr().String() }
 
 // Name returns the pod name.
 func (e *Engine) Name() string { return e.name }

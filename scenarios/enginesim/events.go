@@ -53,8 +53,10 @@ type Event struct {
 	BlockSize int
 	// LoRAName is the adapter of the stored blocks; "" for the base model.
 	LoRAName string
-	// CacheSalt is the request's cache_salt when the stored blocks start a
-	// chain (vLLM writes it in block 0's extra keys); "" otherwise.
+	// CacheSalt is the cache_salt of the request whose chain the blocks
+	// belong to ("" if none): vLLM writes it in the extra keys of a chain's
+	// first block, SGLang on every event of a salted chain, TensorRT-LLM
+	// nowhere.
 	CacheSalt string
 	// Medium is "GPU" for stored and removed blocks.
 	Medium string
@@ -70,7 +72,10 @@ type PodInfo struct {
 	Hardware string
 	Region   string
 	Epoch    uint64
-	Reason   string // PodDown only, e.g. "shutdown"
+	Reason   string        // PodDown only, e.g. "shutdown"
+	Engine   string        // PodUp only: the engine kind
+	KVBlocks uint64        // PodUp only: the KV-cache capacity in blocks
+	TTL      time.Duration // PodUp only: how long it holds (0: until PodDown)
 }
 
 // Batch is one vLLM KVEventBatch plus what Meridian's transport adds: the
@@ -78,6 +83,7 @@ type PodInfo struct {
 // batch, skipping one when events were dropped) and the process epoch.
 type Batch struct {
 	Pod    string
+	Engine string // the engine kind whose wire form KVBatch writes
 	Seq    uint64
 	Epoch  uint64
 	TS     time.Time

@@ -14,7 +14,6 @@ type generateBody struct {
 	MaxCompletionTokens *int           `json:"max_completion_tokens"`
 	Stream              bool           `json:"stream"`
 	StreamOptions       *streamOptions `json:"stream_options"`
-	CacheSalt           string         `json:"cache_salt"`
 	ReturnTokenIDs      bool           `json:"return_token_ids"`
 }
 

@@ -12,6 +12,7 @@ import (
 // goroutine, in order, with a sequence number per batch.
 type eventPipe struct {
 	pod        string
+	engine     string
 	epoch      uint64
 	rank       int
 	batchSize  int
@@ -37,7 +38,7 @@ func newEventPipe(pod string, epoch uint64, cfg Config, pub Publisher, clock Clo
 	ctx, cancel := context.WithCancel(context.Background())
 	return &eventPipe{
 		ctx: ctx, cancel: cancel,
-		pod: pod, epoch: epoch, rank: cfg.DataParallelRank,
+		pod: pod, engine: cfg.Engine, epoch: epoch, rank: cfg.DataParallelRank,
 		batchSize: cfg.EventBatchSize, interval: cfg.EventFlushInterval, maxPending: cfg.MaxPendingEvents,
 		pub: pub, clock: clock, log: log, m: m,
 		notify: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
@@ -78,7 +79,7 @@ func (p *eventPipe) take(force bool) (b Batch, ok bool, wait time.Duration) {
 	if due := p.firstAt.Add(p.interval); !force && len(p.pending) < p.batchSize && now.Before(due) {
 		return Batch{}, false, due.Sub(now)
 	}
-	b = Batch{Pod: p.pod, Seq: p.seq, Epoch: p.epoch, TS: now, DPRank: p.rank, Events: p.pending}
+	b = Batch{Pod: p.pod, Engine: p.engine, Seq: p.seq, Epoch: p.epoch, TS: now, DPRank: p.rank, Events: p.pending}
 	p.seq++
 	p.pending = nil
 	return b, true, 0

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +78,11 @@ type ZMQConfig struct {
 	// (it still enters the replay buffer): an injected fault that gives
 	// subscribers seq gaps to repair. SetDropEvery changes it at run time.
 	DropEvery int
+	// VLLMOnly publishes only vLLM's own event kinds, as a real vLLM engine
+	// does: no PodUp or PodDown (a batch of lifecycle events alone goes
+	// out empty, so seqs stay contiguous). For tests of what the bridge
+	// announces in their place.
+	VLLMOnly bool
 	// Linger bounds how long Close waits for queued messages to be written;
 	// default 1s (0 is replaced by the default; negative: do not wait).
 	Linger time.Duration
@@ -341,6 +347,12 @@ func (p *ZMQPublisher) changedLocked() {
 // be encoded or the publisher is closed.
 func (p *ZMQPublisher) Publish(_ context.Context, b Batch) error {
 	kb := b.KVBatch()
+	if p.cfg.VLLMOnly {
+		kb.Events = slices.DeleteFunc(kb.Events, func(ev kvevents.Event) bool {
+			k := ev.Kind()
+			return k == kvevents.KindPodUp || k == kvevents.KindPodDown
+		})
+	}
 	payload, err := p.cfg.Encoding.AppendBatch(nil, &kb)
 	if err != nil {
 		return fmt.Errorf("publish kv events over zmq: %w", err)

@@ -94,6 +94,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Controller adjusts each controller's configuration before it starts.
 	Controller func(region string, c *regional.Config)
+	// Deps adjusts what each controller is given (a clock, a gossip
+	// transport wrapper) before it starts.
+	Deps func(region string, d *regional.Deps)
 	// Tenants, when set, authenticate with API keys (Fleet.APIKeys holds
 	// one per tenant). Default: the controllers believe X-Tenant-Id and
 	// X-Data-Class from loopback only, as from a trusted gateway.
@@ -139,6 +142,32 @@ type Region struct {
 	Name       string
 	Controller *regional.Controller
 	Engines    []*enginesim.Engine
+	config     regional.Config // what the controller was opened with
+	deps       regional.Deps
+}
+
+// Restart closes a region's controller and opens it again on the same
+// state (Raft data, audit log, gossip state), after mut (if not nil)
+// adjusts its configuration; it waits for the new controller to open, not
+// for the fleet to be ready again.
+func (f *Fleet) Restart(ctx context.Context, region string, mut func(*regional.Config)) error {
+	r := f.Region(region)
+	if r == nil {
+		return fmt.Errorf("restart: no region %q", region)
+	}
+	if err := r.Controller.Close(ctx); err != nil {
+		return fmt.Errorf("restart %s: close: %w", region, err)
+	}
+	cfg := r.config
+	if mut != nil {
+		mut(&cfg)
+	}
+	ctl, err := regional.Open(ctx, cfg, r.deps)
+	if err != nil {
+		return fmt.Errorf("restart %s: %w", region, err)
+	}
+	r.Controller, r.config = ctl, cfg
+	return nil
 }
 
 // Fleet is the running system.
@@ -306,11 +335,15 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		if cfg.Controller != nil {
 			cfg.Controller(spec.Name, &rc)
 		}
-		ctl, err := regional.Open(ctx, rc, regional.Deps{Logger: cfg.Logger.With("controller", rc.ControllerID)})
+		deps := regional.Deps{Logger: cfg.Logger.With("controller", rc.ControllerID)}
+		if cfg.Deps != nil {
+			cfg.Deps(spec.Name, &deps)
+		}
+		ctl, err := regional.Open(ctx, rc, deps)
 		if err != nil {
 			return f, fmt.Errorf("controller %s: %w", spec.Name, err)
 		}
-		r.Controller = ctl
+		r.Controller, r.config, r.deps = ctl, rc, deps
 		if i == 0 {
 			seedAdmin = ctl.AdminURL()
 			seedGossip = ctl.Gossip().Addr()

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,8 +25,10 @@ import (
 	"github.com/segmentio/kafka-go"
 
 	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
@@ -352,6 +358,188 @@ func TestSecuritySlowBodyFlood(t *testing.T) {
 	}
 	if status, _, body := post(t, f.HTTP, ctl.URL(), map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}); status != 200 {
 		t.Fatalf("after the flood: %d %s", status, body)
+	}
+}
+
+// adminRecords returns the admin_action records of every controller of
+// the fleet for which keep holds, with the controller's region.
+func adminRecords(t *testing.T, f *Fleet, keep func(audit.Record, audit.AdminDetail) bool) (recs []audit.Record, regions []string) {
+	t.Helper()
+	for _, r := range f.Regions {
+		got, err := audit.NaiveQuery(r.Controller.Audit().Dir(), audit.Query{Kinds: []audit.Kind{audit.KindAdminAction}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range got {
+			d, ok := rec.Admin()
+			if !ok {
+				t.Fatalf("%s seq %d: an admin record without its detail: %s", rec.Controller, rec.Seq, rec.Cost)
+			}
+			if keep(rec, d) {
+				recs, regions = append(recs, rec), append(regions, r.Name)
+			}
+		}
+	}
+	return recs, regions
+}
+
+// Every privileged action is on record (issue 12 item 7). On a fleet with
+// mutual TLS, an operator (with the operator certificate of the fleet's
+// CA and the admin token) triggers and recovers a failover and rotates a
+// gossip key through a controller that does not lead: each is exactly one
+// admin_action record on that controller's chain, naming the operator's
+// certificate identity; a failover that would strand traffic and a use of
+// a key nobody holds are one refused record each. The joins of the other
+// controllers are on the seed's chain under their own certificates. With
+// that controller's audit log closed, a failover and a key install through
+// it are refused (503 audit_unavailable) and change nothing. Its chain,
+// admin records included, verifies against the checkpoint Raft holds.
+func TestSecurityAdminActionsAudited(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := startFleet(t, Config{})
+	var via *Region
+	for _, r := range f.Regions {
+		if !r.Controller.Global().IsLeader() {
+			via = r
+			break
+		}
+	}
+	operator, err := tls.LoadX509KeyPair(f.PKI.Operator.Cert, f.PKI.Operator.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc := f.HTTP.Transport.(*http.Transport).TLSClientConfig.Clone()
+	tc.Certificates = []tls.Certificate{operator}
+	opHC := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+	defer opHC.CloseIdleConnections()
+	adm := global.NewClient(via.Controller.AdminURL(), f.AdminToken, opHC)
+	keys := &gossip.KeysClient{BaseURL: via.Controller.AdminURL(), Token: f.AdminToken, HTTP: opHC}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const opID = "spiffe://meridian/client/operator"
+
+	// one checks that exactly one admin record matches, on via's chain, by
+	// the operator, with outcome.
+	one := func(what string, outcome string, keep func(audit.Record, audit.AdminDetail) bool) audit.AdminDetail {
+		t.Helper()
+		recs, regions := adminRecords(t, f, keep)
+		if len(recs) != 1 {
+			t.Fatalf("%s: %d admin records, want 1: %+v", what, len(recs), recs)
+		}
+		d, _ := recs[0].Admin()
+		if regions[0] != via.Name || d.Actor != opID || d.Auth != audit.AuthCertificate || d.Outcome != outcome {
+			t.Fatalf("%s: record on %s %+v, want on %s by %s, %s", what, regions[0], d, via.Name, opID, outcome)
+		}
+		return d
+	}
+	byRequest := func(rid string) func(audit.Record, audit.AdminDetail) bool {
+		return func(r audit.Record, _ audit.AdminDetail) bool { return r.RequestID == rid }
+	}
+
+	_, err = adm.Trigger(ctx, global.FailoverRequest{Region: "eu-west-1", RequestID: "rid-strand"})
+	if !errors.Is(err, global.ErrStrandsTraffic) {
+		t.Fatalf("a failover that strands EU PHI: %v", err)
+	}
+	if d := one("stranding failover", audit.OutcomeRefused, byRequest("rid-strand")); !strings.Contains(d.Error, "eu-health-phi") {
+		t.Fatalf("the refusal's record does not say why: %+v", d)
+	}
+	if _, err := adm.Trigger(ctx, global.FailoverRequest{Region: "eu-west-1", Reason: "drill", Force: true, RequestID: "rid-trigger"}); err != nil {
+		t.Fatal(err)
+	}
+	if d := one("failover", audit.OutcomeApplied, byRequest("rid-trigger")); d.Action != global.ActionFailoverTrigger || d.Args["force"] != "true" {
+		t.Fatalf("failover record %+v", d)
+	}
+	if _, err := adm.Recover(ctx, global.FailoverRequest{Region: "eu-west-1", RequestID: "rid-recover"}); err != nil {
+		t.Fatal(err)
+	}
+	one("recover", audit.OutcomeApplied, byRequest("rid-recover"))
+
+	newKey := func() string { return base64.StdEncoding.EncodeToString([]byte(randomHex(16))) }
+	k2, stranger := newKey(), newKey()
+	fingerprint := func(k string) string {
+		fp, err := gossip.KeyFingerprint(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fp
+	}
+	if _, err := keys.Install(ctx, k2); err != nil {
+		t.Fatalf("install: %v", err)
+	}
+	keyOp := func(action, key string) func(audit.Record, audit.AdminDetail) bool {
+		return func(_ audit.Record, d audit.AdminDetail) bool {
+			return d.Action == action && d.Args["fingerprint"] == fingerprint(key)
+		}
+	}
+	one("key install", audit.OutcomeApplied, keyOp("gossip_key_install", k2))
+	var api *gossip.KeysAPIError
+	if _, err := keys.Use(ctx, stranger); !errors.As(err, &api) || api.Status != 409 {
+		t.Fatalf("use of a key nobody holds: %v", err)
+	}
+	one("use of an unknown key", audit.OutcomeRefused, keyOp("gossip_key_use", stranger))
+	segs, _ := filepath.Glob(filepath.Join(via.Controller.Audit().Dir(), "*.jsonl"))
+	for _, seg := range segs {
+		raw, err := os.ReadFile(seg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(raw), k2) || strings.Contains(string(raw), stranger) || strings.Contains(string(raw), f.AdminToken) {
+			t.Fatalf("%s holds a key or the admin token", seg)
+		}
+	}
+	if len(segs) == 0 {
+		t.Fatal("no segment")
+	}
+
+	// The other controllers joined through the seed, each under its own
+	// certificate.
+	seed := f.Regions[0]
+	for _, r := range f.Regions[1:] {
+		id := r.Controller.Global().ID()
+		recs, regions := adminRecords(t, f, func(_ audit.Record, d audit.AdminDetail) bool {
+			return d.Action == global.ActionMemberJoin && d.Args["member"] == id
+		})
+		if len(recs) == 0 {
+			t.Fatalf("no record of the join of %s", id)
+		}
+		last, _ := recs[len(recs)-1].Admin()
+		if regions[len(regions)-1] != seed.Name || last.Outcome != audit.OutcomeApplied || last.Auth != audit.AuthCertificate ||
+			last.Actor != identity.Controller(id, r.Name).String() {
+			t.Fatalf("join of %s recorded on %s as %+v", id, regions[len(regions)-1], last)
+		}
+	}
+
+	// Fail closed: with via's audit log closed, nothing goes through it.
+	before := via.Controller.Gossip().ListKeys()
+	if err := via.Controller.Audit().Close(); err != nil {
+		t.Fatalf("close the audit log of %s: %v", via.Name, err)
+	}
+	if _, err := adm.Trigger(ctx, global.FailoverRequest{Region: "us-west-2", Force: true}); !errors.Is(err, global.ErrAuditUnavailable) {
+		t.Fatalf("failover with the audit log closed: %v", err)
+	}
+	if _, err := keys.Install(ctx, newKey()); !errors.As(err, &api) || api.Status != 503 || api.Code != "audit_unavailable" {
+		t.Fatalf("key install with the audit log closed: %v", err)
+	}
+	for _, r := range f.Regions {
+		if !r.Controller.Global().State().Routable("us-west-2") {
+			t.Fatalf("%s sees us-west-2 failed by an unrecorded failover", r.Name)
+		}
+	}
+	if got := via.Controller.Gossip().ListKeys(); !slices.Equal(got, before) {
+		t.Fatalf("keyring %v after an unrecorded install, was %v", got, before)
+	}
+
+	// The closed log published its last checkpoint to Raft; the chain,
+	// admin records included, verifies against it.
+	var cps []audit.Checkpoint
+	for _, cp := range seed.Controller.Global().State().Checkpoints(via.Controller.Global().ID()) {
+		cps = append(cps, cp.AuditCheckpoint())
+	}
+	rep, err := audit.Verify(via.Controller.Audit().Dir(), cps)
+	if err != nil || !rep.OK() || len(rep.Chains) != 1 || rep.Chains[0].Unanchored != 0 || rep.Chains[0].Records == 0 {
+		t.Fatalf("verify %s: %v %+v", via.Name, err, rep)
 	}
 }
 

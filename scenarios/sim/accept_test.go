@@ -5,211 +5,111 @@ import (
 	"os"
 	"testing"
 	"time"
-
-	"github.com/meridian-llm/meridian/regional/route"
 )
 
-// Acceptance checks of issue 7 ("Acceptance for the simulator"). The full
-// conversation trace runs in the normal suite when it is fast enough;
-// under -short (and under the race detector, where it takes minutes) the
-// trace is cut to its first 3,000 requests and the synthetic workloads to a
-// shorter duration, and only the checks that hold at that size are made.
-// MERIDIAN_SIM_FULL=1 forces the full sizes.
+// Acceptance checks of issue 17 ("Evidence that survives a skeptic"), on
+// full sweeps (6 loads x every policy x 5 seeds): minutes each, so they run
+// only with MERIDIAN_SIM_ACCEPT=1. docs/evidence.md has the figures, from
+// the same sweeps run through `meridian sim`, and says which targets are
+// missed and why; a missed target fails here.
+//
+//	MERIDIAN_SIM_ACCEPT=1 go test -run TestAcceptance -timeout 60m -v ./scenarios/sim/
 
-func fullSize() bool {
-	if os.Getenv("MERIDIAN_SIM_FULL") != "" {
-		return true
-	}
-	return !testing.Short() && !raceEnabled
-}
+// fullSize reports whether the long checks run.
+func fullSize() bool { return os.Getenv("MERIDIAN_SIM_ACCEPT") != "" && !raceEnabled }
 
-func runSim(t *testing.T, cfg Config) *Report {
+var acceptLoads = []float64{0.2, 0.4, 0.5, 0.6, 0.8, 1.0}
+
+func acceptSweep(t *testing.T, cfg Config) *SweepReport {
 	t.Helper()
+	if !fullSize() {
+		t.Skip("set MERIDIAN_SIM_ACCEPT=1 to run")
+	}
 	t0 := time.Now()
-	rep, err := Run(context.Background(), cfg, Options{})
+	rep, err := Sweep(context.Background(), cfg, SweepConfig{Loads: acceptLoads, Seeds: 5}, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s: %v wall", cfg.Workload.Kind, time.Since(t0).Round(time.Millisecond))
-	for _, r := range rep.Results {
-		t.Logf("%-16s hit %5.1f%% (%5.1f%% of bound) ttft p50 %7.0f p95 %7.0f p99 %7.0f e2e p95 %7.0f cross %4d viol %3d disp %.2f n %d reasons %v",
-			r.Policy, 100*r.HitRate, 100*r.OfUpperBound, r.TTFTP50Ms, r.TTFTP95Ms, r.TTFTP99Ms, r.E2EP95Ms,
-			r.CrossRegionRequests, r.ResidencyViolations, r.LoadDispersion, r.Completed, r.Reasons)
+	t.Logf("%s: %v", cfg.Workload.Kind, time.Since(t0).Round(time.Second))
+	for _, x := range rep.Runs {
+		if residencySafe(x.Policy) && x.ResidencyViolations != 0 {
+			t.Errorf("%s at %.1f: %d residency violations", x.Policy, x.Load, x.ResidencyViolations)
+		}
 	}
 	return rep
 }
 
-func must(t *testing.T, rep *Report, policy string) Result {
+// doNoHarm: Meridian's p95 <= 1.03 x the best fair baseline's at every load.
+func doNoHarm(t *testing.T, rep *SweepReport) {
 	t.Helper()
-	r, ok := rep.Result(policy)
-	if !ok {
-		t.Fatalf("no result for %s", policy)
+	for _, c := range rep.Against(PolicyMeridian, FairBaselines()) {
+		t.Logf("load %.1f: meridian / %s = %.3f", c.Load, c.Baseline, c.Ratio)
+		if c.Ratio > 1.03 {
+			t.Errorf("do no harm: at load %.1f Meridian's p95 is %.3f x %s's", c.Load, c.Ratio, c.Baseline)
+		}
 	}
-	return r
 }
 
-var baselines = []string{PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity}
+// winWhereCacheMatters: p95 >= 15% below the best peer at loads 0.5-0.8.
+func winWhereCacheMatters(t *testing.T, rep *SweepReport) {
+	t.Helper()
+	for _, c := range rep.Against(PolicyMeridian, PeerBaselines()) {
+		if c.Load >= 0.5 && c.Load <= 0.8 && c.Ratio > 0.85 {
+			t.Errorf("win: at load %.1f Meridian's p95 is %.3f x %s's, want <= 0.85", c.Load, c.Ratio, c.Baseline)
+		}
+	}
+}
 
-// TestAcceptanceConversationTrace: the conversation trace on 3 regions x 8
-// pods at its recorded rate (time scale 1, where round-robin queues — its
-// TTFT p50 is about twice the unloaded one — but does not collapse).
-func TestAcceptanceConversationTrace(t *testing.T) {
+func TestAcceptanceConversation(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Workload.Trace = conversationTrace(t)
-	if !fullSize() {
-		cfg.Workload.Limit = 3000
-	}
-	rep := runSim(t, cfg)
-	m := must(t, rep, PolicyMeridian)
-	for _, p := range []string{PolicyMeridian, PolicyCacheLocal, PolicyUpperBound} {
-		if v := must(t, rep, p).ResidencyViolations; v != 0 {
-			t.Errorf("%s: %d residency violations, want 0", p, v)
-		}
-	}
-	for _, b := range baselines {
-		r := must(t, rep, b)
-		if m.TTFTP50Ms >= r.TTFTP50Ms || m.TTFTP95Ms >= r.TTFTP95Ms {
-			t.Errorf("meridian TTFT p50/p95 %.0f/%.0f ms do not beat %s's %.0f/%.0f", m.TTFTP50Ms, m.TTFTP95Ms, b, r.TTFTP50Ms, r.TTFTP95Ms)
-		}
-	}
-	if sa := must(t, rep, PolicySessionAffinity); m.TTFTP95Ms > 0.92*sa.TTFTP95Ms {
-		t.Errorf("meridian TTFT p95 %.0f ms is not 8%% below session affinity's %.0f", m.TTFTP95Ms, sa.TTFTP95Ms)
-	}
-	// Target: >= 90% of the upper bound's hit rate. Which conversations
-	// start in which region and carry which data class is drawn from the
-	// seed, and moves the figure by about a point, so at full size the
-	// target is checked on the mean over seeds 1-5 (90.5%; seed 1 alone is
-	// 89.97%, seeds 2-5 90.1-91.7%); the reduced run checks its one seed.
-	// What gets it there is the affinity scorer's cache weight: the cost
-	// model alone prices one request, so it moves a conversation off its
-	// warm pod whenever a faster or idler pod answers sooner even cold, and
-	// each move duplicates the history, which the single pool of the upper
-	// bound never does. With weight 0 the hit rate is about 85% of the
-	// bound, for the same TTFT.
-	const target = 0.90
-	if !fullSize() {
-		if m.OfUpperBound < target {
-			t.Errorf("meridian hit rate %.1f%% of the upper bound, target %.0f%%", 100*m.OfUpperBound, 100*target)
-		}
-		return
-	}
-	sum := m.OfUpperBound
-	for seed := uint64(2); seed <= 5; seed++ {
-		c := cfg
-		c.Seed = seed
-		c.Policies = []string{PolicyMeridian, PolicyUpperBound}
-		sum += must(t, runSim(t, c), PolicyMeridian).OfUpperBound
-	}
-	if mean := sum / 5; mean < target {
-		t.Errorf("meridian hit rate %.2f%% of the upper bound on the mean of seeds 1-5, target %.0f%%", 100*mean, 100*target)
-	} else {
-		t.Logf("meridian hit rate %.2f%% of the upper bound on the mean of seeds 1-5", 100*mean)
-	}
-	cfg.Decision.AffinityCacheWeight = 0
-	cfg.Policies = []string{PolicyMeridian, PolicyUpperBound}
-	w0 := must(t, runSim(t, cfg), PolicyMeridian)
-	t.Logf("affinity_cache_weight 0: %.1f%% of the upper bound, TTFT p50 %.0f p95 %.0f", 100*w0.OfUpperBound, w0.TTFTP50Ms, w0.TTFTP95Ms)
-	if w0.OfUpperBound+0.03 > m.OfUpperBound {
-		t.Errorf("affinity_cache_weight 0 reaches %.1f%% of the bound, the default %.1f%%: the cache weight no longer lifts the hit rate", 100*w0.OfUpperBound, 100*m.OfUpperBound)
-	}
+	cfg.Workload.Window = 0.5
+	rep := acceptSweep(t, cfg)
+	doNoHarm(t, rep)
+	winWhereCacheMatters(t, rep)
 }
 
-// TestAcceptanceCoding: coding-agent sessions (reuse 90%+) on the seed's
-// fleet (Kimi-class agents on B200 pods, homogeneous as in Modal's
-// deployment): Meridian's TTFT p50 at least 3x lower than round-robin's,
-// and its load dispersion below 0.5.
+func TestAcceptanceConversationModelError(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Workload.Trace = conversationTrace(t)
+	cfg.Workload.Window = 0.5
+	cfg.ModelError = 0.3
+	doNoHarm(t, acceptSweep(t, cfg))
+}
+
 func TestAcceptanceCoding(t *testing.T) {
-	run := func(mod func(*route.Config)) (m, rr Result) {
-		cfg := DefaultConfig()
-		cfg.Workload.Kind = WorkloadCoding
-		cfg.Fleet.Profiles = []string{"b200"}
-		mod(&cfg.Decision)
-		cfg.Workload.Duration = 5 * time.Minute
-		if !fullSize() {
-			cfg.Workload.Duration = 2 * time.Minute
-		}
-		rep := runSim(t, cfg)
-		m, rr = must(t, rep, PolicyMeridian), must(t, rep, PolicyRoundRobin)
-		// The workload reuses 90%+ of its prompts (the pooled cache's hit
-		// rate; less over the short run, whose first turns are cold).
-		if ub := must(t, rep, PolicyUpperBound); ub.HitRate < 0.8 || m.HitRate < 0.7 {
-			t.Errorf("hit rates: upper bound %.3f (want >= 0.8), meridian %.3f (want >= 0.7)", ub.HitRate, m.HitRate)
-		}
-		for _, p := range []string{PolicyMeridian, PolicyCacheLocal, PolicyUpperBound} {
-			if v := must(t, rep, p).ResidencyViolations; v != 0 {
-				t.Errorf("%s: %d residency violations, want 0", p, v)
-			}
-		}
-		return m, rr
-	}
-	// With the default decision configuration the dispersion is 0.56-0.59
-	// over seeds 1-3: once a session's 100k-token history is warm on a pod,
-	// the cost model and the affinity cache weight keep it there, and the
-	// bound lets a pod reach 2.5x its share first. Both serve the hit rate
-	// of chat and shared-prefix traffic; a coding fleet is configured with
-	// bounded_load_factor 1.5 and affinity_cache_weight 0, which meets the
-	// target (0.43-0.48 over seeds 1-3).
-	m, rr := run(func(*route.Config) {})
-	t.Logf("default decision configuration: dispersion %.2f, TTFT p50 %.0f ms vs round-robin %.0f", m.LoadDispersion, m.TTFTP50Ms, rr.TTFTP50Ms)
-	if m.TTFTP50Ms*3 > rr.TTFTP50Ms {
-		t.Errorf("meridian TTFT p50 %.0f ms is not 3x below round-robin's %.0f", m.TTFTP50Ms, rr.TTFTP50Ms)
-	}
-	if m.LoadDispersion > 0.7 {
-		t.Errorf("default decision configuration: dispersion %.2f, above the 0.7 it stayed under when this test was written", m.LoadDispersion)
-	}
-	m, rr = run(func(c *route.Config) { c.BoundedLoadFactor, c.AffinityCacheWeight = 1.5, 0 })
-	t.Logf("coding configuration (bounded_load_factor 1.5, affinity_cache_weight 0): dispersion %.2f, TTFT p50 %.0f ms vs round-robin %.0f", m.LoadDispersion, m.TTFTP50Ms, rr.TTFTP50Ms)
-	if m.TTFTP50Ms*3 > rr.TTFTP50Ms {
-		t.Errorf("meridian TTFT p50 %.0f ms is not 3x below round-robin's %.0f", m.TTFTP50Ms, rr.TTFTP50Ms)
-	}
-	switch {
-	case fullSize() && m.LoadDispersion >= 0.5:
-		t.Errorf("coding configuration: load dispersion %.2f, target < 0.5", m.LoadDispersion)
-	case !fullSize() && m.LoadDispersion >= 0.7:
-		// The reduced run (-short, -race) is too short for the target's
-		// statistics; it guards against regressions only.
-		t.Errorf("coding configuration, reduced run: load dispersion %.2f, above 0.7", m.LoadDispersion)
-	}
+	cfg := DefaultConfig()
+	cfg.Workload.Kind = WorkloadCoding
+	cfg.Workload.Duration = 5 * time.Minute
+	cfg.Fleet.Profiles = []string{"b200"}
+	rep := acceptSweep(t, cfg)
+	doNoHarm(t, rep)
+	winWhereCacheMatters(t, rep)
 }
 
-// TestAcceptanceShortPrompts: short prompts with little reuse (where GORGO
-// was the worst policy at p95): Meridian's TTFT p95 within 5% of the best
-// baseline's. A p95 over one 5-minute run moves by several percent with the
-// seed (the workload itself changes), so the check is on the mean ratio
-// over five seeds (three in the reduced run). Individual seeds range from
-// 0.95 to 1.11 with gorgo's default queue weight of 0.5: on the mixed fleet
-// it under-weighs the queue of the fast pods; at queue weight 1 Meridian's
-// p95 is 0.53 to 0.56 of the best baseline's on the same seeds (see
-// TestAblationShortQueueWeight).
 func TestAcceptanceShortPrompts(t *testing.T) {
-	seeds, dur := []uint64{1, 2, 3, 4, 5}, 5*time.Minute
-	if !fullSize() {
-		seeds, dur = seeds[:3], 2*time.Minute
-	}
-	sum := 0.0
-	for _, seed := range seeds {
+	cfg := DefaultConfig()
+	cfg.Workload.Kind = WorkloadShort
+	cfg.Workload.Duration = 5 * time.Minute
+	doNoHarm(t, acceptSweep(t, cfg))
+}
+
+// goGlobal: in skew and roaming, p95 >= 20% below cache_local.
+func TestAcceptanceGoGlobal(t *testing.T) {
+	for _, sc := range []string{"skew", "roaming"} {
 		cfg := DefaultConfig()
-		cfg.Workload.Kind = WorkloadShort
-		cfg.Workload.Duration = dur
-		cfg.Seed = seed
-		rep := runSim(t, cfg)
-		m := must(t, rep, PolicyMeridian)
-		best := ""
-		for _, b := range baselines {
-			if r := must(t, rep, b); best == "" || r.TTFTP95Ms < must(t, rep, best).TTFTP95Ms {
-				best = b
+		cfg.Workload.Trace = conversationTrace(t)
+		cfg.Workload.Window = 0.5
+		if err := ApplyScenario(&cfg, sc); err != nil {
+			t.Fatal(err)
+		}
+		rep := acceptSweep(t, cfg)
+		for _, c := range rep.Against(PolicyMeridian, []string{PolicyCacheLocal}) {
+			t.Logf("%s load %.1f: meridian / cache_local = %.3f", sc, c.Load, c.Ratio)
+			if c.Ratio > 0.8 {
+				t.Errorf("%s: at load %.1f Meridian's p95 is %.3f x cache_local's, want <= 0.8", sc, c.Load, c.Ratio)
 			}
 		}
-		ratio := m.TTFTP95Ms / must(t, rep, best).TTFTP95Ms
-		t.Logf("seed %d: meridian TTFT p95 %.0f ms = %.3f x the best baseline's (%s)", seed, m.TTFTP95Ms, ratio, best)
-		sum += ratio
-		if v := m.ResidencyViolations; v != 0 {
-			t.Errorf("seed %d: meridian: %d residency violations", seed, v)
-		}
-	}
-	if mean := sum / float64(len(seeds)); mean > 1.05 {
-		t.Errorf("meridian TTFT p95 is %.3f x the best baseline's on average, want <= 1.05", mean)
-	} else {
-		t.Logf("meridian TTFT p95 is %.3f x the best baseline's on average over %d seeds", mean, len(seeds))
+		doNoHarm(t, rep)
 	}
 }

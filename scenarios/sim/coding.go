@@ -26,10 +26,10 @@ type codingSource struct {
 	ids   int64
 }
 
-func newCodingSource(cfg *Config, pods int) *codingSource {
+func newCodingSource(cfg *Config, f *fleetSpec) *codingSource {
 	users := cfg.Workload.Sessions
 	if users == 0 {
-		users = 2 * pods
+		users = codingSessionsFor(cfg.Workload.load(), f)
 	}
 	return &codingSource{cfg: cfg, users: users, dur: cfg.Workload.Duration}
 }
@@ -96,6 +96,7 @@ func (u *codingUser) turn(w *world) {
 		r := &request{id: u.src.ids, at: w.now, session: u.session, input: total(segs), output: out,
 			chain: chainOf(segs, u.src.cfg.Fleet.BlockSize, nil)}
 		u.attrs.assign(r, u.key)
+		u.attrs.roamed(r, uint64(r.id)<<1)
 		r.next = func(w *world, at time.Duration) { u.answered(w, at) }
 		w.arrive(r)
 	}

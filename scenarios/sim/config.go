@@ -15,17 +15,87 @@ import (
 
 // Policies compared by the simulator, in report order.
 const (
+	// Today's routers, blind to hardware: in the origin region, whatever
+	// residency says (their violations are counted).
 	PolicyRoundRobin      = "round_robin"      // in turn over the origin region's pods
 	PolicyLeastLoaded     = "least_loaded"     // fewest in flight in the origin region
 	PolicySessionAffinity = "session_affinity" // rendezvous hash of the session id in the origin region
-	PolicyCacheLocal      = "cache_local"      // Meridian's decision layer, origin region only
-	PolicyMeridian        = "meridian"         // Meridian: decision layer plus cross-region placement
-	PolicyUpperBound      = "upper_bound"      // one shared cache pool of the fleet's total size
+
+	// The fair baselines: the same routers made hardware-aware, and the
+	// peers as their sources describe them; in the origin region like the
+	// above. Each is a picker of regional/route (operators compare them
+	// through the controller).
+	PolicyWeightedRoundRobin     = "weighted_round_robin"     // in turn, in proportion to prefill speed
+	PolicyWeightedLeastLoaded    = "weighted_least_loaded"    // fewest in flight per unit of prefill speed
+	PolicyLeastOutstandingTokens = "least_outstanding_tokens" // fewest prompt tokens in flight per unit of speed
+	PolicyBoundedAffinity        = "bounded_affinity"         // consistent hashing with bounded loads, speed-weighted
+	PolicyPrecisePrefix          = "precise_prefix"           // llm-d's precise prefix-cache scorer + KV and queue scorers
+	// PolicyGORGO is GORGO's published policy (arXiv 2602.11688 v2): one
+	// central proxy over every pod of every region residency allows,
+	// score = 0.276 x RTT ms + uncached tokens + 0.5 x queued tokens. A
+	// simulator baseline only (see gorgo.go).
+	PolicyGORGO = "gorgo"
+
+	PolicyCacheLocal = "cache_local" // Meridian's decision layer, origin region only
+	PolicyMeridian   = "meridian"    // Meridian: decision layer plus cross-region placement
+	PolicyUpperBound = "upper_bound" // one shared cache pool of the fleet's total size
+)
+
+// Ablations of Meridian: its policy with one part of the decision off.
+// Cross-region placement off is cache_local.
+const (
+	AblationNoHardware = "meridian-no-hardware" // the router believes every pod is an H100
+	AblationNoLoad     = "meridian-no-load"     // no queue, running or KV terms, no load filters
+	AblationNoCache    = "meridian-no-cache"    // no prefix term (local or remote), no speculation
+	AblationNoAffinity = "meridian-no-affinity" // no session affinity term
 )
 
 // PolicyNames returns every policy in report order.
 func PolicyNames() []string {
-	return []string{PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity, PolicyCacheLocal, PolicyMeridian, PolicyUpperBound}
+	return []string{PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity,
+		PolicyWeightedRoundRobin, PolicyWeightedLeastLoaded, PolicyLeastOutstandingTokens, PolicyBoundedAffinity,
+		PolicyPrecisePrefix, PolicyGORGO, PolicyCacheLocal, PolicyMeridian, PolicyUpperBound}
+}
+
+// AblationNames returns Meridian's ablations.
+func AblationNames() []string {
+	return []string{AblationNoHardware, AblationNoLoad, AblationNoCache, AblationNoAffinity}
+}
+
+// FairBaselines are the policies "best fair baseline" is the best of: all
+// but meridian, its ablations and upper_bound. PeerBaselines ("best peer
+// baseline") leave out cache_local (Meridian's own in-region mode) too.
+func FairBaselines() []string {
+	var out []string
+	for _, p := range PolicyNames() {
+		if p != PolicyMeridian && p != PolicyUpperBound {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// PeerBaselines: see FairBaselines.
+func PeerBaselines() []string {
+	var out []string
+	for _, p := range FairBaselines() {
+		if p != PolicyCacheLocal {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// meridianLike reports whether the policy is Meridian with its
+// cross-region placement (meridian or one of its ablations).
+func meridianLike(policy string) bool {
+	return policy == PolicyMeridian || slices.Contains(AblationNames(), policy)
+}
+
+// residencySafe reports whether the policy enforces residency (so its
+// violations must be 0).
+func residencySafe(policy string) bool {
+	return meridianLike(policy) || policy == PolicyCacheLocal || policy == PolicyUpperBound || policy == PolicyGORGO
 }
 
 // Workload kinds.
@@ -34,6 +104,9 @@ const (
 	WorkloadCoding = "coding" // closed-loop coding-agent sessions
 	WorkloadRAG    = "rag"    // shared document prompts with many short questions
 	WorkloadShort  = "short"  // short prompts with little reuse
+	// WorkloadSharedDocs: large shared documents, each cached in the region
+	// that reads it most, asked about from the others too.
+	WorkloadSharedDocs = "shared-docs"
 )
 
 // ErrInvalidConfig is wrapped by every error Validate returns.
@@ -77,6 +150,10 @@ type Config struct {
 	// NoCalibration turns off feeding observed TTFTs to gorgo's Calibrator
 	// (the proxy does it; default on).
 	NoCalibration bool
+	// ModelError is how far off the router's model of each pod is: every
+	// pod's engine is slower or faster than its profile says by a factor
+	// 1 + e, e uniform in [-ModelError, ModelError] per pod. Default 0.
+	ModelError float64
 }
 
 // FleetConfig is the simulated fleet.
@@ -103,24 +180,39 @@ type FleetConfig struct {
 
 // WorkloadConfig is the traffic.
 type WorkloadConfig struct {
-	// Kind is trace, coding, rag or short. Default trace.
+	// Kind is trace, coding, rag, short or shared-docs. Default trace.
 	Kind string
 	// Trace is the loaded trace (Kind trace).
 	Trace []TraceRecord
 	// Limit replays only the first Limit requests of the trace. 0: all.
 	Limit int
-	// TimeScale multiplies the arrival rate (2 = twice as fast). Default 1.
+	// Window is the fraction of the trace's span a run replays: a window
+	// starting at an offset drawn from the seed (so seeds resample the
+	// trace). 0 or 1: the whole trace.
+	Window float64
+	// TimeScale multiplies the trace's arrival rate (2 = twice as fast)
+	// when Load is 0. Default 1.
 	TimeScale float64
 	// Duration of a synthetic workload (no new session, turn or request
 	// starts after it). Default 10m.
 	Duration time.Duration
-	// Load is the offered prefill work of the open-loop synthetic workloads
-	// (rag, short), as a fraction of the fleet's prefill capacity if no
-	// prompt token were cached. Default 0.6.
+	// Load is the offered prefill utilisation the arrivals are scaled to
+	// (see load.go): the prefill work the requests bring, their cached
+	// prefixes being what a shared cache of the fleet's size would hold,
+	// over the fleet's prefill capacity. 0: the trace at its recorded rate
+	// (x TimeScale), the synthetic workloads at 0.6.
 	Load float64
 	// Sessions is the number of concurrent coding-agent users (coding).
-	// Default: 2 per pod.
+	// 0: as many as offer Load (an estimate; the workload is closed loop).
 	Sessions int
+	// RoamShare is the share of requests that enter another region than
+	// their conversation's (roaming users). Default 0.
+	RoamShare float64
+	// FailRegion fails every pod of that region from FailFrom to FailTo
+	// (fractions of the arrivals' span): their caches are lost, requests
+	// entering there go elsewhere, and the pods come back cold. "": none.
+	FailRegion       string
+	FailFrom, FailTo float64
 	// OriginShares is the share of conversations entering at each region,
 	// in Fleet.Regions order. Default: equal.
 	OriginShares []float64
@@ -130,6 +222,15 @@ type WorkloadConfig struct {
 	// EUHealthShare is the share of conversations of the tenant eu-health,
 	// whose PHI must stay in the EU. Default 0.1.
 	EUHealthShare float64
+}
+
+// load is the offered load to scale to: Load, or the synthetic workloads'
+// default.
+func (w *WorkloadConfig) load() float64 {
+	if w.Load == 0 && w.Kind != WorkloadTrace {
+		return defaultSyntheticLoad
+	}
+	return w.Load
 }
 
 // DefaultRegions are the regions of the default fleet.
@@ -192,7 +293,6 @@ func DefaultConfig() Config {
 			Kind:          WorkloadTrace,
 			TimeScale:     1,
 			Duration:      10 * time.Minute,
-			Load:          0.6,
 			ClassShares:   map[string]float64{"phi": 0.1, "pii": 0.1, "public": 0.6, "internal": 0.2},
 			EUHealthShare: 0.1,
 		},
@@ -265,9 +365,9 @@ func (c *Config) Validate() error {
 		if len(w.Trace) == 0 {
 			return bad("Workload.Trace", "no records", "a loaded trace")
 		}
-	case WorkloadCoding, WorkloadRAG, WorkloadShort:
+	case WorkloadCoding, WorkloadRAG, WorkloadShort, WorkloadSharedDocs:
 	default:
-		return bad("Workload.Kind", fmt.Sprintf("%q", w.Kind), "trace, coding, rag or short")
+		return bad("Workload.Kind", fmt.Sprintf("%q", w.Kind), "trace, coding, rag, short or shared-docs")
 	}
 	switch {
 	case w.Limit < 0:
@@ -276,8 +376,16 @@ func (c *Config) Validate() error {
 		return bad("Workload.TimeScale", w.TimeScale, "> 0")
 	case w.Kind != WorkloadTrace && (w.Duration <= 0 || w.Duration > 30*24*time.Hour):
 		return bad("Workload.Duration", w.Duration, "> 0 and at most 30 days")
-	case (w.Kind == WorkloadRAG || w.Kind == WorkloadShort) && !(w.Load > 0 && w.Load <= 10):
-		return bad("Workload.Load", w.Load, "0 < load <= 10")
+	case !(w.Load >= 0 && w.Load <= 10):
+		return bad("Workload.Load", w.Load, "0..10")
+	case !(w.Window >= 0 && w.Window <= 1):
+		return bad("Workload.Window", w.Window, "0..1")
+	case !(w.RoamShare >= 0 && w.RoamShare <= 1):
+		return bad("Workload.RoamShare", w.RoamShare, "0..1")
+	case w.FailRegion != "" && !slices.Contains(f.Regions, w.FailRegion):
+		return bad("Workload.FailRegion", fmt.Sprintf("%q", w.FailRegion), "one of Fleet.Regions")
+	case w.FailRegion != "" && !(w.FailFrom >= 0 && w.FailFrom < w.FailTo && w.FailTo <= 1):
+		return bad("Workload.FailTo", w.FailTo, fmt.Sprintf("FailFrom (%v) < FailTo <= 1", w.FailFrom))
 	case w.Sessions < 0:
 		return bad("Workload.Sessions", w.Sessions, ">= 0")
 	case !(w.EUHealthShare >= 0 && w.EUHealthShare <= 1):
@@ -307,8 +415,8 @@ func (c *Config) Validate() error {
 		return bad("Policies", c.Policies, "at least one policy")
 	}
 	for i, p := range c.Policies {
-		if !slices.Contains(PolicyNames(), p) {
-			return bad(fmt.Sprintf("Policies[%d]", i), fmt.Sprintf("%q", p), strings.Join(PolicyNames(), ", "))
+		if !slices.Contains(PolicyNames(), p) && !slices.Contains(AblationNames(), p) {
+			return bad(fmt.Sprintf("Policies[%d]", i), fmt.Sprintf("%q", p), strings.Join(append(PolicyNames(), AblationNames()...), ", "))
 		}
 		if slices.Index(c.Policies, p) != i {
 			return bad(fmt.Sprintf("Policies[%d]", i), fmt.Sprintf("%q", p), "each policy once")
@@ -325,6 +433,8 @@ func (c *Config) Validate() error {
 		return bad("SampleInterval", c.SampleInterval, "> 0")
 	case !(c.EgressUSDPerGB >= 0):
 		return bad("EgressUSDPerGB", c.EgressUSDPerGB, ">= 0")
+	case !(c.ModelError >= 0) || c.ModelError > 0.9:
+		return bad("ModelError", c.ModelError, "0..0.9")
 	case !(c.PromptBytesPerToken >= 0) || !(c.OutputBytesPerToken >= 0):
 		return bad("PromptBytesPerToken", c.PromptBytesPerToken, ">= 0 (and OutputBytesPerToken too)")
 	}

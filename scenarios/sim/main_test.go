@@ -1,17 +1,42 @@
 package sim
 
 import (
+	"flag"
 	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
+var update = flag.Bool("update", false, "rewrite the golden files under testdata")
+
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// tracePath is the shared conversation trace (never edited; read by the loader).
-const tracePath = "../../../shared/traces/conversation_trace.jsonl"
+// tracePath is the shared conversation trace (never edited; read by the
+// loader): in shared/traces beside the checkout, found by walking up from
+// the package (the main checkout and the worktrees sit at different
+// depths).
+var tracePath = findShared("traces/conversation_trace.jsonl")
+
+func findShared(rel string) string {
+	dir, err := filepath.Abs(".")
+	if err != nil {
+		return filepath.Join("shared", rel)
+	}
+	for {
+		p := filepath.Join(dir, "shared", rel)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return filepath.Join("shared", rel)
+		}
+		dir = parent
+	}
+}
 
 var (
 	traceOnce sync.Once

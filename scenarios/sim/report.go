@@ -27,7 +27,13 @@ type collector struct {
 	dispN                      int
 	reasons                    map[string]int
 	indexErrors, summaryErrors int
+	decisions                  int
+	decideWall                 time.Duration
 }
+
+// decided counts one decision (Decide, or Place with its remote
+// candidates) and its wall time.
+func (c *collector) decided(d time.Duration) { c.decisions++; c.decideWall += d }
 
 func newCollector(policy string) *collector {
 	return &collector{policy: policy, reasons: map[string]int{}}
@@ -76,14 +82,25 @@ type Result struct {
 	// LoadDispersion is the mean over samples of variance / mean of the
 	// per-pod concurrency (requests queued or running).
 	LoadDispersion float64 `json:"load_dispersion"`
-	Requests       int     `json:"requests"`
-	Completed      int     `json:"completed"`
-	Rejected       int     `json:"rejected"`
+	// Utilization is the achieved prefill utilisation: the time the pods
+	// spent on prefill over their time (see load.go).
+	Utilization float64 `json:"utilization"`
+	Requests    int     `json:"requests"`
+	Completed   int     `json:"completed"`
+	Rejected    int     `json:"rejected"`
 	// Reasons counts Place's reasons (meridian only).
 	Reasons map[string]int `json:"reasons,omitempty"`
 	// SimulatedS is the virtual time the run covered; WallS what it took.
 	SimulatedS float64 `json:"simulated_s"`
 	WallS      float64 `json:"wall_s"`
+	// Decisions made by the router's code (Decide, or Place with its
+	// remote candidates), and their mean wall time in microseconds;
+	// HeapMB is the Go heap in use once the world has run (the world's
+	// memory when worlds run one at a time). Wall-clock figures, not
+	// deterministic.
+	Decisions int     `json:"decisions"`
+	DecideUs  float64 `json:"decide_us"`
+	HeapMB    float64 `json:"heap_mb"`
 	// TTFTQuantiles are the TTFT at quantiles 0, 0.005, ..., 1 (ms), for
 	// the CDF chart.
 	TTFTQuantiles []float64 `json:"ttft_quantiles_ms,omitempty"`
@@ -122,6 +139,10 @@ func (c *collector) result(cfg *Config, simulated time.Duration) Result {
 	if len(c.reasons) > 0 {
 		r.Reasons = c.reasons
 	}
+	r.Decisions = c.decisions
+	if c.decisions > 0 {
+		r.DecideUs = float64(c.decideWall) / float64(c.decisions) / float64(time.Microsecond)
+	}
 	return r
 }
 
@@ -140,7 +161,10 @@ type Report struct {
 	Regions  []string `json:"regions"`
 	Pods     int      `json:"pods"`
 	Seed     uint64   `json:"seed"`
-	Results  []Result `json:"results"`
+	// OfferedLoad is the offered prefill utilisation of the open-loop
+	// requests (0 for the closed-loop coding workload).
+	OfferedLoad float64  `json:"offered_load"`
+	Results     []Result `json:"results"`
 }
 
 // Result returns the named policy's result.
@@ -200,7 +224,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 			100*x.HitRate, 100*x.TokenHitRate, of, ms(x.TTFTP50Ms), ms(x.TTFTP95Ms), ms(x.TTFTP99Ms), ms(x.E2EP95Ms),
 			x.CrossRegionRequests, x.EgressGB, x.EgressUSD, x.ResidencyViolations, x.LoadDispersion, x.Requests)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	for _, x := range r.Results {
+		fmt.Fprintf(w, "%s: %d decisions, %.1f us each (wall), heap %.0f MB after the run\n", x.Policy, x.Decisions, x.DecideUs, x.HeapMB)
+	}
+	return nil
 }
 
 // ms formats milliseconds for the table.

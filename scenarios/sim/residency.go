@@ -25,7 +25,8 @@ func zoneOf(region string) string {
 // of US evaluation batches also in the EU, the rest in the origin zone. For
 // other region sets the same rules apply to the zones that exist (us, eu,
 // ap by name prefix; any other region is a zone of its own), and rules
-// whose zones are missing are left out.
+// whose zones are missing are left out; with an ap zone and a us zone,
+// public data from ap may also be served in the us (as the EU's may).
 func ResidencyPolicy(regions []string) []byte {
 	zones := map[string][]string{}
 	var order []string
@@ -56,6 +57,11 @@ func ResidencyPolicy(regions []string) []byte {
 		b.WriteString("  - name: eu-health-phi\n    match: {tenant: eu-health, data_class: phi}\n    allow: [eu]\n")
 	}
 	b.WriteString("  - name: phi-and-pii-stay-home\n    match: {data_class: [phi, pii]}\n    allow: [origin]\n")
+	if has("ap") && has("us") {
+		// Not in the example policy (it has no ap zone): public data from
+		// Asia-Pacific may be served in the US, as the EU's may.
+		b.WriteString("  - name: public-from-ap\n    match: {data_class: public, origin_zone: ap}\n    allow: [ap, us]\n")
+	}
 	if has("eu") && has("us") {
 		b.WriteString("  - name: public-from-eu\n    match: {data_class: public, origin_zone: eu}\n    allow: [eu, us]\n")
 		b.WriteString("  - name: us-batch-eval\n    match: {data_class: public, origin_zone: us}\n" +

@@ -1,9 +1,11 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/meridian-llm/meridian/residency"
@@ -63,11 +65,12 @@ type attributes struct {
 	classes []string
 	cum     []float64 // cumulative class shares
 	euShare float64
+	roam    float64
 	seed    uint64
 }
 
 func newAttributes(cfg *Config) *attributes {
-	a := &attributes{regions: cfg.Fleet.Regions, euShare: cfg.Workload.EUHealthShare, seed: cfg.Seed}
+	a := &attributes{regions: cfg.Fleet.Regions, euShare: cfg.Workload.EUHealthShare, roam: cfg.Workload.RoamShare, seed: cfg.Seed}
 	shares := cfg.Workload.OriginShares
 	if shares == nil {
 		shares = make([]float64, len(a.regions))
@@ -126,6 +129,25 @@ func (a *attributes) assign(r *request, key uint64) {
 	r.attrs = residency.Attributes{Tenant: tenant, DataClass: class, OriginRegion: a.regions[r.origin], Session: r.session}
 }
 
+// roamed moves r, with probability RoamShare (drawn from the request's own
+// key), to another region than its conversation's: a roaming user's turn,
+// entering where the user now is, while the conversation's cache stays home.
+func (a *attributes) roamed(r *request, key uint64) {
+	if a.roam <= 0 || len(a.regions) < 2 {
+		return
+	}
+	h := mix64(key ^ mix64(a.seed^0x70a3))
+	if unit(h) >= a.roam {
+		return
+	}
+	other := int(mix64(h) % uint64(len(a.regions)-1))
+	if other >= r.origin {
+		other++
+	}
+	r.origin = other
+	r.attrs.OriginRegion = a.regions[other]
+}
+
 // openSource replays a fixed list of requests, sorted by arrival.
 type openSource struct{ reqs []*request }
 
@@ -152,14 +174,36 @@ func (s *openSource) schedule(w *world, i int) {
 	})
 }
 
-// traceRequests turns trace records into requests: arrival at timestamp /
-// TimeScale, chain hashes from the hash ids, the conversation keyed by its
-// first two hash ids.
-func traceRequests(cfg *Config) []*request {
+// traceWindow returns the records a run replays: the first Limit, or a
+// window of Window x the trace's span starting at an offset drawn from the
+// seed (the whole trace when Window is 0 or 1), its timestamps shifted to
+// start at 0.
+func traceWindow(cfg *Config) []TraceRecord {
 	recs := cfg.Workload.Trace
 	if l := cfg.Workload.Limit; l > 0 && l < len(recs) {
 		recs = recs[:l]
 	}
+	win := cfg.Workload.Window
+	if win <= 0 || win >= 1 || len(recs) < 2 {
+		return recs
+	}
+	first, last := recs[0].Timestamp, recs[len(recs)-1].Timestamp
+	length := int64(win * float64(last-first))
+	u := unit(mix64(cfg.Seed ^ 0x717d0))
+	from := first + int64(u*float64(last-first-length))
+	i, _ := slices.BinarySearchFunc(recs, from, func(r TraceRecord, t int64) int { return cmp.Compare(r.Timestamp, t) })
+	j, _ := slices.BinarySearchFunc(recs, from+length, func(r TraceRecord, t int64) int { return cmp.Compare(r.Timestamp, t) })
+	out := slices.Clone(recs[i:j])
+	for k := range out {
+		out[k].Timestamp -= from
+	}
+	return out
+}
+
+// traceRequests turns trace records into requests: arrival at the
+// timestamp, chain hashes from the hash ids, the conversation keyed by its
+// first two hash ids.
+func traceRequests(cfg *Config, recs []TraceRecord) []*request {
 	attrs := newAttributes(cfg)
 	salt := mix64(0x7ace)
 	out := make([]*request, len(recs))
@@ -170,7 +214,7 @@ func traceRequests(cfg *Config) []*request {
 		}
 		r := &request{
 			id:      int64(i),
-			at:      time.Duration(float64(rec.Timestamp) * float64(time.Millisecond) / cfg.Workload.TimeScale),
+			at:      time.Duration(rec.Timestamp) * time.Millisecond,
 			session: fmt.Sprintf("c%016x", mix64(key)),
 			input:   rec.InputLength,
 			output:  max(rec.OutputLength, 1),
@@ -180,6 +224,7 @@ func traceRequests(cfg *Config) []*request {
 			r.chain[j] = nonZero(mix64(id ^ salt))
 		}
 		attrs.assign(r, key)
+		attrs.roamed(r, uint64(i)<<1|1)
 		out[i] = r
 	}
 	return out
@@ -226,15 +271,6 @@ func total(segs []segment) int {
 	return n
 }
 
-// prefillCapacity is the fleet's prefill throughput in tokens per second.
-func prefillCapacity(f *fleetSpec) float64 {
-	c := 0.0
-	for _, p := range f.pods {
-		c += float64(time.Second) / float64(p.timing.PrefillPerToken)
-	}
-	return c
-}
-
 // poisson returns arrival instants of a Poisson process of the given rate
 // (per second) over d.
 func poisson(rng *rand.Rand, rate float64, d time.Duration) []time.Duration {
@@ -253,9 +289,8 @@ func poisson(rng *rand.Rand, rate float64, d time.Duration) []time.Duration {
 // ragRequests: 400 documents (a shared 1,000-token system prompt, then
 // 2,000 to 12,000 tokens of document) picked by a Zipf(1.1) popularity; each
 // request is a document plus a question of 30 to 300 tokens, answered in 50
-// to 400 tokens; 1,000 users; Poisson arrivals at Load x the fleet's prefill
-// capacity over the mean prompt.
-func ragRequests(cfg *Config, f *fleetSpec) []*request {
+// to 400 tokens; 1,000 users; Poisson arrivals at rate per second.
+func ragRequests(cfg *Config, rate float64) []*request {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4a6))
 	const docs, users = 400, 1000
 	docLen := make([]int, docs)
@@ -263,8 +298,6 @@ func ragRequests(cfg *Config, f *fleetSpec) []*request {
 		docLen[i] = 2000 + rng.IntN(10001)
 	}
 	zipf := rand.NewZipf(rng, 1.1, 1, docs-1)
-	mean := 1000.0 + 7000 + 165
-	rate := cfg.Workload.Load * prefillCapacity(f) / mean * cfg.Workload.TimeScale
 	attrs := newAttributes(cfg)
 	var out []*request
 	for i, at := range poisson(rng, rate, cfg.Workload.Duration) {
@@ -274,6 +307,7 @@ func ragRequests(cfg *Config, f *fleetSpec) []*request {
 		r := &request{id: int64(i), at: at, session: fmt.Sprintf("u%d", u), input: total(segs),
 			output: 50 + rng.IntN(351), chain: chainOf(segs, cfg.Fleet.BlockSize, nil)}
 		attrs.assign(r, uint64(u))
+		attrs.roamed(r, uint64(i)<<1|1)
 		out = append(out, r)
 	}
 	return out
@@ -281,17 +315,15 @@ func ragRequests(cfg *Config, f *fleetSpec) []*request {
 
 // shortRequests: prompts of 200 to 4,000 tokens, nearly all unique (10%
 // start with one of 20 system prompts of 512 to 2,048 tokens), answers of 20
-// to 400 tokens; 2,000 users; Poisson arrivals at Load x the fleet's
-// prefill capacity over the mean prompt (GORGO's WildChat regime).
-func shortRequests(cfg *Config, f *fleetSpec) []*request {
+// to 400 tokens; 2,000 users; Poisson arrivals at rate per second (GORGO's
+// WildChat regime).
+func shortRequests(cfg *Config, rate float64) []*request {
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x5407))
 	const users = 2000
 	sysLen := make([]int, 20)
 	for i := range sysLen {
 		sysLen[i] = 512 + rng.IntN(1537)
 	}
-	mean := 2100.0 + 0.1*1280
-	rate := cfg.Workload.Load * prefillCapacity(f) / mean * cfg.Workload.TimeScale
 	attrs := newAttributes(cfg)
 	var out []*request
 	for i, at := range poisson(rng, rate, cfg.Workload.Duration) {
@@ -305,6 +337,47 @@ func shortRequests(cfg *Config, f *fleetSpec) []*request {
 		r := &request{id: int64(i), at: at, session: fmt.Sprintf("u%d", u), input: total(segs),
 			output: 20 + rng.IntN(381), chain: chainOf(segs, cfg.Fleet.BlockSize, nil)}
 		attrs.assign(r, uint64(u))
+		attrs.roamed(r, uint64(i)<<1|1)
+		out = append(out, r)
+	}
+	return out
+}
+
+// sharedDocRequests: 60 large shared documents (a 1,000-token system
+// prompt, then 20,000 to 80,000 tokens: contracts, manuals, codebases),
+// each homed in one region (by OriginShares) and picked by a Zipf(1.1)
+// popularity; 70% of a document's questions come from its home region, the
+// rest from the others; a request is the document plus a question of 50 to
+// 300 tokens, answered in 50 to 400; 2,000 users carry the residency
+// attributes; Poisson arrivals at rate per second. A document is cached
+// where it is read most: another region pays its whole prefill, or the
+// round trip to the home region.
+func sharedDocRequests(cfg *Config, rate float64) []*request {
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0xd0c5))
+	const docs, users = 60, 2000
+	attrs := newAttributes(cfg)
+	docLen := make([]int, docs)
+	home := make([]int, docs)
+	for i := range docs {
+		docLen[i] = 20000 + rng.IntN(60001)
+		home[i] = pick(attrs.origin, rng.Float64())
+	}
+	zipf := rand.NewZipf(rng, 1.1, 1, docs-1)
+	n := len(cfg.Fleet.Regions)
+	var out []*request
+	for i, at := range poisson(rng, rate, cfg.Workload.Duration) {
+		d := zipf.Uint64()
+		u := rng.IntN(users)
+		segs := []segment{{id: 8 << 40, n: 1000}, {id: 9<<40 | d, n: docLen[d]}, {id: 10<<40 | uint64(i), n: 50 + rng.IntN(251)}}
+		r := &request{id: int64(i), at: at, session: fmt.Sprintf("d%d.u%d", d, u), input: total(segs),
+			output: 50 + rng.IntN(351), chain: chainOf(segs, cfg.Fleet.BlockSize, nil)}
+		attrs.assign(r, uint64(u))
+		r.origin = home[d]
+		if n > 1 && rng.Float64() >= 0.7 {
+			r.origin = (home[d] + 1 + rng.IntN(n-1)) % n
+		}
+		r.attrs.OriginRegion = cfg.Fleet.Regions[r.origin]
+		attrs.roamed(r, uint64(i)<<1|1)
 		out = append(out, r)
 	}
 	return out

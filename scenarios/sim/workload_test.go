@@ -71,7 +71,7 @@ func TestTraceRequestsAttributes(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Workload.Trace = conversationTrace(t)
 	cfg.Workload.OriginShares = []float64{0.5, 0.3, 0.2}
-	reqs := traceRequests(&cfg)
+	reqs := traceRequests(&cfg, cfg.Workload.Trace)
 	byConv := map[string]*request{}
 	origins := make([]int, 3)
 	for _, r := range reqs {

@@ -33,7 +33,9 @@ type region struct {
 	shares *gorgo.ShareTracker
 	pods   []*pod
 	view   *gossip.RegionsView // remote regions' summaries as received here
+	fwd    route.Forwarded     // prefill sent to remote regions, not yet landed
 	gen    uint64
+	failed bool // every pod down (Workload.FailRegion)
 }
 
 // world is one policy's simulation: its own fleet, controllers, clock and
@@ -52,7 +54,19 @@ type world struct {
 	pods    []*pod
 	stats   *collector
 	clock   atomic.Int64 // now, published for the progress bar
+	pool    *kvCache     // upper_bound's one cache, shared by every pod
 	reqs    int64
+	// landing releases a forwarded request from its origin's Forwarded
+	// when its prefill is over (first byte) or it is refused.
+	landing map[int64]func()
+}
+
+// landed releases r from its origin's count of forwarded prefill work.
+func (w *world) landed(r *request) {
+	if f, ok := w.landing[r.id]; ok {
+		delete(w.landing, r.id)
+		f()
+	}
 }
 
 func (w *world) wall() time.Time { return epoch.Add(w.now) }
@@ -89,19 +103,9 @@ func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Polic
 			capBlocks += p.capBlocks
 		}
 		pool = newKVCache(capBlocks, nil)
+		w.pool = pool
 	}
-	dcfg := cfg.Decision
-	switch policy {
-	case PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity, PolicyUpperBound:
-		// The baselines as operators run them today: no filter but liveness.
-		dcfg = route.DefaultConfig()
-		dcfg.Filters = []string{route.FilterAlive}
-		dcfg.SpeculationTTL = 0
-		dcfg.Policy = map[string]string{
-			PolicyRoundRobin: route.PolicyRoundRobin, PolicyLeastLoaded: route.PolicyLeastLoaded,
-			PolicySessionAffinity: route.PolicySessionHash, PolicyUpperBound: route.PolicyLeastLoaded,
-		}[policy]
-	}
+	dcfg, profiles := decisionFor(cfg, policy, fleet)
 	for ri, name := range fleet.regions {
 		var specs []*podSpec
 		capBlocks := 0
@@ -117,7 +121,7 @@ func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Polic
 		}
 		r := &region{idx: ri, name: name, index: idx, reg: route.NewRegistry(idx),
 			shares: gorgo.NewShareTracker(cfg.Gorgo.ShareWindow)}
-		if r.model, err = gorgo.New(cfg.Gorgo); err != nil {
+		if r.model, err = gorgo.New(cfg.Gorgo, profiles...); err != nil {
 			return nil, fmt.Errorf("region %s: %w", name, err)
 		}
 		r.calib = gorgo.NewCalibrator(r.model, gorgo.DefaultCalibratorConfig())
@@ -129,7 +133,7 @@ func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Polic
 			if err != nil {
 				return nil, fmt.Errorf("pod %s: %w", s.name, err)
 			}
-			p := &pod{spec: s, region: r, rp: rp}
+			p := &pod{spec: s, region: r, rp: rp, eng: engine{perf: s.perf}}
 			if pool != nil {
 				p.cache = pool
 			} else {
@@ -140,7 +144,7 @@ func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Polic
 		}
 		w.regions = append(w.regions, r)
 	}
-	if policy == PolicyMeridian {
+	if meridianLike(policy) {
 		for _, r := range w.regions {
 			r.view = &gossip.RegionsView{Local: r.name}
 			for _, o := range w.regions {
@@ -159,7 +163,11 @@ func newWorld(cfg *Config, policy string, fleet *fleetSpec, res *residency.Polic
 // region's index after the configured delay, in order per pod, as the
 // ingester would apply the engine's KV events.
 func (w *world) kvEvents(p *pod) func(stored bool, hashes []uint64) {
+	epoch := p.epoch // the cache's own: a pod that failed has a new cache
 	return func(stored bool, hashes []uint64) {
+		if p.epoch != epoch {
+			return
+		}
 		d := w.cfg.EventDelayMin
 		if span := w.cfg.EventDelayMax - w.cfg.EventDelayMin; span > 0 {
 			d += time.Duration(w.rng.Int64N(int64(span) + 1))
@@ -167,14 +175,18 @@ func (w *world) kvEvents(p *pod) func(stored bool, hashes []uint64) {
 		at := max(w.now+d, p.lastEvent)
 		p.lastEvent = at
 		hs := slices.Clone(hashes)
+		rp := p.rp
 		// Index events are not work: they must not keep a finished run alive,
 		// but they are applied in time order with everything else.
 		w.q.push(at, func() {
+			if p.epoch != epoch {
+				return // the pod failed since: its slot is gone
+			}
 			var err error
 			if stored {
-				err = p.region.index.Register(p.rp.ID, index.TierGPU, hs)
+				err = p.region.index.Register(rp.ID, index.TierGPU, hs)
 			} else {
-				err = p.region.index.Evict(p.rp.ID, index.TierGPU, hs)
+				err = p.region.index.Evict(rp.ID, index.TierGPU, hs)
 			}
 			if err != nil {
 				w.stats.indexErrors++
@@ -186,9 +198,14 @@ func (w *world) kvEvents(p *pod) func(stored bool, hashes []uint64) {
 // run drives the world until no work is left.
 func (w *world) run(stop *atomic.Bool) {
 	w.src.start(w)
-	w.every(w.cfg.ScrapeInterval, w.scrape)
+	scrape := w.cfg.ScrapeInterval
+	if w.policy == PolicyPrecisePrefix {
+		scrape = preciseScrapeInterval
+	}
+	w.every(scrape, w.scrape)
 	w.every(w.cfg.SampleInterval, w.sample)
-	if w.policy == PolicyMeridian {
+	w.scheduleFailure()
+	if meridianLike(w.policy) {
 		// The fleet starts with gossip converged: the first summaries are
 		// already everywhere.
 		w.publishSummaries(true)
@@ -208,10 +225,25 @@ func (w *world) run(stop *atomic.Bool) {
 	w.clock.Store(int64(w.now))
 }
 
-// scrape records each pod's KV utilisation, as regional's scraper does.
+// utilization is the achieved prefill utilisation of the world's pods
+// over the run.
+func (w *world) utilization() float64 {
+	if w.now <= 0 || len(w.pods) == 0 {
+		return 0
+	}
+	t := 0.0
+	for _, p := range w.pods {
+		t += p.eng.prefillTime
+	}
+	return t / (float64(len(w.pods)) * float64(w.now) / float64(time.Millisecond))
+}
+
+// scrape records each pod's KV utilisation and waiting queue, as
+// regional's scraper (and llm-d's, for precise_prefix) does.
 func (w *world) scrape() {
 	for _, p := range w.pods {
 		p.rp.SetKVUtil(p.cache.Usage())
+		p.rp.SetEngineQueue(-1, int64(p.waiting()))
 	}
 }
 
@@ -235,6 +267,9 @@ func (w *world) sample() {
 // once with now).
 func (w *world) publishSummaries(now bool) {
 	for _, r := range w.regions {
+		if r.failed {
+			continue // its pods are down; the others see it not live
+		}
 		loads := map[string]*summary.ProfileLoad{}
 		for _, p := range r.pods {
 			l := loads[p.spec.profile]
@@ -292,14 +327,16 @@ func (w *world) arrive(r *request) {
 	w.stats.arrived++
 	allowed := w.res.Evaluate(r.attrs)
 	origin := w.regions[r.origin]
-	switch w.policy {
-	case PolicyRoundRobin, PolicyLeastLoaded, PolicySessionAffinity:
-		// Today's routers: the origin region, whatever the policy says.
-		w.decideAt(r, origin, allowed, 0)
-	case PolicyCacheLocal, PolicyUpperBound:
+	switch {
+	case w.policy == PolicyGORGO:
+		w.gorgo(r, origin, allowed)
+	case meridianLike(w.policy):
+		w.place(r, origin, allowed)
+	case w.policy == PolicyCacheLocal || w.policy == PolicyUpperBound:
 		// In-region only, but residency-safe: a request its origin may not
-		// serve goes to the nearest region that may.
-		if allowed.Allows(origin.name) {
+		// serve (or whose origin's pods are down) goes to the nearest region
+		// that may.
+		if allowed.Allows(origin.name) && !origin.failed {
 			w.decideAt(r, origin, allowed, 0)
 			return
 		}
@@ -309,15 +346,38 @@ func (w *world) arrive(r *request) {
 			return
 		}
 		w.forward(r, origin, dst, allowed)
-	case PolicyMeridian:
-		w.place(r, origin, allowed)
+	case origin.failed:
+		// Today's routers behind a global load balancer: the nearest region
+		// with pods, whatever residency says.
+		dst := w.nearestLive(origin)
+		if dst == nil {
+			w.stats.rejected++
+			return
+		}
+		oneWay := w.fleet.rtt[origin.idx][dst.idx] / 2
+		w.at(w.now+oneWay, func() { w.decideAt(r, dst, allowed, oneWay) })
+	default:
+		// Today's routers and the fair baselines: the origin region,
+		// whatever residency says.
+		w.decideAt(r, origin, allowed, 0)
 	}
+}
+
+// nearestLive is the nearest region whose pods are up.
+func (w *world) nearestLive(from *region) *region {
+	var best *region
+	for _, o := range w.regions {
+		if !o.failed && (best == nil || w.fleet.rtt[from.idx][o.idx] < w.fleet.rtt[from.idx][best.idx]) {
+			best = o
+		}
+	}
+	return best
 }
 
 func (w *world) nearestAllowed(from *region, allowed residency.Decision) *region {
 	var best *region
 	for _, o := range w.regions {
-		if allowed.Allows(o.name) && (best == nil || w.fleet.rtt[from.idx][o.idx] < w.fleet.rtt[from.idx][best.idx]) {
+		if !o.failed && allowed.Allows(o.name) && (best == nil || w.fleet.rtt[from.idx][o.idx] < w.fleet.rtt[from.idx][best.idx]) {
 			best = o
 		}
 	}
@@ -329,14 +389,20 @@ func (w *world) nearestAllowed(from *region, allowed residency.Decision) *region
 // allows, and the decision layer's Place compares them with the best local
 // pod under gorgo's guardrails.
 func (w *world) place(r *request, origin *region, allowed residency.Decision) {
+	t0 := time.Now() // the decision's wall time, remote candidates included
 	rr := w.routeRequest(r)
 	remotes := origin.view.Candidates(w.wall(), "", r.chain, r.input, func(name string) bool {
 		return name != origin.name && allowed.Allows(name)
 	}, nil)
+	origin.fwd.Adjust(remotes, origin.unseen)
 	for i := range remotes {
 		remotes[i].EgressBytes = int64(float64(r.input) * w.cfg.PromptBytesPerToken)
+		if w.policy == AblationNoCache {
+			remotes[i].CachedTokens = 0
+		}
 	}
-	pl, err := origin.dec.Place(rr, origin.name, allowed.Allows(origin.name), remotes, origin.shares)
+	pl, err := origin.dec.Place(rr, origin.name, allowed.Allows(origin.name) && !origin.failed, remotes, origin.shares)
+	w.stats.decided(time.Since(t0))
 	if err != nil {
 		w.stats.rejected++
 		why := "no_candidate"
@@ -356,11 +422,27 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 	}
 	for _, o := range w.regions {
 		if o.name == pl.Region {
+			id := origin.fwd.Add(o.name, w.wall(), pl.Cost.Estimates[pl.Cost.Winner].Uncached)
+			if w.landing == nil {
+				w.landing = map[int64]func(){}
+			}
+			w.landing[r.id] = func() { origin.fwd.Landed(o.name, id) }
 			w.forward(r, origin, o, allowed)
 			return
 		}
 	}
 	w.stats.rejected++
+}
+
+// unseen tells Forwarded.Adjust when region's summary arrived here, the
+// RTT to it and its pod count.
+func (r *region) unseen(name string) (route.Unseen, bool) {
+	for i := range r.view.Regions {
+		if v := &r.view.Regions[i]; v.Region == name && v.Summary != nil {
+			return route.Unseen{ReceivedAt: v.ReceivedAt, RTT: v.RTT, Pods: v.Summary.Totals().Pods}, true
+		}
+	}
+	return route.Unseen{}, false
 }
 
 // forward sends r from its origin to dst's controller: it arrives half an
@@ -370,6 +452,7 @@ func (w *world) forward(r *request, from, dst *region, allowed residency.Decisio
 	w.at(w.now+oneWay, func() {
 		if !allowed.Allows(dst.name) {
 			w.stats.denied++ // the receiving region refuses it
+			w.landed(r)
 			return
 		}
 		w.decideAt(r, dst, allowed, oneWay)
@@ -378,12 +461,14 @@ func (w *world) forward(r *request, from, dst *region, allowed residency.Decisio
 
 // decideAt runs the region's in-region decision and dispatches.
 func (w *world) decideAt(r *request, reg *region, allowed residency.Decision, netBack time.Duration) {
+	t0 := time.Now()
 	dec, err := reg.dec.Decide(w.routeRequest(r))
+	w.stats.decided(time.Since(t0))
 	if err != nil {
 		w.stats.rejected++
+		w.landed(r)
 		return
 	}
-
 	w.dispatch(r, reg, dec, netBack)
 }
 
@@ -397,12 +482,24 @@ func (w *world) dispatch(r *request, reg *region, dec *route.Decision, netBack t
 			break
 		}
 	}
-	rate, _ := reg.model.Rate(p.spec.profile)
-	j := &job{req: r, region: reg, pod: p, dec: dec, atPod: w.now, netBack: netBack}
+	rate, _ := reg.model.RateFor(p.spec.profile, p.spec.name)
+	ahead := 0
 	if rate > 0 {
-		j.ahead = int(float64(p.rp.PrefillBacklog(w.wall())) / float64(time.Millisecond) / rate)
+		ahead = int(float64(p.rp.PrefillBacklog(w.wall())) / float64(time.Millisecond) / rate)
 	}
-	j.ticket = reg.dec.Admit(dec)
+	w.dispatchAdmitted(r, reg, dec, reg.dec.Admit(dec), netBack, ahead)
+}
+
+// dispatchAdmitted hands a request whose ticket is taken to its pod.
+func (w *world) dispatchAdmitted(r *request, reg *region, dec *route.Decision, t *route.Ticket, netBack time.Duration, ahead int) {
+	var p *pod
+	for _, c := range reg.pods {
+		if c.rp == dec.Pod {
+			p = c
+			break
+		}
+	}
+	j := &job{req: r, region: reg, pod: p, dec: dec, atPod: w.now, netBack: netBack, ahead: ahead, ticket: t}
 	j.h.chain = r.chain
 	j.h.blocks = (r.input + r.output + w.fleet.blockSize - 1) / w.fleet.blockSize
 	if j.h.blocks < len(r.chain) {
@@ -421,11 +518,12 @@ func (w *world) dispatch(r *request, reg *region, dec *route.Decision, netBack t
 // firstByte is the serving controller seeing the answer's first byte.
 func (w *world) firstByte(j *job) {
 	now := w.wall()
+	w.landed(j.req)
 	j.ticket.FirstByte(now)
 	j.region.dec.Speculation().Observe(j.pod.rp.ID, j.req.chain, now)
 	if !w.cfg.NoCalibration {
-		j.region.calib.Observe(gorgo.Observation{Profile: j.pod.spec.profile, UncachedTokens: j.dec.Uncached,
-			PendingPrefillTokens: j.ahead, TTFTMs: float64(w.now-j.atPod) / float64(time.Millisecond)})
+		j.region.calib.Observe(gorgo.Observation{Profile: j.pod.spec.profile, Pod: j.pod.spec.name, UncachedTokens: j.dec.Uncached,
+			CachedTokens: j.dec.CachedTokens, PendingPrefillTokens: j.ahead, TTFTMs: float64(w.now-j.atPod) / float64(time.Millisecond)})
 	}
 	w.stats.ttft(j, w.now+j.netBack-j.req.at)
 }

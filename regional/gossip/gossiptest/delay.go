@@ -1,6 +1,7 @@
-// Package gossiptest holds test helpers for the gossip pool: a transport
-// wrapper that delays packets per destination, to inject WAN latency into
-// in-process clusters on loopback.
+// Package gossiptest holds test helpers for the gossip pool: transport
+// wrappers that delay packets per destination, to inject WAN latency into
+// in-process clusters on loopback, and that cut links between nodes
+// (Partition).
 //
 // Invariants: no packet leaves before its delay, and delayed packets leave
 // in order of due time (send order among equal ones), so a constant delay

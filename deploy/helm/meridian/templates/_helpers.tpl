@@ -43,6 +43,8 @@ MERIDIAN_ADMIN_TOKEN, MERIDIAN_GOSSIP_KEY and MERIDIAN_AUDIT_KEY.
 {{- end -}}
 {{- $kafka := dict "brokers" .Values.kafka.brokers -}}
 {{- with .Values.kafka.topic }}{{ $_ := set $kafka "topic" . }}{{ end -}}
+{{- with .Values.kafka.tls }}{{ $_ := set $kafka "tls" . }}{{ end -}}
+{{- if .Values.kafka.sasl.username }}{{ $_ := set $kafka "sasl" .Values.kafka.sasl }}{{ end -}}
 {{- $gossip := dict "bind" (printf "0.0.0.0:%v" $p.gossip) "advertise" (required "advertise.gossipAddress is required: the IP:port other regions reach for gossip" .Values.advertise.gossipAddress) "join" .Values.gossip.join -}}
 {{- with .Values.gossip.staticRTT }}{{ $_ := set $gossip "static_rtt" . }}{{ end -}}
 {{- $cfg := dict

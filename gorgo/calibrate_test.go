@@ -1,0 +1,188 @@
+package gorgo
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// A pod 30% slower than its profile: its factor converges to 1.3 and only
+// its own rate moves; the other pods and the profile keep theirs.
+func TestCalibratorRecoversPodRate(t *testing.T) {
+	m := mustModel(t, DefaultConfig())
+	c := NewCalibrator(m, DefaultCalibratorConfig())
+	rng := rand.New(rand.NewPCG(1, 2))
+	nominal, overhead := m.Rate("h100")
+	for range 3000 {
+		u, q := rng.IntN(20000), rng.IntN(5000)
+		y := overhead + 1.3*nominal*float64(u+q)
+		y *= 1 + 0.05*rng.NormFloat64()
+		c.Observe(Observation{Profile: "h100", Pod: "slow", UncachedTokens: u, PendingPrefillTokens: q, TTFTMs: y + 65, RTTMs: 65})
+		c.Observe(Observation{Profile: "h100", Pod: "right", UncachedTokens: u, PendingPrefillTokens: q, TTFTMs: overhead + nominal*float64(u+q)})
+	}
+	if r, _ := m.RateFor("h100", "slow"); math.Abs(r/nominal-1.3) > 0.03 {
+		t.Fatalf("slow pod's rate %.4f = %.3f x nominal, want 1.3", r, r/nominal)
+	}
+	if r, _ := m.RateFor("h100", "right"); math.Abs(r/nominal-1) > 0.01 {
+		t.Fatalf("right pod's rate moved to %.3f x nominal", r/nominal)
+	}
+	if r, _ := m.Rate("h100"); r != nominal {
+		t.Fatalf("the profile's rate moved: %v", r)
+	}
+	fits := c.Fits()
+	if len(fits) != 2 || fits[1].Pod != "slow" || fits[1].Samples != 3000 || fits[1].Confidence < 0.9 {
+		t.Fatalf("fits %+v", fits)
+	}
+}
+
+// After convergence a burst of wild TTFTs (a stalled pod, a GC pause) is
+// rejected and moves nothing; without a pod the profile is calibrated.
+func TestCalibratorRejectsOutliers(t *testing.T) {
+	m := mustModel(t, DefaultConfig())
+	c := NewCalibrator(m, DefaultCalibratorConfig())
+	rng := rand.New(rand.NewPCG(3, 4))
+	nominal, overhead := m.Rate("b200")
+	for range 1000 {
+		u := rng.IntN(20000)
+		c.Observe(Observation{Profile: "b200", UncachedTokens: u, TTFTMs: overhead + 1.2*nominal*float64(u)})
+	}
+	before, _ := m.Rate("b200")
+	if math.Abs(before/nominal-1.2) > 0.02 {
+		t.Fatalf("profile factor %.3f, want 1.2", before/nominal)
+	}
+	for range 500 {
+		c.Observe(Observation{Profile: "b200", UncachedTokens: rng.IntN(100), TTFTMs: 60000 + float64(rng.IntN(100000))})
+	}
+	if after, _ := m.Rate("b200"); after != before {
+		t.Fatalf("outliers moved the rate from %v to %v", before, after)
+	}
+	if f := c.Fits(); f[0].Rejected != 500 {
+		t.Fatalf("rejected %d of 500 outliers", f[0].Rejected)
+	}
+}
+
+// Few, scattered samples: low confidence, so the factor stays near 1 even
+// when the fitted slope is far off.
+func TestCalibratorConfidence(t *testing.T) {
+	m := mustModel(t, DefaultConfig())
+	c := NewCalibrator(m, DefaultCalibratorConfig())
+	rng := rand.New(rand.NewPCG(5, 6))
+	nominal, _ := m.Rate("h100")
+	for range 60 {
+		u := 1000 + rng.IntN(500)
+		c.Observe(Observation{Profile: "h100", Pod: "p", UncachedTokens: u, TTFTMs: 2 * nominal * float64(u) * (1 + rng.Float64())})
+	}
+	f := c.Fits()[0]
+	if f.Confidence > 0.2 || math.Abs(m.PodFactor("p")-1) > 0.1 {
+		t.Fatalf("confidence %.2f, factor %.3f from 60 noisy samples", f.Confidence, m.PodFactor("p"))
+	}
+}
+
+// The rules hold for any sequence of observations: every published factor
+// stays in its band and moves at most MaxStep per observation.
+func TestCalibratorBoundedSteps(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := mustModel(rt, DefaultConfig())
+		cfg := DefaultCalibratorConfig()
+		cfg.MinSamples = rapid.IntRange(2, 40).Draw(rt, "min_samples")
+		cfg.MaxStep = rapid.Float64Range(0.001, 0.2).Draw(rt, "max_step")
+		c := NewCalibrator(m, cfg)
+		prev := map[string]float64{"a": 1, "b": 1}
+		for range rapid.IntRange(1, 400).Draw(rt, "n") {
+			pod := rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "pod")
+			c.Observe(Observation{Profile: "h100", Pod: pod, UncachedTokens: rapid.IntRange(0, 100000).Draw(rt, "u"),
+				CachedTokens: rapid.IntRange(0, 100000).Draw(rt, "c"), PendingPrefillTokens: rapid.IntRange(0, 50000).Draw(rt, "q"),
+				TTFTMs: rapid.Float64Range(0, 1e6).Draw(rt, "ttft")})
+			f := m.PodFactor(pod)
+			if f < cfg.RateBand[0]-1e-12 || f > cfg.RateBand[1]+1e-12 {
+				rt.Fatalf("factor %v outside %v", f, cfg.RateBand)
+			}
+			if r := f / prev[pod]; r > 1+cfg.MaxStep+1e-9 || r < 1-cfg.MaxStep-1e-9 {
+				rt.Fatalf("factor moved by %.4f in one step (max %.4f)", r-1, cfg.MaxStep)
+			}
+			prev[pod] = f
+		}
+	})
+}
+
+// The incremental weighted fit equals weighted least squares recomputed
+// from scratch over the accepted observations, each weighted by its age.
+func TestCalibratorMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		m := mustModel(rt, DefaultConfig())
+		cfg := DefaultCalibratorConfig()
+		cfg.HalfLife = rapid.IntRange(5, 1000).Draw(rt, "half_life")
+		cfg.MinSamples = rapid.IntRange(3, 30).Draw(rt, "min_samples")
+		c := NewCalibrator(m, cfg)
+		slope := rapid.Float64Range(0.01, 1).Draw(rt, "slope")
+		type obs struct{ x, y float64 }
+		var accepted []obs
+		for i := range rapid.IntRange(1, 300).Draw(rt, "n") {
+			u := rapid.IntRange(0, 50000).Draw(rt, "u")
+			y := 20 + slope*float64(u)*rapid.Float64Range(0.5, 1.5).Draw(rt, "noise")
+			if rapid.IntRange(0, 20).Draw(rt, "wild") == 0 {
+				y *= 50
+			}
+			before := 0
+			if f := c.fits[fitKey{"h100", "p"}]; f != nil {
+				before = f.n
+			}
+			c.Observe(Observation{Profile: "h100", Pod: "p", UncachedTokens: u, TTFTMs: y})
+			f := c.fits[fitKey{"h100", "p"}]
+			if f.n > before {
+				accepted = append(accepted, obs{float64(u), y})
+			}
+			if len(accepted) < cfg.MinSamples || !f.valid {
+				continue
+			}
+			// Naive: explicit weights, centred formula.
+			decay := math.Exp2(-1 / float64(cfg.HalfLife))
+			var sw, mx, my float64
+			for k, o := range accepted {
+				w := math.Pow(decay, float64(len(accepted)-1-k))
+				sw += w
+				mx += w * o.x
+				my += w * o.y
+			}
+			mx, my = mx/sw, my/sw
+			var sxy, sxx float64
+			for k, o := range accepted {
+				w := math.Pow(decay, float64(len(accepted)-1-k))
+				sxy += w * (o.x - mx) * (o.y - my)
+				sxx += w * (o.x - mx) * (o.x - mx)
+			}
+			if sxx <= 1e-6*sw*(mx*mx+1) {
+				continue // not identifiable; the fit keeps its last value
+			}
+			rate := sxy / sxx
+			if math.Abs(rate-f.rate) > 1e-6*max(math.Abs(rate), 1) {
+				rt.Fatalf("step %d: incremental rate %v, naive %v", i, f.rate, rate)
+			}
+			if oh := my - rate*mx; math.Abs(oh-f.overhead) > 1e-6*max(math.Abs(oh), 1) {
+				rt.Fatalf("step %d: incremental overhead %v, naive %v", i, f.overhead, oh)
+			}
+		}
+	})
+}
+
+// With the profile's attention term, work counts the context: the same
+// uncached tokens after a long cached prefix are more work.
+func TestCalibratorWorkCountsAttention(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DefaultProfile = "p"
+	m, err := New(cfg, Profile{Name: "p", PrefillMsPerToken: 0.1, MaxConcurrency: 8, AttnTokens: 10000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := m.profile("p")
+	short := work(p, Observation{UncachedTokens: 1000})
+	long := work(p, Observation{UncachedTokens: 1000, CachedTokens: 20000})
+	if math.Abs(short-1050) > 1e-9 || math.Abs(long-3050) > 1e-9 {
+		t.Fatalf("work %v and %v, want 1050 and 3050", short, long)
+	}
+	if got := m.PrefillMs("p", "", 20000, 1000); math.Abs(got-305) > 1e-9 {
+		t.Fatalf("prefill %v ms, want 305", got)
+	}
+}

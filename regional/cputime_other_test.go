@@ -1,0 +1,7 @@
+//go:build !linux
+
+package regional
+
+import "time"
+
+func processCPU() (time.Duration, bool) { return 0, false }
