@@ -89,7 +89,7 @@ func (n *Node) addMember(ctx context.Context, req JoinRequest) error {
 	if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.HoldTimeout).Error(); err != nil {
 		return fmt.Errorf("add non-voter %s: %w", m.ID, err)
 	}
-	n.log.Info("member added as non-voter", "member", m.ID, "region", m.Region, "raft_addr", m.RaftAddr)
+	n.log.Info("member added as non-voter", "member", m.ID, "member_region", m.Region, "raft_addr", m.RaftAddr)
 	return nil
 }
 

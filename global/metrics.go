@@ -7,6 +7,7 @@ import (
 
 // metrics of one node, registered on the injected Registerer.
 type metrics struct {
+	region            string // the node's own, exported in regionState from the start
 	isLeader          prometheus.Gauge
 	stale             prometheus.Gauge
 	lastContact       prometheus.Gauge
@@ -24,9 +25,10 @@ type metrics struct {
 	membershipChanges *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, region string) *metrics {
 	f := promauto.With(reg) // a nil reg registers nowhere
 	m := &metrics{
+		region: region,
 		isLeader: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_is_leader",
 			Help: "1 when this controller is the Raft leader of the global tier.",
@@ -89,6 +91,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Incoming Raft connections dropped because their TLS handshake failed (no certificate, another CA, expired, not TLS).",
 		}),
 	}
+	// Series whose labels are known at start are exported at 0 from the
+	// first scrape (a first increment is then a rate, not a new series).
+	for _, o := range []op{opPolicyApply, opRegionSet, opTargetsSet, opCheckpoint, opMemberUpsert, opMemberRemove} {
+		for _, outcome := range []string{"changed", "unchanged", "duplicate", "rejected"} {
+			m.commands.WithLabelValues(string(o), outcome)
+		}
+		m.submits.WithLabelValues(string(o))
+	}
+	for _, result := range []string{"ok", "error"} {
+		m.forwarded.WithLabelValues(result)
+	}
+	for _, state := range regionStateNames {
+		m.autoFailovers.WithLabelValues(state)
+	}
 	return m
 }
 
@@ -113,7 +129,8 @@ func (m *metrics) observeCommand(o op, res *Result, st *State) {
 }
 
 // setState sets the gauges derived from the committed state: its index, the
-// active policy version (0: none) and the state of every recorded region.
+// active policy version (0: none) and the state of every recorded region, of
+// every member's region and of the node's own (active until one is recorded).
 func (m *metrics) setState(st *State) {
 	m.stateIndex.Set(float64(st.index))
 	var version uint64
@@ -124,6 +141,17 @@ func (m *metrics) setState(st *State) {
 	for region, rs := range st.regions {
 		for i, name := range regionStateNames {
 			m.regionState.WithLabelValues(region, name).Set(b2f(RegionState(i) == rs.State))
+		}
+	}
+	unrecorded := []string{m.region}
+	for _, mb := range st.members {
+		unrecorded = append(unrecorded, mb.Region)
+	}
+	for _, region := range unrecorded {
+		if _, ok := st.regions[region]; !ok && region != "" {
+			for i, name := range regionStateNames {
+				m.regionState.WithLabelValues(region, name).Set(b2f(RegionState(i) == RegionActive))
+			}
 		}
 	}
 }

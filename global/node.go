@@ -113,7 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, TLSClientConfig: cfg.AdminTLS}}
 		n.ownHTTP = true
 	}
-	n.m = newMetrics(cfg.Registerer)
+	n.m = newMetrics(cfg.Registerer, cfg.Region)
 	n.fsm = newFSM(cfg.PolicyCompiler)
 	n.fsm.observe = func(o op, res *Result, st *State) {
 		n.m.observeCommand(o, res, st)
@@ -127,6 +127,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.release()
 		return nil, err
 	}
+	n.m.setState(n.State()) // the gauges hold the restored state from the first scrape
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.obsCh = make(chan raft.Observation, 64)
 	n.obs = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {

@@ -408,6 +408,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = slog.New(newLibraryNoise(log.Handler(), time.Minute, now))
 	metrics := deps.Metrics
 	if metrics == nil {
 		metrics = prometheus.NewRegistry()

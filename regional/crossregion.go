@@ -95,6 +95,9 @@ func (s *Server) SetTopology(t Topology) {
 		t.Shares = gorgo.NewShareTracker(s.dec.Model().Config().ShareWindow)
 	}
 	s.topo = t
+	if t.Control != nil {
+		s.m.knowPolicy(t.Control.View().Policy, t.Region)
+	}
 }
 
 // denial is a residency refusal with its explanation.
@@ -328,7 +331,7 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 			}
 			return
 		}
-		s.log.Warn("region failed before answering; trying the next allowed one", "region", c.Region, "err", res.err)
+		s.log.Warn("region failed before answering; trying the next allowed one", "remote_region", c.Region, "err", res.err)
 		lastRemote = fmt.Errorf("region %s: %w", c.Region, res.err)
 		kind = audit.KindFallback
 	}

@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -242,14 +241,8 @@ func (c Config) validateMulti() error {
 }
 
 func (c Config) auditKey() []byte {
-	k := c.Audit.HMACKey
-	if b, ok := strings.CutPrefix(k, "base64:"); ok {
-		if d, err := base64.StdEncoding.DecodeString(b); err == nil {
-			return d
-		}
-		return nil
-	}
-	return []byte(k)
+	k, _ := audit.DecodeKey(c.Audit.HMACKey) // nil when invalid: Validate names it
+	return k
 }
 
 // ApplyEnv takes secrets from the environment: MERIDIAN_ADMIN_TOKEN,
@@ -383,7 +376,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Audit.MaxSegmentAge > 0 {
 			acfg.MaxSegmentAge = cfg.Audit.MaxSegmentAge
 		}
-		log, err := audit.Open(acfg, audit.Deps{Sink: &mr.sink, Registerer: c.Metrics, Logger: c.log.With("component", "audit")})
+		log, err := audit.Open(acfg, audit.Deps{Sink: &mr.sink, Registerer: c.Metrics, Logger: c.log})
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -417,7 +410,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Liveness = mr.liveness
-		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
 		gcfg.Now = c.now
 		gcfg.Insecure = cfg.Insecure
 		if mr.audit != nil {
@@ -532,7 +525,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Gossip.ReplicaInterval > 0 {
 			gcfg.ReplicaInterval = cfg.Gossip.ReplicaInterval
 		}
-		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
 		gcfg.Now, gcfg.WrapTransport = c.now, c.deps.WrapGossipTransport
 		gcfg.Rejoin = c.rejoinAddrs
 		node, err := gossip.Open(ctx, gcfg)

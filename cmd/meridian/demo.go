@@ -13,7 +13,7 @@ import (
 
 // Exit status of "demo" when the run broke an invariant (a request served
 // outside its allowed regions, or an audit log that does not verify).
-const demoInvariantBroken = 3
+const demoInvariantBroken = exitVerification
 
 // demoCommand is `meridian demo`: a whole multi-region system on loopback,
 // with traffic, a failover and a live table.
@@ -54,9 +54,6 @@ func demoCommand() *cli.Command {
 }
 
 func runDemo(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("demo: unexpected argument %q", c.Args().First())
-	}
 	cfg := demo.DefaultConfig()
 	cfg.Duration = c.Duration("duration")
 	cfg.FailoverAfter = c.Duration("failover-after")

@@ -59,12 +59,19 @@ func failoverCommand() *cli.Command {
 // globalAdminFlags are the flags of every command that talks to the global
 // tier's admin API.
 func globalAdminFlags() []cli.Flag {
+	return append(adminConnFlags(),
+		&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with changes (default operator:$USER)"},
+		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
+	)
+}
+
+// adminConnFlags say how to reach the global tier's admin API: the URL, the
+// token, a bound on the call and the TLS options; globalClient reads them.
+func adminConnFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
-		&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with changes (default operator:$USER)"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_ADMIN_TOKEN"}, Usage: "admin bearer token"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
-		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
 	}, tlsClientFlags()...)
 }
 
@@ -101,7 +108,7 @@ func adminTarget(c *cli.Context) (admin, token string, hc *http.Client, err erro
 		return "", "", nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
 	}
 	if token = c.String("token"); token == "" {
-		return "", "", nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
+		return "", "", nil, usageError("%s: --token (or MERIDIAN_ADMIN_TOKEN) is required", cmdPath(c))
 	}
 	if hc, err = tlsHTTPClient(c); err != nil {
 		return "", "", nil, err
@@ -162,9 +169,6 @@ func runFailoverRecover(c *cli.Context) error {
 }
 
 func runFailoverChange(c *cli.Context, trigger bool) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q (the region goes in --region)", cmdPath(c), c.Args().Slice())
-	}
 	region := c.String("region")
 	if region == "" {
 		return usageError("%s: --region is required", cmdPath(c))
@@ -203,9 +207,6 @@ func runFailoverChange(c *cli.Context, trigger bool) error {
 }
 
 func runFailoverStatus(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
-	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {
 		return err

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -58,12 +57,7 @@ func gossipKeysCommand() *cli.Command {
 // admin API; --ca-cert, --client-cert and --client-key reach an https admin
 // listener of the dev PKI (meridian certs init: ca.pem, operator.pem).
 func gossipAdminFlags() []cli.Flag {
-	return append([]cli.Flag{
-		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
-		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
-		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
-	}, tlsClientFlags()...)
+	return append(adminConnFlags(), &cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"})
 }
 
 // gossipKeysClient builds the keyring API client from the flags, with a
@@ -118,9 +112,6 @@ func readGossipKey(c *cli.Context) (string, error) {
 }
 
 func runGossipKeysList(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
-	}
 	cl, ctx, cancel, err := gossipKeysClient(c)
 	if err != nil {
 		return err
@@ -155,9 +146,6 @@ func runGossipKeysList(c *cli.Context) error {
 
 func runGossipKeyOp(op gossip.KeyOp) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if c.NArg() > 0 {
-			return usageError("%s: unexpected arguments (the key goes in --key-file or --key)", cmdPath(c))
-		}
 		key, err := readGossipKey(c)
 		if err != nil {
 			return err

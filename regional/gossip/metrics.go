@@ -92,5 +92,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Keyring operations applied on this controller (started here or sent by another), by op (list, install, use, remove) and result (ok, error).",
 		}, []string{"op", "result"}),
 	}
+	// The rejection reasons are exported at 0 from the start, so the first
+	// rejected summary is a rate an alert sees.
+	for _, reason := range []string{"oversize", "truncated", "magic", "version", "checksum", "field", "malformed"} {
+		m.rejected.WithLabelValues(reason)
+	}
 	return m
 }

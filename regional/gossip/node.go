@@ -194,7 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	n.log = n.log.With("component", "gossip", "node", cfg.NodeName, "region", cfg.Region)
+	n.log = n.log.With("component", "gossip", "node", cfg.NodeName) // the caller's logger names the region
 	if n.now == nil {
 		n.now = time.Now
 	}
@@ -762,7 +762,7 @@ func (n *Node) answer(w want) {
 	case !known:
 		n.log.Debug("pull from an unknown or dead controller ignored", "from", w.From)
 	case w.Region != n.cfg.Region || own == nil || own.s.Generation < w.Generation:
-		n.log.Debug("pull for a summary this controller does not have", "from", w.From, "region", w.Region, "generation", w.Generation)
+		n.log.Debug("pull for a summary this controller does not have", "from", w.From, "remote_region", w.Region, "generation", w.Generation)
 	default:
 		age := ageMsg{From: n.cfg.NodeName, Region: n.cfg.Region, Generation: own.s.Generation, Hash: own.hash,
 			Age: max(n.now().Sub(own.at), 0), SentAt: n.now().UnixNano()}
