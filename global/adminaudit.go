@@ -31,6 +31,7 @@ const (
 	ActionMemberRemove     = "member_remove"
 	ActionMemberUpdate     = "member_update"  // the leader records its own addresses
 	ActionMemberPromote    = "member_promote" // the leader makes a caught-up non-voter a voter
+	ActionMemberDemote     = "member_demote"  // the leader takes a voter's vote (placement across regions, or silent)
 	ActionCheckpointAppend = "checkpoint_append"
 	// ActionForwardedWrite is a request that claims to be forwarded by
 	// another controller and is refused because it is not.

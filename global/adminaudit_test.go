@@ -77,6 +77,14 @@ type auditedCluster struct {
 
 func newAuditedCluster(t *testing.T, n int, configure func(i int, cfg *global.Config)) *auditedCluster {
 	t.Helper()
+	return newAuditedClusterWith(t, n, globaltest.Options{Configure: configure})
+}
+
+// newAuditedClusterWith is newAuditedCluster with the cluster's options
+// (opts.Configure runs after the audit log is set).
+func newAuditedClusterWith(t *testing.T, n int, opts globaltest.Options) *auditedCluster {
+	t.Helper()
+	configure := opts.Configure
 	ac := &auditedCluster{Dir: t.TempDir(), logs: map[string]*audit.Log{}, disks: map[string]*fullDisk{}, sinks: map[string]*raftSink{}}
 	// Registered before the cluster's: runs after it, once no node records.
 	t.Cleanup(func() {
@@ -84,11 +92,22 @@ func newAuditedCluster(t *testing.T, n int, configure func(i int, cfg *global.Co
 			_ = l.Close()
 		}
 	})
-	ac.Cluster = globaltest.NewCluster(t, n, globaltest.Options{Configure: func(i int, cfg *global.Config) {
+	opts.Configure = func(i int, cfg *global.Config) {
 		cfg.PolicyValidator = testValidator
+		ac.mu.Lock()
+		prev := ac.logs[cfg.NodeID]
+		ac.mu.Unlock()
+		if prev != nil {
+			_ = prev.Close() // a node started again: its log is opened again
+		}
 		acfg := audit.DefaultConfig()
 		acfg.Dir, acfg.ControllerID, acfg.HMACKey = ac.Dir, cfg.NodeID, []byte("0123456789abcdef0123456789abcdef")
 		disk, sink := &fullDisk{}, &raftSink{}
+		ac.mu.Lock()
+		if old := ac.sinks[cfg.NodeID]; old != nil {
+			sink = old // a node started again (its node pointer is the test's to renew)
+		}
+		ac.mu.Unlock()
 		l, err := audit.Open(acfg, audit.Deps{FS: disk, Sink: sink})
 		if err != nil {
 			t.Fatal(err)
@@ -100,7 +119,8 @@ func newAuditedCluster(t *testing.T, n int, configure func(i int, cfg *global.Co
 		if configure != nil {
 			configure(i, cfg)
 		}
-	}})
+	}
+	ac.Cluster = globaltest.NewCluster(t, n, opts)
 	for _, nd := range ac.Nodes {
 		ac.sinks[nd.Name].node = nd.Node
 	}

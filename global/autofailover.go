@@ -45,7 +45,7 @@ func (n *Node) RunAutoFailover(ctx context.Context, cfg AutoFailoverConfig, obse
 		}
 		for _, tr := range dec.Transitions {
 			if err := n.commitTransition(ctx, st, tr); err != nil && ctx.Err() == nil {
-				n.log.Warn("auto failover: commit failed", "region", tr.Region, "to", tr.To, "err", err)
+				n.log.Warn("auto failover: commit failed", "target_region", tr.Region, "to", tr.To, "err", err)
 			}
 		}
 	}
@@ -64,7 +64,7 @@ func (n *Node) commitTransition(ctx context.Context, st *State, tr Transition) e
 	}
 	if err == nil {
 		n.m.autoFailovers.WithLabelValues(tr.To.String()).Inc()
-		n.log.Warn("auto failover", "region", tr.Region, "from", tr.From, "to", tr.To, "reason", tr.Reason)
+		n.log.Warn("auto failover", "target_region", tr.Region, "from", tr.From, "to", tr.To, "reason", tr.Reason)
 	}
 	return err
 }

@@ -140,8 +140,26 @@ type Config struct {
 	Join []string
 	// Voters is how many voters the leader keeps: 1 (a single node), 3 or 5.
 	// Joining nodes are added as non-voters and promoted, once caught up,
-	// while there are fewer voters. Default 3.
+	// while there are fewer voters, spread across regions (see
+	// VotersPerRegion and voters.go). Default 3.
 	Voters int
+	// VotersPerRegion caps the voters one region holds when the cluster
+	// spans three regions or more (with two regions the cap is at least 2:
+	// three voters, two and one; with one region it is Voters). Default 1:
+	// losing a region, or any one controller, loses at most one voter.
+	VotersPerRegion int
+	// VoterDownAfter: a voter that has not answered the leader's health
+	// checks for this long is replaced by a caught-up member (of its region
+	// when it has one), promoted first, then demoted. It keeps its seat
+	// while no member can take it. Default 10s: longer than a rolling
+	// restart's stop and start of one controller.
+	VoterDownAfter time.Duration
+	// RemoveDownAfter: a member that has not answered for this long is
+	// removed from the Raft configuration and the member list (a
+	// controller that comes back joins again). 0: never. Default 24h.
+	// Every change of membership the leader makes (promote, demote,
+	// remove) is recorded in Audit before it is made.
+	RemoveDownAfter time.Duration
 
 	// Timing is the Raft timing. Default LANTiming().
 	Timing Timing
@@ -211,6 +229,9 @@ func DefaultConfig() Config {
 	return Config{
 		RaftBind:          "127.0.0.1:7400",
 		Voters:            3,
+		VotersPerRegion:   1,
+		VoterDownAfter:    10 * time.Second,
+		RemoveDownAfter:   24 * time.Hour,
 		Timing:            t,
 		HoldTimeout:       7 * time.Second,
 		MaxStale:          3 * t.HeartbeatTimeout,
@@ -283,6 +304,15 @@ func (c *Config) Validate() error {
 	case 1, 3, 5:
 	default:
 		bad("global config: Voters = %d: must be 1, 3 or 5", c.Voters)
+	}
+	if c.VotersPerRegion < 1 || c.VotersPerRegion > 5 {
+		bad("global config: VotersPerRegion = %d: must be 1..5", c.VotersPerRegion)
+	}
+	if c.VoterDownAfter <= 0 {
+		bad("global config: VoterDownAfter = %v: must be > 0", c.VoterDownAfter)
+	}
+	if c.RemoveDownAfter < 0 || (c.RemoveDownAfter > 0 && c.RemoveDownAfter < c.VoterDownAfter) {
+		bad("global config: RemoveDownAfter = %v: must be 0 (never) or at least VoterDownAfter (%v)", c.RemoveDownAfter, c.VoterDownAfter)
 	}
 	t := c.Timing
 	if t.HeartbeatTimeout < 5*time.Millisecond {

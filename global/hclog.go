@@ -12,7 +12,9 @@ import (
 
 // hclogAdapter sends hashicorp/raft's hclog output to the node's slog.Logger.
 // Raft's Info level is chatty (every election, every snapshot), so it is
-// logged at slog Debug; Warn and Error keep their level.
+// logged at slog Debug; Warn and Error keep their level. The logger's name
+// goes in "logger" and raft's own key-value pairs in a "raft" group, so they
+// never collide with the node's attributes (raft logs a "node" of its own).
 type hclogAdapter struct {
 	l    *slog.Logger
 	name string
@@ -45,13 +47,16 @@ func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 	if !h.l.Enabled(ctx, lv) {
 		return
 	}
-	all := make([]any, 0, len(h.args)+len(args)+2)
+	kv := make([]any, 0, len(h.args)+len(args))
+	kv = append(append(kv, h.args...), args...)
+	attrs := make([]any, 0, 2)
 	if h.name != "" {
-		all = append(all, "component", h.name)
+		attrs = append(attrs, slog.String("logger", h.name))
 	}
-	all = append(all, h.args...)
-	all = append(all, args...)
-	h.l.Log(ctx, lv, msg, all...)
+	if len(kv) > 0 {
+		attrs = append(attrs, slog.Group("raft", kv...))
+	}
+	h.l.Log(ctx, lv, msg, attrs...)
 }
 
 func (h *hclogAdapter) Trace(msg string, args ...any) { h.Log(hclog.Trace, msg, args...) }

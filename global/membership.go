@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -88,7 +89,7 @@ func (n *Node) addMember(ctx context.Context, req JoinRequest) error {
 	if err := n.raft.AddNonvoter(raft.ServerID(m.ID), raft.ServerAddress(m.RaftAddr), 0, n.cfg.HoldTimeout).Error(); err != nil {
 		return fmt.Errorf("add non-voter %s: %w", m.ID, err)
 	}
-	n.log.Info("member added as non-voter", "member", m.ID, "region", m.Region, "raft_addr", m.RaftAddr)
+	n.log.Info("member added as non-voter", "member", m.ID, "member_region", m.Region, "raft_addr", m.RaftAddr)
 	return nil
 }
 
@@ -167,14 +168,34 @@ func (n *Node) Servers() ([]Server, error) {
 	return out, nil
 }
 
-// reconcile runs on the leader: it makes sure the leader's own member record
-// is current (the others forward to it by that record) and promotes caught-up
-// non-voters while there are fewer voters than Config.Voters (keeping the
-// count odd).
-func (n *Node) reconcile(ctx context.Context) error {
-	// Both changes are the node's own (auth internal) and recorded in
-	// Config.Audit before they are made, like an operator's: one that
-	// cannot be recorded is not made, and is tried again next time.
+// memberHealth is what the leader has seen of each member's health since
+// it began leading.
+type memberHealth struct {
+	since time.Time            // leadership began: members not heard yet count from here
+	seen  map[string]time.Time // last answer to a health check
+}
+
+func newMemberHealth(now time.Time) *memberHealth {
+	return &memberHealth{since: now, seen: map[string]time.Time{}}
+}
+
+// lastSeen is when the member last answered (or when leadership began).
+func (h *memberHealth) lastSeen(id string) time.Time {
+	if t, ok := h.seen[id]; ok {
+		return t
+	}
+	return h.since
+}
+
+// reconcile runs on the leader every ReconcileInterval: it makes sure the
+// leader's own member record is current (the others forward to it by that
+// record), checks every member's health, places the voters across regions
+// (planVoters: promotions first, demotions in a later round) and removes
+// members silent for RemoveDownAfter. Every change is the node's own (auth
+// internal) and recorded in Config.Audit before it is made, like an
+// operator's: one that cannot be recorded is not made, and is tried again
+// next time.
+func (n *Node) reconcile(ctx context.Context, health *memberHealth) error {
 	if n.membershipStale() {
 		self := n.self()
 		c := &command{Op: opMemberUpsert, Actor: "leader:" + self.ID, Member: &self}
@@ -190,67 +211,144 @@ func (n *Node) reconcile(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	voters := 0
+	now := n.now()
+	checks := n.checkMembers(ctx, servers)
+	st := n.State()
+	cands := make([]voterCandidate, 0, len(servers))
+	addr := map[string]string{}
+	regions := map[string]bool{}
 	for _, s := range servers {
-		if s.Suffrage == "voter" {
-			voters++
+		addr[s.ID] = s.Address
+		c := voterCandidate{ID: s.ID, Voter: s.Suffrage == "voter"}
+		if m, ok := st.Member(s.ID); ok {
+			c.Region = m.Region
+			regions[m.Region] = true
 		}
+		if s.ID == n.cfg.NodeID {
+			c.Leader, c.Up, c.CaughtUp = true, true, true
+		} else {
+			ck := checks[s.ID]
+			if ck.answered {
+				health.seen[s.ID] = now
+			}
+			c.Up = now.Sub(health.lastSeen(s.ID)) <= n.cfg.VoterDownAfter
+			c.CaughtUp = ck.caughtUp
+			if !ck.caughtUp {
+				n.log.Debug("member not caught up", "member", s.ID, "why", ck.why)
+			}
+		}
+		cands = append(cands, c)
 	}
-	// Keep an odd number of voters: 4 voters tolerate no more failures than
-	// 3, and need a larger quorum.
-	want := min(n.cfg.Voters, len(servers))
-	if want%2 == 0 {
-		want--
-	}
-	for _, s := range servers {
-		if voters >= want {
-			return nil
-		}
-		if s.Suffrage == "voter" {
-			continue
-		}
-		ok, why := n.caughtUp(ctx, s.ID)
-		if !ok {
-			n.log.Debug("non-voter not promoted yet", "member", s.ID, "why", why)
-			continue
-		}
-		m, _ := n.State().Member(s.ID)
-		act := n.action(ActionMemberPromote, WriteOptions{}, m.Region, map[string]string{"member": s.ID, "raft_addr": s.Address})
+	plan := planVoters(cands, n.cfg.Voters, n.cfg.VotersPerRegion)
+	regionOf := func(id string) string { m, _ := st.Member(id); return m.Region }
+	for _, id := range plan.Promote {
+		reason := fmt.Sprintf("voter placement: %d voters wanted, at most %d per region", plan.Want,
+			perRegionCap(len(regions), n.cfg.Voters, n.cfg.VotersPerRegion))
+		act := n.action(ActionMemberPromote, WriteOptions{}, regionOf(id), map[string]string{"member": id, "raft_addr": addr[id], "reason": reason})
 		err := n.admin().Run(ctx, act, func(context.Context) error {
-			return n.raft.AddVoter(raft.ServerID(s.ID), raft.ServerAddress(s.Address), 0, n.cfg.HoldTimeout).Error()
+			return n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr[id]), 0, n.cfg.HoldTimeout).Error()
 		})
 		if err != nil {
-			return fmt.Errorf("promote %s: %w", s.ID, err)
+			return fmt.Errorf("promote %s: %w", id, err)
 		}
-		voters++
-		n.log.Info("non-voter promoted to voter", "member", s.ID, "voters", voters)
+		n.m.membershipChanges.WithLabelValues("promote").Inc()
+		n.log.Info("non-voter promoted to voter", "member", id, "reason", reason)
+	}
+	for _, id := range plan.Demote {
+		reason := "voter placement: over its region's cap, or more voters than wanted"
+		if since := now.Sub(health.lastSeen(id)); since > n.cfg.VoterDownAfter {
+			reason = fmt.Sprintf("silent for %v (voter_down_after %v): replaced", since.Round(time.Second), n.cfg.VoterDownAfter)
+		}
+		act := n.action(ActionMemberDemote, WriteOptions{}, regionOf(id), map[string]string{"member": id, "reason": reason})
+		err := n.admin().Run(ctx, act, func(context.Context) error {
+			return n.raft.DemoteVoter(raft.ServerID(id), 0, n.cfg.HoldTimeout).Error()
+		})
+		if err != nil {
+			return fmt.Errorf("demote %s: %w", id, err)
+		}
+		n.m.membershipChanges.WithLabelValues("demote").Inc()
+		n.log.Info("voter demoted", "member", id, "reason", reason)
+	}
+	if n.cfg.RemoveDownAfter > 0 {
+		for _, c := range cands {
+			if c.Leader || c.Voter {
+				continue // a voter is demoted first (and only once replaced)
+			}
+			since := now.Sub(health.lastSeen(c.ID))
+			if since <= n.cfg.RemoveDownAfter {
+				continue
+			}
+			reason := fmt.Sprintf("silent for %v (remove_down_after %v)", since.Round(time.Second), n.cfg.RemoveDownAfter)
+			act := n.action(ActionMemberRemove, WriteOptions{}, c.Region, map[string]string{"member": c.ID, "reason": reason})
+			if err := n.admin().Run(ctx, act, func(ctx context.Context) error { return n.removeMember(ctx, c.ID) }); err != nil {
+				return fmt.Errorf("remove %s: %w", c.ID, err)
+			}
+			n.m.membershipChanges.WithLabelValues("remove").Inc()
+			n.log.Info("silent member removed", "member", c.ID, "reason", reason)
+		}
 	}
 	return nil
 }
 
-// caughtUp asks a non-voter's admin API how far it has applied and whether
-// it hears the leader.
-func (n *Node) caughtUp(ctx context.Context, id string) (bool, string) {
+// memberCheckTimeout bounds one health check: the reconcile interval, but
+// at least a second (a loaded member, or leader, must not look silent
+// because a check of a few milliseconds waited for a CPU) and at most
+// VoterDownAfter.
+func (n *Node) memberCheckTimeout() time.Duration {
+	return min(max(n.cfg.ReconcileInterval, time.Second), n.cfg.VoterDownAfter)
+}
+
+// memberCheck is the leader's health check of one member.
+type memberCheck struct {
+	answered bool   // its admin API answered
+	caughtUp bool   // applied within PromoteMaxLag and hearing the leader
+	why      string // why not
+}
+
+// checkMembers checks every other member's health, in parallel, each
+// within memberCheckTimeout.
+func (n *Node) checkMembers(ctx context.Context, servers []Server) map[string]memberCheck {
+	out := make(map[string]memberCheck, len(servers))
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, s := range servers {
+		if s.ID == n.cfg.NodeID {
+			continue
+		}
+		wg.Go(func() {
+			ck := n.checkMember(ctx, s.ID)
+			mu.Lock()
+			out[s.ID] = ck
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// checkMember asks a member's admin API how far it has applied and
+// whether it hears the leader.
+func (n *Node) checkMember(ctx context.Context, id string) memberCheck {
 	m, ok := n.State().Member(id)
 	if !ok {
-		return false, "no member record (admin address unknown)"
+		return memberCheck{why: "no member record (admin address unknown)"}
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.ReconcileInterval)
+	ctx, cancel := context.WithTimeout(ctx, n.memberCheckTimeout())
 	defer cancel()
 	c := NewClient(m.AdminAddr, n.cfg.AdminToken, n.httpc)
 	c.Retries = 0
 	h, err := c.Health(ctx)
 	if err != nil {
-		return false, err.Error()
+		return memberCheck{why: err.Error()}
 	}
 	commit := n.raft.CommitIndex()
-	if h.AppliedIndex+n.cfg.PromoteMaxLag < commit {
-		return false, fmt.Sprintf("applied %d, leader commit %d", h.AppliedIndex, commit)
+	switch {
+	case h.AppliedIndex+n.cfg.PromoteMaxLag < commit:
+		return memberCheck{answered: true, why: fmt.Sprintf("applied %d, leader commit %d", h.AppliedIndex, commit)}
+	case h.Stale:
+		return memberCheck{answered: true, why: "no recent contact with the leader"}
 	}
-	if h.Stale {
-		return false, "no recent contact with the leader"
-	}
-	return true, ""
+	return memberCheck{answered: true, caughtUp: true}
 }
 
 // TransferLeadership asks the leader (this node) to hand leadership to the

@@ -7,25 +7,28 @@ import (
 
 // metrics of one node, registered on the injected Registerer.
 type metrics struct {
-	isLeader      prometheus.Gauge
-	stale         prometheus.Gauge
-	lastContact   prometheus.Gauge
-	appliedIndex  prometheus.Gauge
-	stateIndex    prometheus.Gauge
-	policyVersion prometheus.Gauge
-	regionState   *prometheus.GaugeVec
-	commands      *prometheus.CounterVec
-	submits       *prometheus.HistogramVec
-	forwarded     *prometheus.CounterVec
-	leaderChanges prometheus.Counter
-	autoFailovers *prometheus.CounterVec
-	autoSteps     prometheus.Counter
-	tlsRejected   prometheus.Counter
+	region            string // the node's own, exported in regionState from the start
+	isLeader          prometheus.Gauge
+	stale             prometheus.Gauge
+	lastContact       prometheus.Gauge
+	appliedIndex      prometheus.Gauge
+	stateIndex        prometheus.Gauge
+	policyVersion     prometheus.Gauge
+	regionState       *prometheus.GaugeVec
+	commands          *prometheus.CounterVec
+	submits           *prometheus.HistogramVec
+	forwarded         *prometheus.CounterVec
+	leaderChanges     prometheus.Counter
+	autoFailovers     *prometheus.CounterVec
+	autoSteps         prometheus.Counter
+	tlsRejected       prometheus.Counter
+	membershipChanges *prometheus.CounterVec
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, region string) *metrics {
 	f := promauto.With(reg) // a nil reg registers nowhere
 	m := &metrics{
+		region: region,
 		isLeader: f.NewGauge(prometheus.GaugeOpts{
 			Name: "meridian_global_is_leader",
 			Help: "1 when this controller is the Raft leader of the global tier.",
@@ -75,6 +78,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_global_auto_transitions_total",
 			Help: "Region state changes committed by the automatic failover, by target state.",
 		}, []string{"state"}),
+		membershipChanges: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_global_membership_changes_total",
+			Help: "Changes of the Raft configuration made by this controller while it led, by op (add, promote, demote, remove).",
+		}, []string{"op"}),
 		autoSteps: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_global_auto_failover_evaluations_total",
 			Help: "Evaluations of the automatic failover by this controller while it leads (one per interval).",
@@ -83,6 +90,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_global_raft_tls_rejected_total",
 			Help: "Incoming Raft connections dropped because their TLS handshake failed (no certificate, another CA, expired, not TLS).",
 		}),
+	}
+	// Series whose labels are known at start are exported at 0 from the
+	// first scrape (a first increment is then a rate, not a new series).
+	for _, o := range []op{opPolicyApply, opRegionSet, opTargetsSet, opCheckpoint, opMemberUpsert, opMemberRemove} {
+		for _, outcome := range []string{"changed", "unchanged", "duplicate", "rejected"} {
+			m.commands.WithLabelValues(string(o), outcome)
+		}
+		m.submits.WithLabelValues(string(o))
+	}
+	for _, result := range []string{"ok", "error"} {
+		m.forwarded.WithLabelValues(result)
+	}
+	for _, state := range regionStateNames {
+		m.autoFailovers.WithLabelValues(state)
 	}
 	return m
 }
@@ -108,7 +129,8 @@ func (m *metrics) observeCommand(o op, res *Result, st *State) {
 }
 
 // setState sets the gauges derived from the committed state: its index, the
-// active policy version (0: none) and the state of every recorded region.
+// active policy version (0: none) and the state of every recorded region, of
+// every member's region and of the node's own (active until one is recorded).
 func (m *metrics) setState(st *State) {
 	m.stateIndex.Set(float64(st.index))
 	var version uint64
@@ -119,6 +141,17 @@ func (m *metrics) setState(st *State) {
 	for region, rs := range st.regions {
 		for i, name := range regionStateNames {
 			m.regionState.WithLabelValues(region, name).Set(b2f(RegionState(i) == rs.State))
+		}
+	}
+	unrecorded := []string{m.region}
+	for _, mb := range st.members {
+		unrecorded = append(unrecorded, mb.Region)
+	}
+	for _, region := range unrecorded {
+		if _, ok := st.regions[region]; !ok && region != "" {
+			for i, name := range regionStateNames {
+				m.regionState.WithLabelValues(region, name).Set(b2f(RegionState(i) == RegionActive))
+			}
 		}
 	}
 }

@@ -40,6 +40,7 @@ type Node struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+	killed atomic.Bool // Kill: no leadership transfer on the way out
 	once   sync.Once
 	done   chan struct{}
 	err    error
@@ -112,7 +113,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.httpc = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, IdleConnTimeout: 30 * time.Second, TLSClientConfig: cfg.AdminTLS}}
 		n.ownHTTP = true
 	}
-	n.m = newMetrics(cfg.Registerer)
+	n.m = newMetrics(cfg.Registerer, cfg.Region)
 	n.fsm = newFSM(cfg.PolicyCompiler)
 	n.fsm.observe = func(o op, res *Result, st *State) {
 		n.m.observeCommand(o, res, st)
@@ -126,6 +127,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		n.release()
 		return nil, err
 	}
+	n.m.setState(n.State()) // the gauges hold the restored state from the first scrape
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.obsCh = make(chan raft.Observation, 64)
 	n.obs = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
@@ -285,7 +287,7 @@ func (n *Node) Close(ctx context.Context) error {
 			n.raft.DeregisterObserver(n.obs)
 			n.stopLeading()
 			n.wg.Wait()
-			if n.raft.State() == raft.Leader {
+			if n.raft.State() == raft.Leader && !n.killed.Load() {
 				if err := n.raft.LeadershipTransfer().Error(); err != nil {
 					n.log.Debug("no leadership transfer before close", "err", err)
 				}
@@ -300,6 +302,15 @@ func (n *Node) Close(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("close global node: %w", ctx.Err())
 	}
+}
+
+// Kill stops the node as a crash would (drills and tests): Raft stops
+// without handing leadership over, so the others elect a leader only when
+// its heartbeats stop. Its storage is closed as the process's exit would
+// close it and can be opened again. Close after Kill does nothing.
+func (n *Node) Kill() error {
+	n.killed.Store(true)
+	return n.Close(context.Background())
 }
 
 // State returns the latest committed state applied on this node. It never
@@ -482,8 +493,9 @@ func (n *Node) leaderLoop(ctx context.Context) {
 	}
 	t := time.NewTicker(n.cfg.ReconcileInterval)
 	defer t.Stop()
+	health := newMemberHealth(n.now())
 	for {
-		if err := n.reconcile(ctx); err != nil && ctx.Err() == nil {
+		if err := n.reconcile(ctx, health); err != nil && ctx.Err() == nil {
 			n.log.Warn("membership reconcile", "err", err)
 		}
 		select {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -115,6 +116,25 @@ type Config struct {
 	// SummaryInterval between summaries published to the other regions;
 	// default 5s.
 	SummaryInterval time.Duration `yaml:"summary_interval"`
+	// Shutdown is what a graceful stop (SIGTERM) does.
+	Shutdown ShutdownConfig `yaml:"shutdown"`
+}
+
+// ShutdownConfig is the graceful stop of a controller (Controller.Shutdown).
+type ShutdownConfig struct {
+	// DrainDelay is how long requests are still taken after /readyz turned
+	// 503, so that load balancers polling readiness stop sending new ones
+	// before the listener closes. Under Kubernetes the preStop hook waits
+	// instead (a terminating pod leaves the Service's endpoints at once):
+	// 0 there. Default 0.
+	DrainDelay time.Duration `yaml:"drain_delay"`
+	// Grace bounds how long the requests in flight may still finish once
+	// no new one is taken; those still running then are cut (the client
+	// sees a broken stream). Keep DrainDelay + Grace + a few seconds (the
+	// gossip leave, the Raft leadership transfer) under the orchestrator's
+	// kill deadline (Kubernetes terminationGracePeriodSeconds, after the
+	// preStop hook). Default 25s.
+	Grace time.Duration `yaml:"grace"`
 }
 
 // Deps is what a controller is given rather than configured with.
@@ -153,6 +173,7 @@ func DefaultConfig() Config {
 		AdminListen:       ":8081",
 		AdminLimits:       DefaultAdminListener(),
 		SummaryInterval:   5 * time.Second,
+		Shutdown:          ShutdownConfig{Grace: 25 * time.Second},
 	}
 }
 
@@ -203,6 +224,12 @@ func (c *Config) ApplyDefaults() {
 	}
 	if c.Raft.DataDir != "" && c.Raft.Bind == "" {
 		c.Raft.Bind = "0.0.0.0:7400"
+	}
+	if c.Raft.BootstrapID != "" {
+		c.Raft.Bootstrap = c.Raft.BootstrapID == c.ControllerID
+		if c.Raft.Bootstrap {
+			c.Raft.Join = nil
+		}
 	}
 	if c.Auth.enabled() {
 		d := auth.DefaultConfig()
@@ -259,6 +286,12 @@ func (c Config) Validate() error {
 	}
 	if c.SummaryInterval <= 0 {
 		return fmt.Errorf("config: summary_interval = %v: want > 0", c.SummaryInterval)
+	}
+	if c.Shutdown.DrainDelay < 0 || c.Shutdown.DrainDelay > 10*time.Minute {
+		return fmt.Errorf("config: shutdown.drain_delay = %v: want 0..10m", c.Shutdown.DrainDelay)
+	}
+	if c.Shutdown.Grace <= 0 || c.Shutdown.Grace > time.Hour {
+		return fmt.Errorf("config: shutdown.grace = %v: want > 0 and <= 1h", c.Shutdown.Grace)
 	}
 	if c.AdminListen == "" {
 		return errors.New("config: admin_listen: an address is required")
@@ -325,24 +358,32 @@ type Controller struct {
 
 	mr       *multiRegion
 	stopping chan struct{}
-	now      func() time.Time
-	deps     Deps
+	// draining is set once a graceful shutdown began: /readyz answers 503
+	// so load balancers stop sending new requests here.
+	draining atomic.Bool
+	// advertised: the gossip digest carries this controller's forward
+	// address (advertise); without gossip it stays false and is not asked.
+	advertised atomic.Bool
+	now        func() time.Time
+	deps       Deps
 
 	gate       *podGate
 	discovery  discovery.Source // nil without pods.discovery
 	discovered []discovery.Pod  // the last snapshot applied (the discovery goroutine's)
 
-	tls     *identity.Source // nil without TLS
-	auth    *ClientAuth      // nil without client authentication
-	listenM *listenerMetrics
-	ln      net.Listener // the API listener (TLS and capped)
-	rawLn   net.Listener // its TCP listener
-	http    *http.Server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	once    sync.Once
-	errs    []error
-	errMu   sync.Mutex
+	tls        *identity.Source // nil without TLS
+	auth       *ClientAuth      // nil without client authentication
+	listenM    *listenerMetrics
+	ln         net.Listener // the API listener (TLS and capped)
+	rawLn      net.Listener // its TCP listener
+	http       *http.Server
+	transports []*http.Transport  // to the pods and peers: idle connections closed on Close
+	handBack   context.CancelFunc // ends every request's context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+	once       sync.Once
+	errs       []error
+	errMu      sync.Mutex
 }
 
 // Open builds the controller and starts its goroutines: Kafka ingestion, the
@@ -367,6 +408,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	log = slog.New(newLibraryNoise(log.Handler(), time.Minute, now))
 	metrics := deps.Metrics
 	if metrics == nil {
 		metrics = prometheus.NewRegistry()
@@ -423,6 +465,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 			return nil, fmt.Errorf("config: %w", err)
 		}
 	}
+	c.transports = append(c.transports, transport)
 	var peer http.RoundTripper
 	if c.tls != nil {
 		// Forwarding between controllers: mutual TLS, and the other end
@@ -430,9 +473,11 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		pt := NewPodTransport()
 		pt.TLSClientConfig = c.tls.ClientConfig("")
 		peer = pt
+		c.transports = append(c.transports, pt)
 	}
 	if c.Server, err = NewServer(cfg.Server, ServerDeps{Decider: c.Decider, Prompts: prompts, Calibrator: c.Calib,
-		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now}); err != nil {
+		Transport: transport, PeerTransport: peer, Auth: c.auth, Logger: c.log, Metrics: c.Metrics, Ready: c.readiness, Clock: now,
+		ControllerID: cfg.ControllerID}); err != nil {
 		return nil, err
 	}
 	scraper, err := NewScraper(c.Registry, &http.Client{Transport: transport}, cfg.ScrapeInterval, c.log, c.Metrics)
@@ -453,6 +498,12 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		apiTLS = c.tls.ServerConfig(false)
 	}
 	c.http, c.ln = serve("api", c.rawLn, cfg.Server.Limits, apiTLS, c.Server, c.listenM, c.log)
+	// Every request's context ends when a graceful stop's grace is over
+	// (handBack), so the requests still waiting for an answer can be
+	// handed back with a retryable status.
+	reqCtx, handBack := context.WithCancel(context.WithoutCancel(ctx))
+	c.handBack = handBack
+	c.http.BaseContext = func(net.Listener) context.Context { return reqCtx }
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
 	if cfg.multiRegion() {
@@ -575,7 +626,19 @@ func (c *Controller) Audit() *audit.Log {
 	return c.mr.audit
 }
 
-// readiness: ready once the index has caught up with the topic.
+// ID is the controller's id (its Raft server id and gossip name).
+func (c *Controller) ID() string { return c.cfg.ControllerID }
+
+// Ready reports what /readyz answers: the index has caught up with the
+// topic, the controller advertises its forward address to the other
+// regions (with gossip), and no shutdown has begun.
+func (c *Controller) Ready() bool {
+	ok, _ := c.readiness()
+	return ok
+}
+
+// readiness: ready once the index has caught up with the topic, until a
+// graceful shutdown begins.
 func (c *Controller) readiness() (bool, map[string]any) {
 	g := c.Ingester
 	ingest := map[string]any{"caught_up": g.CaughtUp(), "connected": g.Connected(), "lag_messages": g.Lag(),
@@ -583,7 +646,7 @@ func (c *Controller) readiness() (bool, map[string]any) {
 	if e := g.LastError(); e != "" {
 		ingest["error"] = e // what to check: a refused SASL user, an untrusted broker
 	}
-	detail := map[string]any{"region": c.cfg.Region, "ingest": ingest}
+	detail := map[string]any{"region": c.cfg.Region, "controller": c.cfg.ControllerID, "ingest": ingest}
 	if n := c.Global(); n != nil {
 		h := n.Health()
 		// Without quorum the controller keeps routing on the last committed
@@ -615,19 +678,62 @@ func (c *Controller) readiness() (bool, map[string]any) {
 			detail["cross_region_ready"] = true
 		}
 	}
+	if reps := c.Registry.PeerReports(); len(reps) > 0 {
+		// The region's other replicas whose load this one counts, and how
+		// old their last report is (a stale one keeps its pods busy).
+		peers := map[string]any{}
+		for _, r := range reps {
+			peers[r.Peer] = map[string]any{"report_age_seconds": time.Since(r.At).Seconds(), "in_flight": r.InFlight, "pods": r.Pods}
+		}
+		detail["replicas"] = peers
+	}
+	if c.draining.Load() {
+		detail["draining"] = true
+		return false, detail
+	}
+	if c.Gossip() != nil && !c.advertised.Load() {
+		// Caught up, but the other regions do not know yet that they may
+		// forward here.
+		detail["forward_address_advertised"] = false
+		return false, detail
+	}
 	return g.CaughtUp(), detail
 }
 
 // Close stops the HTTP server (letting requests in flight finish until ctx
-// ends), then the background work. Safe to call twice.
-func (c *Controller) Close(ctx context.Context) error {
+// ends, then cutting those still running), then the background work: it
+// leaves the gossip pool, seals the audit log and hands Raft leadership
+// over before closing the Raft node. Safe to call twice (also after Kill).
+func (c *Controller) Close(ctx context.Context) error { return c.close(ctx, ctx) }
+
+// close drains the HTTP server within drain, then stops the rest within
+// ctx.
+func (c *Controller) close(drain, ctx context.Context) error {
 	var err error
 	c.once.Do(func() {
-		err = c.http.Shutdown(ctx)
+		c.draining.Store(true)
+		if err = c.http.Shutdown(drain); err != nil {
+			// The grace is over: the requests still without an answer are
+			// cancelled and answered 503 shutting_down (the client may send
+			// them again, to another replica); a moment later whatever is
+			// still running is cut.
+			c.Server.handingBack.Store(true)
+			c.handBack()
+			hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+			if c.http.Shutdown(hctx) != nil {
+				_ = c.http.Close()
+			}
+			cancel()
+			err = fmt.Errorf("requests still in flight after the grace period were handed back or cut: %w", err)
+		}
+		c.handBack()
 		close(c.stopping)
 		c.cancel()
 		err = errors.Join(err, c.closeMulti(ctx))
 		c.wg.Wait()
+		for _, t := range c.transports {
+			t.CloseIdleConnections()
+		}
 		c.closeSecurity(ctx)
 		c.errMu.Lock()
 		err = errors.Join(append([]error{err}, c.errs...)...)
@@ -636,14 +742,65 @@ func (c *Controller) Close(ctx context.Context) error {
 	return err
 }
 
-// Run runs a controller until ctx is done.
+// Kill stops the controller as a crash would, for drills, the demo and
+// the replica tests: its listeners and every connection are cut at once
+// (requests in flight fail), it does not leave the gossip pool (the others
+// find it dead by probing), it hands no Raft leadership over (the others
+// elect a new leader when its heartbeats stop) and publishes no final
+// audit checkpoint. Its state on disk (Raft log, audit segments) is what a
+// crash leaves, so a controller opened again on the same directories
+// recovers from it. Safe to call twice, and Close after it does nothing.
+func (c *Controller) Kill() error {
+	var err error
+	c.once.Do(func() {
+		c.draining.Store(true)
+		err = c.http.Close()
+		c.handBack()
+		close(c.stopping)
+		c.cancel()
+		err = errors.Join(err, c.killMulti())
+		c.wg.Wait()
+		for _, t := range c.transports {
+			t.CloseIdleConnections()
+		}
+		c.closeSecurity(context.Background())
+	})
+	return err
+}
+
+// Shutdown stops the controller gracefully, as on SIGTERM: /readyz turns
+// 503 at once (load balancers stop sending new requests), requests are
+// still taken for Shutdown.DrainDelay, then the listener closes (no new
+// request is taken: a client sees its connection refused and tries another
+// replica) and the requests in flight may finish for Shutdown.Grace (those
+// still running then are cut); then the controller leaves the gossip pool,
+// seals its audit log and hands Raft leadership over if it holds it (see
+// Close). ctx bounds the whole (an interruption cuts the wait short).
+func (c *Controller) Shutdown(ctx context.Context) error {
+	c.draining.Store(true)
+	c.log.Info("shutting down: not ready, draining", "drain_delay", c.cfg.Shutdown.DrainDelay, "grace", c.cfg.Shutdown.Grace)
+	if d := c.cfg.Shutdown.DrainDelay; d > 0 {
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	drain, cancel := context.WithTimeout(ctx, c.cfg.Shutdown.Grace)
+	defer cancel()
+	rest, cancelRest := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancelRest()
+	return c.close(drain, rest)
+}
+
+// Run runs a controller until ctx is done, then shuts it down gracefully
+// (Shutdown).
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	c, err := Open(ctx, cfg, deps)
 	if err != nil {
 		return err
 	}
 	<-ctx.Done()
-	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	return c.Close(sctx)
+	return c.Shutdown(context.WithoutCancel(ctx))
 }

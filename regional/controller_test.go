@@ -128,3 +128,17 @@ func TestSecureByDefault(t *testing.T) {
 		}
 	}
 }
+
+// Replicas sharing one configuration file: the one whose id is
+// raft.bootstrap_id bootstraps (its join list dropped), the others join.
+func TestBootstrapID(t *testing.T) {
+	for id, want := range map[string]bool{"us-east-1-0": true, "us-east-1-1": false} {
+		cfg := DefaultConfig()
+		cfg.Region, cfg.ControllerID = "us-east-1", id
+		cfg.Raft = RaftConfig{DataDir: t.TempDir(), BootstrapID: "us-east-1-0", Join: []string{"https://meridian-us-east-1:8081"}}
+		cfg.ApplyDefaults()
+		if cfg.Raft.Bootstrap != want || (len(cfg.Raft.Join) == 0) != want {
+			t.Errorf("%s: bootstrap %v join %v", id, cfg.Raft.Bootstrap, cfg.Raft.Join)
+		}
+	}
+}

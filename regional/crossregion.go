@@ -28,6 +28,9 @@ const (
 	HeaderHop        = "X-Meridian-Hop"      // origin region of a forwarded request
 	HeaderHopAuth    = "X-Meridian-Hop-Auth" // the controllers' shared forwarding token
 	HeaderDecisionID = "X-Meridian-Decision-Id"
+	// HeaderController, on an answer, names the controller whose pod
+	// served it (one of the region's replicas).
+	HeaderController = "X-Meridian-Controller"
 )
 
 // RemoteSource is what the request path knows of the other regions (from
@@ -92,6 +95,9 @@ func (s *Server) SetTopology(t Topology) {
 		t.Shares = gorgo.NewShareTracker(s.dec.Model().Config().ShareWindow)
 	}
 	s.topo = t
+	if t.Control != nil {
+		s.m.knowPolicy(t.Control.View().Policy, t.Region)
+	}
 }
 
 // denial is a residency refusal with its explanation.
@@ -325,7 +331,7 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 			}
 			return
 		}
-		s.log.Warn("region failed before answering; trying the next allowed one", "region", c.Region, "err", res.err)
+		s.log.Warn("region failed before answering; trying the next allowed one", "remote_region", c.Region, "err", res.err)
 		lastRemote = fmt.Errorf("region %s: %w", c.Region, res.err)
 		kind = audit.KindFallback
 	}

@@ -11,6 +11,26 @@
 // region's controller); and owns the controller's lifecycle (Config, Deps,
 // Open, Close, Run).
 //
+// # Replicas
+//
+// A region runs one or several controllers (replicas), all serving: each
+// ingests the region's topic into its own full index (its own consumer
+// group) and has its own Raft identity and audit chain. What their
+// decisions must agree on they exchange over the gossip pool, every
+// gossip.replica_interval (replicas.go): each one's in-flight requests and
+// pending prefill per pod (added to the others' accounting; a late report
+// keeps a pod busy, never idle; a report stands until the replica's next
+// one, or until it leaves the pool) and the session pins each made, so that a session's next turn finds its
+// pod whichever replica it reaches; ties between pods are broken by a hash
+// of the session, so new sessions are placed alike. One replica per region
+// publishes the region's summary (the first by id of those publishing; the
+// next takes over when it stops), and each advertises its forward address
+// only once its index has caught up (it is ready only then). Shutdown is the graceful stop (SIGTERM): /readyz 503 at once,
+// requests still taken for shutdown.drain_delay, then the listener closes,
+// requests in flight finish within shutdown.grace (those still unanswered
+// then get a retryable 503 shutting_down), gossip is left and Raft
+// leadership handed over. Kill stops as a crash would (drills, tests).
+//
 // The decision pipeline itself (filters, scorers and picker within the
 // region, placement across regions, session affinity, speculation, outlier
 // ejection) lives in regional/route, a pure package driven by explicit

@@ -1,11 +1,14 @@
 package regional
 
 import (
+	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
 	"testing"
 )
+
+var discard = slog.New(slog.DiscardHandler)
 
 // TestGenerationsMonotoneAcrossRestarts: a controller's summary
 // generations keep increasing across restarts, whatever its wall clock
@@ -25,7 +28,7 @@ func TestGenerationsMonotoneAcrossRestarts(t *testing.T) {
 	first := start()
 	var last uint64
 	for range 1000 {
-		g := first.nextGeneration()
+		g := first.nextGeneration(discard)
 		if g <= last {
 			t.Fatalf("generation %d after %d", g, last)
 		}
@@ -36,7 +39,7 @@ func TestGenerationsMonotoneAcrossRestarts(t *testing.T) {
 		t.Fatalf("generation %d is below wall-clock milliseconds of 2100", last)
 	}
 	second := start() // a restart (its clock may have stepped back a day: not read)
-	if g := second.nextGeneration(); g <= last {
+	if g := second.nextGeneration(discard); g <= last {
 		t.Fatalf("first generation after a restart %d, not above the last before it %d", g, last)
 	}
 
@@ -61,5 +64,34 @@ func TestGenerationsMonotoneAcrossRestarts(t *testing.T) {
 	}
 	if _, err := nextEpoch(file); err == nil {
 		t.Fatal("a corrupt state file was taken for a first start")
+	}
+}
+
+// A replica that takes over publishing its region's summary continues
+// above the generations the region's other replicas advertise (the other
+// regions hold the highest they got), and keeps doing so after a restart:
+// the epoch it moved to is persisted.
+func TestGenerationsContinueAboveTheRegions(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "ctl", "gossip-state.json")
+	st, err := nextEpoch(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := uint64(7)<<generationSeqBits | 12345 // another replica, at a later epoch
+	mr := &multiRegion{genEpoch: st.Epoch, gstate: st, gstateFile: file, regionGen: func() uint64 { return peer }}
+	g := mr.nextGeneration(discard)
+	if g <= peer {
+		t.Fatalf("generation %d not above the region's %d", g, peer)
+	}
+	if g2 := mr.nextGeneration(discard); g2 <= g {
+		t.Fatalf("generation %d after %d", g2, g)
+	}
+	st, err = nextEpoch(file) // a restart
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted := &multiRegion{genEpoch: st.Epoch, gstate: st, gstateFile: file}
+	if g3 := restarted.nextGeneration(discard); g3 <= g {
+		t.Fatalf("after a restart: generation %d, not above %d", g3, g)
 	}
 }

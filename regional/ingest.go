@@ -859,7 +859,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		ReadBackoffMin:         50 * time.Millisecond,
 		ReadBackoffMax:         time.Second,
 		MaxAttempts:            3,
-		ErrorLogger:            kafka.LoggerFunc(func(msg string, args ...any) { g.warn.Warn("kafka", fmt.Sprintf(msg, args...)) }),
+		ErrorLogger:            kafkaErrorLogger(g.warn, g.log),
 	})
 	defer r.Close()
 	for {
@@ -1000,6 +1000,15 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	}
 	for _, cause := range []string{"offset_regression", "cluster_changed"} {
 		m.resets.WithLabelValues(cause)
+	}
+	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
+		m.events.WithLabelValues(k.String())
+	}
+	for _, reason := range []string{"replay", "duplicate_seq"} {
+		m.skipped.WithLabelValues(reason)
+	}
+	for _, cause := range []string{"restart", "pod_up_new_epoch", "pod_down"} {
+		m.restarts.WithLabelValues(cause)
 	}
 	for _, kind := range kafkasec.Kinds() {
 		m.brokerErrors.WithLabelValues(kind)

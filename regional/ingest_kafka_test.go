@@ -125,48 +125,11 @@ func TestIngestOverKafka(t *testing.T) {
 // which counts the in-process broker too: less sensitive than the wall
 // clock to other load on a shared machine).
 func BenchmarkIngestKafka(b *testing.B) {
-	const pods, storesPerMsg, kvBlocks = 8, 8, 8192
-	rng := rand.New(rand.NewPCG(1, 1))
-	engines := make([]*testEngine, pods)
-	var msgs []Message
-	blocks := 0
-	for p := range engines {
-		engines[p] = newTestEngine(fmt.Sprintf("pod-%d", p), 1)
-		up := engines[p].podUp().(*kvevents.PodUp)
-		up.KVBlocks = kvBlocks
-		msgs = append(msgs, Message{Key: []byte(engines[p].name), Headers: engines[p].headers(), Value: engines[p].batch(up)})
-	}
-	for len(msgs) < 2000 {
-		e := engines[rng.IntN(pods)]
-		var evs []kvevents.Event
-		for i := 0; i < storesPerMsg; i++ {
-			prompt := make([]uint32, 1024) // 64 engine blocks
-			for j := range prompt {
-				prompt[j] = uint32(rng.IntN(50000))
-			}
-			ev := e.store(prompt)
-			blocks += len(ev.(*kvevents.BlockStored).BlockHashes)
-			evs = append(evs, ev)
-		}
-		if len(e.held) > 4096 {
-			rm := e.evictLeaves(rng, storesPerMsg*64)
-			blocks += len(rm.(*kvevents.BlockRemoved).BlockHashes)
-			evs = append(evs, rm)
-		}
-		msgs = append(msgs, Message{Key: []byte(e.name), Headers: e.headers(), Value: e.batch(evs...)})
-	}
+	msgs, blocks := blockEventMessages(func(msgs, _ int) bool { return msgs < 2000 })
 	cluster, w := startKafka(b, 1, kvevents.TopicFor("bench"))
-	kms := make([]kafka.Message, len(msgs))
-	for i, m := range msgs {
-		kms[i] = kafka.Message{Key: m.Key, Value: m.Value, Headers: m.Headers}
-	}
+	publish(b, w, msgs)
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	for err := w.WriteMessages(ctx, kms...); err != nil; err = w.WriteMessages(ctx, kms...) {
-		if ctx.Err() != nil {
-			b.Fatal(err)
-		}
-	}
 	cpu0, cpuOK := processCPU()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -193,6 +156,106 @@ func BenchmarkIngestKafka(b *testing.B) {
 		b.ReportMetric(float64(blocks)*float64(b.N)/(cpu1-cpu0).Seconds(), "cpu-events/s")
 	}
 	b.ReportMetric(float64(len(msgs))*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkCatchUp is how long a new replica takes to become ready: a
+// topic retaining about a million block events (eight pods storing and
+// evicting prompts of 1,024 tokens), a new ingester (its own consumer
+// group, as every controller start has) from the start of the topic until
+// it has caught up with the high-water marks it found at start, which is
+// when /readyz turns 200. It reports seconds per million block events.
+//
+//	go test ./regional -run '^$' -bench CatchUp -benchtime 3x
+func BenchmarkCatchUp(b *testing.B) {
+	msgs, blocks := blockEventMessages(func(_, blocks int) bool { return blocks < 1_000_000 })
+	cluster, w := startKafka(b, 1, kvevents.TopicFor("bench"))
+	publish(b, w, msgs)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		idx, _ := index.New(index.Config{PodCapacity: 64, ExpectedBlocks: blocks / 4})
+		reg := route.NewRegistry(idx)
+		cfg := DefaultIngestConfig()
+		cfg.Brokers, cfg.Region, cfg.BlockSize = cluster.ListenAddrs(), "bench", routerBlockSize
+		g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rctx, rcancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() { _ = g.Run(rctx); close(done) }()
+		if err := g.WaitFor(ctx, g.CaughtUp); err != nil {
+			b.Fatal(err)
+		}
+		if n := applied(g); n < int64(len(msgs)) {
+			b.Fatalf("caught up with %d of %d messages applied", n, len(msgs))
+		}
+		rcancel()
+		<-done
+	}
+	perRun := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(perRun/(float64(blocks)/1e6), "s/M-block-events")
+	b.ReportMetric(float64(blocks), "block-events")
+}
+
+// publish writes msgs to the topic, retrying while it is being created.
+func publish(b *testing.B, w *kafka.Writer, msgs []Message) {
+	b.Helper()
+	kms := make([]kafka.Message, len(msgs))
+	for i, m := range msgs {
+		kms[i] = kafka.Message{Key: m.Key, Value: m.Value, Headers: m.Headers}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	for len(kms) > 0 {
+		n := min(len(kms), 500)
+		for err := w.WriteMessages(ctx, kms[:n]...); err != nil; err = w.WriteMessages(ctx, kms[:n]...) {
+			if ctx.Err() != nil {
+				b.Fatal(err)
+			}
+		}
+		kms = kms[n:]
+	}
+}
+
+// blockEventMessages generates the topic of eight pods storing prompts of
+// 1,024 tokens (64 engine blocks each, 8 prompts a message) and evicting
+// leaves once they hold 4,096 blocks, while more(messages, block events)
+// holds. Each pod announces its KV capacity in its PodUp, so its re-keyer
+// is sized up front. A block event is one stored or removed engine block.
+func blockEventMessages(more func(msgs, blocks int) bool) ([]Message, int) {
+	const pods, storesPerMsg, kvBlocks = 8, 8, 8192
+	rng := rand.New(rand.NewPCG(1, 1))
+	engines := make([]*testEngine, pods)
+	var msgs []Message
+	blocks := 0
+	for p := range engines {
+		engines[p] = newTestEngine(fmt.Sprintf("pod-%d", p), 1)
+		up := engines[p].podUp().(*kvevents.PodUp)
+		up.KVBlocks = kvBlocks // as engine sims and real fleets announce it
+		msgs = append(msgs, Message{Key: []byte(engines[p].name), Headers: engines[p].headers(), Value: engines[p].batch(up)})
+	}
+	for more(len(msgs), blocks) {
+		e := engines[rng.IntN(pods)]
+		var evs []kvevents.Event
+		for i := 0; i < storesPerMsg; i++ {
+			prompt := make([]uint32, 1024) // 64 engine blocks
+			for j := range prompt {
+				prompt[j] = uint32(rng.IntN(50000))
+			}
+			ev := e.store(prompt)
+			blocks += len(ev.(*kvevents.BlockStored).BlockHashes)
+			evs = append(evs, ev)
+		}
+		if len(e.held) > 4096 {
+			rm := e.evictLeaves(rng, storesPerMsg*64)
+			blocks += len(rm.(*kvevents.BlockRemoved).BlockHashes)
+			evs = append(evs, rm)
+		}
+		msgs = append(msgs, Message{Key: []byte(e.name), Headers: e.headers(), Value: e.batch(evs...)})
+	}
+	return msgs, blocks
 }
 
 // TestIngestConnectedFollowsTheBrokers: "connected" is whether the brokers

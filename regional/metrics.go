@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meridian-llm/meridian/regional/route"
+	"github.com/meridian-llm/meridian/residency"
 )
 
 // routerMetrics are the request path's metrics, built from an injected
@@ -101,6 +102,17 @@ func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() t
 	for _, reason := range []string{"no_controller_certificate", "not_a_member", "region_mismatch", "bad_token"} {
 		m.hopsRefused.WithLabelValues(reason)
 	}
+	// The answers alerts and panels divide by exist from the first scrape:
+	// success, the residency refusal and the controller's own 5xx.
+	for _, api := range []string{"chat", "completions", "route"} {
+		for _, code := range []string{"200", "451", "500", "502", "503"} {
+			m.requests.WithLabelValues(api, code)
+		}
+	}
+	m.requests.WithLabelValues("models", "200")
+	for _, kind := range []string{"connect", "refused", "status_5xx", "first_byte_timeout", "mid_stream"} {
+		m.upstreamErrors.WithLabelValues(kind)
+	}
 	inflight := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "meridian_router_inflight_requests",
 		Help: "Requests in flight through this controller."}, func() float64 {
 		var n int64
@@ -125,6 +137,25 @@ func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() t
 		}
 	}
 	return m, nil
+}
+
+// knowPolicy exports at 0 the series a residency policy names: a denial by
+// each of its rules (and the default), a crossing to and from each of its
+// other regions. A policy applied later adds its series at their first use.
+func (m *routerMetrics) knowPolicy(p *residency.Policy, region string) {
+	if p == nil {
+		return
+	}
+	for _, r := range p.Rules() {
+		m.residencyDenials.WithLabelValues(r.Name)
+	}
+	m.residencyDenials.WithLabelValues("default")
+	for _, r := range p.Regions() {
+		if r.Name != region {
+			m.crossRegion.WithLabelValues(r.Name)
+			m.forwardedIn.WithLabelValues(r.Name)
+		}
+	}
 }
 
 type podCollector struct {

@@ -5,9 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"crypto/tls"
-	"encoding/base64"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -39,10 +39,27 @@ type RaftConfig struct {
 	// Bootstrap creates a new cluster with this controller as its only voter
 	// (exactly one controller of a new cluster); the others Join.
 	Bootstrap bool `yaml:"bootstrap"`
+	// BootstrapID, for replicas that share one configuration file (a
+	// StatefulSet, a compose file with ${VAR}s): the controller with this
+	// id bootstraps (as with bootstrap: true, its join list ignored), the
+	// others join. Empty: Bootstrap decides.
+	BootstrapID string `yaml:"bootstrap_id"`
 	// Join lists admin URLs of existing members.
 	Join []string `yaml:"join"`
 	// Voters kept by the leader: 1, 3 or 5. Default 3.
 	Voters int `yaml:"voters"`
+	// VotersPerRegion caps the voters of one region once the cluster spans
+	// three regions or more; default 1 (see global.Config.VotersPerRegion:
+	// two regions hold three voters as two and one, one region up to
+	// Voters). The other controllers replicate without voting.
+	VotersPerRegion int `yaml:"voters_per_region"`
+	// VoterDownAfter: a voter silent this long is replaced by a caught-up
+	// controller (of its region first); default 10s.
+	VoterDownAfter time.Duration `yaml:"voter_down_after"`
+	// RemoveDownAfter: a controller silent this long leaves the Raft
+	// configuration (it joins again if it comes back); default 24h, 0 in
+	// the file keeps the default.
+	RemoveDownAfter time.Duration `yaml:"remove_down_after"`
 	// WAN uses Raft timings for cross-region links (global.WANTiming).
 	WAN bool `yaml:"wan"`
 	// ElectionTimeout, when set, replaces the timing's heartbeat and
@@ -72,6 +89,12 @@ type GossipConfig struct {
 	// Fast uses short probe and sync intervals (tests and the demo on
 	// loopback).
 	Fast bool `yaml:"fast"`
+	// ReplicaInterval is how often this controller sends the other
+	// controllers of its region its own in-flight accounting and session
+	// pins (see replicaShare); default 200ms (100ms with Fast). The longer
+	// it is, the longer a request another replica just sent to a pod goes
+	// unseen here.
+	ReplicaInterval time.Duration `yaml:"replica_interval"`
 	// StateFile keeps this controller's gossip state across restarts: the
 	// epoch of its summary generations (they keep increasing whatever the
 	// wall clock does) and the controllers it has seen (it rejoins through
@@ -140,17 +163,43 @@ type multiRegion struct {
 	// Summary generations: epoch<<generationSeqBits | seq. The epoch is
 	// persisted and incremented at every start (gossipState).
 	genEpoch, genSeq uint64
-	gstateMu         sync.Mutex // guards gstate (the summary loop and gossip's rejoin)
-	gstate           gossipState
-	gstateFile       string
-	adminClient      *http.Client // to other controllers' admin APIs
+	// regionGen is the highest generation the region's other replicas
+	// advertise (gossip.Node.RegionGeneration; nil: none known).
+	regionGen   func() uint64
+	gstateMu    sync.Mutex // guards gstate (the summary loop and gossip's rejoin)
+	gstate      gossipState
+	gstateFile  string
+	adminClient *http.Client // to other controllers' admin APIs
 }
 
 // nextGeneration is the generation of the next summary this controller
-// publishes: above every one it published before, restarts included.
-func (mr *multiRegion) nextGeneration() uint64 {
+// publishes: above every one it published before, restarts included, and
+// above every one the other replicas of its region advertise (the other
+// regions keep the highest they got from any of them): when a replica
+// takes over publishing it moves to an epoch above theirs, persisted.
+func (mr *multiRegion) nextGeneration(log *slog.Logger) uint64 {
+	if mr.regionGen != nil {
+		if peer := mr.regionGen(); peer>>generationSeqBits >= mr.genEpoch {
+			mr.adoptEpoch(peer>>generationSeqBits+1, log)
+		}
+	}
 	mr.genSeq++
 	return mr.genEpoch<<generationSeqBits | mr.genSeq
+}
+
+// adoptEpoch moves this controller's generations to epoch e and persists
+// it (a failure to persist is logged: a restart could then publish below
+// the others for OlderGenerationAfter, no worse).
+func (mr *multiRegion) adoptEpoch(e uint64, log *slog.Logger) {
+	mr.gstateMu.Lock()
+	defer mr.gstateMu.Unlock()
+	mr.genEpoch, mr.genSeq = e, 0
+	mr.gstate.Epoch = e
+	if mr.gstateFile != "" {
+		if err := mr.gstate.save(mr.gstateFile); err != nil {
+			log.Warn("summary generation epoch not persisted", "epoch", e, "err", err)
+		}
+	}
 }
 
 // enabled reports whether any cross-region component is configured.
@@ -170,6 +219,12 @@ func (c Config) validateMulti() error {
 		if c.Raft.Voters != 0 && c.Raft.Voters != 1 && c.Raft.Voters != 3 && c.Raft.Voters != 5 {
 			return fmt.Errorf("config: raft.voters = %d: want 1, 3 or 5", c.Raft.Voters)
 		}
+		if c.Raft.VotersPerRegion < 0 || c.Raft.VotersPerRegion > 5 {
+			return fmt.Errorf("config: raft.voters_per_region = %d: want 1..5 (0: the default, 1)", c.Raft.VotersPerRegion)
+		}
+		if c.Raft.VoterDownAfter < 0 || c.Raft.RemoveDownAfter < 0 {
+			return fmt.Errorf("config: raft.voter_down_after = %v, raft.remove_down_after = %v: want >= 0 (0: the default)", c.Raft.VoterDownAfter, c.Raft.RemoveDownAfter)
+		}
 		if c.Audit.Dir == "" {
 			return errors.New("config: audit.dir is required with raft: policy applies, failovers and membership changes are recorded there")
 		}
@@ -186,14 +241,8 @@ func (c Config) validateMulti() error {
 }
 
 func (c Config) auditKey() []byte {
-	k := c.Audit.HMACKey
-	if b, ok := strings.CutPrefix(k, "base64:"); ok {
-		if d, err := base64.StdEncoding.DecodeString(b); err == nil {
-			return d
-		}
-		return nil
-	}
-	return []byte(k)
+	k, _ := audit.DecodeKey(c.Audit.HMACKey) // nil when invalid: Validate names it
+	return k
 }
 
 // ApplyEnv takes secrets from the environment: MERIDIAN_ADMIN_TOKEN,
@@ -246,7 +295,9 @@ func (g gossipRemotes) Unseen(region string) (route.Unseen, bool) {
 	if !ok || rv.Summary == nil {
 		return route.Unseen{}, false
 	}
-	return route.Unseen{ReceivedAt: rv.ReceivedAt, RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
+	// A summary that was already SentAge old when sent counts as received
+	// that much earlier: it shows the region as it was then.
+	return route.Unseen{ReceivedAt: rv.ReceivedAt.Add(-rv.SentAge), RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
 }
 
 func (g gossipRemotes) ForwardAddrs(region string) []string {
@@ -257,7 +308,9 @@ func (g gossipRemotes) ForwardAddrs(region string) []string {
 	// Controllers answering pings first; then the suspect ones, which may
 	// only have missed a few pings (under load, or a short partition); then
 	// those this node's failure detector declared dead, which may yet
-	// refute it (a refused connection costs little).
+	// refute it (a refused connection costs little). A controller
+	// advertises its forward address only while it can serve: not while
+	// its index catches up after a start, nor once it began to stop.
 	var out []string
 	for _, st := range []gossip.ControllerState{gossip.StateAlive, gossip.StateSuspect, gossip.StateDead} {
 		for _, c := range rv.Controllers {
@@ -323,7 +376,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Audit.MaxSegmentAge > 0 {
 			acfg.MaxSegmentAge = cfg.Audit.MaxSegmentAge
 		}
-		log, err := audit.Open(acfg, audit.Deps{Sink: &mr.sink, Registerer: c.Metrics, Logger: c.log.With("component", "audit")})
+		log, err := audit.Open(acfg, audit.Deps{Sink: &mr.sink, Registerer: c.Metrics, Logger: c.log})
 		if err != nil {
 			return fmt.Errorf("audit: %w", err)
 		}
@@ -340,6 +393,15 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Raft.Voters != 0 {
 			gcfg.Voters = cfg.Raft.Voters
 		}
+		if cfg.Raft.VotersPerRegion != 0 {
+			gcfg.VotersPerRegion = cfg.Raft.VotersPerRegion
+		}
+		if cfg.Raft.VoterDownAfter != 0 {
+			gcfg.VoterDownAfter = cfg.Raft.VoterDownAfter
+		}
+		if cfg.Raft.RemoveDownAfter != 0 {
+			gcfg.RemoveDownAfter = cfg.Raft.RemoveDownAfter
+		}
 		if cfg.Raft.WAN {
 			gcfg.Timing = global.WANTiming()
 		}
@@ -348,7 +410,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		gcfg.PolicyValidator, gcfg.PolicyCompiler, gcfg.Stranded = PolicyValidator, PolicyCompiler, PolicyStranded
 		gcfg.Liveness = mr.liveness
-		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "raft")
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
 		gcfg.Now = c.now
 		gcfg.Insecure = cfg.Insecure
 		if mr.audit != nil {
@@ -447,14 +509,23 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		if cfg.Gossip.Label != "" {
 			gcfg.Label = cfg.Gossip.Label
 		}
-		gcfg.ForwardAddr = c.PublicURL()
+		// Advertised once the controller can serve (advertise).
+		gcfg.ForwardAddr = ""
 		for a, row := range cfg.Gossip.StaticRTT {
 			for b, d := range row {
 				gcfg.StaticRTT = append(gcfg.StaticRTT, gossip.StaticRTT{A: a, B: b, RTT: d})
 			}
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
-		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log.With("component", "gossip")
+		share, err := newReplicaShare(c.Registry, c.Decider.Sessions(), time.Now, c.log.With("component", "replicas"), c.Metrics)
+		if err != nil {
+			return err
+		}
+		gcfg.Replicas = share
+		if cfg.Gossip.ReplicaInterval > 0 {
+			gcfg.ReplicaInterval = cfg.Gossip.ReplicaInterval
+		}
+		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
 		gcfg.Now, gcfg.WrapTransport = c.now, c.deps.WrapGossipTransport
 		gcfg.Rejoin = c.rejoinAddrs
 		node, err := gossip.Open(ctx, gcfg)
@@ -463,7 +534,9 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		}
 		mr.gossip = node
 		mr.gossipRef.Store(node)
+		mr.regionGen = node.RegionGeneration
 		c.goRun("summary", func() error { return c.runSummaries(run, cfg.SummaryInterval) })
+		c.goRun("advertise", func() error { return c.advertise(run) })
 	}
 
 	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken, HopByCertificate: c.tls != nil}
@@ -540,6 +613,7 @@ func fastGossip(g *gossip.Config) {
 	g.SyncInterval, g.PullRetry = 100*time.Millisecond, 500*time.Millisecond
 	g.RetryJoinInterval = 500 * time.Millisecond
 	g.SuspicionMult = 6
+	g.ReplicaInterval = 100 * time.Millisecond
 }
 
 // applyBootstrapPolicy applies the configured policy once the new cluster
@@ -578,8 +652,47 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if err := c.publishSummary(); err != nil {
-			c.log.Warn("summary not published", "err", err)
+		// A summary of an index still catching up with the topic would
+		// tell the other regions this region holds less than it does, and
+		// with several replicas per region the newest summary wins: publish
+		// only once caught up (which also marks this controller, in its
+		// digest, as one to forward to).
+		// One replica per region publishes (PublishesForRegion): they hold
+		// the same index, and each summary is pulled by every controller of
+		// every other region.
+		if c.Ingester.CaughtUp() && c.mr.gossip.PublishesForRegion(3*every) {
+			if err := c.publishSummary(); err != nil {
+				c.log.Warn("summary not published", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// advertise keeps this controller's forward address in its gossip digest
+// once its index has caught up with the topic (a replica that has just
+// started cannot serve yet: the other regions must not forward to it), and
+// withdraws it while the index is rebuilt (a broker reset). A stopping
+// controller keeps it until it leaves the pool: it still takes requests
+// during its drain delay, and once its listener has closed a forward is
+// refused and goes to another replica. The controller is ready only once
+// it advertises (readiness).
+func (c *Controller) advertise(ctx context.Context) error {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		addr := ""
+		if c.Ingester.CaughtUp() {
+			addr = c.PublicURL()
+		}
+		if err := c.mr.gossip.SetForwardAddr(addr); err != nil {
+			c.log.Warn("forward address not advertised", "err", err)
+		} else {
+			c.advertised.Store(addr != "")
 		}
 		c.rememberGossipPeers()
 		select {
@@ -613,7 +726,7 @@ func (c *Controller) publishSummary() error {
 			models[info.Model] = true
 		}
 	}
-	in := summary.Input{Region: c.cfg.Region, Generation: c.mr.nextGeneration(), BuiltAt: now, BlockSize: c.cfg.BlockSize}
+	in := summary.Input{Region: c.cfg.Region, Generation: c.mr.nextGeneration(c.log), BuiltAt: now, BlockSize: c.cfg.BlockSize}
 	for m := range models {
 		in.Models = append(in.Models, m)
 	}
@@ -691,6 +804,34 @@ func (c *Controller) closeMulti(ctx context.Context) error {
 	}
 	if mr.adminS != nil {
 		errs = append(errs, mr.adminS.Shutdown(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+// killMulti stops the cross-region components as a crash would: gossip
+// without leaving the pool, Raft without handing leadership over, the
+// audit log without publishing its last checkpoint.
+func (c *Controller) killMulti() error {
+	mr := c.mr
+	if mr == nil {
+		return nil
+	}
+	var errs []error
+	if mr.gossip != nil {
+		errs = append(errs, mr.gossip.Kill())
+	}
+	mr.sink.node.Store(nil)
+	if mr.node != nil {
+		errs = append(errs, mr.node.Kill())
+	}
+	if mr.audit != nil {
+		// Its segment is closed as the process's exit would close it; the
+		// checkpoint it would publish has nowhere to go (the sink is
+		// cleared), which is what a crash leaves too.
+		_ = mr.audit.Close()
+	}
+	if mr.adminS != nil {
+		errs = append(errs, mr.adminS.Close())
 	}
 	return errors.Join(errs...)
 }

@@ -67,7 +67,18 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokeni
 	if p == nil {
 		return
 	}
-	s.routeAndServe(w, r, p, api)
+	tw := &trackWriter{ResponseWriter: w}
+	s.routeAndServe(tw, r, p, api)
+	if !tw.wrote && s.handingBack.Load() {
+		// The controller is stopping and its grace period is over: the
+		// request got no byte of an answer, so the client may send it
+		// again, to another replica.
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Connection", "close")
+		s.fail(w, api, http.StatusServiceUnavailable, "shutting_down",
+			"this controller is shutting down and did not answer within its grace period: retry (another replica takes it)")
+		return
+	}
 	if p.abort {
 		// The upstream failed after part of its answer reached the client:
 		// end the response abnormally (no final chunk), so the client sees
@@ -219,6 +230,9 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	hdr := http.Header{"X-Meridian-Pod": {pod.Name}}
 	out := http.Header{"X-Meridian-Pod": {pod.Name}, "X-Meridian-Predicted-Cached-Tokens": {strconv.Itoa(d.CachedTokens)},
 		"X-Meridian-Region": {s.topo.Region}}
+	if s.id != "" {
+		out[HeaderController] = []string{s.id}
+	}
 	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name,
 		limits{firstByte: s.cfg.FirstByteTimeout}, func(status int) {
 			ttft := s.now().Sub(p.started)
@@ -491,3 +505,27 @@ func (u *usageSniffer) result() *usage {
 	}
 	return nil
 }
+
+// trackWriter records whether anything of the answer was written.
+type trackWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (t *trackWriter) WriteHeader(code int) {
+	t.wrote = true
+	t.ResponseWriter.WriteHeader(code)
+}
+
+func (t *trackWriter) Write(b []byte) (int, error) {
+	t.wrote = true
+	return t.ResponseWriter.Write(b)
+}
+
+func (t *trackWriter) Flush() {
+	if f, ok := t.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (t *trackWriter) Unwrap() http.ResponseWriter { return t.ResponseWriter }

@@ -181,12 +181,12 @@ func (c *Controller) openSecurity(ctx context.Context) error {
 		}
 	}
 	if c.cfg.TLS != nil {
-		if c.tls, err = identity.Open(ctx, *c.cfg.TLS, identity.Deps{Logger: c.log.With("component", "tls"), Registerer: c.Metrics}); err != nil {
+		if c.tls, err = identity.Open(ctx, *c.cfg.TLS, identity.Deps{Logger: c.log, Registerer: c.Metrics}); err != nil {
 			return fmt.Errorf("tls: %w", err)
 		}
 	}
 	if c.cfg.Auth.enabled() {
-		if c.auth, err = OpenClientAuth(ctx, c.cfg.Auth, c.log.With("component", "auth"), c.Metrics); err != nil {
+		if c.auth, err = OpenClientAuth(ctx, c.cfg.Auth, c.log, c.Metrics); err != nil {
 			return err
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -167,6 +168,11 @@ type Server struct {
 	now        func() time.Time
 	mux        *http.ServeMux
 	topo       Topology
+	id         string // this controller's id (X-Meridian-Controller)
+	// handingBack is set when a graceful stop's grace period is over: the
+	// requests still without an answer are cancelled and answered 503
+	// shutting_down (retryable) instead of being cut.
+	handingBack atomic.Bool
 	// auditHealth: how the audit log's writes have been going (/readyz).
 	auditHealth auditHealth
 	// fwd is the prefill this controller forwarded to other regions that
@@ -198,6 +204,10 @@ type ServerDeps struct {
 	// PeerTransport carries requests forwarded to other regions'
 	// controllers (mutual TLS when the controller has TLS); nil: Transport.
 	PeerTransport http.RoundTripper
+	// ControllerID names this controller in the X-Meridian-Controller
+	// header of the answers its pods give (with several replicas per
+	// region, which one served); "": no header.
+	ControllerID string
 }
 
 // NewServer builds the API.
@@ -231,7 +241,7 @@ func NewServer(cfg ServerConfig, deps ServerDeps) (*Server, error) {
 	}
 	s := &Server{cfg: cfg, dec: deps.Decider, reg: reg, prompts: deps.Prompts, calib: deps.Calibrator, log: log, m: m,
 		ready: deps.Ready, now: now, client: &http.Client{Transport: transport}, peerClient: &http.Client{Transport: peer},
-		auth: deps.Auth, mux: http.NewServeMux()}
+		auth: deps.Auth, mux: http.NewServeMux(), id: deps.ControllerID}
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })
 	s.mux.HandleFunc("POST /v1/route", s.serveRoute)

@@ -13,17 +13,13 @@ import (
 	"github.com/meridian-llm/meridian/global/audit"
 )
 
-// Exit status of "audit verify" when it finds tampering (1 is "could not
-// run", 2 a usage error).
-const auditVerifyFailed = 3
-
 // auditCommand builds "meridian audit"; extra subcommands are appended.
 func auditCommand(extra ...*cli.Command) *cli.Command {
 	return &cli.Command{
 		Name:  "audit",
 		Usage: "query, follow and verify the hash-chained audit log of cross-region decisions and privileged actions",
 		Subcommands: append([]*cli.Command{
-			auditQueryCommand(), auditTailCommand(), auditVerifyCommand(), auditHashCommand(),
+			auditQueryCommand(), auditTailCommand(), auditVerifyCommand(), auditHashCommand(), auditCheckpointsCommand(),
 		}, extra...),
 	}
 }
@@ -33,10 +29,16 @@ func auditCommand(extra ...*cli.Command) *cli.Command {
 func auditSourceFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
-		&cli.StringSliceFlag{Name: "controllers", EnvVars: []string{"MERIDIAN_CONTROLLERS"}, Usage: "admin URLs of controllers to ask instead of --dir (repeat or comma-separate); records are merged in time order"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token for --controllers"},
-		&cli.StringFlag{Name: "hmac-key-file", EnvVars: []string{"MERIDIAN_AUDIT_HMAC_KEY_FILE"}, Usage: "file holding the audit HMAC key (needed for --tenant)"},
+		&cli.StringSliceFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API `URL`s of the controllers to ask instead of --dir (repeat or comma-separate); records are merged in time order"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_ADMIN_TOKEN"}, Usage: "admin bearer token for --admin"},
+		hmacKeyFileFlag("needed for --tenant"),
 	}, tlsClientFlags()...)
+}
+
+// hmacKeyFileFlag is --hmac-key-file; without it the key is taken from
+// MERIDIAN_AUDIT_KEY, as the controller takes it (auditHasher).
+func hmacKeyFileFlag(why string) cli.Flag {
+	return &cli.StringFlag{Name: "hmac-key-file", Usage: "`FILE` holding the audit HMAC key as the controller's audit.hmac_key is written (default: $MERIDIAN_AUDIT_KEY, the key itself, as the controller reads it); " + why}
 }
 
 func auditFilterFlags() []cli.Flag {
@@ -44,7 +46,7 @@ func auditFilterFlags() []cli.Flag {
 		&cli.StringFlag{Name: "region", Usage: "records whose origin or chosen region is `REGION`"},
 		&cli.StringFlag{Name: "tenant", Usage: "records of raw tenant id `ID` (compared by its HMAC)"},
 		&cli.StringSliceFlag{Name: "kind", Usage: "record kind (cross_region, residency_denied, forwarded_in, fallback, or admin_action: policy applies, failovers, membership changes, key rotation); repeat or comma-separate"},
-		&cli.StringFlag{Name: "controller", Usage: "only this controller's chain"},
+		&cli.StringFlag{Name: "controller-id", Usage: "only the chain of controller `ID`"},
 		&cli.BoolFlag{Name: "json", Usage: "print each record as its canonical JSON line"},
 	}
 }
@@ -62,9 +64,9 @@ func auditDir(c *cli.Context) (string, error) {
 }
 
 func auditSource(c *cli.Context) (audit.Source, error) {
-	if urls := c.StringSlice("controllers"); len(urls) > 0 {
+	if urls := c.StringSlice("admin"); len(urls) > 0 {
 		if c.String("dir") != "" {
-			return nil, usageError("audit %s: give --dir or --controllers, not both", c.Command.Name)
+			return nil, usageError("audit %s: give --dir or --admin, not both", c.Command.Name)
 		}
 		hc, err := tlsHTTPClient(c)
 		if err != nil {
@@ -85,25 +87,40 @@ func auditSource(c *cli.Context) (audit.Source, error) {
 		return nil, err
 	}
 	src := &audit.DirSource{Dir: dir, PollInterval: c.Duration("poll")}
-	if path := c.String("hmac-key-file"); path != "" {
-		h, err := auditHasher(path)
-		if err != nil {
-			return nil, err
-		}
-		src.Hasher = h
+	h, err := auditHasher(c)
+	if err != nil {
+		return nil, err
 	}
+	src.Hasher = h
 	return src, nil
 }
 
-// auditHasher reads an HMAC key file (its bytes, without a trailing newline).
-func auditHasher(path string) (*audit.Hasher, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, usageError("--hmac-key-file: %v", err)
+// auditKeyEnv holds the audit HMAC key itself: the variable the controller
+// reads it from (regional.Config.ApplyEnv).
+const auditKeyEnv = "MERIDIAN_AUDIT_KEY"
+
+// auditHasher is the audit HMAC key from --hmac-key-file (its bytes, without
+// a trailing newline) or else from MERIDIAN_AUDIT_KEY, decoded as the
+// controller decodes it; nil when neither is given.
+func auditHasher(c *cli.Context) (*audit.Hasher, error) {
+	src, raw := auditKeyEnv, os.Getenv(auditKeyEnv)
+	if path := c.String("hmac-key-file"); path != "" {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil, usageError("--hmac-key-file: %v", err)
+		}
+		src, raw = "--hmac-key-file "+path, string(bytes.TrimRight(b, "\r\n"))
 	}
-	h, err := audit.NewHasher(bytes.TrimRight(b, "\r\n"))
+	if raw == "" {
+		return nil, nil
+	}
+	key, err := audit.DecodeKey(raw)
 	if err != nil {
-		return nil, usageError("--hmac-key-file %s: %v", path, err)
+		return nil, usageError("%s: %v", src, err)
+	}
+	h, err := audit.NewHasher(key)
+	if err != nil {
+		return nil, usageError("%s: %v", src, err)
 	}
 	return h, nil
 }
@@ -111,7 +128,7 @@ func auditHasher(path string) (*audit.Hasher, error) {
 // auditQuery builds the query from the filter flags (and --from, --to,
 // --limit where the command has them).
 func auditQuery(c *cli.Context) (audit.Query, error) {
-	q := audit.Query{Region: c.String("region"), Tenant: c.String("tenant"), Controller: c.String("controller"), Limit: c.Int("limit")}
+	q := audit.Query{Region: c.String("region"), Tenant: c.String("tenant"), Controller: c.String("controller-id"), Limit: c.Int("limit")}
 	now := time.Now()
 	for _, f := range []struct {
 		name string
@@ -131,8 +148,8 @@ func auditQuery(c *cli.Context) (audit.Query, error) {
 	if err := q.Validate(); err != nil {
 		return q, usageError("%v", err)
 	}
-	if q.Tenant != "" && c.String("hmac-key-file") == "" {
-		return q, usageError("--tenant needs the audit HMAC key: pass --hmac-key-file (or MERIDIAN_AUDIT_HMAC_KEY_FILE)")
+	if q.Tenant != "" && c.String("hmac-key-file") == "" && os.Getenv(auditKeyEnv) == "" {
+		return q, usageError("--tenant needs the audit HMAC key: pass --hmac-key-file (or set %s)", auditKeyEnv)
 	}
 	return q, nil
 }
@@ -149,9 +166,6 @@ func auditQueryCommand() *cli.Command {
 			&cli.IntFlag{Name: "limit", Usage: "at most `N` records"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usageError("audit query takes no arguments, got %q", c.Args().Slice())
-			}
 			q, err := auditQuery(c)
 			if err != nil {
 				return err
@@ -180,9 +194,6 @@ func auditTailCommand() *cli.Command {
 			&cli.DurationFlag{Name: "poll", Value: 500 * time.Millisecond, Usage: "how often to look for new records"},
 		),
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usageError("audit tail takes no arguments, got %q", c.Args().Slice())
-			}
 			if c.Duration("poll") <= 0 {
 				return usageError("--poll %s must be positive", c.Duration("poll"))
 			}
@@ -212,15 +223,10 @@ func auditVerifyCommand() *cli.Command {
 			"1 when the log cannot be read, 2 on a usage error.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "dir", Usage: "audit directory: a root with one directory per controller, or one controller's directory"},
-			&cli.StringFlag{Name: "checkpoints", Usage: "checkpoints as JSON lines (exported from the Raft tier)"},
-			&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin URL of a controller: read the checkpoints from the Raft tier (instead of --checkpoints)"},
-			&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token for --admin"},
+			&cli.StringFlag{Name: "checkpoints", Usage: "`FILE` of checkpoints as JSON lines (meridian audit checkpoints export writes it)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the report as JSON"},
-		}, tlsClientFlags()...),
+		}, adminConnFlags()...),
 		Action: func(c *cli.Context) error {
-			if c.NArg() > 0 {
-				return usageError("audit verify takes no arguments, got %q", c.Args().Slice())
-			}
 			dir, err := auditDir(c)
 			if err != nil {
 				return err
@@ -230,13 +236,14 @@ func auditVerifyCommand() *cli.Command {
 			case path != "" && admin != "":
 				return usageError("audit verify: give --checkpoints or --admin, not both")
 			case admin != "":
-				hc, err := tlsHTTPClient(c)
+				cl, ctx, cancel, err := globalClient(c)
 				if err != nil {
 					return err
 				}
-				l, err := global.NewClient(admin, c.String("token"), hc).Checkpoints(c.Context, "", global.ReadOptions{Consistent: true})
+				l, err := cl.Checkpoints(ctx, "", global.ReadOptions{Consistent: true})
+				cancel()
 				if err != nil {
-					return fmt.Errorf("audit verify: checkpoints from %s: %w", admin, err)
+					return globalError(c, fmt.Errorf("checkpoints from %s: %w", admin, err))
 				}
 				cps = raftCheckpoints(l)
 			case path != "":
@@ -262,23 +269,11 @@ func auditVerifyCommand() *cli.Command {
 				return err
 			}
 			if !rep.OK() {
-				return &exitError{code: auditVerifyFailed, err: fmt.Errorf("audit verify: %d problems in %s", len(rep.Problems), dir)}
+				return &exitError{code: exitVerification, err: fmt.Errorf("audit verify: %d problems in %s", len(rep.Problems), dir)}
 			}
 			return nil
 		},
 	}
-}
-
-// raftCheckpoints converts the Raft tier's checkpoint list to the audit
-// package's form.
-func raftCheckpoints(l global.CheckpointList) []audit.Checkpoint {
-	var out []audit.Checkpoint
-	for _, list := range l.Checkpoints {
-		for _, c := range list {
-			out = append(out, c.AuditCheckpoint())
-		}
-	}
-	return out
 }
 
 func auditHashCommand() *cli.Command {
@@ -286,7 +281,7 @@ func auditHashCommand() *cli.Command {
 		Name:  "hash",
 		Usage: "print the HMAC stored for a tenant or session id (to search the files with other tools)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "hmac-key-file", EnvVars: []string{"MERIDIAN_AUDIT_HMAC_KEY_FILE"}, Usage: "file holding the audit HMAC key", Required: true},
+			hmacKeyFileFlag("the key the controllers hash with"),
 			&cli.StringFlag{Name: "tenant", Usage: "raw tenant id"},
 			&cli.StringFlag{Name: "session", Usage: "raw session id"},
 		},
@@ -295,9 +290,12 @@ func auditHashCommand() *cli.Command {
 			if (tenant == "") == (session == "") {
 				return usageError("audit hash: give exactly one of --tenant and --session")
 			}
-			h, err := auditHasher(c.String("hmac-key-file"))
+			h, err := auditHasher(c)
 			if err != nil {
 				return err
+			}
+			if h == nil {
+				return usageError("audit hash: the audit HMAC key is required: pass --hmac-key-file (or set %s)", auditKeyEnv)
 			}
 			out := h.Tenant(tenant)
 			if session != "" {

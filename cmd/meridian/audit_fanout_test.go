@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
@@ -51,9 +54,74 @@ func TestAgainstFleet(t *testing.T) {
 			t.Fatalf("audit verify --admin: %v\n%s", err, out)
 		}
 	})
+	t.Run("audit checkpoints export", func(t *testing.T) { testCheckpointsExport(t, f, urls[1]) })
 }
 
-// audit query --controllers fans out over the controllers' admin APIs.
+// audit checkpoints export writes what audit verify --checkpoints reads: the
+// export of the sealed logs' checkpoints verifies them, and catches a tail
+// cut after the export that a verify without checkpoints cannot see.
+func testCheckpointsExport(t *testing.T, f *fleet.Fleet, admin string) {
+	exported, errOut, err := runApp(t, "audit", "checkpoints", "export", "--admin", admin, "--token", f.AdminToken)
+	if err != nil || !strings.Contains(errOut, "checkpoints of ") {
+		t.Fatalf("export: %v\n%s", err, errOut)
+	}
+	file := filepath.Join(t.TempDir(), "checkpoints.jsonl")
+	if err := os.WriteFile(file, []byte(exported), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cps, err := audit.ReadCheckpointsFile(file)
+	if err != nil {
+		t.Fatalf("the export does not read back: %v\n%s", err, exported)
+	}
+	if n := strings.Count(exported, "\n"); n != len(cps) {
+		t.Fatalf("%d checkpoints read back from %d lines", len(cps), n)
+	}
+	// The export verifies the logs exactly as the Raft tier's checkpoints do.
+	verified, errOut, err := runApp(t, "audit", "verify", "--dir", f.AuditDir(), "--checkpoints", file)
+	if err != nil || !strings.Contains(verified, "0 problems") || strings.Contains(errOut, "no --checkpoints") {
+		t.Fatalf("verify --checkpoints of the export: %v\n%s%s", err, verified, errOut)
+	}
+	viaAdmin, _, err := runApp(t, "audit", "verify", "--dir", f.AuditDir(), "--admin", admin, "--token", f.AdminToken)
+	if err != nil || viaAdmin != verified {
+		t.Fatalf("verify --admin says\n%s\nverify --checkpoints of the export says\n%s", viaAdmin, verified)
+	}
+	// Every controller has checkpoints, and --controller-id exports exactly
+	// its lines of the whole export.
+	byController := map[string]string{}
+	last := map[string]audit.Checkpoint{}
+	for i, line := range strings.SplitAfter(exported, "\n")[:len(cps)] {
+		byController[cps[i].Controller] += line
+		last[cps[i].Controller] = cps[i]
+	}
+	for id, want := range byController {
+		one, _, err := runApp(t, "audit", "checkpoints", "export", "--admin", admin, "--token", f.AdminToken, "--controller-id", id)
+		if err != nil || one != want {
+			t.Fatalf("export --controller-id %s: %v\n%s\nwant\n%s", id, err, one, want)
+		}
+	}
+
+	// Cut the last record of one chain: without checkpoints the shorter
+	// chain looks intact, against the export it is a verification failure.
+	victim := last[cps[0].Controller]
+	seg := filepath.Join(f.AuditDir(), victim.Controller, victim.Segment)
+	b, err := os.ReadFile(seg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(strings.TrimSuffix(string(b), "\n"), "\n")
+	if err := os.WriteFile(seg, []byte(strings.Join(lines[:len(lines)-1], "")), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if out, _, err := runApp(t, "audit", "verify", "--dir", f.AuditDir()); err != nil {
+		t.Fatalf("without checkpoints the cut chain should still verify: %v\n%s", err, out)
+	}
+	out, _, err := runApp(t, "audit", "verify", "--dir", f.AuditDir(), "--checkpoints", file)
+	if code := exitCode(err); code != exitVerification || !strings.Contains(out, victim.Controller) {
+		t.Fatalf("verify of a cut chain against the export: exit %d (want %d)\n%s", code, exitVerification, out)
+	}
+}
+
+// audit query --admin fans out over the controllers' admin APIs.
 func testAuditQueryFansOut(t *testing.T, f *fleet.Fleet, urls []string) {
 	body, _ := json.Marshal(map[string]any{"model": "meridian/sim-70b", "max_tokens": 1,
 		"messages": []map[string]string{{"role": "user", "content": "records of a patient"}}})
@@ -69,14 +137,14 @@ func testAuditQueryFansOut(t *testing.T, f *fleet.Fleet, urls []string) {
 	if resp.StatusCode != 200 || id == "" || resp.Header.Get("X-Meridian-Forwarded-To") != "eu-west-1" {
 		t.Fatalf("EU PHI from us-east-1: %d, decision %q, to %q", resp.StatusCode, id, resp.Header.Get("X-Meridian-Forwarded-To"))
 	}
-	out, _, err := runApp(t, "audit", "query", "--controllers", strings.Join(urls, ","), "--token", f.AdminToken, "--kind", "cross_region", "--json")
+	out, _, err := runApp(t, "audit", "query", "--admin", strings.Join(urls, ","), "--token", f.AdminToken, "--kind", "cross_region", "--json")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if strings.Count(out, id) != 1 || !strings.Contains(out, `"region":"eu-west-1"`) {
 		t.Fatalf("the cross-region decision %s is not listed once:\n%s", id, out)
 	}
-	if _, _, err := runApp(t, "audit", "query", "--controllers", urls[0], "--token", "wrong", "--kind", "cross_region"); err == nil {
+	if _, _, err := runApp(t, "audit", "query", "--admin", urls[0], "--token", "wrong", "--kind", "cross_region"); err == nil {
 		t.Fatal("a wrong token was accepted")
 	}
 }

@@ -76,7 +76,7 @@ func TestAuditVerifyCLI(t *testing.T) {
 	b, _ := os.ReadFile(seg)
 	os.WriteFile(seg, bytes.Replace(b, []byte(`"pod":"pod-1"`), []byte(`"pod":"pod-2"`), 1), 0o640)
 	out, errOut, code := runAudit(t, "verify", "--dir", root, "--checkpoints", cps)
-	if code != auditVerifyFailed || !strings.Contains(out, "PROBLEM edited: eu-west-1-a/"+audit.SegmentName(1)+" line 1 (seq 1)") ||
+	if code != exitVerification || !strings.Contains(out, "PROBLEM edited: eu-west-1-a/"+audit.SegmentName(1)+" line 1 (seq 1)") ||
 		!strings.Contains(errOut, "1 problems") {
 		t.Fatalf("verify of an edited log: code %d\n%s\n%s", code, out, errOut)
 	}
@@ -85,7 +85,7 @@ func TestAuditVerifyCLI(t *testing.T) {
 		OK       bool            `json:"ok"`
 		Problems []audit.Problem `json:"problems"`
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != auditVerifyFailed || rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Line != 1 {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != exitVerification || rep.OK || len(rep.Problems) != 1 || rep.Problems[0].Line != 1 {
 		t.Fatalf("json report: %v %+v\n%s", err, rep, out)
 	}
 }
@@ -104,7 +104,9 @@ func TestAuditVerifyCLIErrors(t *testing.T) {
 		{[]string{"verify", "--dir", root, "--checkpoints", bad}, 2, "line 1"},
 		{[]string{"verify", "--dir", root, "--checkpoints", filepath.Join(root, "missing")}, 2, "no such file"},
 		{[]string{"verify", "--dir", t.TempDir()}, 1, "no audit segments"},
-		{[]string{"verify", "--dir", root, "extra"}, 2, "takes no arguments"},
+		{[]string{"verify", "--dir", root, "extra"}, 2, "unexpected arguments"},
+		{[]string{"checkpoints", "export", "--token", "t"}, 2, "--admin (or MERIDIAN_ADMIN) is required"},
+		{[]string{"checkpoints", "export", "--admin", "https://127.0.0.1:1", "--token", "t", "out.jsonl"}, 2, "unexpected arguments"},
 	} {
 		_, errOut, code := runAudit(t, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.msg) {
@@ -138,7 +140,7 @@ func TestAuditQueryCLI(t *testing.T) {
 	if out, _, code := runAudit(t, "query", "--dir", root, "--from", future); code != 0 || out != "" {
 		t.Fatalf("future range: code %d %q", code, out)
 	}
-	if out, _, code := runAudit(t, "query", "--dir", root, "--from", "1h", "--to", future, "--controller", "us-east-1-a"); code != 0 || strings.Count(out, "\n") != 10 {
+	if out, _, code := runAudit(t, "query", "--dir", root, "--from", "1h", "--to", future, "--controller-id", "us-east-1-a"); code != 0 || strings.Count(out, "\n") != 10 {
 		t.Fatalf("last hour of one controller: code %d\n%s", code, out)
 	}
 	for _, tc := range []struct {

@@ -31,16 +31,13 @@ func authKeygenCommand() *cli.Command {
 			&cli.StringFlag{Name: "tenant", Usage: "the tenant the key belongs to"},
 			&cli.StringFlag{Name: "data-classes", Usage: "comma-separated data classes the key may send"},
 			&cli.StringFlag{Name: "default-data-class", Usage: "data class of requests that name none (one of --data-classes)"},
-			&cli.BoolFlag{Name: "json", Usage: "print {\"key\": ..., \"sha256\": ...}"},
+			&cli.BoolFlag{Name: "json", Usage: "print JSON: {\"key\": ..., \"sha256\": ...}"},
 		},
 		Action: runAuthKeygen,
 	}
 }
 
 func runAuthKeygen(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("auth keygen: unexpected arguments %q", c.Args().Slice())
-	}
 	name, tenant := c.String("name"), c.String("tenant")
 	if (name == "") != (tenant == "") {
 		return usageError("auth keygen: --name and --tenant go together")

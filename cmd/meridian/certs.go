@@ -46,9 +46,6 @@ func certsInitCommand() *cli.Command {
 }
 
 func runCertsInit(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("certs init: unexpected arguments %q", c.Args().Slice())
-	}
 	dir := c.String("dir")
 	if dir == "" {
 		return usageError("certs init: --dir is required")

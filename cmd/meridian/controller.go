@@ -62,7 +62,7 @@ func controllerConfig(c *cli.Context) (regional.Config, error) {
 	if path := c.String("config"); path != "" {
 		var err error
 		if cfg, err = regional.LoadConfig(path); err != nil {
-			return cfg, err
+			return cfg, usageError("controller: %w", err)
 		}
 	}
 	if v := c.String("region"); v != "" {

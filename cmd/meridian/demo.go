@@ -13,7 +13,7 @@ import (
 
 // Exit status of "demo" when the run broke an invariant (a request served
 // outside its allowed regions, or an audit log that does not verify).
-const demoInvariantBroken = 3
+const demoInvariantBroken = exitVerification
 
 // demoCommand is `meridian demo`: a whole multi-region system on loopback,
 // with traffic, a failover and a live table.
@@ -22,10 +22,12 @@ func demoCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "demo",
 		Usage: "run 3 regions on loopback (broker, simulated pods, Raft, gossip, audit) with live traffic and a failover",
-		Description: "Starts us-east-1, us-west-2 and eu-west-1 in this process, sends multi-turn sessions from every\n" +
-			"region (an EU health tenant's PHI entering in the US, public EU traffic, embargoed tenants), shows a\n" +
-			"live table and a status page, fails a region over and recovers it, then verifies the audit logs\n" +
-			"against the Raft checkpoints and prints where to look next. State is kept in --dir.\n" +
+		Description: "Starts us-east-1, us-west-2 and eu-west-1 in this process, each with --replicas controllers behind\n" +
+			"a load balancer, sends multi-turn sessions from every region (an EU health tenant's PHI entering in\n" +
+			"the US, public EU traffic, embargoed tenants), shows a live table and a status page, kills one\n" +
+			"controller replica and starts it again, fails a region over and recovers it, then verifies the\n" +
+			"audit logs of every replica against the Raft checkpoints and prints where to look next. State is\n" +
+			"kept in --dir.\n" +
 			"Exit status: 0; 1 on error or when a request failed unexpectedly; 2 on a usage error; 3 when a\n" +
 			"request was served outside the regions the residency policy allows or the audit logs do not verify.",
 		Flags: []cli.Flag{
@@ -38,6 +40,9 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "status-addr", Value: d.StatusAddr, Usage: "status page address (another port if taken; empty = none)"},
 			&cli.IntFlag{Name: "sessions", Value: d.Sessions, Usage: "concurrent client sessions"},
 			&cli.IntFlag{Name: "pods-per-region", Value: d.PodsPerRegion, Usage: "simulated pods per region"},
+			&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "controller replicas per region, behind the traffic's load balancer"},
+			&cli.DurationFlag{Name: "replica-kill-after", Value: d.ReplicaKillAfter, Usage: "kill one replica abruptly this long after start; negative = none (default: before the failover, fitted into --duration)"},
+			&cli.DurationFlag{Name: "replica-down-for", Value: d.ReplicaDownFor, Usage: "start the killed replica again this long after the kill"},
 			&cli.IntFlag{Name: "cache-blocks", Value: d.CacheBlocks, Usage: "KV-cache capacity of each pod in 16-token blocks"},
 			&cli.Float64Flag{Name: "time-scale", Value: d.TimeScale, Usage: "multiply the pods' modelled prefill and decode times"},
 			&cli.DurationFlag{Name: "refresh", Value: d.Refresh, Usage: "live table refresh period on a terminal"},
@@ -49,9 +54,6 @@ func demoCommand() *cli.Command {
 }
 
 func runDemo(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("demo: unexpected argument %q", c.Args().First())
-	}
 	cfg := demo.DefaultConfig()
 	cfg.Duration = c.Duration("duration")
 	cfg.FailoverAfter = c.Duration("failover-after")
@@ -62,6 +64,9 @@ func runDemo(c *cli.Context) error {
 	cfg.StatusAddr = c.String("status-addr")
 	cfg.Sessions = c.Int("sessions")
 	cfg.PodsPerRegion = c.Int("pods-per-region")
+	cfg.Replicas = c.Int("replicas")
+	cfg.ReplicaKillAfter = c.Duration("replica-kill-after")
+	cfg.ReplicaDownFor = c.Duration("replica-down-for")
 	cfg.CacheBlocks = c.Int("cache-blocks")
 	cfg.TimeScale = c.Float64("time-scale")
 	cfg.Refresh = c.Duration("refresh")
@@ -71,6 +76,7 @@ func runDemo(c *cli.Context) error {
 		cfg.Duration = 0
 	}
 	fitFailover(&cfg, c.IsSet("failover-after"), c.IsSet("failover-for"))
+	fitReplicaKill(&cfg, c.IsSet("replica-kill-after"), c.IsSet("replica-down-for"))
 	if err := cfg.Validate(); err != nil {
 		return usageError("demo: %w", err)
 	}
@@ -114,6 +120,25 @@ func fitFailover(cfg *demo.Config, afterSet, forSet bool) {
 		cfg.FailoverFor = min(cfg.FailoverFor, d/4)
 	}
 	cfg.FailoverAfter = max(0, (d-cfg.FailoverFor)/2).Truncate(100 * time.Millisecond)
+}
+
+// fitReplicaKill moves a default replica kill into a shorter --duration:
+// unless it ends (with 5 s to spare) before the failover and the end of the
+// run, the kill comes after a fifth of the run and the replica is started
+// again at most a sixth of it later.
+func fitReplicaKill(cfg *demo.Config, afterSet, forSet bool) {
+	d := cfg.Duration
+	limit := d
+	if cfg.FailoverAfter >= 0 {
+		limit = min(limit, cfg.FailoverAfter)
+	}
+	if d <= 0 || afterSet || cfg.ReplicaKillAfter < 0 || cfg.ReplicaKillAfter+cfg.ReplicaDownFor+5*time.Second <= limit {
+		return
+	}
+	if !forSet {
+		cfg.ReplicaDownFor = min(cfg.ReplicaDownFor, d/6).Truncate(100 * time.Millisecond)
+	}
+	cfg.ReplicaKillAfter = (d / 5).Truncate(100 * time.Millisecond)
 }
 
 // isTerminal reports whether w is a terminal that understands ANSI escapes.

@@ -119,6 +119,7 @@ func TestDemoUsageErrors(t *testing.T) {
 		{"--failover-region", "mars-1"},
 		{"--duration", "10s", "--failover-after", "9s"},
 		{"--time-scale", "0"},
+		{"--replicas", "0"},
 		{"--status-addr", "7700"},
 		{"extra"},
 	} {
@@ -151,10 +152,40 @@ func TestFitFailover(t *testing.T) {
 		cfg := demo.DefaultConfig()
 		cfg.Duration, cfg.FailoverAfter, cfg.FailoverFor = tc.duration, tc.after, tc.dur
 		fitFailover(&cfg, tc.afterSet, tc.forSet)
+		fitReplicaKill(&cfg, false, false)
 		if cfg.FailoverAfter != tc.wantAfter || cfg.FailoverFor != tc.wantFo {
 			t.Errorf("%s: failover after %v for %v, want %v for %v", tc.name, cfg.FailoverAfter, cfg.FailoverFor, tc.wantAfter, tc.wantFo)
 		}
 		if tc.duration > 0 && cfg.FailoverAfter >= 0 && !tc.afterSet {
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			}
+		}
+	}
+}
+
+// The default replica kill moves into a shorter run (after a fifth of it,
+// down at most a sixth), and the run validates.
+func TestFitReplicaKill(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		duration           time.Duration
+		afterSet           bool
+		wantAfter, wantFor time.Duration
+	}{
+		{"default fits", 90 * time.Second, false, 40 * time.Second, 10 * time.Second},
+		{"until interrupted", 0, false, 40 * time.Second, 10 * time.Second},
+		{"short run", 30 * time.Second, false, 6 * time.Second, 5 * time.Second},
+		{"--replica-kill-after given", 30 * time.Second, true, 40 * time.Second, 10 * time.Second},
+	} {
+		cfg := demo.DefaultConfig()
+		cfg.Duration = tc.duration
+		fitFailover(&cfg, false, false)
+		fitReplicaKill(&cfg, tc.afterSet, false)
+		if cfg.ReplicaKillAfter != tc.wantAfter || cfg.ReplicaDownFor != tc.wantFor {
+			t.Errorf("%s: kill after %v, down %v; want %v, %v", tc.name, cfg.ReplicaKillAfter, cfg.ReplicaDownFor, tc.wantAfter, tc.wantFor)
+		}
+		if !tc.afterSet {
 			if err := cfg.Validate(); err != nil {
 				t.Errorf("%s: %v", tc.name, err)
 			}

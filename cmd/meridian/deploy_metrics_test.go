@@ -402,8 +402,9 @@ func grafanaVariableMetrics(q string) ([]string, error) {
 
 // --- where assets name metrics ---
 
-// metricUse is one metric name at one place in an asset.
-type metricUse struct{ where, name string }
+// metricUse is one metric name at one place in an asset, with the
+// expression that selects it (empty for a promtool test's input series).
+type metricUse struct{ where, name, expr string }
 
 // ruleMetricUses returns the names selected by the rules' expressions, the
 // names recording rules define, and structural problems.
@@ -438,7 +439,7 @@ func ruleMetricUses(path string, doc map[string]any) (uses []metricUse, recorded
 				problems = append(problems, fmt.Sprintf("%s: %v", where, err))
 			}
 			for _, n := range names {
-				uses = append(uses, metricUse{where, n})
+				uses = append(uses, metricUse{where, n, expr})
 			}
 		}
 	}
@@ -457,7 +458,7 @@ func promtoolTestMetricUses(path string, doc map[string]any) (uses []metricUse, 
 				problems = append(problems, fmt.Sprintf("%s: test %d: series %q: %v %v", path, i, series, names, err))
 				continue
 			}
-			uses = append(uses, metricUse{fmt.Sprintf("%s: test %d input", path, i), names[0]})
+			uses = append(uses, metricUse{fmt.Sprintf("%s: test %d input", path, i), names[0], ""})
 		}
 		for _, a := range asList(tm["alert_rule_test"]) {
 			if name, ok := asMap(a)["alertname"].(string); ok {
@@ -491,7 +492,7 @@ func dashboardMetricUses(path string, b []byte) (uses []metricUse, problems []st
 					problems = append(problems, fmt.Sprintf("%s: expr %q selects no metric", where, expr))
 				}
 				for _, n := range names {
-					uses = append(uses, metricUse{where, n})
+					uses = append(uses, metricUse{where, n, expr})
 				}
 			}
 			for _, x := range v {
@@ -519,7 +520,7 @@ func dashboardMetricUses(path string, b []byte) (uses []metricUse, problems []st
 			problems = append(problems, fmt.Sprintf("%s: %v", where, err))
 		}
 		for _, n := range names {
-			uses = append(uses, metricUse{where, n})
+			uses = append(uses, metricUse{where, n, q})
 		}
 	}
 	return uses, problems

@@ -11,11 +11,14 @@
 // demo.Run, sim.Execute, global's and audit's clients, ...) to do the work.
 //
 // Invariants:
-//   - Only main calls os.Exit. The exit status is 0 on success, 2 for a
-//     usage error (usageError: a bad flag, argument or configuration), 3
-//     when audit verify finds problems or the demo sees a broken invariant,
-//     and 1 for any other failure (dr check's blocking findings and an
-//     invalid policy file included).
+//   - Only main calls os.Exit. Every command speaks one grammar (grammar.go,
+//     `meridian help exit-codes`, `meridian help flags`): exit 0 on success,
+//     1 for findings or a failed operation, 2 for a usage or configuration
+//     error (usageError; urfave/cli's own flag and command errors are
+//     mapped to it), 3 for a verification failure (audit verify finds
+//     tampering, the demo sees a broken invariant). A flag name means one
+//     thing in every command, and a secret the controller also reads comes
+//     from the controller's environment variable.
 //   - Every long-running command stops on SIGINT or SIGTERM through the
 //     context, closing what it opened before returning.
 //   - Secrets (admin tokens, the audit HMAC key) come from flags, files or

@@ -125,7 +125,7 @@ func runDRCheck(c *cli.Context) error {
 		return err
 	}
 	if !rep.OK() {
-		return &exitError{code: 1, err: fmt.Errorf("dr check: %d blocking findings", rep.Counts.Blocking)}
+		return &exitError{code: exitFailed, err: fmt.Errorf("dr check: %d blocking findings", rep.Counts.Blocking)}
 	}
 	return nil
 }
@@ -202,7 +202,7 @@ func runDRManifestInit(c *cli.Context) error {
 		if err := rep.WriteText(c.App.ErrWriter); err != nil {
 			return err
 		}
-		return &exitError{code: 1, err: fmt.Errorf("dr manifest init: %s has %d blocking findings: fix them, or pass --force to record the folder as it is", dir, rep.Counts.Blocking)}
+		return &exitError{code: exitFailed, err: fmt.Errorf("dr manifest init: %s has %d blocking findings: fix them, or pass --force to record the folder as it is", dir, rep.Counts.Blocking)}
 	}
 	b, err := m.Marshal()
 	if err != nil {

@@ -28,7 +28,7 @@ func drDrillCommand() *cli.Command {
 			"or the drill could not run; 2 for usage errors.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller (required)"},
-			&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token (required)"},
+			&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_ADMIN_TOKEN"}, Usage: "admin bearer token (required)"},
 			&cli.StringSliceFlag{Name: "controller", Usage: "`REGION=URL` of a region's controller public API; repeat for every region to probe from (required)"},
 			&cli.StringFlag{Name: "region", Usage: "the region to fail over and recover (required)"},
 			&cli.BoolFlag{Name: "drain", Usage: "drain the region (requests in flight finish) instead of failing it"},
@@ -45,7 +45,7 @@ func drDrillCommand() *cli.Command {
 			&cli.DurationFlag{Name: "back-timeout", Value: def.BackTimeout, Usage: "stop waiting for traffic to come back after this long"},
 			&cli.DurationFlag{Name: "admin-timeout", Value: def.AdminTimeout, Usage: "bound on each admin API call"},
 			&cli.IntFlag{Name: "max-errors", Value: def.MaxErrors, Usage: "fail when more probe requests than this fail (negative: count errors, do not judge them)"},
-			&cli.StringFlag{Name: "reason", Value: def.Reason, Usage: "recorded with the failover and the recovery"},
+			&cli.StringFlag{Name: "reason", Value: def.Reason, Usage: "why, recorded with the failover and the recovery"},
 			&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with the changes (default operator:$USER)"},
 			&cli.StringFlag{Name: "report-md", Usage: "write the Markdown report to `FILE`"},
 			&cli.StringFlag{Name: "report-json", Usage: "write the JSON report to `FILE`"},
@@ -58,9 +58,6 @@ func drDrillCommand() *cli.Command {
 // drDrillConfig builds the drill's config from the flags.
 func drDrillConfig(c *cli.Context) (drill.Config, error) {
 	cfg := drill.DefaultConfig()
-	if c.NArg() > 0 {
-		return cfg, usageError("dr drill: unexpected argument %q (everything is a flag)", c.Args().First())
-	}
 	cfg.Admin = strings.TrimRight(c.String("admin"), "/")
 	cfg.Token = c.String("token")
 	cfg.Region = c.String("region")
@@ -153,7 +150,7 @@ func runDRDrill(c *cli.Context) error {
 				missed = append(missed, fmt.Sprintf("%s %s (target %s)", ch.Name, ch.Measured, ch.Target))
 			}
 		}
-		return &exitError{code: 1, err: fmt.Errorf("dr drill of %s failed: %s", rep.Region, strings.Join(missed, "; "))}
+		return &exitError{code: exitFailed, err: fmt.Errorf("dr drill of %s failed: %s", rep.Region, strings.Join(missed, "; "))}
 	}
 	return nil
 }

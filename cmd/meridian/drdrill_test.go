@@ -14,7 +14,7 @@ import (
 )
 
 func TestDRDrillUsage(t *testing.T) {
-	t.Setenv("MERIDIAN_TOKEN", "")
+	t.Setenv("MERIDIAN_ADMIN_TOKEN", "")
 	t.Setenv("MERIDIAN_ADMIN", "")
 	base := []string{"dr", "drill", "--admin", "http://127.0.0.1:1", "--token", "t", "--region", "us-west-2",
 		"--controller", "us-west-2=http://127.0.0.1:2"}
@@ -32,7 +32,7 @@ func TestDRDrillUsage(t *testing.T) {
 		{append(base, "--probe", "eu-west-1:acme:public"), "no controller URL for origin eu-west-1"},
 		{append(base, "--interval", "0s"), "--interval: 0s, want more than 0"},
 		{append(base, "--target-moved", "10s", "--moved-timeout", "5s"), "--moved-timeout: 5s is shorter than --target-moved 10s"},
-		{append(base, "extra"), `unexpected argument "extra"`},
+		{append(base, "extra"), `unexpected arguments ["extra"]`},
 		{[]string{"dr", "drill", "--admin", "http://127.0.0.1:1", "--token", "t", "--controller", "r=http://127.0.0.1:2"}, "--region: required"},
 	} {
 		_, code, err := runCLI(t, newApp(), c.args...)
@@ -60,7 +60,7 @@ func TestDRDrillCLI(t *testing.T) {
 			t.Errorf("fleet close: %v", err)
 		}
 	})
-	t.Setenv("MERIDIAN_TOKEN", f.AdminToken)
+	t.Setenv("MERIDIAN_ADMIN_TOKEN", f.AdminToken)
 	t.Setenv("MERIDIAN_CA_CERT", f.PKI.CACert) // https, with the fleet's CA
 	args := []string{"dr", "drill", "--admin", f.Region("us-east-1").Controller.AdminURL(), "--hold", "500ms"}
 	for _, r := range f.Regions {

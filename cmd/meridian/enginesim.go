@@ -21,7 +21,7 @@ func engineSimCommand() *cli.Command {
 		Usage: "run a simulated vLLM, SGLang or TensorRT-LLM pod (OpenAI API, prefix cache, KV events to Kafka or ZMQ, engine metrics)",
 		Description: "Serves POST /v1/completions and /v1/chat/completions (SSE with stream: true), GET /v1/models,\n" +
 			"/health and /metrics, POST /reset_prefix_cache, GET/POST /admin/faults and POST\n" +
-			"/admin/faults/release. With --kafka-brokers it publishes its KV events (vLLM msgpack batches,\n" +
+			"/admin/faults/release. With --kafka it publishes its KV events (vLLM msgpack batches,\n" +
 			"key = pod name) to meridian.kv-events.<region>, with PodUp at start and PodDown at exit;\n" +
 			"--kafka-ca and --kafka-sasl-* reach brokers that require TLS and SCRAM, and a broker beyond\n" +
 			"loopback without TLS needs --kafka-insecure. --tls-cert/--tls-key serve https.\n" +
@@ -53,7 +53,7 @@ func engineSimCommand() *cli.Command {
 			&cli.DurationFlag{Name: "decode-interval", Usage: "time between output tokens (default: the profile's)"},
 			&cli.Float64Flag{Name: "load-factor", Value: 1, Usage: "times grow linearly up to this factor at max concurrency"},
 			&cli.StringFlag{Name: "hash-seed", Usage: "engine hash seed, like PYTHONHASHSEED (default: random per start)"},
-			&cli.StringFlag{Name: "kafka-brokers", Usage: "comma-separated Kafka brokers; empty = no publishing"},
+			&cli.StringFlag{Name: "kafka", Aliases: []string{"kafka-brokers"}, Usage: "comma-separated Kafka brokers; empty = no publishing"},
 			&cli.StringFlag{Name: "zmq-endpoint", Usage: "publish KV events over ZMQ PUB as vLLM does, e.g. tcp://*:5557 (instead of Kafka; feed meridian kv-bridge)"},
 			&cli.StringFlag{Name: "zmq-replay", Usage: "ZMQ ROUTER endpoint answering replay requests, e.g. tcp://*:5558"},
 			&cli.StringFlag{Name: "kafka-topic", Usage: "Kafka topic (default meridian.kv-events.<region>)"},
@@ -71,8 +71,8 @@ func engineSimCommand() *cli.Command {
 			&cli.StringFlag{Name: "tls-key", Usage: "PEM `FILE` of the certificate's key"},
 		}, append(kafkaSecurityFlags(), logFlags()...)...),
 		Action: func(c *cli.Context) error {
-			if c.String("zmq-endpoint") != "" && c.String("kafka-brokers") != "" {
-				return usageError("engine-sim: --zmq-endpoint and --kafka-brokers exclude each other")
+			if c.String("zmq-endpoint") != "" && c.String("kafka") != "" {
+				return usageError("engine-sim: --zmq-endpoint and --kafka exclude each other")
 			}
 			cfg, err := engineSimConfig(c)
 			if err != nil {
@@ -137,7 +137,7 @@ func engineSimConfig(c *cli.Context) (enginesim.Config, error) {
 	cfg.HashSeed = c.String("hash-seed")
 	cfg.EventBatchSize = c.Int("event-batch-size")
 	cfg.EventFlushInterval = c.Duration("event-flush-interval")
-	if brokers := c.String("kafka-brokers"); brokers != "" {
+	if brokers := c.String("kafka"); brokers != "" {
 		cfg.Kafka = &enginesim.KafkaConfig{Brokers: strings.Split(brokers, ","), Topic: c.String("kafka-topic"),
 			Security: kafkaSecurity(c, kafkasec.Config{}), Insecure: c.Bool("kafka-insecure")}
 	}

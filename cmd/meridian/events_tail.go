@@ -27,12 +27,15 @@ func eventsTailCommand() *cli.Command {
 			"cannot be decoded is printed with its error (byte offset and reason) and tailing goes on.\n" +
 			"The --kafka-* flags reach brokers that require TLS and SASL, as a controller's kafka section does.",
 		Flags: append([]cli.Flag{
-			&cli.StringFlag{Name: "kafka", Required: true, EnvVars: []string{"MERIDIAN_KAFKA"}, Usage: "comma-separated Kafka brokers"},
-			&cli.StringFlag{Name: "topic", Required: true, Usage: "topic, e.g. meridian.kv-events.us-east-1"},
+			&cli.StringFlag{Name: "kafka", EnvVars: []string{"MERIDIAN_KAFKA"}, Usage: "comma-separated Kafka brokers (required)"},
+			&cli.StringFlag{Name: "topic", Usage: "topic, e.g. meridian.kv-events.us-east-1 (required)"},
 			&cli.BoolFlag{Name: "from-beginning", Usage: "start from the oldest retained message"},
 			&cli.IntFlag{Name: "max", Usage: "stop after this many messages (0: until interrupted)"},
 		}, kafkaSecurityFlags()...),
 		Action: func(c *cli.Context) error {
+			if c.String("kafka") == "" || c.String("topic") == "" {
+				return usageError("events tail: --kafka (or MERIDIAN_KAFKA) and --topic are required")
+			}
 			start := kafka.LastOffset
 			if c.Bool("from-beginning") {
 				start = kafka.FirstOffset

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
@@ -58,12 +59,19 @@ func failoverCommand() *cli.Command {
 // globalAdminFlags are the flags of every command that talks to the global
 // tier's admin API.
 func globalAdminFlags() []cli.Flag {
+	return append(adminConnFlags(),
+		&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with changes (default operator:$USER)"},
+		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
+	)
+}
+
+// adminConnFlags say how to reach the global tier's admin API: the URL, the
+// token, a bound on the call and the TLS options; globalClient reads them.
+func adminConnFlags() []cli.Flag {
 	return append([]cli.Flag{
 		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
-		&cli.StringFlag{Name: "actor", Usage: "who is acting, recorded with changes (default operator:$USER)"},
+		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_ADMIN_TOKEN"}, Usage: "admin bearer token"},
 		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
-		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
 	}, tlsClientFlags()...)
 }
 
@@ -80,23 +88,32 @@ func readOptions(c *cli.Context) global.ReadOptions {
 // globalClient builds the admin API client from the flags, with a context
 // bounded by --timeout.
 func globalClient(c *cli.Context) (*global.Client, context.Context, context.CancelFunc, error) {
-	admin := strings.TrimRight(c.String("admin"), "/")
-	if admin == "" {
-		return nil, nil, nil, usageError("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
-	}
-	if u, err := url.Parse(admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
-	}
-	token := c.String("token")
-	if token == "" {
-		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
-	}
-	hc, err := tlsHTTPClient(c)
+	admin, token, hc, err := adminTarget(c)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	ctx, cancel := context.WithTimeout(c.Context, c.Duration("timeout"))
 	return global.NewClient(admin, token, hc), ctx, cancel, nil
+}
+
+// adminTarget checks --admin and --token and builds the HTTP client of
+// the TLS flags: what every command that calls a controller's admin API
+// needs.
+func adminTarget(c *cli.Context) (admin, token string, hc *http.Client, err error) {
+	admin = strings.TrimRight(c.String("admin"), "/")
+	if admin == "" {
+		return "", "", nil, usageError("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
+	}
+	if u, err := url.Parse(admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", "", nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
+	}
+	if token = c.String("token"); token == "" {
+		return "", "", nil, usageError("%s: --token (or MERIDIAN_ADMIN_TOKEN) is required", cmdPath(c))
+	}
+	if hc, err = tlsHTTPClient(c); err != nil {
+		return "", "", nil, err
+	}
+	return admin, token, hc, nil
 }
 
 // cmdPath is the command's path under the app ("failover trigger").
@@ -152,9 +169,6 @@ func runFailoverRecover(c *cli.Context) error {
 }
 
 func runFailoverChange(c *cli.Context, trigger bool) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q (the region goes in --region)", cmdPath(c), c.Args().Slice())
-	}
 	region := c.String("region")
 	if region == "" {
 		return usageError("%s: --region is required", cmdPath(c))
@@ -193,9 +207,6 @@ func runFailoverChange(c *cli.Context, trigger bool) error {
 }
 
 func runFailoverStatus(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
-	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {
 		return err

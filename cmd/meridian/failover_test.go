@@ -71,7 +71,7 @@ func TestFailoverCLI(t *testing.T) {
 		{[]string{"failover", "trigger", "--admin", c.Nodes[0].URL(), "--token", c.Token}, 2, "failover trigger: --region is required"},
 		{[]string{"failover", "trigger", "--token", c.Token, "--region", "region-0"}, 2, "--admin (or MERIDIAN_ADMIN) is required"},
 		{[]string{"failover", "trigger", "--admin", "localhost:1", "--token", c.Token, "--region", "r"}, 2, `--admin "localhost:1" must be an http:// or https:// URL`},
-		{[]string{"failover", "status", "--admin", c.Nodes[0].URL()}, 2, "--token (or MERIDIAN_TOKEN) is required"},
+		{[]string{"failover", "status", "--admin", c.Nodes[0].URL()}, 2, "--token (or MERIDIAN_ADMIN_TOKEN) is required"},
 		{append(append([]string{"failover", "trigger"}, admin...), "--region", "mars-1"), 1, `failover trigger: set region mars-1 to failed: region "mars-1" is not known to the cluster (known: region-0) (unknown_region)`},
 		{append(append([]string{"failover", "recover"}, admin...), "--region", "Mars"), 1, `region name "Mars"`},
 		{[]string{"failover", "status", "--admin", c.Nodes[0].URL(), "--token", "wrong"}, 1, "missing or invalid bearer token (unauthorized)"},
@@ -86,7 +86,7 @@ func TestFailoverCLI(t *testing.T) {
 	}
 	// The environment variables work.
 	t.Setenv("MERIDIAN_ADMIN", c.Nodes[0].URL())
-	t.Setenv("MERIDIAN_TOKEN", c.Token)
+	t.Setenv("MERIDIAN_ADMIN_TOKEN", c.Token)
 	if _, code, err := runCLI(t, newApp(), "failover", "status"); code != 0 {
 		t.Fatalf("status from the environment: %v", err)
 	}

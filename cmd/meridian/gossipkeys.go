@@ -9,7 +9,6 @@ import (
 	"os"
 	"strings"
 	"text/tabwriter"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -58,29 +57,13 @@ func gossipKeysCommand() *cli.Command {
 // admin API; --ca-cert, --client-cert and --client-key reach an https admin
 // listener of the dev PKI (meridian certs init: ca.pem, operator.pem).
 func gossipAdminFlags() []cli.Flag {
-	return append([]cli.Flag{
-		&cli.StringFlag{Name: "admin", EnvVars: []string{"MERIDIAN_ADMIN"}, Usage: "admin API base `URL` of any controller, e.g. https://10.0.0.5:8081"},
-		&cli.StringFlag{Name: "token", EnvVars: []string{"MERIDIAN_TOKEN"}, Usage: "admin bearer token"},
-		&cli.DurationFlag{Name: "timeout", Value: 30 * time.Second, Usage: "give up after this long"},
-		&cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"},
-	}, tlsClientFlags()...)
+	return append(adminConnFlags(), &cli.BoolFlag{Name: "json", Usage: "print the answer as JSON"})
 }
 
 // gossipKeysClient builds the keyring API client from the flags, with a
 // context bounded by --timeout.
 func gossipKeysClient(c *cli.Context) (*gossip.KeysClient, context.Context, context.CancelFunc, error) {
-	admin := strings.TrimRight(c.String("admin"), "/")
-	if admin == "" {
-		return nil, nil, nil, usageError("%s: --admin (or MERIDIAN_ADMIN) is required: the admin API URL of any controller", cmdPath(c))
-	}
-	if u, err := url.Parse(admin); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, nil, nil, usageError("%s: --admin %q must be an http:// or https:// URL", cmdPath(c), admin)
-	}
-	token := c.String("token")
-	if token == "" {
-		return nil, nil, nil, usageError("%s: --token (or MERIDIAN_TOKEN) is required", cmdPath(c))
-	}
-	hc, err := tlsHTTPClient(c)
+	admin, token, hc, err := adminTarget(c)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -129,9 +112,6 @@ func readGossipKey(c *cli.Context) (string, error) {
 }
 
 func runGossipKeysList(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
-	}
 	cl, ctx, cancel, err := gossipKeysClient(c)
 	if err != nil {
 		return err
@@ -166,9 +146,6 @@ func runGossipKeysList(c *cli.Context) error {
 
 func runGossipKeyOp(op gossip.KeyOp) cli.ActionFunc {
 	return func(c *cli.Context) error {
-		if c.NArg() > 0 {
-			return usageError("%s: unexpected arguments (the key goes in --key-file or --key)", cmdPath(c))
-		}
 		key, err := readGossipKey(c)
 		if err != nil {
 			return err

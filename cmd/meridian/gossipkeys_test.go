@@ -142,7 +142,7 @@ func TestGossipKeysCLI(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"gossip", "keys", "list", "--admin", srv.URL}, 2, "--token (or MERIDIAN_TOKEN) is required"},
+		{[]string{"gossip", "keys", "list", "--admin", srv.URL}, 2, "--token (or MERIDIAN_ADMIN_TOKEN) is required"},
 		{[]string{"gossip", "keys", "list", "--token", token}, 2, "--admin (or MERIDIAN_ADMIN) is required"},
 		{[]string{"gossip", "keys", "list", "--admin", srv.URL, "--token", "wrong"}, 1, "missing or invalid bearer token (unauthorized)"},
 		{[]string{"gossip", "keys", "list", "--admin", "http://127.0.0.1:1", "--token", token, "--timeout", "2s"}, 1, "cannot reach the admin API"},

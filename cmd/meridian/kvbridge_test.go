@@ -50,7 +50,7 @@ func TestKVBridgeUsageErrors(t *testing.T) {
 		{[]string{"--kafka", "127.0.0.1:9092", "--region", "r"}, "pods: at least one", 2},
 		{[]string{"--region", "r", "--pod", "a=tcp://h:1"}, "brokers", 2},
 		{[]string{"--kafka", "127.0.0.1:9092", "--region", "r", "--pod", "a=udp://h:1"}, "pods[0].endpoint", 2},
-		{[]string{"--kafka", "127.0.0.1:9092", "--region", "r", "--pod", "a=tcp://h:1,colour=red"}, "unknown option", 1},
+		{[]string{"--kafka", "127.0.0.1:9092", "--region", "r", "--pod", "a=tcp://h:1,colour=red"}, "unknown option", 2},
 		{[]string{"--config", "/nonexistent.yaml"}, "nonexistent", 2},
 	} {
 		_, _, err := runApp(t, append([]string{"kv-bridge"}, c.args...)...)

@@ -36,5 +36,5 @@ func newLogger(c *cli.Context, w io.Writer) (*slog.Logger, error) {
 // usageError is a usage error (exit status 2): the message is formatted as
 // by fmt.Errorf, so %w wraps.
 func usageError(format string, args ...any) error {
-	return &exitError{code: 2, err: fmt.Errorf(format, args...)}
+	return &exitError{code: exitUsage, err: fmt.Errorf(format, args...)}
 }

@@ -118,7 +118,7 @@ func runPolicyValidate(c *cli.Context) error {
 		}
 	}
 	if bad > 0 {
-		return &exitError{code: 1, err: fmt.Errorf("policy validate: %d problem%s in %d of %d file%s", total, policyPlural(total), bad, len(files), policyPlural(len(files)))}
+		return &exitError{code: exitFailed, err: fmt.Errorf("policy validate: %d problem%s in %d of %d file%s", total, policyPlural(total), bad, len(files), policyPlural(len(files)))}
 	}
 	return nil
 }
@@ -215,14 +215,14 @@ func runPolicyDiff(c *cli.Context) error {
 		for _, pr := range problems {
 			fmt.Fprintln(w, pr.String())
 		}
-		return &exitError{code: 1, err: fmt.Errorf("policy diff: %d problem%s in the policy files", len(problems), policyPlural(len(problems)))}
+		return &exitError{code: exitFailed, err: fmt.Errorf("policy diff: %d problem%s in the policy files", len(problems), policyPlural(len(problems)))}
 	}
 	var attrs []residency.Attributes
 	var lines []int
 	if f := c.String("attrs"); f != "" {
 		var err error
 		if attrs, lines, err = readPolicyAttrs(f); err != nil {
-			return &exitError{code: 1, err: fmt.Errorf("policy diff: %w", err)}
+			return &exitError{code: exitFailed, err: fmt.Errorf("policy diff: %w", err)}
 		}
 	}
 	changes := residency.DiffStructure(old, cand)
@@ -260,7 +260,7 @@ func runPolicyDiff(c *cli.Context) error {
 		}
 	}
 	if c.Bool("exit-code") && (len(changes) > 0 || len(diffs) > 0) {
-		return &exitError{code: 1, err: fmt.Errorf("policy diff: the policies differ (%d change%s, %d decision%s)", len(changes), policyPlural(len(changes)), len(diffs), policyPlural(len(diffs)))}
+		return &exitError{code: exitFailed, err: fmt.Errorf("policy diff: the policies differ (%d change%s, %d decision%s)", len(changes), policyPlural(len(changes)), len(diffs), policyPlural(len(diffs)))}
 	}
 	return nil
 }

@@ -92,9 +92,6 @@ func runPolicyApply(c *cli.Context) error {
 }
 
 func runPolicyShow(c *cli.Context) error {
-	if c.NArg() > 0 {
-		return usageError("%s: unexpected arguments %q", cmdPath(c), c.Args().Slice())
-	}
 	if c.Bool("history") && c.IsSet("version") {
 		return usageError("%s: --history and --version are exclusive", cmdPath(c))
 	}
@@ -206,7 +203,7 @@ func runPolicyDiffActive(c *cli.Context) error {
 		}
 	}
 	if !same && c.Bool("exit-code") {
-		return &exitError{code: 1}
+		return &exitError{code: exitFailed}
 	}
 	return nil
 }

@@ -40,7 +40,7 @@ func simCommand() *cli.Command {
 			&cli.IntFlag{Name: "trace-block-size", Value: sim.TraceBlockSize, Usage: "tokens per hash id of the trace"},
 			&cli.StringFlag{Name: "workload", Usage: "trace, coding, rag, short or shared-docs (default: trace with --trace)"},
 			&cli.StringFlag{Name: "scenario", Usage: "where going global should pay: " + strings.Join(sim.ScenarioNames(), ", ")},
-			&cli.IntFlag{Name: "regions", Value: len(d.Fleet.Regions), Usage: "regions: us-east-1, us-west-2, eu-west-1, ap-southeast-1, region-5, ..."},
+			&cli.IntFlag{Name: "region-count", Value: len(d.Fleet.Regions), Usage: "`N` regions, taken in this order: us-east-1, us-west-2, eu-west-1, ap-southeast-1, region-5, ..."},
 			&cli.IntFlag{Name: "pods-per-region", Value: d.Fleet.PodsPerRegion, Usage: "pods in each region"},
 			&cli.StringFlag{Name: "profiles", Value: strings.Join(d.Fleet.Profiles, ","), Usage: "hardware profiles cycled over each region's pods (h100, h200, b200)"},
 			&cli.StringFlag{Name: "policy", Value: "all", Usage: "comma-separated policies, or all"},
@@ -119,9 +119,9 @@ func simConfig(c *cli.Context) (sim.Config, *sim.SweepConfig, error) {
 
 func simBaseConfig(c *cli.Context) (sim.Config, error) {
 	cfg := sim.DefaultConfig()
-	n := c.Int("regions")
+	n := c.Int("region-count")
 	if n < 1 || n > 64 {
-		return cfg, fmt.Errorf("--regions %d: want 1 to 64", n)
+		return cfg, fmt.Errorf("--region-count %d: want 1 to 64", n)
 	}
 	cfg.Fleet.Regions = sim.RegionNames(n)
 	cfg.Fleet.PodsPerRegion = c.Int("pods-per-region")

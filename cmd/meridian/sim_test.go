@@ -20,7 +20,7 @@ func runSim(t *testing.T, args ...string) (stdout, stderr string, err error) {
 	return out.String(), errOut.String(), err
 }
 
-// TestSimCommandTrace: `meridian sim --trace FILE --regions N
+// TestSimCommandTrace: `meridian sim --trace FILE --region-count N
 // --pods-per-region M --policy all --json` on a small Mooncake-format file
 // prints one JSON array with one object per policy.
 func TestSimCommandTrace(t *testing.T) {
@@ -41,7 +41,7 @@ func TestSimCommandTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	charts := filepath.Join(dir, "charts")
-	out, _, err := runSim(t, "--trace", trace, "--regions", "4", "--pods-per-region", "2", "--policy", "all", "--json", "--charts", charts, "--quiet")
+	out, _, err := runSim(t, "--trace", trace, "--region-count", "4", "--pods-per-region", "2", "--policy", "all", "--json", "--charts", charts, "--quiet")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestSimCommandWorkloadsAndErrors(t *testing.T) {
 		{"--workload", "trace"},
 		{"--workload", "chat"},
 		{"--workload", "short", "--policy", "random"},
-		{"--workload", "short", "--regions", "0"},
+		{"--workload", "short", "--region-count", "0"},
 		{"--workload", "short", "--origin-shares", "1,x,1"},
 		{"--trace", "does-not-exist.jsonl"},
 		{"--trace", "x.jsonl", "--workload", "rag"},

@@ -69,7 +69,8 @@ const AdminRecordTimeout = 5 * time.Second
 type AdminDetail struct {
 	// Action names what was asked: policy_apply, failover_trigger,
 	// failover_recover, region_set, failover_targets, member_join,
-	// member_remove, member_update, member_promote, checkpoint_append,
+	// member_remove, member_update, member_promote, member_demote,
+	// checkpoint_append,
 	// forwarded_write, gossip_key_install, gossip_key_use,
 	// gossip_key_remove.
 	Action string `json:"action"`

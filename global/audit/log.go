@@ -110,7 +110,9 @@ func Open(cfg Config, deps Deps) (*Log, error) {
 	if l.logger == nil {
 		l.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	l.logger = l.logger.With("component", "audit", "controller", cfg.ControllerID)
+	// The caller's logger names the controller (and region) where that
+	// needs saying: a key given twice in one line loses one of them.
+	l.logger = l.logger.With("component", "audit")
 	if l.m, err = newMetrics(deps.Registerer, func() float64 { return float64(len(l.reqs)) }); err != nil {
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}

@@ -52,6 +52,14 @@ func newMetrics(reg prometheus.Registerer, queueDepth func() float64) (*metrics,
 			Name: "meridian_audit_checkpoints_total", Help: "Checkpoints handed to the sink, by result (ok, error).",
 		}, []string{"result"}),
 	}
+	// Every op and result is exported at 0 from the start, so the first
+	// failure is a rate Prometheus sees and an alert on it can fire.
+	for _, op := range []string{"rotate", "write", "sync", "index"} {
+		m.writeErrors.WithLabelValues(op)
+	}
+	for _, result := range []string{"ok", "error"} {
+		m.checkpoints.WithLabelValues(result)
+	}
 	if reg == nil {
 		return m, nil
 	}

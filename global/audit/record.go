@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -132,6 +134,21 @@ func NewHasher(key []byte) (*Hasher, error) {
 	h := &Hasher{key: slices.Clone(key), keyID: hex.EncodeToString(id[:8])}
 	h.macs.New = func() any { return hmac.New(sha256.New, h.key) }
 	return h, nil
+}
+
+// DecodeKey decodes an HMAC key written the way the controller's
+// audit.hmac_key and MERIDIAN_AUDIT_KEY are: base64 after a "base64:"
+// prefix, else the bytes as written. It returns nil with the error.
+func DecodeKey(s string) ([]byte, error) {
+	b, ok := strings.CutPrefix(s, "base64:")
+	if !ok {
+		return []byte(s), nil
+	}
+	k, err := base64.StdEncoding.DecodeString(b)
+	if err != nil {
+		return nil, fmt.Errorf("audit hmac key: base64: %w", err)
+	}
+	return k, nil
 }
 
 // KeyID names the key without revealing it (stored in each record as kid),

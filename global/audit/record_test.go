@@ -255,3 +255,20 @@ func FuzzCheckLine(f *testing.F) {
 		}
 	})
 }
+
+func TestDecodeKey(t *testing.T) {
+	for in, want := range map[string]string{
+		"plain-key-bytes":     "plain-key-bytes",
+		"base64:a2V5LWJ5dGVz": "key-bytes",
+		"base64-but-no-colon": "base64-but-no-colon",
+		"":                    "",
+	} {
+		got, err := DecodeKey(in)
+		if err != nil || string(got) != want {
+			t.Errorf("DecodeKey(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	if got, err := DecodeKey("base64:not base64!"); err == nil || got != nil {
+		t.Errorf("DecodeKey of bad base64 = %q, %v; want nil and an error", got, err)
+	}
+}

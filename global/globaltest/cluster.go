@@ -38,6 +38,10 @@ type Options struct {
 	// min(Voters, n)). The leader keeps an odd number of voters: a cluster
 	// where that is fewer states it here.
 	WantVoters int
+	// VotersPerRegion is Config.VotersPerRegion (default: Voters, so that
+	// the default regions, region-<i mod 3>, hold as many voters as the
+	// cluster wants).
+	VotersPerRegion int
 	// Region names node i's region (default: "region-<i mod 3>").
 	Region func(i int) string
 	// Configure, if set, adjusts each node's Config before it opens.
@@ -174,6 +178,10 @@ func (c *Cluster) Config(i int) global.Config {
 	cfg.AdminAddr = nd.URL()
 	cfg.AdminToken = c.Token
 	cfg.Voters = c.opts.Voters
+	cfg.VotersPerRegion = c.opts.VotersPerRegion
+	if cfg.VotersPerRegion == 0 {
+		cfg.VotersPerRegion = c.opts.Voters
+	}
 	cfg.Timing = TestTiming()
 	cfg.HoldTimeout = 3 * time.Second
 	cfg.MaxStale = 1200 * time.Millisecond

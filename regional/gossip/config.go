@@ -128,6 +128,12 @@ type Config struct {
 	StaticRTT         []StaticRTT
 	StaticRTTOverride bool
 
+	// Replicas, when set, is this controller's side of the exchange with
+	// the other controllers of its region, every ReplicaInterval (see
+	// ReplicaExchange). Default 200ms; 0 with Replicas set is an error.
+	Replicas        ReplicaExchange
+	ReplicaInterval time.Duration
+
 	// Registerer receives the meridian_gossip_* metrics; nil: not exported.
 	Registerer prometheus.Registerer
 	// Logger receives the node's and memberlist's logs; nil: discarded.
@@ -173,6 +179,7 @@ func DefaultConfig() Config {
 		SuspectAfterProbes:   3,
 		RTTWindow:            8,
 		RTTMinSamples:        3,
+		ReplicaInterval:      200 * time.Millisecond,
 	}
 }
 
@@ -213,6 +220,9 @@ func (c *Config) Validate() error {
 		if _, _, err := net.SplitHostPort(j); err != nil {
 			bad("Join[%d] = %q: want host:port", i, j)
 		}
+	}
+	if c.Replicas != nil && (c.ReplicaInterval < time.Millisecond || c.ReplicaInterval > time.Minute) {
+		bad("ReplicaInterval = %v: want 1ms..1m", c.ReplicaInterval)
 	}
 	if c.Label == "" || len(c.Label) > memberlist.LabelMaxSize {
 		bad("Label = %q: want 1..%d bytes", c.Label, memberlist.LabelMaxSize)

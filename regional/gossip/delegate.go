@@ -32,8 +32,8 @@ func (d *delegate) NodeMeta(limit int) []byte {
 	return b
 }
 
-// NotifyMsg handles the user messages sent with SendReliable: pull requests,
-// summary bodies, keyring operations and their answers. It must not block: a
+// NotifyMsg handles the user messages: pull requests, summary bodies,
+// keyring operations and their answers, replica state. It must not block: a
 // pull is answered by the senders, a keyring operation applied by the key
 // worker; a body is decoded here (tens of microseconds for 64 KiB).
 func (d *delegate) NotifyMsg(b []byte) {
@@ -73,6 +73,8 @@ func (d *delegate) NotifyMsg(b []byte) {
 		default:
 			n.warnOnce("keyops-full", "keyring operations arrive faster than they are applied; dropped (the sender sees no answer)")
 		}
+	case msgReplica:
+		n.receiveReplica(b)
 	case msgKeyAck:
 		a, err := decodeKeyAck(b)
 		if err != nil {
@@ -133,6 +135,9 @@ func (n *Node) notePeer(node *memberlist.Node, dead bool) {
 	n.mu.Lock()
 	p := n.peerLocked(node.Name)
 	if err == nil {
+		if d.Generation != p.digest.Generation {
+			p.genAt = n.now()
+		}
 		p.digest, p.digestOK = d, true
 	} else if !dead {
 		p.digestOK = false
@@ -144,10 +149,14 @@ func (n *Node) notePeer(node *memberlist.Node, dead bool) {
 		p.seen = n.now() // a (re)joining controller gets a fresh probe allowance
 		p.samples, p.next, p.coord = p.samples[:0], 0, nil
 	}
+	replica := p.digestOK && p.digest.Region == n.cfg.Region
 	n.rebuildLocked()
 	n.mu.Unlock()
 	if dead {
 		n.coord.ForgetNode(node.Name)
+		if replica && n.cfg.Replicas != nil && !wasDead {
+			n.cfg.Replicas.ReplicaGone(node.Name)
+		}
 	}
 	n.poke()
 }

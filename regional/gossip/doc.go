@@ -21,6 +21,12 @@
 //   - Push/pull (every PushPullInterval, and on join) carries each
 //     controller's own body as the backstop (LocalState/MergeRemoteState).
 //   - Ping acks carry the Vivaldi coordinate (PingDelegate).
+//   - Between the controllers of one region (its replicas), every
+//     ReplicaInterval, an opaque payload of the controller's
+//     (Config.Replicas, replicas.go: regional's in-flight accounting and
+//     session pins): over UDP when it fits a packet and may be lost, over
+//     TCP otherwise. Controllers of other regions never get it; a replica
+//     that leaves or is declared dead is reported gone.
 //
 // Every body is versioned and checksummed (summary.Decode); a bad or
 // oversize one is rejected, counted by reason and logged once per kind. For

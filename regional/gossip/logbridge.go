@@ -37,7 +37,7 @@ func (w logWriter) Write(p []byte) (int, error) {
 		}
 	}
 	if w.l.Enabled(context.Background(), level) {
-		w.l.Log(context.Background(), level, line, "component", "memberlist")
+		w.l.Log(context.Background(), level, line, "logger", "memberlist")
 	}
 	return len(p), nil
 }

@@ -13,6 +13,7 @@ type metrics struct {
 	rejected       *prometheus.CounterVec
 	pulls          prometheus.Counter
 	coordsRejected prometheus.Counter
+	replicaMsgs    *prometheus.CounterVec
 	digestRejected prometheus.Counter
 	summaryAge     *prometheus.GaugeVec
 	rtt            *prometheus.GaugeVec
@@ -50,6 +51,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_gossip_summary_pulls_total",
 			Help: "Requests sent for a newer remote summary.",
 		}),
+		replicaMsgs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_gossip_replica_messages_total",
+			Help: "Replica state messages between the controllers of this region, by outcome (sent, received, malformed, unknown_sender).",
+		}, []string{"outcome"}),
 		coordsRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_coordinates_rejected_total",
 			Help: "Peer Vivaldi coordinates rejected (malformed, wrong dimensionality, non-finite).",
@@ -86,6 +91,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "meridian_gossip_key_operations_total",
 			Help: "Keyring operations applied on this controller (started here or sent by another), by op (list, install, use, remove) and result (ok, error).",
 		}, []string{"op", "result"}),
+	}
+	// The rejection reasons are exported at 0 from the start, so the first
+	// rejected summary is a rate an alert sees.
+	for _, reason := range []string{"oversize", "truncated", "magic", "version", "checksum", "field", "malformed"} {
+		m.rejected.WithLabelValues(reason)
 	}
 	return m
 }

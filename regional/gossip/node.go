@@ -54,16 +54,17 @@ type Node struct {
 	localState atomic.Pointer[[]byte] // push/pull payload
 	view       atomic.Pointer[RegionsView]
 
-	mu         sync.Mutex
-	peers      map[string]*peer
-	regions    map[string]*held
-	ages       map[string]reported // by region: an age message before its body
-	pending    map[string]pull
-	own        *published
-	metaDirty  bool
-	lastUpdate time.Time // of the digest (UpdateNode), at most once per SyncInterval
-	lastJoin   time.Time
-	warned     map[string]bool // log-once keys
+	mu          sync.Mutex
+	forwardAddr string // advertised in the digest (SetForwardAddr)
+	peers       map[string]*peer
+	regions     map[string]*held
+	ages        map[string]reported // by region: an age message before its body
+	pending     map[string]pull
+	own         *published
+	metaDirty   bool
+	lastUpdate  time.Time // of the digest (UpdateNode), at most once per SyncInterval
+	lastJoin    time.Time
+	warned      map[string]bool // log-once keys
 
 	keyring *memberlist.Keyring
 	keyMu   sync.Mutex // serialises keyring operations; guards keySeen*
@@ -85,6 +86,7 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	closed    atomic.Bool
+	killed    atomic.Bool // Kill: shut down without leaving the pool
 }
 
 type peer struct {
@@ -94,6 +96,7 @@ type peer struct {
 	digestOK bool
 	dead     bool
 	seen     time.Time     // joined, or last direct ping answer
+	genAt    time.Time     // when its digest's summary generation last changed
 	skew     time.Duration // its wall clock minus ours, from its last age message
 	skewOK   bool
 	samples  []time.Duration
@@ -191,7 +194,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if n.log == nil {
 		n.log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	n.log = n.log.With("component", "gossip", "node", cfg.NodeName, "region", cfg.Region)
+	n.log = n.log.With("component", "gossip", "node", cfg.NodeName) // the caller's logger names the region
 	if n.now == nil {
 		n.now = time.Now
 	}
@@ -208,6 +211,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 			n.static[e.A] = e.RTT
 		}
 	}
+	n.forwardAddr = cfg.ForwardAddr
 	if err := n.setOwn(nil); err != nil {
 		return nil, err
 	}
@@ -271,6 +275,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	go n.keyWorker()
 	for range senders {
 		go n.sender()
+	}
+	if cfg.Replicas != nil {
+		n.wg.Add(1)
+		go n.replicaLoop()
 	}
 	if len(cfg.Join) > 0 {
 		if _, err := n.Join(ctx, cfg.Join); err != nil && ctx.Err() != nil {
@@ -361,9 +369,29 @@ func (n *Node) Publish(s *summary.Summary) error {
 	return nil
 }
 
+// SetForwardAddr changes the forwarding address this controller
+// advertises ("": none, so no other region forwards requests to it): a
+// controller advertises it once it can serve (its index caught up) and
+// withdraws it when it begins to stop.
+func (n *Node) SetForwardAddr(addr string) error {
+	if len(addr) > maxForwardAddrLen {
+		return fmt.Errorf("set forward address: %d bytes, max %d", len(addr), maxForwardAddrLen)
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.forwardAddr == addr {
+		return nil
+	}
+	n.forwardAddr = addr
+	if err := n.digestLocked(); err != nil {
+		return fmt.Errorf("set forward address: %w", err)
+	}
+	n.poke()
+	return nil
+}
+
 // setOwn installs the node's own summary (nil: none yet) and its digest.
 func (n *Node) setOwn(s *summary.Summary) error {
-	d := Digest{Region: n.cfg.Region, ForwardAddr: n.cfg.ForwardAddr}
 	var p *published
 	if s != nil {
 		body, err := s.MarshalBinary()
@@ -374,8 +402,34 @@ func (n *Node) setOwn(s *summary.Summary) error {
 			return fmt.Errorf("%w: %d bytes, limit %d", ErrTooLarge, len(body), n.cfg.MaxSummaryBytes)
 		}
 		p = &published{s: s, body: body, msg: encodeSummaryMsg(body), hash: bodyHash(body), at: n.now()}
-		t := s.Totals()
-		d.Generation, d.BodyHash, d.BodyLen = s.Generation, p.hash, uint32(len(body))
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if s != nil && n.own != nil && s.Generation <= n.own.s.Generation {
+		return fmt.Errorf("%w: %d, last %d", ErrStaleGeneration, s.Generation, n.own.s.Generation)
+	}
+	old := n.own
+	n.own = p
+	if err := n.digestLocked(); err != nil {
+		n.own = old
+		return err
+	}
+	var body []byte
+	if p != nil {
+		body = p.body
+	}
+	st := encodeLocalState(body)
+	n.localState.Store(&st)
+	return nil
+}
+
+// digestLocked encodes the digest of the own summary and forwarding
+// address as the node meta, to be re-advertised.
+func (n *Node) digestLocked() error {
+	d := Digest{Region: n.cfg.Region, ForwardAddr: n.forwardAddr}
+	if p := n.own; p != nil {
+		t := p.s.Totals()
+		d.Generation, d.BodyHash, d.BodyLen = p.s.Generation, p.hash, uint32(len(p.body))
 		d.Pods, d.Running, d.Slots = uint32(t.Pods), uint32(t.Running), uint32(t.Slots)
 		d.Pending, d.FreeKV = uint64(t.PendingPrefillTokens), uint64(t.FreeKVBlocks)
 	}
@@ -383,19 +437,7 @@ func (n *Node) setOwn(s *summary.Summary) error {
 	if err != nil {
 		return err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if s != nil && n.own != nil && s.Generation <= n.own.s.Generation {
-		return fmt.Errorf("%w: %d, last %d", ErrStaleGeneration, s.Generation, n.own.s.Generation)
-	}
-	n.own = p
 	n.meta.Store(&meta)
-	var body []byte
-	if p != nil {
-		body = p.body
-	}
-	st := encodeLocalState(body)
-	n.localState.Store(&st)
 	n.metaDirty = true
 	return nil
 }
@@ -720,7 +762,7 @@ func (n *Node) answer(w want) {
 	case !known:
 		n.log.Debug("pull from an unknown or dead controller ignored", "from", w.From)
 	case w.Region != n.cfg.Region || own == nil || own.s.Generation < w.Generation:
-		n.log.Debug("pull for a summary this controller does not have", "from", w.From, "region", w.Region, "generation", w.Generation)
+		n.log.Debug("pull for a summary this controller does not have", "from", w.From, "remote_region", w.Region, "generation", w.Generation)
 	default:
 		age := ageMsg{From: n.cfg.NodeName, Region: n.cfg.Region, Generation: own.s.Generation, Hash: own.hash,
 			Age: max(n.now().Sub(own.at), 0), SentAt: n.now().UnixNano()}
@@ -781,8 +823,10 @@ func (n *Node) Close() error {
 		n.wg.Wait()
 		n.joins.Wait()
 		n.keySends.Wait()
-		if err := n.ml.Leave(n.cfg.LeaveTimeout); err != nil {
-			n.log.Warn("leave not broadcast", "err", err)
+		if !n.killed.Load() {
+			if err := n.ml.Leave(n.cfg.LeaveTimeout); err != nil {
+				n.log.Warn("leave not broadcast", "err", err)
+			}
 		}
 		n.closeErr = n.ml.Shutdown()
 		if n.closeErr != nil {
@@ -790,6 +834,14 @@ func (n *Node) Close() error {
 		}
 	})
 	return n.closeErr
+}
+
+// Kill stops the node as a crash would (drills and tests): it does not
+// leave the pool, so the other controllers find it dead by probing. Close
+// after Kill does nothing.
+func (n *Node) Kill() error {
+	n.killed.Store(true)
+	return n.Close()
 }
 
 // peerLocked returns the entry of a controller, creating it.

@@ -23,7 +23,9 @@ import (
 //     preceded by its age message (what it is, how old it was when sent, as
 //     a duration, and the sender's wall time then); a keyring operation and
 //     its answer (keyring.go). Older controllers drop the age message (an
-//     unknown type) and keep reading bodies;
+//     unknown type) and keep reading bodies; between the controllers of
+//     one region, their replica state (replicas.go; over UDP when it is
+//     best-effort and fits a packet);
 //   - the push/pull state (LocalState): the sender's own summary body;
 //   - the ping ack payload: the sender's Vivaldi coordinate.
 
@@ -48,6 +50,7 @@ const (
 	msgKeyOp      = 3
 	msgKeyAck     = 4
 	msgAge        = 5
+	msgReplica    = 6 // replicas.go: a region's controllers' exchange
 	stateVersion  = 1
 	wireVersion   = 1
 	pingVersion   = 1

@@ -97,6 +97,14 @@ type Config struct {
 	MaxSessions int           `yaml:"max_sessions"`
 	// TopK candidates are explained in a decision. Default 3.
 	TopK int `yaml:"top_k"`
+	// TieMs: the ttft picker treats the candidates within this many
+	// milliseconds of the best estimate as tied and breaks the tie by a
+	// rendezvous hash of the request's session id (else its prompt, else
+	// its request id) and the pod, so that the replicas of a region, whose
+	// views of the pods' load differ by what is in flight between their
+	// exchanges, decide a request alike, and a session's turns prefer one
+	// pod. 0: exact ties only. Default 5.
+	TieMs float64 `yaml:"tie_ms"`
 	// BoundedAffinity configures the bounded_affinity picker.
 	BoundedAffinity BoundedAffinityConfig `yaml:"bounded_affinity"`
 	// PrecisePrefix configures the precise_prefix picker.
@@ -158,6 +166,7 @@ func DefaultConfig() Config {
 		SessionTTL:          30 * time.Minute,
 		MaxSessions:         1 << 20,
 		TopK:                3,
+		TieMs:               5,
 		BoundedAffinity:     BoundedAffinityConfig{LoadFactor: 1.25, VirtualNodes: 160},
 		PrecisePrefix:       PrecisePrefixConfig{PrefixWeight: 2, KVUtilWeight: 1, QueueWeight: 1},
 		SpeculationTTL:      10 * time.Second,
@@ -205,6 +214,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("decision config: session_ttl = %v, max_sessions = %d: want > 0", c.SessionTTL, c.MaxSessions)
 	case c.TopK < 1:
 		return fmt.Errorf("decision config: top_k = %d: want >= 1", c.TopK)
+	case !(c.TieMs >= 0) || c.TieMs > 1000:
+		return fmt.Errorf("decision config: tie_ms = %v: want 0..1000", c.TieMs)
 	case c.SpeculationTTL < 0:
 		return fmt.Errorf("decision config: speculation_ttl = %v: want >= 0", c.SpeculationTTL)
 	case !(c.BoundedAffinity.LoadFactor >= 1) || c.BoundedAffinity.LoadFactor > 100:

@@ -73,7 +73,7 @@ type Decider struct {
 	sessions *Sessions
 	spec     *Speculation
 	now      func() time.Time
-	rr       atomic.Uint64 // rotation of ties and of round_robin
+	rr       atomic.Uint64 // rotation of round_robin and of the baselines' ties
 	scratch  sync.Pool
 	// queueWeight is the cost model's, read once (its config is fixed).
 	queueWeight float64
@@ -188,7 +188,7 @@ func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 		dst.CachedTokens = c.cached(p)
 		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		dst.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
-			CachedTokens: dst.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.inflight.Load())}
+			CachedTokens: dst.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.InFlight())}
 		dst.Top = append(dst.Top[:0], CandidateScore{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dst.MatchedBlocks, CachedTokens: dst.CachedTokens, Load: p.Load()})
 	}
 	dst.Uncached = req.PromptTokens - dst.CachedTokens
@@ -201,7 +201,9 @@ func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 // remaining work, but never less than the uncached tokens of the requests
 // that have not had their first byte (the model drains with time; work a
 // stalled pod has not done, waiting for KV blocks behind long decodes say,
-// must not look done), and nothing when every request has had it.
+// must not look done), and nothing when every request has had it; plus
+// the uncached tokens the region's other replicas last reported waiting
+// for their first byte there.
 func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
 	return backlogTokens(p, p.prefillBusy.Load(), now, rateMs)
 }
@@ -209,11 +211,12 @@ func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
 // backlogTokens is BacklogTokens with the pod's prefill deadline (busy,
 // unix nanos) already read.
 func backlogTokens(p *Pod, busy int64, now time.Time, rateMs float64) int {
+	peers := int(max(p.peerPending.Load(), 0))
 	pending := int(p.pendingPrefill.Load())
 	if rateMs <= 0 || pending <= 0 {
-		return max(pending, 0) // nothing before its first byte: nothing ahead
+		return max(pending, 0) + peers // nothing of ours before its first byte: nothing of ours ahead
 	}
-	return max(int(float64(time.Duration(max(busy-now.UnixNano(), 0)))/float64(time.Millisecond)/rateMs), pending)
+	return max(int(float64(time.Duration(max(busy-now.UnixNano(), 0)))/float64(time.Millisecond)/rateMs), pending) + peers
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and

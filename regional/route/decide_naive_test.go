@@ -1,6 +1,7 @@
 package route
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"reflect"
@@ -41,6 +42,9 @@ type naiveScratch struct {
 func newNaiveScratch(capacity int) *naiveScratch {
 	return &naiveScratch{bySlot: make([]int32, capacity), speed: make([]float64, capacity)}
 }
+
+// naiveInFlight: own + the other replicas' reports.
+func naiveInFlight(p *Pod) int64 { return p.inflight.Load() + p.peerInflight.Load() }
 
 func naiveSpeed(d *Decider, p *Pod) float64 {
 	rate := d.model.Nominal(p.Info().Profile).PrefillMsPerToken
@@ -140,13 +144,13 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 			var total int64
 			var sum float64
 			for _, p := range s.pods {
-				total += p.inflight.Load()
+				total += naiveInFlight(p)
 				sum += speed(p)
 			}
 			if len(s.pods) > 0 && sum > 0 {
 				drop(f, func(p *Pod) bool {
 					limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)*speed(p)/sum + 0.999999)
-					return p.inflight.Load()+1 <= limit
+					return naiveInFlight(p)+1 <= limit
 				})
 			}
 		case FilterNewSession:
@@ -159,10 +163,10 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 			needSpeeds()
 			least := math.Inf(1)
 			for _, p := range s.pods {
-				least = min(least, float64(p.inflight.Load())/speed(p))
+				least = min(least, float64(naiveInFlight(p))/speed(p))
 			}
 			drop(f, func(p *Pod) bool {
-				return float64(p.inflight.Load())/speed(p) <= least+1/speed(p)
+				return float64(naiveInFlight(p))/speed(p) <= least+1/speed(p)
 			})
 		}
 	}
@@ -216,7 +220,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 		dec.CachedTokens = min(dec.MatchedBlocks*req.BlockSize, req.PromptTokens)
 		rate, _ := d.model.RateFor(info.Profile, p.Name)
 		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
-			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, now, rate), Running: int(p.inflight.Load())}
+			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, now, rate), Running: int(naiveInFlight(p))}
 		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
 	}
 	dec.Uncached = req.PromptTokens - dec.CachedTokens
@@ -225,12 +229,12 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 }
 
 // ttft scores every candidate in milliseconds and picks the lowest expected
-// time to first token. Candidates are offered to gorgo starting at a rotating
-// offset, so exact ties (an idle, cold region) spread instead of always
-// going to the first pod.
+// time to first token; the candidates within TieMs of it are tied, and the
+// one with the highest hash of (session id, or else the last chain hash,
+// or else the request id; pod name) wins.
 func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *Decision) int {
 	n := len(s.pods)
-	off := int(d.rr.Add(1) % uint64(n))
+	off := 0
 	pinned, sessInflight, hasPin := s.pin.pod, s.pin.inflight, s.pin.ok
 	wPrefix, wQueue, wRun, wKV, wAff := d.cfg.Weights["prefix"], d.cfg.Weights["queue"], d.cfg.Weights["running"], d.cfg.Weights["kv_util"], d.cfg.Weights["affinity"]
 	s.cands = s.cands[:0]
@@ -238,7 +242,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 		p := s.pods[(i+off)%n]
 		info := p.Info()
 		cached := min(int(s.bySlot[p.ID.Slot()])*req.BlockSize, req.PromptTokens)
-		extra := wRun * d.cfg.RunningPenaltyMs * float64(p.inflight.Load())
+		extra := wRun * d.cfg.RunningPenaltyMs * float64(naiveInFlight(p))
 		if u := math.Float64frombits(p.kvUtil.Load()); u > 0.8 {
 			extra += wKV * d.cfg.KVUtilPenaltyMs * (u - 0.8) / 0.2
 		}
@@ -252,7 +256,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 			PromptTokens:         req.PromptTokens,
 			CachedTokens:         min(int(float64(cached)*wPrefix), req.PromptTokens),
 			PendingPrefillTokens: int(float64(BacklogTokens(p, now, rate)) * wQueue),
-			Running:              int(p.inflight.Load()),
+			Running:              int(naiveInFlight(p)),
 			ExtraMs:              extra,
 		})
 	}
@@ -286,6 +290,26 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 				best = ci
 			}
 		}
+		var key [8]byte
+		switch {
+		case req.SessionID != "":
+			binary.LittleEndian.PutUint64(key[:], xxhash.Sum64String(req.SessionID))
+		case len(req.Chain) > 0:
+			binary.LittleEndian.PutUint64(key[:], req.Chain[len(req.Chain)-1])
+		default:
+			binary.LittleEndian.PutUint64(key[:], xxhash.Sum64String(req.RequestID))
+		}
+		weight := func(i int) uint64 {
+			return xxhash.Sum64(append(key[:], s.pods[(i+off)%n].Name...))
+		}
+		tied := best
+		for i := range s.cands {
+			e := s.dec.Estimates[i]
+			if e.Excluded == "" && e.TotalMs <= s.dec.Estimates[best].TotalMs+d.cfg.TieMs && weight(i) > weight(tied) {
+				tied = i
+			}
+		}
+		best = tied
 	}
 	dec.Reason = "lowest_ttft"
 	if s.cands[best].CachedTokens == 0 {
@@ -334,7 +358,7 @@ func naiveLeastLoaded(d *Decider, pods []*Pod) int {
 	best, bestLoad := -1, int64(0)
 	for i := range pods {
 		j := (i + off) % len(pods)
-		if l := pods[j].inflight.Load(); best < 0 || l < bestLoad {
+		if l := naiveInFlight(pods[j]); best < 0 || l < bestLoad {
 			best, bestLoad = j, l
 		}
 	}
@@ -541,6 +565,7 @@ func TestDecideMatchesNaive(t *testing.T) {
 		cfg.ThickSession = rapid.IntRange(1, 3).Draw(rt, "thick")
 		cfg.BoundedLoadFactor = rapid.SampledFrom([]float64{1, 1.5, 2.5}).Draw(rt, "bound")
 		cfg.TopK = rapid.IntRange(1, 4).Draw(rt, "topk")
+		cfg.TieMs = rapid.SampledFrom([]float64{0, 0.5, 5, 50}).Draw(rt, "tie_ms")
 		cfg.BoundedAffinity.LoadFactor = rapid.SampledFrom([]float64{1, 1.25, 2}).Draw(rt, "bounded_affinity_factor")
 		cfg.BoundedAffinity.VirtualNodes = rapid.IntRange(1, 8).Draw(rt, "virtual_nodes")
 		for _, name := range knownScorers {
@@ -567,9 +592,10 @@ func TestDecideMatchesNaive(t *testing.T) {
 			chains[i] = chain(uint64(i+1), 24)
 		}
 		var tickets []*Ticket
+		var peerSeq uint64
 		podName := func(rt *rapid.T) string { return fmt.Sprintf("pod-%d", rapid.IntRange(0, 7).Draw(rt, "pod")) }
 		for step := rapid.IntRange(1, 60).Draw(rt, "steps"); step > 0; step-- {
-			switch rapid.IntRange(0, 9).Draw(rt, "action") {
+			switch rapid.IntRange(0, 10).Draw(rt, "action") {
 			case 0: // a pod joins (or is re-announced)
 				name := podName(rt)
 				_, _, _ = reg.Upsert(PodInfo{Name: name, Endpoint: rapid.SampledFrom([]string{"http://" + name, "http://" + name, ""}).Draw(rt, "endpoint"),
@@ -599,6 +625,25 @@ func TestDecideMatchesNaive(t *testing.T) {
 						reg.Report(p, false, clock, DefaultOutlierConfig())
 					case 2:
 						p.SetKVUtil(rapid.Float64Range(0, 1).Draw(rt, "kv"))
+					}
+				}
+			case 8: // another replica reports its load, or leaves; an engine reports its queue
+				switch rapid.IntRange(0, 2).Draw(rt, "peer_what") {
+				case 0:
+					var loads []PeerLoad
+					for i := 0; i < 8; i++ {
+						if rapid.Bool().Draw(rt, "peer_has") {
+							loads = append(loads, PeerLoad{Pod: fmt.Sprintf("pod-%d", i), InFlight: int64(rapid.IntRange(0, 6).Draw(rt, "peer_n")),
+								PendingPrefill: int64(rapid.IntRange(0, 4000).Draw(rt, "peer_pending"))})
+						}
+					}
+					peerSeq++
+					reg.SetPeerLoads(rapid.SampledFrom([]string{"r1", "r2"}).Draw(rt, "peer"), uint64(rapid.IntRange(1, 2).Draw(rt, "epoch")), peerSeq, loads, clock)
+				case 1:
+					reg.ForgetPeer(rapid.SampledFrom([]string{"r1", "r2"}).Draw(rt, "peer"))
+				case 2:
+					if p, ok := reg.Get(podName(rt)); ok {
+						p.SetEngineQueue(int64(rapid.IntRange(-1, 6).Draw(rt, "engine_running")), int64(rapid.IntRange(-1, 4).Draw(rt, "engine_waiting")))
 					}
 				}
 			case 6: // time passes; some requests finish

@@ -27,8 +27,24 @@
 //     for the pod a session is pinned to, withdrawn for a "thick" session's
 //     concurrent excess so it splits across pods);
 //   - picker: the lowest expected time to first token (gorgo's model:
-//     queue + prefill of the uncached tokens + overhead); ties rotate, so with
-//     no prefix anywhere requests spread by load, never pile on the first pod.
+//     queue + prefill of the uncached tokens + overhead); candidates within
+//     TieMs of the best are tied, and the tie goes to the highest
+//     rendezvous hash of the request's session id (else its prompt, else its
+//     request id) and the pod: with no prefix anywhere requests spread by
+//     key, never pile on the first pod, and every replica of the region
+//     decides alike.
+//
+// # Replicas
+//
+// Several controllers (replicas) serve one region, each with the full
+// index. What their decisions must agree on they exchange (the controller
+// carries it over the region's gossip): each replica's own in-flight
+// accounting per pod (Registry.SetPeerLoads; Pod.InFlight counts this
+// replica's requests and the others' last reports, so a late report keeps
+// a pod looking busy, never idle), and the session pins
+// (Sessions.ShareWithPeers, TakePins, NotePeer), so that a session's next
+// turn finds its pod whichever replica it reaches. New sessions are placed
+// alike by the deterministic ties.
 //
 // The pipeline costs little more than its lookup (BenchmarkDecide): what a
 // decision needs of each pod's announcement (profile and model, as
@@ -36,8 +52,9 @@
 // announced and kept beside its load counters in one cache line; the
 // per-pod filters run as one pass; the ttft picker reads and scores pods a
 // depth group at a time, deepest first, and estimates only those a lower
-// bound does not rule out (pricing.go), exactly as estimating every pod
-// would decide; and DecideInto and PlaceInto reuse the caller's decision,
+// bound does not rule out of the best few or of the tie (within TieMs of
+// the best, where the hash may pick any of them) (pricing.go), exactly as
+// estimating every pod would decide; and DecideInto and PlaceInto reuse the caller's decision,
 // allocating nothing.
 //
 // Baseline pickers (round_robin, least_loaded, session_hash) run behind the

@@ -119,7 +119,7 @@ pods:
 		}
 		c.pods[n] = p
 		n++
-		total += p.inflight.Load()
+		total += p.InFlight()
 		speeds += c.speedOf(p)
 	}
 	for k, d := range dropped {
@@ -140,7 +140,8 @@ func (aliveFilter) apply(c *cycle)   { podFilters{checkAlive}.apply(c) }
 func (modelFilter) apply(c *cycle)   { podFilters{checkModel}.apply(c) }
 func (healthyFilter) apply(c *cycle) { podFilters{checkHealthy}.apply(c) }
 
-// loadSums are the candidates' requests in flight and prefill speeds,
+// loadSums are the candidates' requests in flight (Pod.InFlight: this
+// replica's and the region's other replicas') and prefill speeds,
 // summed in candidate order; valid while pods equals the number of
 // candidates (filters only ever drop pods, so the count changes whenever
 // the set does).
@@ -162,7 +163,7 @@ func (f boundedLoadFilter) apply(c *cycle) {
 		var total int64
 		var speeds float64
 		for _, p := range c.pods {
-			total += p.inflight.Load()
+			total += p.InFlight()
 			speeds += c.speedOf(p)
 		}
 		c.load = loadSums{pods: len(c.pods), inflight: total, speeds: speeds}
@@ -178,7 +179,7 @@ func (f boundedLoadFilter) apply(c *cycle) {
 	}
 	n := 0
 	for _, p := range c.pods {
-		if p.inflight.Load()+1 <= c.profs[p.profile()].limit {
+		if p.InFlight()+1 <= c.profs[p.profile()].limit {
 			c.pods[n] = p
 			n++
 		}
@@ -198,11 +199,11 @@ func (newSessionFilter) apply(c *cycle) {
 	}
 	least := math.Inf(1)
 	for _, p := range c.pods {
-		least = min(least, float64(p.inflight.Load())/c.speedOf(p))
+		least = min(least, float64(p.InFlight())/c.speedOf(p))
 	}
 	n := 0
 	for _, p := range c.pods {
-		if s := c.speedOf(p); float64(p.inflight.Load())/s <= least+1/s {
+		if s := c.speedOf(p); float64(p.InFlight())/s <= least+1/s {
 			c.pods[n] = p
 			n++
 		}

@@ -4,6 +4,7 @@ import (
 	"maps"
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,24 +39,29 @@ func (i PodInfo) SaltBlind() bool { return i.Engine == "trtllm" }
 // Pod is one pod with its live load accounting and health. Load counters are
 // the router's own in-flight accounting — fresher than any engine metric.
 //
-// A decision reads the fields from ID to desc of every pod: they come
+// A decision reads the fields from ID to lapsed of every pod: they come
 // first, within one cache line, so a pass over the region's pods reads one
 // line per pod.
 type Pod struct {
 	ID index.PodID
 
-	inflight    atomic.Int64  // requests routed here and not finished
-	prefillBusy atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
-	kvUtil      atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
-	ejectedTo   atomic.Int64  // unix nanos: ejected until then
+	inflight atomic.Int64 // requests routed here and not finished
+	// peerInflight is what the region's other replicas last reported in
+	// flight here (Registry.SetPeerLoads), summed over them: InFlight adds
+	// it to inflight, and every decision reads both of every pod.
+	peerInflight atomic.Int64
+	prefillBusy  atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
+	kvUtil       atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
+	ejectedTo    atomic.Int64  // unix nanos: ejected until then
 	// desc is what the filters and scorers need of the pod's PodInfo,
 	// worked out when it is announced (see catalog.describe).
 	desc   atomic.Uint64
-	info   atomic.Pointer[PodInfo]
 	lapsed atomic.Bool // its announcement ran out and it does not answer
 
+	info           atomic.Pointer[PodInfo]
 	Name           string
 	pendingPrefill atomic.Int64 // uncached prompt tokens of requests before their first byte
+	peerPending    atomic.Int64 // the other replicas' pendingPrefill here, as last reported, summed
 	outstanding    atomic.Int64 // prompt tokens of requests routed here and not finished
 	routed         atomic.Int64 // requests routed here, ever
 	engineRunning  atomic.Int64 // scraped: requests the engine says it runs (-1: unknown)
@@ -75,7 +81,7 @@ type Pod struct {
 }
 
 // podPad rounds Pod up to whole cache lines (TestPodLayout).
-const podPad = 24
+const podPad = 8
 
 // Info returns the pod's current description.
 func (p *Pod) Info() PodInfo { return *p.info.Load() }
@@ -140,8 +146,12 @@ func (cat *catalog) with(profile, model string) *catalog {
 
 // Load is a snapshot of a pod's load.
 type Load struct {
+	// InFlight is what decisions count (InFlight()): this replica's
+	// requests plus the other replicas'.
 	InFlight       int64   `json:"in_flight"`
-	PendingPrefill int64   `json:"pending_prefill_tokens"` // uncached tokens of requests before their first byte
+	Own            int64   `json:"own_in_flight"`            // routed by this replica and not finished
+	Peers          int64   `json:"peer_in_flight,omitempty"` // the region's other replicas', as last reported
+	PendingPrefill int64   `json:"pending_prefill_tokens"`   // uncached tokens of requests before their first byte (this replica's and the others')
 	KVUtil         float64 `json:"kv_util"`
 	// OutstandingTokens are the prompt tokens of requests routed here and
 	// not finished (admitted through Decider.Admit).
@@ -158,14 +168,26 @@ type Load struct {
 // Load returns the pod's current load.
 func (p *Pod) Load() Load {
 	return Load{
-		InFlight:          p.inflight.Load(),
-		PendingPrefill:    p.pendingPrefill.Load(),
+		InFlight:          p.InFlight(),
+		Own:               p.inflight.Load(),
+		Peers:             p.peerInflight.Load(),
+		PendingPrefill:    p.pendingPrefill.Load() + p.peerPending.Load(),
 		KVUtil:            math.Float64frombits(p.kvUtil.Load()),
 		OutstandingTokens: p.outstanding.Load(),
 		Routed:            p.routed.Load(),
 		EngineRunning:     p.engineRunning.Load(),
 		EngineWaiting:     p.engineWaiting.Load(),
 	}
+}
+
+// InFlight is the pod's requests in flight as decisions count them: this
+// replica's own accounting plus what each of the region's other replicas
+// last reported of theirs. A replica's report stands until its next one
+// replaces it, and goes only when that replica leaves or is declared dead
+// (Registry.ForgetPeer): a late report keeps a pod looking busy, never
+// idle. (The engine's own counts, seconds old, are not in it: see Load.)
+func (p *Pod) InFlight() int64 {
+	return p.inflight.Load() + p.peerInflight.Load()
 }
 
 // Admit accounts a request routed to the pod at now with uncached prompt
@@ -249,6 +271,13 @@ func (p *Pod) SetKVUtil(u float64) {
 	p.kvUtil.Store(math.Float64bits(min(max(u, 0), 1)))
 }
 
+// OwnLoad is this replica's own accounting of the pod: its requests in
+// flight there and their uncached prompt tokens before the first byte
+// (what it reports to the region's other replicas).
+func (p *Pod) OwnLoad() (inflight, pendingPrefill int64) {
+	return p.inflight.Load(), p.pendingPrefill.Load()
+}
+
 // Contact records that the pod answered at now (any HTTP response: it is
 // reachable, whatever it said).
 func (p *Pod) Contact(now time.Time) {
@@ -302,16 +331,43 @@ func (p *Pod) Ejected(now time.Time) bool { return now.UnixNano() < p.ejectedTo.
 // snapshot (swapped on every membership change, which is rare), so it never
 // takes a lock for membership.
 type Registry struct {
-	idx  *index.Index
-	mu   sync.Mutex
-	pods map[string]*Pod
-	snap atomic.Pointer[[]*Pod]  // sorted by name
-	cat  atomic.Pointer[catalog] // replaced under mu
+	idx   *index.Index
+	mu    sync.Mutex
+	pods  map[string]*Pod
+	snap  atomic.Pointer[[]*Pod]  // sorted by name
+	cat   atomic.Pointer[catalog] // replaced under mu
+	peers map[string]*peerReport  // the region's other replicas, by id
+}
+
+// PeerLoad is one pod's load as another replica of the region accounts
+// it: its own requests in flight there and their uncached prompt tokens
+// before the first byte.
+type PeerLoad struct {
+	Pod            string
+	InFlight       int64
+	PendingPrefill int64
+}
+
+type peerReport struct {
+	epoch uint64
+	seq   uint64
+	at    time.Time
+	loads map[string]PeerLoad
+}
+
+// PeerReport describes the last report of one of the region's other
+// replicas.
+type PeerReport struct {
+	Peer     string    `json:"peer"`
+	Seq      uint64    `json:"seq"`
+	At       time.Time `json:"at"` // when it arrived, on this replica's clock
+	Pods     int       `json:"pods"`
+	InFlight int64     `json:"in_flight"`
 }
 
 // NewRegistry builds an empty registry over the region's index.
 func NewRegistry(idx *index.Index) *Registry {
-	r := &Registry{idx: idx, pods: map[string]*Pod{}}
+	r := &Registry{idx: idx, pods: map[string]*Pod{}, peers: map[string]*peerReport{}}
 	empty := []*Pod{}
 	r.snap.Store(&empty)
 	r.cat.Store(&catalog{byName: map[string]int{}, models: map[string]int{"": 0}})
@@ -327,6 +383,71 @@ func (r *Registry) describe(p *Pod, info PodInfo) {
 	cat := r.cat.Load().with(info.Profile, info.Model)
 	r.cat.Store(cat)
 	p.describe(cat, info)
+}
+
+// SetPeerLoads replaces what the replica peer last reported of its own
+// accounting with loads (a pod it does not name carries none of its
+// requests), received at now. Reports are ordered by seq within one epoch
+// of the replica (a start of its process): a report of the same epoch
+// whose seq is not above the last one's is late and ignored (false); one
+// of another epoch (the replica restarted) replaces the last whatever its
+// seq.
+func (r *Registry) SetPeerLoads(peer string, epoch, seq uint64, loads []PeerLoad, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if old, ok := r.peers[peer]; ok && old.epoch == epoch && seq <= old.seq {
+		return false
+	}
+	m := make(map[string]PeerLoad, len(loads))
+	for _, l := range loads {
+		m[l.Pod] = l
+	}
+	r.peers[peer] = &peerReport{epoch: epoch, seq: seq, at: now, loads: m}
+	r.sumPeersLocked()
+	return true
+}
+
+// ForgetPeer drops a replica's report: it left the region, or was declared
+// dead (its connections, and the requests on them, went with it).
+func (r *Registry) ForgetPeer(peer string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.peers[peer]; !ok {
+		return
+	}
+	delete(r.peers, peer)
+	r.sumPeersLocked()
+}
+
+// PeerReports lists the other replicas' last reports, by peer id.
+func (r *Registry) PeerReports() []PeerReport {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]PeerReport, 0, len(r.peers))
+	for id, p := range r.peers {
+		pr := PeerReport{Peer: id, Seq: p.seq, At: p.at, Pods: len(p.loads)}
+		for _, l := range p.loads {
+			pr.InFlight += l.InFlight
+		}
+		out = append(out, pr)
+	}
+	slices.SortFunc(out, func(a, b PeerReport) int { return strings.Compare(a.Peer, b.Peer) })
+	return out
+}
+
+// sumPeersLocked sets every pod's peer counters to the sums over the
+// replicas' last reports.
+func (r *Registry) sumPeersLocked() {
+	for name, p := range r.pods {
+		var n, pending int64
+		for _, rep := range r.peers {
+			l := rep.loads[name]
+			n += l.InFlight
+			pending += l.PendingPrefill
+		}
+		p.peerInflight.Store(n)
+		p.peerPending.Store(pending)
+	}
 }
 
 // Pods returns the current pods, sorted by name. The slice is shared: do
@@ -369,6 +490,7 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 	p.engineWaiting.Store(-1)
 	r.describe(p, info)
 	r.pods[info.Name] = p
+	r.sumPeersLocked()
 	r.publish()
 	return p, false, nil
 }

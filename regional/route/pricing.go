@@ -20,14 +20,19 @@ import (
 // candidate is read at all. On a region whose pods hold prefixes of the
 // prompt at several depths, that prices the deepest group or two; on a
 // cold prompt (no pod holds any of it) it prices every candidate, as the
-// least loaded may be anywhere. The outcome is exactly that of estimating
-// every candidate (TestDecideMatchesNaive, TestLowestMatchesSort).
+// least loaded may be anywhere. The tie-break then needs every candidate
+// within tieMs of the best estimate, not only the best few: within
+// estimates every candidate whose bound (or floor) is at most the best
+// estimate + tieMs, so no candidate that could win the tie by its hash is
+// pruned. The outcome is exactly that of estimating every candidate
+// (TestDecideMatchesNaive, TestLowestMatchesSort, TestTieMatchesFull).
 
-// layout lays the candidates out for the ttft picker from offset off and
-// prices those that escape the grouping: the pod a session is pinned to
-// (its affinity bonus is not in the floors) and pods whose depth a
-// speculation raised (they are not where the index's answer puts them).
-func (c *cycle) layout(s *scoring, off int) {
+// layout lays the candidates out for the ttft picker, in the filters'
+// order (by name: position i is c.pods[i]), and prices those that escape
+// the grouping: the pod a session is pinned to (its affinity bonus is not
+// in the floors) and pods whose depth a speculation raised (they are not
+// where the index's answer puts them).
+func (c *cycle) layout(s *scoring) {
 	n := len(c.pods)
 	c.scoring = s
 	c.order = grow(c.order, n)
@@ -44,8 +49,7 @@ func (c *cycle) layout(s *scoring, off int) {
 	}
 	c.prices, c.evals = c.prices[:0], c.evals[:0]
 	c.next, c.rest = 0, false
-	copy(c.order, c.pods[off:])
-	copy(c.order[n-off:], c.pods[:off])
+	copy(c.order, c.pods)
 	shared := false
 	for i, p := range c.order {
 		slot := p.ID.Slot()
@@ -67,7 +71,7 @@ func (c *cycle) layout(s *scoring, off int) {
 		if j, ok := slices.BinarySearchFunc(c.pods, c.pin.pod, func(p *Pod, name string) int {
 			return strings.Compare(p.Name, name)
 		}); ok {
-			c.priceAt((j - off + n) % n)
+			c.priceAt(j)
 		}
 	}
 	c.floor = c.floorAt()
@@ -85,7 +89,7 @@ func (c *cycle) priceAt(i int) {
 		slot:    p.ID.Slot(),
 		prof:    prof,
 		rate:    c.profs[prof].rate * c.d.model.PodFactor(p.Name),
-		running: int(p.inflight.Load()),
+		running: int(p.InFlight()),
 		busy:    p.prefillBusy.Load(),
 		kv:      math.Float64frombits(p.kvUtil.Load()),
 	}
@@ -240,6 +244,22 @@ func (c *cycle) lowest(k int) []int {
 		}
 		if !more {
 			return sel
+		}
+	}
+}
+
+// within estimates every candidate whose total estimate may be at most
+// limit: the groups are priced until the floor of the rest exceeds it,
+// then every priced candidate whose bound does not exceed it is estimated.
+// A candidate left unestimated has an estimate above limit. Estimates
+// already made stand, as in lowest.
+func (c *cycle) within(limit float64) {
+	for !c.rest && !(c.floor > limit) {
+		c.more()
+	}
+	for _, i := range c.prices {
+		if !c.isEvaluated(i) && !(c.bound[i] > limit) {
+			c.evaluate(i)
 		}
 	}
 }

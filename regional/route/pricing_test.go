@@ -71,64 +71,91 @@ func TestLowerBoundUnderEstimate(t *testing.T) {
 	})
 }
 
+// drawRegion is a random region for the pruned pricing: pods at random
+// depths of one chain, some past their concurrency limit (so bounds fall
+// short of estimates), some with a backlog, some carrying the other
+// replicas' load, many alike (so totals tie, or nearly), and maybe a
+// session's pinned pod with its bonus. Small blocks make neighbouring
+// depths nearly as good as each other, so load decides and the groups'
+// floors are put to work.
+func drawRegion(rt *rapid.T) (*fixture, *Request) {
+	f := newFixtureT(rt, 0)
+	pods := rapid.IntRange(1, 24).Draw(rt, "pods")
+	ch := chain(1, 16)
+	var loads []PeerLoad
+	for i := range pods {
+		name := fmt.Sprintf("pod-%02d", i)
+		p, _, err := f.reg.Upsert(PodInfo{Name: name, Endpoint: "http://x",
+			Profile: rapid.SampledFrom([]string{"h100", "b200"}).Draw(rt, "profile")})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if d := rapid.SampledFrom([]int{0, 0, 4, 8, 8, 9, 16, rapid.IntRange(0, 16).Draw(rt, "d")}).Draw(rt, "depth"); d > 0 {
+			_ = f.idx.Register(p.ID, index.TierGPU, ch[:d])
+		}
+		for range rapid.SampledFrom([]int{0, 0, 1, 2, 3, 300}).Draw(rt, "inflight") {
+			p.Admit(0, 0, f.clock)
+		}
+		if rapid.Bool().Draw(rt, "backlog") {
+			p.Admit(0, time.Duration(rapid.IntRange(1, 20).Draw(rt, "ms"))*time.Millisecond, f.clock)
+		}
+		if n := rapid.SampledFrom([]int{0, 0, 1, 3, 300}).Draw(rt, "peer_inflight"); n > 0 {
+			loads = append(loads, PeerLoad{Pod: name, InFlight: int64(n), PendingPrefill: int64(rapid.SampledFrom([]int{0, 1, 500}).Draw(rt, "peer_pending"))})
+		}
+	}
+	f.reg.SetPeerLoads("r2", 1, 1, loads, f.clock)
+	if rapid.Bool().Draw(rt, "pinned") {
+		f.dec.sessions.Note("s", fmt.Sprintf("pod-%02d", rapid.IntRange(0, pods-1).Draw(rt, "pin")), f.clock)
+	}
+	r := req(ch)
+	r.SessionID = rapid.SampledFrom([]string{"s", "t", ""}).Draw(rt, "session")
+	r.BlockSize = rapid.SampledFrom([]int{1, 2, 64}).Draw(rt, "block")
+	r.PromptTokens = len(ch)*r.BlockSize + rapid.IntRange(0, 3).Draw(rt, "tail")
+	return f, r
+}
+
+// pricedAll is the truth the pruned pricing is held to: the cycle's
+// candidates all priced and estimated, with some totals overridden (as
+// the picker's tier weighting raises them).
+func pricedAll(f *fixture, r *Request, tp *ttftPicker) func(raised map[int]float64) []float64 {
+	all := newCycle(f.idx.PodCapacity())
+	all.begin(f.dec, r, f.reg.Pods(), f.clock)
+	all.layout(&tp.scoring)
+	all.priceAll()
+	tot := make([]float64, len(all.order))
+	for i := range tot {
+		cand := all.candidate(i)
+		tot[i] = f.dec.model.Estimate(&cand).TotalMs
+	}
+	all.end()
+	return func(raised map[int]float64) []float64 {
+		out := slices.Clone(tot)
+		for i, v := range raised {
+			out[i] = v
+		}
+		return out
+	}
+}
+
 // TestLowestMatchesSort drives the pruned ranking (lowest) on random
-// regions — pods at random depths, some past their concurrency limit (so
-// bounds fall short of estimates), some sharing totals, a session's pinned
-// pod with its bonus — and checks it against estimating every candidate
-// and sorting, before and after some estimates are raised (as the picker's
-// tier weighting does).
+// regions (drawRegion) and checks it against estimating every candidate
+// and sorting, before and after some estimates are raised (as the
+// picker's tier weighting does).
 func TestLowestMatchesSort(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		f := newFixtureT(rt, 0)
-		pods := rapid.IntRange(1, 24).Draw(rt, "pods")
-		ch := chain(1, 16)
-		for i := range pods {
-			p, _, err := f.reg.Upsert(PodInfo{Name: fmt.Sprintf("pod-%02d", i), Endpoint: "http://x",
-				Profile: rapid.SampledFrom([]string{"h100", "b200"}).Draw(rt, "profile")})
-			if err != nil {
-				rt.Fatal(err)
-			}
-			if d := rapid.IntRange(0, 16).Draw(rt, "depth"); d > 0 {
-				_ = f.idx.Register(p.ID, index.TierGPU, ch[:d])
-			}
-			for range rapid.SampledFrom([]int{0, 0, 1, 2, 3, 300}).Draw(rt, "inflight") {
-				p.Admit(0, 0, f.clock)
-			}
-			if rapid.Bool().Draw(rt, "backlog") {
-				p.Admit(0, time.Duration(rapid.IntRange(1, 20).Draw(rt, "ms"))*time.Millisecond, f.clock)
-			}
-		}
-		if rapid.Bool().Draw(rt, "pinned") {
-			f.dec.sessions.Note("s", fmt.Sprintf("pod-%02d", rapid.IntRange(0, pods-1).Draw(rt, "pin")), f.clock)
-		}
-		// Small blocks make neighbouring depths nearly as good as each
-		// other, so load decides and the groups' floors are put to work.
-		r := req(ch)
-		r.SessionID = "s"
-		r.BlockSize = rapid.SampledFrom([]int{1, 2, 64}).Draw(rt, "block")
-		r.PromptTokens = len(ch)*r.BlockSize + rapid.IntRange(0, 3).Draw(rt, "tail")
+		f, r := drawRegion(rt)
 		c := newCycle(f.idx.PodCapacity())
 		c.begin(f.dec, r, f.reg.Pods(), f.clock)
 		defer c.end()
 		tp := f.dec.pickers[PolicyTTFT].(*ttftPicker)
 		n := len(c.pods)
-		// The truth: every candidate priced and estimated, then sorted.
-		off := rapid.IntRange(0, n-1).Draw(rt, "off")
-		c.layout(&tp.scoring, off)
-		all := newCycle(f.idx.PodCapacity())
-		all.begin(f.dec, r, f.reg.Pods(), f.clock)
-		defer all.end()
-		all.layout(&tp.scoring, off)
-		all.priceAll()
+		c.layout(&tp.scoring)
+		totals := pricedAll(f, r, tp)
 		truth := func(raised map[int]float64) []int {
+			tot := totals(raised)
 			pos := make([]int, n)
-			tot := make([]float64, n)
 			for i := range pos {
-				cand := all.candidate(i)
-				pos[i], tot[i] = i, f.dec.model.Estimate(&cand).TotalMs
-				if v, ok := raised[i]; ok {
-					tot[i] = v
-				}
+				pos[i] = i
 			}
 			slices.SortStableFunc(pos, func(a, b int) int { return cmp.Compare(tot[a], tot[b]) })
 			return pos
@@ -150,6 +177,59 @@ func TestLowestMatchesSort(t *testing.T) {
 		k = rapid.IntRange(1, n).Draw(rt, "k2")
 		if got, want := c.lowest(k), truth(raised)[:k]; !slices.Equal(got, want) {
 			rt.Fatalf("after raising %v: lowest(%d) = %v, want %v", raised, k, got, want)
+		}
+	})
+}
+
+// TestTieMatchesFull: the tie-break on the pruned pricing picks what it
+// picks with every candidate estimated — the highest rendezvous hash of
+// the request's tie key and the pod among all candidates within tieMs of
+// the best — on random regions with many equal and nearly equal totals
+// (drawRegion), tieMs from none to wider than a whole depth group, and
+// the best few's totals maybe raised first (as the tier weighting does).
+// A candidate the best few's bound left unestimated can win the tie by its
+// hash: pruning by the k-th estimate alone fails this.
+func TestTieMatchesFull(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		f, r := drawRegion(rt)
+		tieMs := rapid.SampledFrom([]float64{0, 0.01, 0.5, 5, 50, 1000}).Draw(rt, "tie_ms")
+		c := newCycle(f.idx.PodCapacity())
+		c.begin(f.dec, r, f.reg.Pods(), f.clock)
+		defer c.end()
+		tp := f.dec.pickers[PolicyTTFT].(*ttftPicker)
+		n := len(c.pods)
+		c.layout(&tp.scoring)
+		order := slices.Clone(c.lowest(min(rapid.IntRange(2, 4).Draw(rt, "k"), n)))
+		raised := map[int]float64{}
+		for _, i := range order {
+			if rapid.Bool().Draw(rt, "raise") {
+				c.est[i].TotalMs += rapid.SampledFrom([]float64{0.001, 0.5, 3, 2000}).Draw(rt, "by")
+				raised[i] = c.est[i].TotalMs
+			}
+		}
+		best := order[0]
+		for _, i := range order {
+			if c.est[i].TotalMs < c.est[best].TotalMs {
+				best = i
+			}
+		}
+		tot := pricedAll(f, r, tp)(raised)
+		if tot[best] != c.est[best].TotalMs {
+			rt.Fatalf("best %d: pruned total %v, full %v", best, c.est[best].TotalMs, tot[best])
+		}
+		key := tieKey(r)
+		want, tied := best, 0
+		for i := range tot {
+			if tot[i] <= tot[best]+tieMs {
+				tied++
+				if rendezvous(key, c.order[i].Name) > rendezvous(key, c.order[want].Name) {
+					want = i
+				}
+			}
+		}
+		if got := c.breakTie(best, tieMs); got != want {
+			rt.Fatalf("tie within %v ms of %d (%v ms, %d tied): got %d (%v ms), want %d (%v ms)",
+				tieMs, best, tot[best], tied, got, tot[got], want, tot[want])
 		}
 	})
 }

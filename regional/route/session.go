@@ -3,6 +3,8 @@ package route
 import (
 	"sync"
 	"time"
+
+	"github.com/cespare/xxhash/v2"
 )
 
 // Sessions remembers, per session id (the X-Session-Id header), the pod the
@@ -12,12 +14,31 @@ import (
 // loses the bonus for the excess, so its extra requests spread by load
 // instead of piling onto one pod. Entries expire after TTL; at most Max are
 // kept (the least recently used go first).
+//
+// Sessions are kept by SessionKey, a 64-bit hash of the id, which is also
+// what the replicas of a region exchange: with ShareWithPeers each request
+// begun here is queued as a Pin (TakePins drains the queue for the other
+// replicas) and NotePeer takes theirs, so that the next turn of a session
+// finds its pod whichever replica it reaches.
 type Sessions struct {
 	mu  sync.Mutex
-	m   map[string]*session
+	m   map[uint64]*session
 	ttl time.Duration
 	max int
+
+	outMax  int   // ShareWithPeers' bound; 0: pins are not queued
+	out     []Pin // pins begun here since the last TakePins
+	dropped int64 // pins dropped from a full queue
 }
+
+// Pin is a session placed on a pod, as exchanged between replicas.
+type Pin struct {
+	Key uint64 // SessionKey of the session id
+	Pod string
+}
+
+// SessionKey is the key a session id is kept (and exchanged) by.
+func SessionKey(id string) uint64 { return xxhash.Sum64String(id) }
 
 type session struct {
 	pod      string
@@ -27,7 +48,46 @@ type session struct {
 
 // NewSessions makes a table with the given TTL and size bound.
 func NewSessions(ttl time.Duration, max int) *Sessions {
-	return &Sessions{m: map[string]*session{}, ttl: ttl, max: max}
+	return &Sessions{m: map[uint64]*session{}, ttl: ttl, max: max}
+}
+
+// ShareWithPeers queues, from now on, every session begun or noted here as
+// a Pin for TakePins, at most max of them between two calls (the oldest go
+// first when the queue is full).
+func (s *Sessions) ShareWithPeers(max int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.outMax = max
+}
+
+// DroppedPins is how many pins were dropped from a full queue, ever.
+func (s *Sessions) DroppedPins() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dropped
+}
+
+// TakePins appends the pins queued since the last call to dst (each
+// session once, with its latest pod) and empties the queue. It also
+// returns how many pins were dropped from a full queue, ever.
+func (s *Sessions) TakePins(dst []Pin) ([]Pin, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	start := len(dst)
+	for i := len(s.out) - 1; i >= 0; i-- {
+		dup := false
+		for _, p := range dst[start:] {
+			if p.Key == s.out[i].Key {
+				dup = true
+				break
+			}
+		}
+		if !dup {
+			dst = append(dst, s.out[i])
+		}
+	}
+	s.out = s.out[:0]
+	return dst, s.dropped
 }
 
 // Pinned returns the session's pod and its in-flight requests, if known and
@@ -36,9 +96,10 @@ func (s *Sessions) Pinned(id string, now time.Time) (pod string, inflight int, o
 	if id == "" {
 		return "", 0, false
 	}
+	key := SessionKey(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[id]
+	e, ok := s.m[key]
 	if !ok || (e.inflight == 0 && now.Sub(e.last) > s.ttl) {
 		return "", 0, false
 	}
@@ -54,19 +115,42 @@ func (s *Sessions) Begin(id, pod string, now time.Time) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e, ok := s.m[id]
+	e := s.beginLocked(SessionKey(id), pod, now)
+	if s.outMax > 0 {
+		if len(s.out) >= s.outMax {
+			n := copy(s.out, s.out[len(s.out)/2:])
+			s.dropped += int64(len(s.out) - n)
+			s.out = s.out[:n]
+		}
+		s.out = append(s.out, Pin{Key: SessionKey(id), Pod: e.pod})
+	}
+}
+
+func (s *Sessions) beginLocked(key uint64, pod string, now time.Time) *session {
+	e, ok := s.m[key]
 	if !ok {
 		if len(s.m) >= s.max {
 			s.evictLocked(now)
 		}
 		e = &session{}
-		s.m[id] = e
+		s.m[key] = e
 	}
 	if e.inflight == 0 || e.pod == "" {
 		e.pod = pod
 	}
 	e.inflight++
 	e.last = now
+	return e
+}
+
+// NotePeer takes a pin from another replica of the region: the session
+// is pinned to pod, unless it has requests in flight here on another pod.
+// It is not queued for the peers again.
+func (s *Sessions) NotePeer(key uint64, pod string, now time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := s.beginLocked(key, pod, now)
+	e.inflight--
 }
 
 // Note pins the session to pod without counting a request, unless it has
@@ -83,9 +167,10 @@ func (s *Sessions) End(id string, now time.Time) {
 	if id == "" {
 		return
 	}
+	key := SessionKey(id)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if e, ok := s.m[id]; ok {
+	if e, ok := s.m[key]; ok {
 		if e.inflight > 0 {
 			e.inflight--
 		}
@@ -109,14 +194,15 @@ func (s *Sessions) evictLocked(now time.Time) {
 		}
 	}
 	for len(s.m) >= s.max {
-		var oldest string
+		var oldest uint64
 		var at time.Time
-		for id, e := range s.m {
-			if e.inflight == 0 && (oldest == "" || e.last.Before(at)) {
-				oldest, at = id, e.last
+		found := false
+		for key, e := range s.m {
+			if e.inflight == 0 && (!found || e.last.Before(at)) {
+				oldest, at, found = key, e.last, true
 			}
 		}
-		if oldest == "" {
+		if !found {
 			return // every session is busy: let the table exceed its bound
 		}
 		delete(s.m, oldest)

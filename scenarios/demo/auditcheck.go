@@ -21,25 +21,29 @@ type auditReport struct {
 	checkpoints string // file the Raft checkpoints were exported to
 }
 
-// sealAndVerify closes every controller's audit log (which commits its last
-// checkpoint to Raft), waits until the Raft state holds every log's final
-// checkpoint, exports the checkpoints to cpFile (JSON lines, the input of
-// `meridian audit verify --checkpoints`) and verifies the chains under dir
-// against the checkpoints, counting their records. Traffic must have
-// stopped.
+// sealAndVerify closes every running controller's audit log, every
+// replica of every region (which commits its last checkpoint to Raft),
+// waits until the Raft state holds every log's final checkpoint, exports
+// the checkpoints to cpFile (JSON lines, the input of `meridian audit
+// verify --checkpoints`) and verifies the chains under dir against the
+// checkpoints, counting their records. Traffic must have stopped.
 func sealAndVerify(ctx context.Context, f *fleet.Fleet, dir, cpFile string) (auditReport, error) {
 	rep := auditReport{checkpoints: cpFile}
 	final := map[string]uint64{}
 	var errs []error
-	for _, r := range f.Regions {
-		l := r.Controller.Audit()
+	ctls := f.Controllers()
+	for _, c := range ctls {
+		l := c.Audit()
 		if err := l.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("seal audit log of %s: %w", r.Name, err))
+			errs = append(errs, fmt.Errorf("seal audit log of %s: %w", c.ID(), err))
 		}
 		cp := l.Checkpoint()
 		final[cp.Controller] = cp.LastSeq
 	}
-	st := func() *global.State { return f.Regions[0].Controller.Global().State() }
+	if len(ctls) == 0 {
+		return rep, errors.New("no controller running")
+	}
+	st := func() *global.State { return ctls[0].Global().State() }
 	complete := func() bool {
 		s := st()
 		for ctl, seq := range final {

@@ -45,6 +45,20 @@ type Config struct {
 	// PodsPerRegion is the number of engine simulators per region;
 	// default 3.
 	PodsPerRegion int
+	// Replicas is the number of controllers per region, behind the
+	// traffic generator's load balancer; default 2.
+	Replicas int
+	// ReplicaKillAfter is when one controller (the last replica of
+	// ReplicaKillRegion) is killed abruptly, from the moment the system is
+	// ready; negative: none (also with one replica). Default 40s: the
+	// caches are warm, and the replica is back before the failover.
+	ReplicaKillAfter time.Duration
+	// ReplicaDownFor is how long the killed replica stays down before it is
+	// started again (it is ready once its index caught up). Default 10s.
+	ReplicaDownFor time.Duration
+	// ReplicaKillRegion is the region whose replica is killed; default
+	// "us-east-1".
+	ReplicaKillRegion string
 	// CacheBlocks is each pod's KV-cache capacity in 16-token blocks;
 	// default 6144 (98,304 tokens): small enough that LRU eviction happens
 	// in a long run.
@@ -79,17 +93,21 @@ type Config struct {
 // DefaultConfig returns the defaults documented on Config.
 func DefaultConfig() Config {
 	return Config{
-		Duration:       90 * time.Second,
-		FailoverAfter:  60 * time.Second,
-		FailoverFor:    15 * time.Second,
-		FailoverRegion: "us-west-2",
-		StatusAddr:     "127.0.0.1:7700",
-		Sessions:       32,
-		PodsPerRegion:  3,
-		CacheBlocks:    6144,
-		TimeScale:      0.25,
-		Refresh:        time.Second,
-		Seed:           1,
+		Duration:          90 * time.Second,
+		FailoverAfter:     60 * time.Second,
+		FailoverFor:       15 * time.Second,
+		FailoverRegion:    "us-west-2",
+		StatusAddr:        "127.0.0.1:7700",
+		Sessions:          32,
+		PodsPerRegion:     3,
+		Replicas:          2,
+		ReplicaKillAfter:  40 * time.Second,
+		ReplicaDownFor:    10 * time.Second,
+		ReplicaKillRegion: "us-east-1",
+		CacheBlocks:       6144,
+		TimeScale:         0.25,
+		Refresh:           time.Second,
+		Seed:              1,
 	}
 }
 
@@ -109,6 +127,15 @@ func (c Config) Validate() error {
 		return fmt.Errorf("demo config: Sessions %d: want 1..1000", c.Sessions)
 	case c.PodsPerRegion < 1 || c.PodsPerRegion > 16:
 		return fmt.Errorf("demo config: PodsPerRegion %d: want 1..16", c.PodsPerRegion)
+	case c.Replicas < 1 || c.Replicas > 5:
+		return fmt.Errorf("demo config: Replicas %d: want 1..5", c.Replicas)
+	case c.killsReplica() && c.ReplicaDownFor <= 0:
+		return fmt.Errorf("demo config: ReplicaDownFor %v: want > 0", c.ReplicaDownFor)
+	case c.killsReplica() && !slices.Contains(regionNames, c.ReplicaKillRegion):
+		return fmt.Errorf("demo config: ReplicaKillRegion %q: want one of %v", c.ReplicaKillRegion, regionNames)
+	case c.killsReplica() && c.Duration > 0 && !c.NoTraffic && c.ReplicaKillAfter+c.ReplicaDownFor >= c.Duration:
+		return fmt.Errorf("demo config: ReplicaKillAfter %v + ReplicaDownFor %v: the replica must be started again before Duration %v",
+			c.ReplicaKillAfter, c.ReplicaDownFor, c.Duration)
 	case c.CacheBlocks < 64:
 		return fmt.Errorf("demo config: CacheBlocks %d: want >= 64", c.CacheBlocks)
 	case c.TimeScale <= 0 || c.TimeScale > 10:
@@ -131,3 +158,6 @@ func (c Config) Validate() error {
 	}
 	return nil
 }
+
+// killsReplica reports whether the run kills (and restarts) a replica.
+func (c Config) killsReplica() bool { return c.ReplicaKillAfter >= 0 && c.Replicas > 1 && !c.NoTraffic }

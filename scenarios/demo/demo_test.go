@@ -80,6 +80,7 @@ func TestRunJSON(t *testing.T) {
 	}
 	cfg := DefaultConfig()
 	cfg.Duration, cfg.FailoverAfter, cfg.FailoverFor = 18*time.Second, 5*time.Second, 5*time.Second
+	cfg.ReplicaKillAfter, cfg.ReplicaDownFor = 11*time.Second, 3*time.Second
 	cfg.Sessions = 12
 	cfg.JSON = true
 	cfg.StatusAddr = "127.0.0.1:0"
@@ -126,7 +127,8 @@ func TestRunJSON(t *testing.T) {
 		t.Fatalf("more than one JSON value in %q", out.String())
 	}
 	want := []string{"requests", "errors", "hit_rate", "ttft_p50_ms", "ttft_p95_ms", "cross_region_forwards", "residency_denials",
-		"residency_violations", "failover_moved_s", "audit_records", "audit_verified"}
+		"residency_violations", "failover_moved_s", "audit_records", "audit_verified", "replica_kills", "replica_restarts",
+		"requests_failed_during_replica_loss", "inflight_lost_on_replica_kill", "hit_rate_before_replica_kill", "hit_rate_after_replica_kill"}
 	var got []string
 	for k := range obj {
 		got = append(got, k)
@@ -149,6 +151,8 @@ func TestRunJSON(t *testing.T) {
 		t.Errorf("audit: %d records, verified %v: %v", res.AuditRecords, res.AuditVerified, res.AuditIssues)
 	case res.FailoverMovedS <= 0:
 		t.Errorf("failover_moved_s %v", res.FailoverMovedS)
+	case res.ReplicaKills != 1 || res.ReplicaRestarts != 1 || res.RequestsFailedDuringReplicaLoss != 0:
+		t.Errorf("replica kills %d, restarts %d, requests failed during the loss %d", res.ReplicaKills, res.ReplicaRestarts, res.RequestsFailedDuringReplicaLoss)
 	case res.ResidencyDenials == 0:
 		t.Error("no residency denial: the embargoed tenants were not refused")
 	case res.CrossRegionForwards == 0:
@@ -162,6 +166,7 @@ func TestRunJSON(t *testing.T) {
 		t.Errorf("%d audit records for %d forwards and %d denials", res.AuditRecords, res.CrossRegionForwards, res.ResidencyDenials)
 	}
 	for _, s := range []string{"traffic moved off us-west-2", "EU PHI entering us-west-2 is served in eu-west-1", "us-west-2 active again",
+		"replica ctl-us-east-1-2 killed", "replica ctl-us-east-1-2 started again",
 		"meridian audit verify --dir " + cfg.Dir} {
 		if !strings.Contains(info.String(), s) {
 			t.Errorf("the summary or the events lack %q", s)
@@ -338,6 +343,10 @@ func TestConfigValidate(t *testing.T) {
 		{"StatusAddr", func(c *Config) { c.StatusAddr = "7700" }},
 		{"Dir", func(c *Config) { c.Dir = dir }},
 		{"Dir", func(c *Config) { c.Dir = dir + "/x" }},
+		{"Replicas", func(c *Config) { c.Replicas = 0 }},
+		{"ReplicaDownFor", func(c *Config) { c.ReplicaDownFor = 0 }},
+		{"ReplicaKillRegion", func(c *Config) { c.ReplicaKillRegion = "mars-1" }},
+		{"ReplicaKillAfter", func(c *Config) { c.FailoverAfter, c.Duration = -1, 30*time.Second }},
 	} {
 		c := DefaultConfig()
 		tc.mod(&c)
@@ -346,9 +355,9 @@ func TestConfigValidate(t *testing.T) {
 			t.Errorf("%s: got %v", tc.field, err)
 		}
 	}
-	// No failover, or until interrupted: fine.
+	// No failover and no replica kill, or until interrupted: fine.
 	c := DefaultConfig()
-	c.FailoverAfter, c.Duration = -1, 10*time.Second
+	c.FailoverAfter, c.ReplicaKillAfter, c.Duration = -1, -1, 10*time.Second
 	if err := c.Validate(); err != nil {
 		t.Error(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
@@ -31,6 +32,16 @@ type Result struct {
 	FailoverMovedS      float64 `json:"failover_moved_s"`      // trigger returned -> every movable probe served elsewhere; 0 without a failover
 	AuditRecords        int64   `json:"audit_records"`         // records in every controller's audit log
 	AuditVerified       bool    `json:"audit_verified"`        // the chains verify against the Raft checkpoints
+	// The replica killed mid-run and started again: how many times, the
+	// requests that failed while it was down other than those in flight on
+	// it (0: its region kept serving), those in flight on it, and the hit
+	// rate of the answers in equal windows before and after the kill.
+	ReplicaKills                    int64   `json:"replica_kills"`
+	ReplicaRestarts                 int64   `json:"replica_restarts"`
+	RequestsFailedDuringReplicaLoss int64   `json:"requests_failed_during_replica_loss"`
+	InflightLostOnReplicaKill       int64   `json:"inflight_lost_on_replica_kill"`
+	HitRateBeforeReplicaKill        float64 `json:"hit_rate_before_replica_kill"`
+	HitRateAfterReplicaKill         float64 `json:"hit_rate_after_replica_kill"`
 
 	Dir         string            `json:"-"` // where the run's state was kept
 	StatusURL   string            `json:"-"` // the status page ("" without one)
@@ -62,6 +73,13 @@ type runner struct {
 	plan      string
 	endpoints []string
 	res       Result
+	tails     sync.WaitGroup // audit log followers
+	bal       *fleet.Balancer
+	tailCtx   context.Context
+	killed    struct {
+		rep *fleet.Replica
+		at  time.Time
+	}
 }
 
 // Run starts the system, drives it as configured and reports. It writes
@@ -105,16 +123,11 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 
 	// The status page's recent decisions come from the audit logs.
 	r.st, r.dec = newStats(r.f.Policy, time.Now), newDecisions()
-	var tails sync.WaitGroup
 	tailCtx, stopTails := context.WithCancel(ctx)
-	defer func() { stopTails(); tails.Wait() }()
-	for _, reg := range r.f.Regions {
-		l := reg.Controller.Audit()
-		tails.Go(func() {
-			if err := r.dec.follow(tailCtx, l); err != nil {
-				r.log.Warn("demo: audit tail stopped", "region", reg.Name, "err", err)
-			}
-		})
+	r.tailCtx = tailCtx
+	defer func() { stopTails(); r.tails.Wait() }()
+	for _, c := range r.f.Controllers() {
+		r.follow(c)
 	}
 	if cfg.StatusAddr != "" {
 		status, err := startStatus(cfg.StatusAddr, StatusHandler(r.snapshot))
@@ -139,6 +152,16 @@ func Run(ctx context.Context, cfg Config, out io.Writer) (Result, error) {
 	}
 	r.res.Elapsed = time.Since(r.st.start)
 	return r.finish(ctx, foErr, closeFleet)
+}
+
+// follow shows a controller's audit records on the status page.
+func (r *runner) follow(c *regional.Controller) {
+	l := c.Audit()
+	r.tails.Go(func() {
+		if err := r.dec.follow(r.tailCtx, l); err != nil && r.tailCtx.Err() == nil {
+			r.log.Warn("demo: audit tail stopped", "controller", c.ID(), "err", err)
+		}
+	})
 }
 
 // prepare makes the directory and the log.
@@ -168,8 +191,8 @@ func (r *runner) prepare() (closeLog func(), err error) {
 // start brings the fleet up and keeps its audit HMAC key in Dir, so that
 // `meridian audit query --tenant` works on the run's logs.
 func (r *runner) start(ctx context.Context) error {
-	fmt.Fprintf(r.disp, "Starting Meridian: %d regions (%s), %d simulated pods each, a Kafka-protocol broker, Raft and gossip on loopback (state in %s)...\n",
-		len(regionNames), strings.Join(regionNames, ", "), r.cfg.PodsPerRegion, r.dir)
+	fmt.Fprintf(r.disp, "Starting Meridian: %d regions (%s), %d controller replicas and %d simulated pods each, a Kafka-protocol broker, Raft and gossip on loopback (state in %s)...\n",
+		len(regionNames), strings.Join(regionNames, ", "), r.cfg.Replicas, r.cfg.PodsPerRegion, r.dir)
 	began := time.Now()
 	hw := map[string]string{"us-east-1": "h100", "us-west-2": "h100", "eu-west-1": "h200"}
 	var specs []fleet.RegionSpec
@@ -178,7 +201,8 @@ func (r *runner) start(ctx context.Context) error {
 	}
 	sctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
 	defer cancel()
-	f, err := fleet.Start(sctx, fleet.Config{Regions: specs, Dir: r.dir, TimeScale: r.cfg.TimeScale, Logger: r.log, Tenants: demoTenants()})
+	f, err := fleet.Start(sctx, fleet.Config{Regions: specs, Dir: r.dir, TimeScale: r.cfg.TimeScale, Logger: r.log, Tenants: demoTenants(),
+		Replicas: r.cfg.Replicas})
 	if err != nil {
 		return err
 	}
@@ -188,7 +212,7 @@ func (r *runner) start(ctx context.Context) error {
 		return err
 	}
 	for _, reg := range f.Regions {
-		ri := regionInfo{name: reg.Name, url: reg.Controller.URL(), admin: reg.Controller.AdminURL()}
+		ri := regionInfo{name: reg.Name, url: reg.Controller.URL(), admin: reg.Controller.AdminURL(), replicas: reg.Replicas}
 		for _, e := range reg.Engines {
 			ri.pods = append(ri.pods, podInfo{name: e.Name(), hardware: e.Config().Hardware})
 		}
@@ -212,6 +236,18 @@ func (r *runner) state(region string) string {
 // snapshot is the view of the figures now (the table, the status page).
 func (r *runner) snapshot() Snapshot {
 	s := r.st.snapshot(r.infos, r.state)
+	for i, ri := range r.infos {
+		for _, rep := range ri.replicas {
+			rv := ReplicaView{ID: rep.ID, URL: rep.URL(), State: "down"}
+			if c := rep.Controller(); c != nil {
+				rv.State = "starting"
+				if c.Ready() {
+					rv.State = "ready"
+				}
+			}
+			s.Regions[i].Replicas = append(s.Regions[i].Replicas, rv)
+		}
+	}
 	s.Phase, s.Plan, s.Dir = r.phase.get(), r.plan, r.dir
 	s.Decisions, s.AuditCounts = r.dec.snapshot()
 	if r.cfg.FailoverAfter >= 0 && !r.cfg.NoTraffic {
@@ -262,7 +298,10 @@ func (r *runner) traffic(ctx context.Context) error {
 	tr.MaxIdleConnsPerHost, tr.DisableCompression = 256, true
 	hc := &http.Client{Transport: tr}
 	defer hc.CloseIdleConnections()
-	cl := &client{hc: hc, urls: r.urls, keys: r.f.APIKeys, model: enginesim.DefaultConfig().Model, now: time.Now}
+	bal := r.f.NewBalancer(hc)
+	defer bal.Close()
+	r.bal = bal
+	cl := &client{bal: bal, keys: r.f.APIKeys, model: enginesim.DefaultConfig().Model, now: time.Now}
 	gen := &generator{c: cl, st: r.st, apps: newApps(cfg.Seed), regions: regionNames, seed: cfg.Seed,
 		think: [2]time.Duration{300 * time.Millisecond, 2 * time.Second}}
 	stop := make(chan struct{})
@@ -280,12 +319,18 @@ func (r *runner) traffic(ctx context.Context) error {
 	}
 	sc.draw(r.snapshot(), header(), time.Now(), true)
 
-	var endC, failC <-chan time.Time
+	var endC, failC, killC, restartC <-chan time.Time
 	if cfg.Duration > 0 {
 		t := time.NewTimer(cfg.Duration)
 		defer t.Stop()
 		endC = t.C
 	}
+	if cfg.killsReplica() {
+		t := time.NewTimer(cfg.ReplicaKillAfter)
+		defer t.Stop()
+		killC = t.C
+	}
+	var restartDone chan struct{} // closed when the killed replica is ready again
 	if cfg.FailoverAfter >= 0 {
 		t := time.NewTimer(cfg.FailoverAfter)
 		defer t.Stop()
@@ -318,6 +363,16 @@ loop:
 				defer close(foDone)
 				moved, foErr = fo.run(foCtx, recoverAt)
 			}()
+		case <-killC:
+			killC = nil
+			if rc := r.killReplica(); rc != nil {
+				restartC = rc
+			}
+		case <-restartC:
+			restartC = nil
+			restartDone = r.restartReplica(ctx)
+		case <-restartDone:
+			restartDone = nil
 		case <-foDone:
 			foDone = nil
 			r.phase.set(cfg.FailoverRegion + " recovered")
@@ -331,6 +386,14 @@ loop:
 	cancelFO()
 	if foDone != nil {
 		<-foDone
+	}
+	if restartC != nil {
+		// Interrupted while the replica was down: start it again, so that
+		// its audit chain is sealed and verified with the others.
+		restartDone = r.restartReplica(ctx)
+	}
+	if restartDone != nil {
+		<-restartDone
 	}
 	select {
 	case <-genDone:
@@ -347,6 +410,48 @@ loop:
 		return foErr
 	}
 	return nil
+}
+
+// killReplica kills the last replica of cfg.ReplicaKillRegion abruptly and
+// returns when to start it again (nil if it could not be killed).
+func (r *runner) killReplica() <-chan time.Time {
+	reg := r.f.Region(r.cfg.ReplicaKillRegion)
+	rep := reg.Replicas[len(reg.Replicas)-1]
+	// Recorded first: the requests in flight on it fail while Kill runs.
+	at := time.Now()
+	r.st.replicaKilled(rep.ID, at)
+	if err := rep.Kill(); err != nil {
+		r.st.event("replica %s not killed: %v", rep.ID, err)
+		return nil
+	}
+	r.killed.rep, r.killed.at = rep, at
+	r.phase.set("replica " + rep.ID + " down")
+	return time.After(r.cfg.ReplicaDownFor)
+}
+
+// restartReplica starts the killed replica again; the channel is closed
+// once it is ready (or could not start).
+func (r *runner) restartReplica(ctx context.Context) chan struct{} {
+	done := make(chan struct{})
+	rep := r.killed.rep
+	r.st.event("starting replica %s again: it rebuilds its index from the topic before it reports ready", rep.ID)
+	go func() {
+		defer close(done)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		began := time.Now()
+		if err := rep.Start(sctx); err != nil {
+			r.st.event("replica %s did not start again: %v", rep.ID, err)
+			return
+		}
+		// Ready for the load balancer: its next probe sees /readyz 200.
+		r.st.replicaRestarted(rep.ID, began, time.Now())
+		if c := rep.Controller(); c != nil {
+			r.follow(c)
+		}
+		r.phase.set("replica " + rep.ID + " back")
+	}()
+	return done
 }
 
 // failover prepares the failover of cfg.FailoverRegion, triggered through

@@ -20,6 +20,8 @@ type sample struct {
 	sent, done time.Time
 	answered   time.Time // the response headers arrived (the first byte)
 	entry      string    // region whose controller received it
+	replica    string    // the controller (replica) the load balancer sent it to
+	controller string    // X-Meridian-Controller: whose pod answered
 	served     string    // X-Meridian-Region (answered requests)
 	pod        string    // X-Meridian-Pod
 	forwarded  bool      // X-Meridian-Forwarded-To was set
@@ -133,6 +135,70 @@ type stats struct {
 	downs      map[string][]interval // when each region was failed over
 	events     []Event
 	errorKinds map[string]int64
+	loss       replicaLoss
+	answers    []answerAt // every generator answer, for the hit rate around the replica kill
+}
+
+// replicaLoss follows the replica killed during the run.
+type replicaLoss struct {
+	id           string
+	killed       time.Time // zero: not killed (yet)
+	restarted    time.Time // ready again; zero: not (yet)
+	kills        int64
+	restarts     int64
+	inflightLost int64 // failed requests that were in flight on it when it was killed
+	failedDuring int64 // other failed requests while it was down
+}
+
+// inFlightOn reports whether x was in flight on the killed replica when it
+// was killed: sent to it, or answered by one of its pods, before the kill,
+// and not finished before it.
+func (l *replicaLoss) inFlightOn(x sample) bool {
+	return !l.killed.IsZero() && (x.replica == l.id || x.controller == l.id) && x.sent.Before(l.killed) && !x.done.Before(l.killed)
+}
+
+// during reports whether x overlapped the time the replica was down.
+func (l *replicaLoss) during(x sample) bool {
+	return !l.killed.IsZero() && !x.done.Before(l.killed) && (l.restarted.IsZero() || !x.sent.After(l.restarted))
+}
+
+// answerAt is one answer's time and tokens.
+type answerAt struct {
+	done           time.Time
+	prompt, cached int
+}
+
+// replicaKilled records the kill of a replica.
+func (s *stats) replicaKilled(id string, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loss.id, s.loss.killed, s.loss.restarted = id, at, time.Time{}
+	s.loss.kills++
+	s.eventLocked("replica %s killed (a crash: its connections cut, no gossip leave, no Raft handover)", id)
+}
+
+// replicaRestarted records that the killed replica, started again at
+// began, is ready again at at.
+func (s *stats) replicaRestarted(id string, began, at time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.loss.restarted = at
+	s.loss.restarts++
+	s.eventLocked("replica %s started again: ready %.1f s later (index rebuilt from the topic), %.1f s after the kill; %d requests in flight on it were lost, %d others failed",
+		id, at.Sub(began).Seconds(), at.Sub(s.loss.killed).Seconds(), s.loss.inflightLost, s.loss.failedDuring)
+}
+
+// hitRateBetween is the hit rate of the answers that finished in [from, to).
+func (s *stats) hitRateBetween(from, to time.Time) (rate float64, answers int) {
+	var prompt, cached int64
+	for _, a := range s.answers {
+		if !a.done.Before(from) && a.done.Before(to) {
+			prompt += int64(a.prompt)
+			cached += int64(a.cached)
+			answers++
+		}
+	}
+	return ratio(cached, prompt), answers
 }
 
 func newStats(p *residency.Policy, now func() time.Time) *stats {
@@ -229,6 +295,18 @@ func (s *stats) record(x sample) {
 		s.phi.entered[x.entry]++
 	}
 	fail := func(kind, detail string) {
+		if s.loss.inFlightOn(x) {
+			// Lost with the replica: what a crash of the process serving it
+			// costs, not a failure of the system.
+			s.loss.inflightLost++
+			if s.loss.inflightLost <= 3 {
+				s.eventLocked("request in flight on the killed replica %s lost (%s): %s/%s entering %s", s.loss.id, kind, x.tenant, x.class, x.entry)
+			}
+			return
+		}
+		if s.loss.during(x) {
+			s.loss.failedDuring++
+		}
 		s.errs++
 		rt.errs++
 		s.errorKinds[kind]++
@@ -271,6 +349,7 @@ func (s *stats) record(x sample) {
 		s.rate.add(x.done)
 		s.prompt += int64(x.prompt)
 		s.cached += int64(x.cached)
+		s.answers = append(s.answers, answerAt{done: x.done, prompt: x.prompt, cached: x.cached})
 		for _, t := range []*tally{s.region(x.served), s.pod(x.pod)} {
 			t.served++
 			t.prompt += int64(x.prompt)

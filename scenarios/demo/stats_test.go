@@ -151,6 +151,9 @@ func TestTable(t *testing.T) {
 		return "active"
 	})
 	snap.AuditCounts = map[string]int64{"cross_region": 2, "forwarded_in": 2, "residency_denied": 1}
+	snap.Regions[0].Replicas = []ReplicaView{{ID: "ctl-us-east-1-1", State: "ready"}, {ID: "ctl-us-east-1-2", State: "down"}}
+	snap.Regions[1].Replicas = []ReplicaView{{ID: "ctl-us-west-2-1", State: "ready"}, {ID: "ctl-us-west-2-2", State: "ready"}}
+	snap.Regions[2].Replicas = []ReplicaView{{ID: "ctl-eu-west-1-1", State: "ready"}, {ID: "ctl-eu-west-1-2", State: "starting"}}
 	got := strings.Join(table(snap, []string{"Meridian demo · test"}, 8), "\n") + "\n"
 	path := filepath.Join("testdata", "table.txt")
 	if *update {
@@ -164,5 +167,43 @@ func TestTable(t *testing.T) {
 	}
 	if got != string(want) {
 		t.Fatalf("table differs from %s (rerun with -update if intended):\n%s", path, got)
+	}
+}
+
+// The replica kill's figures: a failed request that was in flight on the
+// killed replica (sent to it, or answered by its pod, before the kill) is
+// lost with it and is no error; any other failure while it is down is
+// both; after it is back, failures are errors again. Hit rates are taken
+// in windows either side of the kill.
+func TestReplicaLossAccounting(t *testing.T) {
+	st, now := testStats(t)
+	t0 := *now
+	ok := func(at time.Time, prompt, cached int) sample {
+		return sample{sent: at, done: at, answered: at, entry: "us-east-1", served: "us-east-1", pod: "us-east-1-pod-0", status: 200,
+			ttft: 20 * time.Millisecond, prompt: prompt, cached: cached, tenant: "acme", class: "internal", replica: "ctl-us-east-1-1"}
+	}
+	cut := func(sent, done time.Time, replica, controller string) sample {
+		return sample{sent: sent, done: done, entry: "us-east-1", tenant: "acme", class: "internal", replica: replica, controller: controller,
+			err: "stream: unexpected EOF"}
+	}
+	st.record(ok(t0.Add(time.Second), 1000, 900))
+	kill := t0.Add(10 * time.Second)
+	st.replicaKilled("ctl-us-east-1-2", kill)
+	st.record(cut(kill.Add(-time.Second), kill.Add(time.Millisecond), "ctl-us-east-1-2", ""))                // entered there
+	st.record(cut(kill.Add(-time.Second), kill.Add(time.Millisecond), "ctl-us-east-1-1", "ctl-us-east-1-2")) // its pod answered
+	st.record(cut(kill.Add(time.Second), kill.Add(2*time.Second), "ctl-us-east-1-1", ""))                    // another failure
+	st.record(ok(kill.Add(2*time.Second), 1000, 700))
+	if st.loss.inflightLost != 2 || st.loss.failedDuring != 1 || st.errs != 1 {
+		t.Fatalf("during the loss: in flight lost %d, failed during %d, errors %d", st.loss.inflightLost, st.loss.failedDuring, st.errs)
+	}
+	st.replicaRestarted("ctl-us-east-1-2", kill.Add(3*time.Second), kill.Add(5*time.Second))
+	st.record(cut(kill.Add(6*time.Second), kill.Add(7*time.Second), "ctl-us-east-1-2", ""))
+	if st.loss.inflightLost != 2 || st.loss.failedDuring != 1 || st.errs != 2 || st.loss.kills != 1 || st.loss.restarts != 1 {
+		t.Fatalf("after the restart: %+v, errors %d", st.loss, st.errs)
+	}
+	before, n := st.hitRateBetween(kill.Add(-10*time.Second), kill)
+	after, m := st.hitRateBetween(kill, kill.Add(10*time.Second))
+	if n != 1 || m != 1 || before != 0.9 || after != 0.7 {
+		t.Fatalf("hit rates %v (%d) before, %v (%d) after", before, n, after, m)
 	}
 }

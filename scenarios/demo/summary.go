@@ -32,6 +32,21 @@ func (r *runner) finish(ctx context.Context, foErr error, closeFleet func() erro
 	res.ErrorKinds = maps.Clone(st.errorKinds)
 	res.Events = slices.Clone(st.events)
 	res.EUPHI = PHIView{Entered: maps.Clone(st.phi.entered), Served: maps.Clone(st.phi.served), Refused: st.phi.refused}
+	l := st.loss
+	res.ReplicaKills, res.ReplicaRestarts = l.kills, l.restarts
+	res.RequestsFailedDuringReplicaLoss, res.InflightLostOnReplicaKill = l.failedDuring, l.inflightLost
+	if !l.killed.IsZero() {
+		// Equal windows either side of the kill: up to 15 s, and not
+		// reaching past the failover (which moves traffic and caches).
+		w := min(15*time.Second, l.killed.Sub(st.start))
+		if r.cfg.FailoverAfter >= 0 {
+			if fo := st.start.Add(r.cfg.FailoverAfter); fo.After(l.killed) {
+				w = min(w, fo.Sub(l.killed))
+			}
+		}
+		res.HitRateBeforeReplicaKill, _ = st.hitRateBetween(l.killed.Add(-w), l.killed)
+		res.HitRateAfterReplicaKill, _ = st.hitRateBetween(l.killed, l.killed.Add(w))
+	}
 	st.mu.Unlock()
 	res.TTFTP50Ms, res.TTFTP95Ms = percentile(all, 0.5), percentile(all, 0.95)
 
@@ -78,6 +93,11 @@ func (r *runner) writeSummary(ar auditReport, auditDir string) {
 		fmt.Fprintf(&b, "  cross-region forwards %d · residency denials %d · no healthy region %d · residency violations %d\n",
 			res.CrossRegionForwards, res.ResidencyDenials, res.Refused, res.ResidencyViolations)
 		fmt.Fprintf(&b, "  %s\n", phiLine(res.EUPHI))
+		if res.ReplicaKills > 0 {
+			fmt.Fprintf(&b, "  replica killed %d, started again %d · requests failed while it was down %d (in flight on it: %d lost) · hit rate %.1f%% before the kill, %.1f%% after\n",
+				res.ReplicaKills, res.ReplicaRestarts, res.RequestsFailedDuringReplicaLoss, res.InflightLostOnReplicaKill,
+				100*res.HitRateBeforeReplicaKill, 100*res.HitRateAfterReplicaKill)
+		}
 		for _, e := range res.Events {
 			if strings.HasPrefix(e.Text, "error (") || strings.HasPrefix(e.Text, "RESIDENCY VIOLATION") {
 				fmt.Fprintf(&b, "    %s %s\n", fmtAt(e.At), e.Text)
@@ -117,6 +137,9 @@ func endpointLines(infos []regionInfo, statusURL, token string) []string {
 	}
 	for _, ri := range infos {
 		lines = append(lines, fmt.Sprintf("  %-11s  api %s  metrics %s/metrics  admin %s", ri.name, ri.url, ri.url, ri.admin))
+		for _, rep := range ri.replicas[min(1, len(ri.replicas)):] {
+			lines = append(lines, fmt.Sprintf("  %-11s  api %s  (replica %s)", "", rep.URL(), rep.ID))
+		}
 	}
 	if len(infos) > 0 {
 		lines = append(lines, fmt.Sprintf("  failover     meridian failover status --admin %s --token %s", infos[0].admin, token))
@@ -129,7 +152,11 @@ func planText(cfg Config) string {
 		return "no traffic generator"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%d sessions", cfg.Sessions)
+	fmt.Fprintf(&b, "%d sessions, %d controllers per region", cfg.Sessions, cfg.Replicas)
+	if cfg.killsReplica() {
+		fmt.Fprintf(&b, ", a replica of %s killed at t+%.0fs and started again at t+%.0fs", cfg.ReplicaKillRegion,
+			cfg.ReplicaKillAfter.Seconds(), (cfg.ReplicaKillAfter + cfg.ReplicaDownFor).Seconds())
+	}
 	if cfg.FailoverAfter >= 0 {
 		fmt.Fprintf(&b, ", failover of %s at t+%.0fs, recovery at t+%.0fs", cfg.FailoverRegion, cfg.FailoverAfter.Seconds(), (cfg.FailoverAfter + cfg.FailoverFor).Seconds())
 	}

@@ -108,11 +108,11 @@ func pickWeighted[K any](rng *rand.Rand, keys []K, weight func(K) int) K {
 	return keys[len(keys)-1]
 }
 
-// client sends chat requests to the controllers and reads the streamed
-// answers, measuring time to first token.
+// client sends chat requests to the controllers, through a load balancer
+// over each region's replicas, and reads the streamed answers, measuring
+// time to first token.
 type client struct {
-	hc    *http.Client
-	urls  map[string]string // region -> controller URL
+	bal   *fleet.Balancer
 	keys  map[string]string // tenant -> API key
 	model string
 	now   func() time.Time
@@ -165,21 +165,28 @@ func (c *client) chat(ctx context.Context, region, tenant, class, session string
 		x.err = err.Error()
 		return x, ""
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.urls[region]+"/v1/chat/completions", bytes.NewReader(b))
-	if err != nil {
-		x.err = err.Error()
-		return x, ""
-	}
-	// Who the client is comes from its API key (the tenant, and the data
-	// classes it may send); the data class header only says which of them.
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+c.keys[tenant])
-	req.Header.Set(regional.HeaderDataClass, class)
-	if session != "" {
-		req.Header.Set(regional.HeaderSession, session)
-	}
 	x.sent = c.now()
-	resp, err := c.hc.Do(req)
+	// The region's load balancer picks a replica (and retries a refused
+	// connection once on another).
+	resp, rep, err := c.bal.Do(region, func(base string) (*http.Request, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+"/v1/chat/completions", bytes.NewReader(b))
+		if err != nil {
+			return nil, err
+		}
+		// Who the client is comes from its API key (the tenant, and the
+		// data classes it may send); the data class header only says which
+		// of them.
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+c.keys[tenant])
+		req.Header.Set(regional.HeaderDataClass, class)
+		if session != "" {
+			req.Header.Set(regional.HeaderSession, session)
+		}
+		return req, nil
+	})
+	if rep != nil {
+		x.replica = rep.ID
+	}
 	if err != nil {
 		x.done = c.now()
 		x.err = err.Error()
@@ -190,6 +197,7 @@ func (c *client) chat(ctx context.Context, region, tenant, class, session string
 	x.status = resp.StatusCode
 	x.served = resp.Header.Get("X-Meridian-Region")
 	x.pod = resp.Header.Get("X-Meridian-Pod")
+	x.controller = resp.Header.Get(regional.HeaderController)
 	x.forwarded = resp.Header.Get("X-Meridian-Forwarded-To") != ""
 	if resp.StatusCode != http.StatusOK {
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/meridian-llm/meridian/scenarios/fleet"
 )
 
 // Figures are the live figures of a region, a pod or the whole system.
@@ -27,18 +29,26 @@ type PodView struct {
 	Figures
 }
 
+// ReplicaView is one controller of a region.
+type ReplicaView struct {
+	ID    string `json:"id"`
+	URL   string `json:"url"`
+	State string `json:"state"` // ready, starting (not ready yet: index catching up), down
+}
+
 // RegionView is one region: what was served there, and what entered there.
 type RegionView struct {
-	Name         string `json:"name"`
-	State        string `json:"state"` // as its own controller sees it
-	URL          string `json:"url"`
-	AdminURL     string `json:"admin_url"`
-	MetricsURL   string `json:"metrics_url"`
-	ForwardedIn  int64  `json:"forwarded_in"`      // served here, entered elsewhere
-	ForwardedOut int64  `json:"forwarded_out"`     // entered here, served elsewhere
-	Denied       int64  `json:"residency_denials"` // entered here, 451
-	Refused      int64  `json:"no_healthy_region"` // entered here, 503
-	Errors       int64  `json:"errors"`            // entered here
+	Name         string        `json:"name"`
+	State        string        `json:"state"` // as its own controller sees it
+	Replicas     []ReplicaView `json:"replicas"`
+	URL          string        `json:"url"`
+	AdminURL     string        `json:"admin_url"`
+	MetricsURL   string        `json:"metrics_url"`
+	ForwardedIn  int64         `json:"forwarded_in"`      // served here, entered elsewhere
+	ForwardedOut int64         `json:"forwarded_out"`     // entered here, served elsewhere
+	Denied       int64         `json:"residency_denials"` // entered here, 451
+	Refused      int64         `json:"no_healthy_region"` // entered here, 503
+	Errors       int64         `json:"errors"`            // entered here
 	Figures
 	Pods []PodView `json:"pods"`
 }
@@ -90,6 +100,21 @@ type podInfo struct{ name, hardware string }
 type regionInfo struct {
 	name, url, admin string
 	pods             []podInfo
+	replicas         []*fleet.Replica
+}
+
+// replicasUp is "ready/all" of a region's controllers.
+func replicasUp(rs []ReplicaView) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	n := 0
+	for _, r := range rs {
+		if r.State == "ready" {
+			n++
+		}
+	}
+	return fmt.Sprintf("%d/%d", n, len(rs))
 }
 
 func figures(t *tally, now time.Time) Figures {
@@ -154,10 +179,15 @@ func fmtAt(s float64) string { return fmt.Sprintf("t+%.1fs", s) }
 // table renders the snapshot as lines of text.
 func table(s Snapshot, header []string, maxEvents int) []string {
 	lines := slices.Clone(header)
-	lines = append(lines, "", fmt.Sprintf("%-22s %-10s %-5s %7s %6s %6s %9s %8s %7s %7s %7s", "REGION / POD", "STATE", "HW", "SERVED", "REQ/S", "HIT", "TTFT p50", "p95", "FWD IN", "FWD OUT", "DENIED"))
+	lines = append(lines, "", fmt.Sprintf("%-22s %-10s %-5s %7s %6s %6s %9s %8s %7s %7s %7s  %s", "REGION / POD", "STATE", "HW", "SERVED", "REQ/S", "HIT", "TTFT p50", "p95", "FWD IN", "FWD OUT", "DENIED", "CTL"))
 	for _, r := range s.Regions {
-		lines = append(lines, fmt.Sprintf("%-22s %-10s %-5s %7d %6.1f %6s %9s %8s %7d %7d %7d", r.Name, r.State, "", r.Requests, r.RatePerS,
-			fmtPct(r.HitRate, r.Requests), fmtMs(r.TTFTP50Ms), fmtMs(r.TTFTP95Ms), r.ForwardedIn, r.ForwardedOut, r.Denied))
+		lines = append(lines, fmt.Sprintf("%-22s %-10s %-5s %7d %6.1f %6s %9s %8s %7d %7d %7d  %s", r.Name, r.State, "", r.Requests, r.RatePerS,
+			fmtPct(r.HitRate, r.Requests), fmtMs(r.TTFTP50Ms), fmtMs(r.TTFTP95Ms), r.ForwardedIn, r.ForwardedOut, r.Denied, replicasUp(r.Replicas)))
+		for _, rp := range r.Replicas {
+			if rp.State != "ready" {
+				lines = append(lines, fmt.Sprintf("  controller %s %s", rp.ID, rp.State))
+			}
+		}
 		for _, p := range r.Pods {
 			lines = append(lines, fmt.Sprintf("  %-20s %-10s %-5s %7d %6.1f %6s %9s %8s", p.Name, "", p.Hardware, p.Requests, p.RatePerS,
 				fmtPct(p.HitRate, p.Requests), fmtMs(p.TTFTP50Ms), fmtMs(p.TTFTP95Ms)))
@@ -258,8 +288,9 @@ func (sc *screen) draw(s Snapshot, header []string, now time.Time, force bool) {
 		sc.lastLine = now
 		at := fmtAt(s.ElapsedS)
 		for _, r := range s.Regions {
-			fmt.Fprintf(&b, "%-9s %-10s %-10s served %d (%.1f/s) hit %s ttft p50 %s p95 %s fwd-in %d fwd-out %d denied %d\n", at, r.Name, r.State,
-				r.Requests, r.RatePerS, fmtPct(r.HitRate, r.Requests), fmtMs(r.TTFTP50Ms), fmtMs(r.TTFTP95Ms), r.ForwardedIn, r.ForwardedOut, r.Denied)
+			fmt.Fprintf(&b, "%-9s %-10s %-10s served %d (%.1f/s) hit %s ttft p50 %s p95 %s fwd-in %d fwd-out %d denied %d controllers %s\n", at, r.Name, r.State,
+				r.Requests, r.RatePerS, fmtPct(r.HitRate, r.Requests), fmtMs(r.TTFTP50Ms), fmtMs(r.TTFTP95Ms), r.ForwardedIn, r.ForwardedOut, r.Denied,
+				replicasUp(r.Replicas))
 		}
 		t := s.Totals
 		fmt.Fprintf(&b, "%-9s %-21s sent %d served %d hit %s ttft p50 %s p95 %s cross-region %d denied %d errors %d violations %d\n", at, "all",

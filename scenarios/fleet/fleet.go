@@ -1,8 +1,13 @@
 // Package fleet starts a whole multi-region Meridian system in one process
 // on loopback: a Kafka-protocol broker (franz-go's kfake), engine simulators
-// per region publishing their KV events to it, and one controller per region
-// forming the Raft and gossip clusters, with a residency policy and an audit
-// log. The demo, the failover drill and the cross-region tests run on it.
+// per region publishing their KV events to it, and one or several
+// controllers (replicas) per region forming the Raft and gossip clusters,
+// with a residency policy and an audit log per controller. The demo, the
+// failover drill and the cross-region and replica tests run on it. A
+// replica can be killed (as a crash), stopped gracefully (as on SIGTERM)
+// and started again on its addresses and state; a Balancer spreads
+// requests over a region's replicas as a load balancer in front of them
+// would.
 //
 // Its one job is to assemble the real components as an operator would
 // deploy them, through their public configuration (regional.Config,
@@ -14,16 +19,20 @@
 //     lives under Config.Dir (a fresh temporary directory by default), so
 //     fleets in one process do not collide.
 //   - Start returns only once every controller is ready (the Raft cluster
-//     has a leader with every controller a member, the residency policy is
-//     committed, every pod is registered, and every region has every other
-//     region's summary), or an error after closing what it started.
+//     has a leader with every controller a member and its voters placed
+//     across the regions, the residency policy is
+//     committed, every pod is registered, every controller's index has
+//     caught up with its topic, and every region has every other region's
+//     summary), or an error after closing what it started.
 //   - Close stops everything, traffic first: controllers, then engines, then
 //     the broker, then the directory it created.
 //
-// It imports regional, residency, scenarios/enginesim and scenarios/sim
+// It imports regional (and regional/auth for its types), global/identity
+// (the fleet's PKI), residency, scenarios/enginesim and scenarios/sim
 // (whose default regions and RTTs it uses) of ours, and must not import
-// global, dr or cmd: it reaches the Raft tier only through the controllers
-// it starts. Only the demo and tests (dr/drill's, cmd's, demo's) import it.
+// global itself, dr or cmd: it reaches the Raft tier only through the
+// controllers it starts. Only the demo and tests (dr/drill's, cmd's,
+// demo's) import it.
 package fleet
 
 import (
@@ -68,6 +77,7 @@ type RegionSpec struct {
 	Pods        int    // engine simulators; default 2
 	Hardware    string // engine profile; default "h100"
 	CacheBlocks int    // per pod, 16-token blocks; default the profile's
+	Replicas    int    // controllers; default Config.Replicas
 }
 
 // Config describes the fleet.
@@ -106,6 +116,15 @@ type Config struct {
 	// between controllers with certificates of a fleet CA, https
 	// everywhere.
 	Insecure bool
+	// Replicas is the number of controllers per region (RegionSpec.Replicas
+	// overrides it); default 1. With one, a region's controller is
+	// ctl-<region>; with n, ctl-<region>-1 .. ctl-<region>-n.
+	Replicas int
+	// ElectionTimeout is the controllers' Raft heartbeat and election
+	// timeout; default 2s: loopback is fast, but a fleet runs beside tests
+	// and builds on a loaded machine, where a 1 s one (hashicorp/raft's
+	// default) deposes starved leaders over and over.
+	ElectionTimeout time.Duration
 }
 
 // Tenant is an API key's holder: a tenant and the data classes it may send.
@@ -139,34 +158,61 @@ func key(a, b string) string {
 
 // Region is one running region.
 type Region struct {
-	Name       string
+	Name string
+	// Controller is the region's first replica as it was started: with
+	// one replica, the region's controller. After that replica is killed
+	// or stopped it stays the closed controller; use Replicas (and
+	// Replica.Controller) to follow restarts.
 	Controller *regional.Controller
-	Engines    []*enginesim.Engine
-	config     regional.Config // what the controller was opened with
-	deps       regional.Deps
+	// Replicas are the region's controllers, in id order.
+	Replicas []*Replica
+	Engines  []*enginesim.Engine
 }
 
-// Restart closes a region's controller and opens it again on the same
+// Live returns the controllers of the region's replicas that are running
+// (started and not killed or stopped), in replica order.
+func (r *Region) Live() []*regional.Controller {
+	var out []*regional.Controller
+	for _, rep := range r.Replicas {
+		if c := rep.Controller(); c != nil {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Replica returns the replica with the given controller id, or nil.
+func (r *Region) Replica(id string) *Replica {
+	for _, rep := range r.Replicas {
+		if rep.ID == id {
+			return rep
+		}
+	}
+	return nil
+}
+
+// Restart closes a region's first replica and opens it again on the same
 // state (Raft data, audit log, gossip state), after mut (if not nil)
 // adjusts its configuration; it waits for the new controller to open, not
-// for the fleet to be ready again.
+// for the fleet to be ready again. Region.Controller is the new one.
 func (f *Fleet) Restart(ctx context.Context, region string, mut func(*regional.Config)) error {
 	r := f.Region(region)
-	if r == nil {
+	if r == nil || len(r.Replicas) == 0 {
 		return fmt.Errorf("restart: no region %q", region)
 	}
-	if err := r.Controller.Close(ctx); err != nil {
+	rep := r.Replicas[0]
+	if err := rep.close(ctx); err != nil {
 		return fmt.Errorf("restart %s: close: %w", region, err)
 	}
-	cfg := r.config
+	rep.mu.Lock()
 	if mut != nil {
-		mut(&cfg)
+		mut(&rep.cfg)
 	}
-	ctl, err := regional.Open(ctx, cfg, r.deps)
-	if err != nil {
+	rep.mu.Unlock()
+	if err := rep.open(ctx); err != nil {
 		return fmt.Errorf("restart %s: %w", region, err)
 	}
-	r.Controller, r.config = ctl, cfg
+	r.Controller = rep.Controller()
 	return nil
 }
 
@@ -218,9 +264,18 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			cfg.Regions = append(cfg.Regions, RegionSpec{Name: name})
 		}
 	}
+	if cfg.Replicas == 0 {
+		cfg.Replicas = 1
+	}
+	if cfg.ElectionTimeout == 0 {
+		cfg.ElectionTimeout = 2 * time.Second
+	}
 	for i := range cfg.Regions {
 		if cfg.Regions[i].Pods == 0 {
 			cfg.Regions[i].Pods = 2
+		}
+		if cfg.Regions[i].Replicas == 0 {
+			cfg.Regions[i].Replicas = cfg.Replicas
 		}
 	}
 	if cfg.Policy == nil {
@@ -277,8 +332,12 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		return f, err
 	}
 
-	var seedAdmin, seedGossip string
-	for i, spec := range cfg.Regions {
+	maxReplicas := 1
+	for _, spec := range cfg.Regions {
+		maxReplicas = max(maxReplicas, spec.Replicas)
+	}
+	first := true
+	for _, spec := range cfg.Regions {
 		r := &Region{Name: spec.Name}
 		f.Regions = append(f.Regions, r)
 		for p := 0; p < spec.Pods; p++ {
@@ -302,51 +361,58 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			r.Engines = append(r.Engines, e)
 		}
 
-		rc := regional.DefaultConfig()
-		rc.Region, rc.ControllerID = spec.Name, "ctl-"+spec.Name
-		rc.Listen, rc.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
-		rc.Kafka.Brokers = f.Broker.ListenAddrs()
-		rc.Models = []regional.ModelConfig{{Name: cfg.Model, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
-		rc.PolicyFile = policyFile
-		rc.ScrapeInterval = 200 * time.Millisecond
-		rc.SummaryInterval = 500 * time.Millisecond
-		// A 2 s election timeout: loopback is fast, but a fleet runs beside
-		// tests and builds on a loaded machine, where a 1 s one deposes
-		// starved leaders over and over.
-		rc.Raft = regional.RaftConfig{DataDir: filepath.Join(f.Dir, spec.Name, "raft"), Bind: "127.0.0.1:0", Bootstrap: i == 0, Voters: 3,
-			ElectionTimeout: 2 * time.Second}
-		if i > 0 {
-			rc.Raft.Join = []string{seedAdmin}
-		}
-		rc.Gossip = regional.GossipConfig{Bind: "127.0.0.1:0", Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
-			StaticRTT: map[string]map[string]time.Duration{}, StaticRTTOverride: true}
-		if i > 0 {
-			rc.Gossip.Join = []string{seedGossip}
-		}
-		for k, d := range cfg.RTT {
-			a, b, _ := strings.Cut(k, "|")
-			if rc.Gossip.StaticRTT[a] == nil {
-				rc.Gossip.StaticRTT[a] = map[string]time.Duration{}
+		// The ids the fleet's PKI issues certificates for (it issues as
+		// many per region as the largest region has replicas).
+		for _, id := range identity.ControllerIDs(spec.Name, maxReplicas)[:spec.Replicas] {
+			rc := regional.DefaultConfig()
+			rc.Region, rc.ControllerID = spec.Name, id
+			rc.Listen, rc.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+			rc.Kafka.Brokers = f.Broker.ListenAddrs()
+			rc.Models = []regional.ModelConfig{{Name: cfg.Model, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
+			rc.PolicyFile = policyFile
+			rc.ScrapeInterval = 200 * time.Millisecond
+			rc.SummaryInterval = 500 * time.Millisecond
+			dataDir := filepath.Join(f.Dir, spec.Name, "raft")
+			if maxReplicas > 1 {
+				dataDir = filepath.Join(f.Dir, spec.Name, id, "raft")
 			}
-			rc.Gossip.StaticRTT[a][b] = d
-		}
-		rc.Audit = regional.AuditConfig{Dir: f.AuditDir(), HMACKey: f.AuditKey, CheckpointInterval: 10 * time.Second}
-		sec(&rc)
-		if cfg.Controller != nil {
-			cfg.Controller(spec.Name, &rc)
-		}
-		deps := regional.Deps{Logger: cfg.Logger.With("controller", rc.ControllerID)}
-		if cfg.Deps != nil {
-			cfg.Deps(spec.Name, &deps)
-		}
-		ctl, err := regional.Open(ctx, rc, deps)
-		if err != nil {
-			return f, fmt.Errorf("controller %s: %w", spec.Name, err)
-		}
-		r.Controller, r.config, r.deps = ctl, rc, deps
-		if i == 0 {
-			seedAdmin = ctl.AdminURL()
-			seedGossip = ctl.Gossip().Addr()
+			rc.Raft = regional.RaftConfig{DataDir: dataDir, Bind: "127.0.0.1:0", Bootstrap: first, Voters: 3,
+				ElectionTimeout: cfg.ElectionTimeout}
+			rc.Gossip = regional.GossipConfig{Bind: "127.0.0.1:0", Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
+				StaticRTT: map[string]map[string]time.Duration{}, StaticRTTOverride: true}
+			if !first {
+				rc.Raft.Join, rc.Gossip.Join = f.joinAddrs(nil)
+			}
+			for k, d := range cfg.RTT {
+				a, b, _ := strings.Cut(k, "|")
+				if rc.Gossip.StaticRTT[a] == nil {
+					rc.Gossip.StaticRTT[a] = map[string]time.Duration{}
+				}
+				rc.Gossip.StaticRTT[a][b] = d
+			}
+			rc.Audit = regional.AuditConfig{Dir: f.AuditDir(), HMACKey: f.AuditKey, CheckpointInterval: 10 * time.Second}
+			// A graceful stop keeps taking requests for a while after
+			// /readyz turned 503: long enough for a Balancer's probe to
+			// notice on a loaded machine, so that no new request races the
+			// closing of the replica's idle connections.
+			rc.Shutdown.DrainDelay = 4 * BalancerProbeInterval
+			sec(&rc)
+			if cfg.Controller != nil {
+				cfg.Controller(spec.Name, &rc)
+			}
+			deps := regional.Deps{Logger: cfg.Logger.With("controller", id)}
+			if cfg.Deps != nil {
+				cfg.Deps(spec.Name, &deps)
+			}
+			rep := &Replica{ID: id, Region: spec.Name, f: f, deps: deps, cfg: rc}
+			r.Replicas = append(r.Replicas, rep)
+			if err := rep.open(ctx); err != nil {
+				return f, fmt.Errorf("controller %s: %w", id, err)
+			}
+			if r.Controller == nil {
+				r.Controller = rep.Controller()
+			}
+			first = false
 		}
 	}
 	return f, f.WaitReady(ctx)
@@ -372,48 +438,153 @@ func (f *Fleet) WaitReady(ctx context.Context) error {
 }
 
 func (f *Fleet) notReady() string {
+	total := 0
 	for _, r := range f.Regions {
-		c := r.Controller
-		h := c.Global().Health()
-		if h.Leader == "" {
-			return r.Name + ": no raft leader"
-		}
-		st := c.Global().State()
-		if _, ok := st.Policy(); !ok {
-			return r.Name + ": no policy committed"
-		}
-		if len(st.Members()) < len(f.Regions) {
-			return fmt.Sprintf("%s: %d raft members", r.Name, len(st.Members()))
-		}
-		n := 0
-		for _, p := range c.Registry.Pods() {
-			if p.Info().Endpoint != "" {
-				n++
+		total += len(r.Replicas)
+	}
+	for _, r := range f.Regions {
+		for _, rep := range r.Replicas {
+			c := rep.Controller()
+			if c == nil {
+				return rep.ID + ": down"
+			}
+			if why := f.replicaNotReady(r, c); why != "" {
+				return rep.ID + ": " + why
+			}
+			if n := len(c.Global().State().Members()); n < total {
+				return fmt.Sprintf("%s: %d of %d raft members", rep.ID, n, total)
 			}
 		}
-		if n < len(r.Engines) {
-			return fmt.Sprintf("%s: %d of %d pods registered", r.Name, n, len(r.Engines))
+	}
+	// The voters placed (3 of the controllers, spread across regions; 1 of
+	// 2): until then the bootstrapping controller may be the only voter.
+	want := min(3, total)
+	if want%2 == 0 {
+		want--
+	}
+	voters := 0
+	for _, ids := range f.Voters() {
+		voters += len(ids)
+	}
+	if voters != want {
+		return fmt.Sprintf("%d of %d raft voters placed", voters, want)
+	}
+	return ""
+}
+
+// replicaNotReady says why one controller cannot serve as the fleet
+// expects yet ("" when it can): a Raft leader known, the policy
+// committed, every pod of its region registered with its endpoint, its
+// index caught up with the topic, and every other region's summary held.
+func (f *Fleet) replicaNotReady(r *Region, c *regional.Controller) string {
+	h := c.Global().Health()
+	if h.Leader == "" {
+		return "no raft leader"
+	}
+	st := c.Global().State()
+	if _, ok := st.Policy(); !ok {
+		return "no policy committed"
+	}
+	n := 0
+	for _, p := range c.Registry.Pods() {
+		if p.Info().Endpoint != "" {
+			n++
 		}
-		view := c.Gossip().View()
-		for _, o := range f.Regions {
-			if o.Name == r.Name {
-				continue
+	}
+	if n < len(r.Engines) {
+		return fmt.Sprintf("%d of %d pods registered", n, len(r.Engines))
+	}
+	if !c.Ready() {
+		return "not ready (index catching up)"
+	}
+	view := c.Gossip().View()
+	for _, o := range f.Regions {
+		if o.Name == r.Name {
+			continue
+		}
+		rv, ok := view.Region(o.Name)
+		if !ok || rv.Summary == nil || !rv.Live {
+			return "no summary of " + o.Name + " yet"
+		}
+		// Every other region may forward here (a replica started again
+		// advertises its address once ready; the others must have it
+		// before the next replica of a rolling restart stops).
+		for _, oc := range o.Live() {
+			advertised := false
+			if orv, ok := oc.Gossip().View().Region(r.Name); ok {
+				for _, x := range orv.Controllers {
+					advertised = advertised || (x.Name == c.ID() && x.ForwardAddr != "")
+				}
 			}
-			rv, ok := view.Region(o.Name)
-			if !ok || rv.Summary == nil || !rv.Live {
-				return fmt.Sprintf("%s: no summary of %s yet", r.Name, o.Name)
+			if !advertised {
+				return oc.ID() + " has no forward address of it yet"
 			}
 		}
 	}
 	return ""
 }
 
+// Voters returns the Raft voters by region, as the leader's
+// configuration has them (nil when no running controller knows a leader).
+func (f *Fleet) Voters() map[string][]string {
+	for _, c := range f.Controllers() {
+		n := c.Global()
+		if !n.IsLeader() {
+			continue
+		}
+		servers, err := n.Servers()
+		if err != nil {
+			return nil
+		}
+		out := map[string][]string{}
+		for _, s := range servers {
+			if s.Suffrage != "voter" {
+				continue
+			}
+			m, _ := n.State().Member(s.ID)
+			out[m.Region] = append(out[m.Region], s.ID)
+		}
+		return out
+	}
+	return nil
+}
+
+// Controllers returns every running controller, region by region.
+func (f *Fleet) Controllers() []*regional.Controller {
+	var out []*regional.Controller
+	for _, r := range f.Regions {
+		out = append(out, r.Live()...)
+	}
+	return out
+}
+
+// joinAddrs are the admin URLs and gossip addresses of the running
+// controllers other than except, for a controller joining (or rejoining)
+// the Raft and gossip clusters.
+func (f *Fleet) joinAddrs(except *Replica) (admin, gossipAddrs []string) {
+	for _, r := range f.Regions {
+		for _, rep := range r.Replicas {
+			if rep == except {
+				continue
+			}
+			if c := rep.Controller(); c != nil {
+				admin = append(admin, c.AdminURL())
+				gossipAddrs = append(gossipAddrs, c.Gossip().Addr())
+			}
+		}
+	}
+	return admin, gossipAddrs
+}
+
 // Close stops the controllers, then the engines, then the broker.
 func (f *Fleet) Close(ctx context.Context) error {
 	var errs []error
 	for _, r := range slices.Backward(f.Regions) {
+		for _, rep := range slices.Backward(r.Replicas) {
+			errs = append(errs, rep.close(ctx))
+		}
 		if r.Controller != nil {
-			errs = append(errs, r.Controller.Close(ctx))
+			errs = append(errs, r.Controller.Close(ctx)) // already closed: a no-op
 		}
 	}
 	for _, r := range f.Regions {
@@ -445,7 +616,11 @@ func (f *Fleet) security(cfg Config) (func(*regional.Config), error) {
 	for _, r := range cfg.Regions {
 		regions = append(regions, r.Name)
 	}
-	pki, err := identity.InitDevPKI(filepath.Join(f.Dir, "pki"), regions, identity.PKIOptions{Operator: "operator"})
+	replicas := 1
+	for _, r := range cfg.Regions {
+		replicas = max(replicas, r.Replicas)
+	}
+	pki, err := identity.InitDevPKI(filepath.Join(f.Dir, "pki"), regions, identity.PKIOptions{Operator: "operator", ReplicasPerRegion: replicas})
 	if err != nil {
 		return nil, fmt.Errorf("fleet pki: %w", err)
 	}
