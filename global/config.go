@@ -18,13 +18,13 @@ import (
 // loopback, WANTiming when voters are regions apart.
 type Timing struct {
 	// HeartbeatTimeout: a follower without contact from the leader for this
-	// long starts an election. LAN 1s, WAN 5s.
+	// long starts an election. LAN 1s, WAN 1.5s.
 	HeartbeatTimeout time.Duration
 	// ElectionTimeout: a candidate without a winner for this long starts a
-	// new election. Must be >= HeartbeatTimeout. LAN 1s, WAN 5s.
+	// new election. Must be >= HeartbeatTimeout. LAN 1s, WAN 1.5s.
 	ElectionTimeout time.Duration
 	// LeaderLeaseTimeout: a leader without contact with a quorum for this
-	// long steps down. Must be <= HeartbeatTimeout. LAN 500ms, WAN 2.5s.
+	// long steps down. Must be <= HeartbeatTimeout. LAN 500ms, WAN 1.5s.
 	LeaderLeaseTimeout time.Duration
 	// CommitTimeout: the longest a follower waits to learn a commit index
 	// without new entries. LAN 50ms, WAN 100ms.
@@ -53,15 +53,39 @@ func LANTiming() Timing {
 	}
 }
 
-// WANTiming is for voters regions apart (inter-voter RTT p99 up to ~250 ms):
-// heartbeat and election 5s (at least 10x the worst RTT), lease 2.5s, commit
-// 100ms. A lost leader is replaced in roughly 5-10 s; the request path does
-// not notice because it reads the local state.
+// WANTiming is for voters regions apart (inter-voter RTT up to ~250 ms):
+// heartbeat, election and lease 1.5s, commit 100ms. A leader lost in a crash
+// is replaced, and a failover written meanwhile commits, in about 2.6 s (4 s
+// at worst) plus a few round trips: well within HoldTimeout. The request
+// path does not notice either way, as it reads the local state.
+//
+// Why 1.5s. hashicorp/raft's follower checks for contact at random
+// intervals of 1-2 HeartbeatTimeouts and campaigns once it has heard
+// nothing for one, so a crashed leader is noticed after 1 to 3 of them
+// (about 1.75 on average); pre-vote, vote and the first commit add three
+// round trips. Measured on loopback (BenchmarkLeaderReplicaFailover, 3
+// regions x 2 replicas, a loaded 2-core machine), kill to a committed
+// failover write: median 2.2 s with 1 s, 2.6 s (4.0 s worst) with 1.5 s,
+// 3.5 s with 2 s, 9.2 s (13.8 s worst) with the 5 s this preset had, which
+// missed the 5 s a failover may take and HoldTimeout (7 s).
+//
+// Against that, the leader heartbeats each follower every 0.1-0.2
+// HeartbeatTimeout plus a round trip: with 1.5s, every 150-300 ms plus up
+// to 250 ms, so a follower (or a leader checking its lease) gives up only
+// once about three contacts in a row have failed, more than one TCP
+// retransmission (RTO ~ RTT + 200 ms) costs; 1.5s is also ten times the
+// example deployment's worst RTT (135 ms). A lone follower cut off for that
+// long does not depose a leader the others still hear (pre-vote and leader
+// stickiness), and the lease equal to the heartbeat timeout keeps a leader
+// from stepping down sooner than its followers would replace it.
+// LANTiming's 1s would leave two contacts of margin at 250 ms RTT. Voters
+// starved of CPU for a second or more, or links slower than 250 ms, need a
+// longer timing (raft.election_timeout in a controller's configuration).
 func WANTiming() Timing {
 	t := LANTiming()
-	t.HeartbeatTimeout = 5 * time.Second
-	t.ElectionTimeout = 5 * time.Second
-	t.LeaderLeaseTimeout = 2500 * time.Millisecond
+	t.HeartbeatTimeout = 1500 * time.Millisecond
+	t.ElectionTimeout = 1500 * time.Millisecond
+	t.LeaderLeaseTimeout = 1500 * time.Millisecond
 	t.CommitTimeout = 100 * time.Millisecond
 	return t
 }

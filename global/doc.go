@@ -56,8 +56,9 @@
 //
 // Timing presets: LANTiming (hashicorp/raft's defaults: heartbeat and
 // election 1s, lease 500ms) and WANTiming for voters regions apart
-// (heartbeat and election 5s, lease 2.5s, commit 100ms; at least ten times the
-// worst inter-voter RTT). Put the voters in 3 or 5 roughly equidistant
+// (heartbeat, election and lease 1.5s, commit 100ms: a crashed leader is
+// replaced in about 3 s, and three heartbeats in a row must fail at 250 ms
+// RTT before a follower gives up; WANTiming says why). Put the voters in 3 or 5 roughly equidistant
 // regions; a write costs the leader's fsync plus the RTT to the nearest
 // majority.
 //

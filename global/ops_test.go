@@ -96,7 +96,7 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 	w := global.WANTiming()
-	if w.HeartbeatTimeout != 5*time.Second || w.LeaderLeaseTimeout != 2500*time.Millisecond {
+	if w.HeartbeatTimeout != 1500*time.Millisecond || w.ElectionTimeout != 1500*time.Millisecond || w.LeaderLeaseTimeout != 1500*time.Millisecond {
 		t.Fatalf("WAN preset %+v", w)
 	}
 	c := good()

@@ -65,7 +65,7 @@ type RaftConfig struct {
 	// ElectionTimeout, when set, replaces the timing's heartbeat and
 	// election timeouts (the leader lease is half of it): longer for
 	// voters on a heavily loaded host, where a starved leader would
-	// otherwise be deposed over and over. 0: the timing's (LAN 1s, WAN 5s).
+	// otherwise be deposed over and over. 0: the timing's (LAN 1s, WAN 1.5s).
 	ElectionTimeout time.Duration `yaml:"election_timeout"`
 }
 

@@ -5,7 +5,10 @@ package main
 // through the same checks as the kustomize manifests (the binary's CLI
 // parses every invocation, the controller runs --check on the configuration
 // the pod would read, probes and ports match the configuration, every
-// MERIDIAN_* variable is read), plus the chart's own: ports, Services,
+// MERIDIAN_* variable is read), for every replica's ordinal and pod IP,
+// plus the chart's own: each replica's identity, certificate and advertised
+// addresses, one Raft bootstrap, the PodDisruptionBudget and anti-affinity
+// for any number of replicas, the shutdown budget, ports, Services,
 // ServiceMonitor and PrometheusRule against the binary and deploy/k8s.
 
 import (
@@ -20,13 +23,17 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 	"helm.sh/helm/v3/pkg/chart/loader"
 	"helm.sh/helm/v3/pkg/chartutil"
 	"helm.sh/helm/v3/pkg/engine"
+
+	"github.com/meridian-llm/meridian/global"
 )
 
 var helmChart = filepath.Join(deployRoot, "helm", "meridian")
@@ -95,18 +102,25 @@ func findObject(objs []map[string]any, kind, name string) map[string]any {
 	return nil
 }
 
-// helmSecrets stand for the Secrets the chart reads and does not make.
-func helmSecrets() map[string]map[string]map[string]string {
-	return map[string]map[string]map[string]string{"helm/meridian": {
+// helmSecrets stand for the Secrets the chart reads and does not make,
+// and for those cert-manager writes for the Certificates it renders (a
+// replica mounting a Secret no Certificate names finds nothing there).
+func helmSecrets(objs []map[string]any) map[string]map[string]map[string]string {
+	s := map[string]map[string]string{
 		"meridian-secrets": {
 			"admin-token":    "helm-test-admin-token-of-32-bytes!",
 			"gossip-key":     "aGVsbS10ZXN0LWdvc3NpcC1rZXktb2YtMzItYnl0ZXM=",
 			"audit-hmac-key": "helm-test-audit-hmac-key-of-32-bytes",
 		},
-		"meridian-api-keys":       {"api-keys.yaml": "keys: []\n"},
-		"meridian-controller-tls": {"tls.crt": "", "tls.key": "", "ca.crt": ""},
-		"meridian-kafka-client":   {"ca.crt": "", "password": "helm-test-kafka-password"},
-	}}
+		"meridian-api-keys":     {"api-keys.yaml": "keys: []\n"},
+		"meridian-kafka-client": {"ca.crt": "", "password": "helm-test-kafka-password"},
+	}
+	for _, o := range objs {
+		if o["kind"] == "Certificate" {
+			s[fmt.Sprint(asMap(o["spec"])["secretName"])] = map[string]string{"tls.crt": "", "tls.key": "", "ca.crt": ""}
+		}
+	}
+	return map[string]map[string]map[string]string{"helm/meridian": s}
 }
 
 // renderedConfigMaps writes the rendered ConfigMaps' data to files, as
@@ -131,25 +145,41 @@ func renderedConfigMaps(t *testing.T, objs []map[string]any) map[string]map[stri
 	return cms
 }
 
-// checkedConfig is what the chart's tests read of controller --check.
-type checkedConfig struct {
-	Region      string `yaml:"region"`
-	Listen      string `yaml:"listen"`
-	AdminListen string `yaml:"admin_listen"`
-	Insecure    bool   `yaml:"insecure"`
-	TLS         *struct {
-		Cert, Key string
+// replicaConfig is what the chart's tests read of one replica's
+// controller --check.
+type replicaConfig struct {
+	Region       string `yaml:"region"`
+	ControllerID string `yaml:"controller_id"`
+	Listen       string `yaml:"listen"`
+	AdminListen  string `yaml:"admin_listen"`
+	PublicURL    string `yaml:"public_url"`
+	AdminURL     string `yaml:"admin_url"`
+	Insecure     bool   `yaml:"insecure"`
+	TLS          *struct {
+		Cert     string `yaml:"cert"`
+		Key      string `yaml:"key"`
+		ClientCA string `yaml:"client_ca"`
 	} `yaml:"tls"`
 	Auth struct {
 		Mode string `yaml:"mode"`
 	} `yaml:"auth"`
 	Raft struct {
-		Bind      string `yaml:"bind"`
-		Bootstrap bool   `yaml:"bootstrap"`
+		Bind            string   `yaml:"bind"`
+		Advertise       string   `yaml:"advertise"`
+		Bootstrap       bool     `yaml:"bootstrap"`
+		Join            []string `yaml:"join"`
+		Voters          int      `yaml:"voters"`
+		VotersPerRegion int      `yaml:"voters_per_region"`
+		WAN             bool     `yaml:"wan"`
 	} `yaml:"raft"`
 	Gossip struct {
-		Bind string `yaml:"bind"`
+		Bind      string `yaml:"bind"`
+		Advertise string `yaml:"advertise"`
 	} `yaml:"gossip"`
+	Shutdown struct {
+		DrainDelay time.Duration `yaml:"drain_delay"`
+		Grace      time.Duration `yaml:"grace"`
+	} `yaml:"shutdown"`
 }
 
 func portOf(t *testing.T, addr string) string {
@@ -160,57 +190,256 @@ func portOf(t *testing.T, addr string) string {
 	return p
 }
 
+// urlHostPort is the host:port of an http(s) URL.
+func urlHostPort(u string) string {
+	u = strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://")
+	hp, _, _ := strings.Cut(u, "/")
+	return hp
+}
+
+// helmPodIP is the pod IP the tests give replica i.
+func helmPodIP(i int) string { return fmt.Sprintf("10.0.0.%d", 10+i) }
+
+// helmReplicas runs the chart's one controller invocation as each of the
+// StatefulSet's replicas would (its ordinal in POD_INDEX, its own pod IP):
+// the binary's CLI parses it, every MERIDIAN_* variable is read, --check
+// accepts the configuration the pod mounts, the probes reach the listen
+// port; and every other variable the container gets (but GOMEMLIMIT, the Go
+// runtime's) changes the configuration. It returns each replica's
+// effective configuration.
+func helmReplicas(t *testing.T, where string, objs []map[string]any) []replicaConfig {
+	t.Helper()
+	tree := &k8sTree{base: deployRoot, assets: map[string]deployAsset{}, secrets: helmSecrets(objs)}
+	invs := tree.invocations(t, where, "helm/meridian", objs, renderedConfigMaps(t, objs))
+	if len(invs) != 1 {
+		t.Fatalf("%d meridian containers rendered, want the controller", len(invs))
+	}
+	ps, _ := podSpec(findObject(objs, "StatefulSet", ""))
+	n := atoi(fmt.Sprint(asMap(findObject(objs, "StatefulSet", "")["spec"])["replicas"]))
+	if n < 1 {
+		t.Fatalf("StatefulSet replicas %v", asMap(findObject(objs, "StatefulSet", "")["spec"])["replicas"])
+	}
+	var cfgs []replicaConfig
+	for i := range n {
+		inv := invs[0]
+		inv.where = fmt.Sprintf("%s replica %d", inv.where, i)
+		inv.env = maps.Clone(inv.env)
+		if _, ok := inv.env["POD_INDEX"]; !ok {
+			t.Fatalf("%s: the container has no POD_INDEX: the replicas would share one identity", inv.where)
+		}
+		inv.env["POD_INDEX"] = strconv.Itoa(i)
+		if _, ok := inv.env["POD_IP"]; ok {
+			inv.env["POD_IP"] = helmPodIP(i)
+		}
+		res := checkInvocation(t, inv)
+		for _, p := range res.problems {
+			t.Error(p)
+		}
+		if res.command != "controller" || res.configFile == "" {
+			t.Fatalf("the chart runs %q with config %q", res.command, res.configFile)
+		}
+		// The effective configuration, as the controller sees it.
+		cfgFile, err := rewriteConfigPaths(t, res.configFile, inv.mounts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		check := func() (string, error) {
+			app, out := quietApp()
+			err := app.Run(append(append([]string{"meridian"}, rewriteArgs(inv.mounts, inv.argv)...), "--config", cfgFile, "--check"))
+			return out.String(), err
+		}
+		full, err := check()
+		if err != nil {
+			t.Fatalf("%s: controller --check: %v", inv.where, err)
+		}
+		var cfg replicaConfig
+		if err := yaml.Unmarshal([]byte(full), &cfg); err != nil {
+			t.Fatal(err)
+		}
+		cfgs = append(cfgs, cfg)
+		if i > 0 {
+			continue
+		}
+		c := asMap(asList(ps["containers"])[0])
+		for _, e := range asList(c["env"]) {
+			name := fmt.Sprint(asMap(e)["name"])
+			if strings.HasPrefix(name, "MERIDIAN_") || name == "GOMEMLIMIT" {
+				continue // checkInvocation checks the first; the runtime reads the second
+			}
+			v := os.Getenv(name)
+			os.Setenv(name, v+"9")
+			changed, err := check()
+			os.Setenv(name, v)
+			if err == nil && changed == full {
+				t.Errorf("%s: environment variable %s changes nothing in the controller's configuration", inv.where, name)
+			}
+		}
+	}
+	return cfgs
+}
+
+// helmAddressing is where the chart says the other regions reach this
+// region and each replica.
+type helmAddressing struct {
+	region, host string
+	// self returns the address replica i advertises for Raft and its
+	// admin API, gossip the one for gossip.
+	self, gossip func(i int) string
+	bootstraps   bool // the region bootstraps the Raft cluster
+}
+
+// checkHelmReplicas checks each replica's effective configuration against
+// what the chart renders: a controller id of its own (<region>-<ordinal>)
+// matching the identity of the certificate its Secret holds; https and the
+// ports the container and the Services expose; its own advertised
+// addresses; one voter per region of three, over the WAN timing; Raft
+// bootstrapped by replica 0 of the bootstrapping region only, every other
+// replica joining through its own region's address first; secure by
+// default; and a shutdown (preStop, drain delay, grace and a margin for
+// the gossip leave and the Raft leadership transfer) within the pod's
+// termination grace period. It returns the controller ids.
+func checkHelmReplicas(t *testing.T, objs []map[string]any, cfgs []replicaConfig, a helmAddressing) (ids []string) {
+	t.Helper()
+	sts := findObject(objs, "StatefulSet", "")
+	ps, _ := podSpec(sts)
+	c := asMap(asList(ps["containers"])[0])
+	container := map[string]string{}
+	for _, p := range asList(c["ports"]) {
+		pm := asMap(p)
+		container[fmt.Sprint(pm["name"])] = fmt.Sprint(pm["containerPort"])
+	}
+	mountSecret := map[string]string{} // mount path -> Secret
+	volSecret := map[string]string{}
+	for _, v := range asList(ps["volumes"]) {
+		if s := asMap(asMap(v)["secret"]); s != nil {
+			volSecret[fmt.Sprint(asMap(v)["name"])] = fmt.Sprint(s["secretName"])
+		}
+	}
+	for _, m := range asList(c["volumeMounts"]) {
+		mm := asMap(m)
+		if s, ok := volSecret[fmt.Sprint(mm["name"])]; ok {
+			mountSecret[fmt.Sprint(mm["mountPath"])] = s
+		}
+	}
+	identity := map[string][]string{} // Secret -> URI SANs of the Certificate writing it
+	for _, o := range objs {
+		if o["kind"] == "Certificate" {
+			sp := asMap(o["spec"])
+			identity[fmt.Sprint(sp["secretName"])] = stringList(sp["uris"])
+		}
+	}
+	shutdown := atoi(fmt.Sprint(asMap(asMap(asMap(c["lifecycle"])["preStop"])["sleep"])["seconds"]))
+	tgps := atoi(fmt.Sprint(ps["terminationGracePeriodSeconds"]))
+	regionAdmin := "https://" + net.JoinHostPort(a.host, container["admin"])
+	for i, cfg := range cfgs {
+		who := fmt.Sprintf("%s replica %d", a.region, i)
+		ids = append(ids, cfg.ControllerID)
+		if want := fmt.Sprintf("%s-%d", a.region, i); cfg.ControllerID != want || cfg.Region != a.region {
+			t.Errorf("%s: controller %q of region %q, want %q of %q", who, cfg.ControllerID, cfg.Region, want, a.region)
+		}
+		// Secure by default.
+		if cfg.Insecure || cfg.TLS == nil || cfg.Auth.Mode != "api_keys" {
+			t.Errorf("%s: not secure by default: insecure %v, tls %+v, auth mode %q", who, cfg.Insecure, cfg.TLS, cfg.Auth.Mode)
+			continue
+		}
+		// Its certificate: the Secret mounted where its tls section
+		// points, issued for its own identity.
+		dir := fmt.Sprintf("/etc/meridian/tls/%d", i)
+		for _, f := range []string{cfg.TLS.Cert, cfg.TLS.Key, cfg.TLS.ClientCA} {
+			if filepath.Dir(f) != dir {
+				t.Errorf("%s: tls file %s is not in %s, its own certificate's mount", who, f, dir)
+			}
+		}
+		secret, ok := mountSecret[dir]
+		wantURI := "spiffe://meridian/region/" + a.region + "/controller/" + cfg.ControllerID
+		if !ok || !slices.Contains(identity[secret], wantURI) {
+			t.Errorf("%s: %s mounts Secret %q (%v), whose Certificate names %v, want %s", who, dir, secret, ok, identity[secret], wantURI)
+		}
+		// Addresses: the region's for forwarding, its own for the rest.
+		want := map[string]string{
+			"public_url":       net.JoinHostPort(a.host, container["http"]),
+			"admin_url":        net.JoinHostPort(a.self(i), container["admin"]),
+			"raft.advertise":   net.JoinHostPort(a.self(i), container["raft"]),
+			"gossip.advertise": a.gossip(i),
+		}
+		got := map[string]string{"public_url": urlHostPort(cfg.PublicURL), "admin_url": urlHostPort(cfg.AdminURL),
+			"raft.advertise": cfg.Raft.Advertise, "gossip.advertise": cfg.Gossip.Advertise}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: advertises %v, want %v", who, got, want)
+		}
+		for _, u := range []string{cfg.PublicURL, cfg.AdminURL} {
+			if !strings.HasPrefix(u, "https://") {
+				t.Errorf("%s: %s is not https", who, u)
+			}
+		}
+		// Raft: one voter per region of three, WAN timing; replica 0 of
+		// the bootstrapping region bootstraps, the others join through
+		// the region's own address first.
+		vpr := cfg.Raft.VotersPerRegion
+		if vpr == 0 {
+			vpr = global.DefaultConfig().VotersPerRegion
+		}
+		if cfg.Raft.Voters != 3 || vpr != 1 || !cfg.Raft.WAN {
+			t.Errorf("%s: raft voters %d, %d per region, wan %v; want 3, 1 per region, wan", who, cfg.Raft.Voters, vpr, cfg.Raft.WAN)
+		}
+		if wantBoot := a.bootstraps && i == 0; cfg.Raft.Bootstrap != wantBoot {
+			t.Errorf("%s: raft bootstrap %v, want %v", who, cfg.Raft.Bootstrap, wantBoot)
+		}
+		if !cfg.Raft.Bootstrap && (len(cfg.Raft.Join) == 0 || cfg.Raft.Join[0] != regionAdmin) {
+			t.Errorf("%s: raft join %v: want the region's own admin address %s first", who, cfg.Raft.Join, regionAdmin)
+		}
+		// The whole stop fits in the termination grace period.
+		const margin = 5 * time.Second // gossip leave, Raft leadership transfer, audit seal
+		if need := time.Duration(shutdown)*time.Second + cfg.Shutdown.DrainDelay + cfg.Shutdown.Grace + margin; time.Duration(tgps)*time.Second < need {
+			t.Errorf("%s: terminationGracePeriodSeconds %d < preStop %ds + drain_delay %v + grace %v + %v",
+				who, tgps, shutdown, cfg.Shutdown.DrainDelay, cfg.Shutdown.Grace, margin)
+		}
+	}
+	return ids
+}
+
 // TestHelmChartRegions renders the chart for each example region and runs
-// the deploy checks on it: the controller invocation parses with this
-// binary's CLI, --check accepts the configuration the pod mounts with the
-// environment it gets, the probes reach /healthz and /readyz on the listen
-// port over https, every container port and Service port is the port the
-// configuration listens on, the controller is secure (TLS, API keys, not
-// insecure), and exactly one region bootstraps the Raft cluster.
+// the deploy checks on every replica of it: the controller invocation
+// parses with this binary's CLI, --check accepts the configuration the pod
+// mounts with the environment it gets (its ordinal and pod IP), the probes
+// reach /healthz and /readyz on the listen port over https, every container
+// port and Service port is the port the configuration listens on, each
+// replica has its own identity, certificate and addresses, the controllers
+// are secure (TLS, API keys, not insecure), their ids are unique across the
+// regions, and exactly one controller of all bootstraps the Raft cluster.
 func TestHelmChartRegions(t *testing.T) {
-	bootstraps := 0
+	bootstraps, ids := 0, map[string]bool{}
 	for _, region := range helmRegions {
 		t.Run(region, func(t *testing.T) {
-			objs, err := renderChart(t, nil, filepath.Join(helmChart, "values-"+region+".yaml"))
+			values := filepath.Join(helmChart, "values-"+region+".yaml")
+			objs, err := renderChart(t, nil, values)
 			if err != nil {
 				t.Fatal(err)
 			}
-			tree := &k8sTree{base: deployRoot, assets: map[string]deployAsset{}, secrets: helmSecrets()}
-			invs := tree.invocations(t, "helm "+region, "helm/meridian", objs, renderedConfigMaps(t, objs))
-			if len(invs) != 1 {
-				t.Fatalf("%d meridian containers rendered, want the controller", len(invs))
-			}
-			inv := invs[0]
-			res := checkInvocation(t, inv)
-			for _, p := range res.problems {
-				t.Error(p)
-			}
-			if res.command != "controller" || res.configFile == "" {
-				t.Fatalf("the chart runs %q with config %q", res.command, res.configFile)
-			}
-			// The effective configuration, as the controller sees it.
-			app, out := quietApp()
-			cfgFile, err := rewriteConfigPaths(t, res.configFile, inv.mounts)
+			vals, err := chartutil.ReadValuesFile(values)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := app.Run(append(append([]string{"meridian"}, rewriteArgs(inv.mounts, inv.argv)...), "--config", cfgFile, "--check")); err != nil {
-				t.Fatalf("controller --check: %v", err)
+			cfgs := helmReplicas(t, "helm "+region, objs)
+			if len(cfgs) != 3 {
+				t.Errorf("%d replicas, want 3 (as deploy/k8s)", len(cfgs))
 			}
-			var cfg checkedConfig
-			if err := yaml.Unmarshal(out.Bytes(), &cfg); err != nil {
-				t.Fatal(err)
+			host := fmt.Sprint(asMap(vals["advertise"])["host"])
+			boot, _ := asMap(vals["raft"])["bootstrap"].(bool)
+			self := func(i int) string { return helmPodIP(i) }
+			for _, id := range checkHelmReplicas(t, objs, cfgs, helmAddressing{region: region, host: host, self: self,
+				gossip: func(i int) string { return net.JoinHostPort(self(i), portOf(t, cfgs[0].Gossip.Bind)) }, bootstraps: boot}) {
+				if ids[id] {
+					t.Errorf("controller id %s twice", id)
+				}
+				ids[id] = true
 			}
-			if cfg.Region != region {
-				t.Errorf("region %q, want %q", cfg.Region, region)
+			for _, cfg := range cfgs {
+				if cfg.Raft.Bootstrap {
+					bootstraps++
+				}
 			}
-			if cfg.Raft.Bootstrap {
-				bootstraps++
-			}
-			// Secure by default.
-			if cfg.Insecure || cfg.TLS == nil || cfg.TLS.Cert == "" || cfg.Auth.Mode != "api_keys" {
-				t.Errorf("not secure by default: insecure %v, tls %+v, auth mode %q", cfg.Insecure, cfg.TLS, cfg.Auth.Mode)
-			}
+			cfg := cfgs[0]
 			sts := findObject(objs, "StatefulSet", "")
 			ps, _ := podSpec(sts)
 			c := asMap(asList(ps["containers"])[0])
@@ -244,11 +473,55 @@ func TestHelmChartRegions(t *testing.T) {
 				}
 			}
 			checkHelmMonitoring(t, objs, container)
-			checkHelmPlacement(t, objs, region)
+			checkHelmPlacement(t, objs, region, len(cfgs))
 		})
 	}
 	if bootstraps != 1 {
-		t.Errorf("%d example regions bootstrap the Raft cluster, want exactly one", bootstraps)
+		t.Errorf("%d controllers of the example regions bootstrap the Raft cluster, want exactly one", bootstraps)
+	}
+}
+
+// TestHelmChartReplicas renders us-east-1 with 1, 2, 3 and 5 replicas and
+// checks every replica as TestHelmChartRegions does, the
+// PodDisruptionBudget (one replica at a time, never all) and the
+// placement for each; and one replica advertised at the WAN Service
+// instead of its pod IP.
+func TestHelmChartReplicas(t *testing.T) {
+	east := filepath.Join(helmChart, "values-us-east-1.yaml")
+	const host = "meridian-us-east-1.example.internal"
+	for _, tc := range []struct {
+		name  string
+		extra map[string]any
+		n     int
+		self  func(i int) string
+	}{
+		{"1", map[string]any{"replicas": 1}, 1, helmPodIP},
+		{"2", map[string]any{"replicas": 2}, 2, helmPodIP},
+		{"3", nil, 3, helmPodIP},
+		{"5", map[string]any{"replicas": 5}, 5, helmPodIP},
+		{"1 at the WAN Service", map[string]any{"replicas": 1,
+			"advertise": map[string]any{"replicaAddress": "wanService", "gossipAddress": "192.0.2.11:7947"}}, 1,
+			func(int) string { return host }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			objs, err := renderChart(t, tc.extra, east)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfgs := helmReplicas(t, "helm us-east-1 x"+tc.name, objs)
+			if len(cfgs) != tc.n {
+				t.Fatalf("%d replicas, want %d", len(cfgs), tc.n)
+			}
+			gossip := func(i int) string { return net.JoinHostPort(tc.self(i), "7947") }
+			if tc.self(0) == host {
+				gossip = func(int) string { return "192.0.2.11:7947" }
+			}
+			checkHelmReplicas(t, objs, cfgs, helmAddressing{region: "us-east-1", host: host, self: tc.self, gossip: gossip, bootstraps: true})
+			checkHelmPlacement(t, objs, "us-east-1", tc.n)
+			if n := len(slices.DeleteFunc(slices.Clone(objs), func(o map[string]any) bool { return o["kind"] != "Certificate" })); n != tc.n {
+				t.Errorf("%d Certificates for %d replicas", n, tc.n)
+			}
+		})
 	}
 }
 
@@ -292,12 +565,17 @@ func checkHelmMonitoring(t *testing.T, objs []map[string]any, container map[stri
 	}
 }
 
-// checkHelmPlacement: the PDB and the anti-affinity select the
+// checkHelmPlacement: the PodDisruptionBudget keeps all replicas but one
+// up through voluntary disruptions (minAvailable n-1: 2 of 3 as
+// deploy/k8s; one replica: maxUnavailable 1, as minAvailable 1 would block
+// node drains for good), one replica per node (required anti-affinity)
+// spread over the zones, rolled one at a time; each selects the
 // controller's pods, which carry the region's label.
-func checkHelmPlacement(t *testing.T, objs []map[string]any, region string) {
+func checkHelmPlacement(t *testing.T, objs []map[string]any, region string, n int) {
 	t.Helper()
 	sts := findObject(objs, "StatefulSet", "")
-	tmplLabels := asMap(asMap(asMap(asMap(sts["spec"])["template"])["metadata"])["labels"])
+	spec := asMap(sts["spec"])
+	tmplLabels := asMap(asMap(asMap(spec["template"])["metadata"])["labels"])
 	if tmplLabels["meridian.io/region"] != region {
 		t.Errorf("pod label meridian.io/region = %v, want %s", tmplLabels["meridian.io/region"], region)
 	}
@@ -309,18 +587,37 @@ func checkHelmPlacement(t *testing.T, objs []map[string]any, region string) {
 		}
 		return len(sel) > 0
 	}
+	if atoi(fmt.Sprint(spec["replicas"])) != n || spec["podManagementPolicy"] != "OrderedReady" ||
+		asMap(spec["updateStrategy"])["type"] != "RollingUpdate" {
+		t.Errorf("StatefulSet replicas %v, podManagementPolicy %v, updateStrategy %v: want %d, OrderedReady, RollingUpdate",
+			spec["replicas"], spec["podManagementPolicy"], spec["updateStrategy"], n)
+	}
 	pdb := findObject(objs, "PodDisruptionBudget", "")
-	if pdb == nil || !selects(asMap(asMap(asMap(pdb["spec"])["selector"])["matchLabels"])) {
+	ps := asMap(pdb["spec"])
+	if pdb == nil || !selects(asMap(asMap(ps["selector"])["matchLabels"])) {
 		t.Errorf("the PodDisruptionBudget does not select the controller's pods: %v", pdb)
 	}
-	ps, _ := podSpec(sts)
-	terms := asList(asMap(asMap(ps["affinity"])["podAntiAffinity"])["preferredDuringSchedulingIgnoredDuringExecution"])
-	if len(terms) != 1 || !selects(asMap(asMap(asMap(asMap(terms[0])["podAffinityTerm"])["labelSelector"])["matchLabels"])) {
-		t.Errorf("no soft anti-affinity over the controller's pods: %v", ps["affinity"])
+	want := map[string]any{"minAvailable": n - 1}
+	if n == 1 {
+		want = map[string]any{"maxUnavailable": 1}
 	}
-	if c := findObject(objs, "Certificate", ""); c == nil ||
-		!slices.Contains(stringList(asMap(c["spec"])["uris"]), "spiffe://meridian/region/"+region+"/controller/"+region+"-0") {
-		t.Errorf("no cert-manager Certificate with the controller's identity: %v", c)
+	got := map[string]any{}
+	for _, k := range []string{"minAvailable", "maxUnavailable"} {
+		if v, ok := ps[k]; ok {
+			got[k] = atoi(fmt.Sprint(v))
+		}
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("PodDisruptionBudget %v with %d replicas, want %v", got, n, want)
+	}
+	pod, _ := podSpec(sts)
+	terms := asList(asMap(asMap(pod["affinity"])["podAntiAffinity"])["requiredDuringSchedulingIgnoredDuringExecution"])
+	if len(terms) != 1 || asMap(terms[0])["topologyKey"] != "kubernetes.io/hostname" || !selects(asMap(asMap(asMap(terms[0])["labelSelector"])["matchLabels"])) {
+		t.Errorf("no required anti-affinity of the controller's pods per node: %v", pod["affinity"])
+	}
+	spread := asList(pod["topologySpreadConstraints"])
+	if len(spread) != 1 || asMap(spread[0])["topologyKey"] != "topology.kubernetes.io/zone" || !selects(asMap(asMap(asMap(spread[0])["labelSelector"])["matchLabels"])) {
+		t.Errorf("the controller's pods are not spread over the zones: %v", spread)
 	}
 }
 
@@ -364,8 +661,35 @@ func TestHelmChartPrometheusRule(t *testing.T) {
 	}
 }
 
-// TestHelmChartMirrorsKustomize: the chart's controller pod is the
-// kustomize base's: same ports, probes, security contexts and mounts.
+// withoutSelectors is v with every labelSelector replaced by a placeholder:
+// the chart's select its release's pods, the base's every controller pod.
+func withoutSelectors(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		out := map[string]any{}
+		for k, e := range x {
+			if k == "labelSelector" || k == "selector" {
+				out[k] = "<the controller's pods>"
+				continue
+			}
+			out[k] = withoutSelectors(e)
+		}
+		return out
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = withoutSelectors(e)
+		}
+		return out
+	}
+	return v
+}
+
+// TestHelmChartMirrorsKustomize: the chart's controllers are the kustomize
+// base's: as many replicas, rolled and kept up alike, placed alike (one per
+// node, over the zones), with the same ports, probes, preStop hook,
+// security contexts, mounts (a certificate per replica) and downward-API
+// variables.
 func TestHelmChartMirrorsKustomize(t *testing.T) {
 	assets := loadDeployAssets(t, deployRoot)
 	tree := &k8sTree{base: deployRoot, assets: map[string]deployAsset{}}
@@ -380,15 +704,36 @@ func TestHelmChartMirrorsKustomize(t *testing.T) {
 	bps, _ := podSpec(findObject(base, "StatefulSet", ""))
 	cps, _ := podSpec(findObject(chart, "StatefulSet", ""))
 	bc, cc := asMap(asList(bps["containers"])[0]), asMap(asList(cps["containers"])[0])
-	for _, key := range []string{"ports", "readinessProbe", "livenessProbe", "securityContext", "volumeMounts", "resources"} {
+	for _, key := range []string{"ports", "readinessProbe", "livenessProbe", "lifecycle", "securityContext", "volumeMounts", "resources"} {
 		if !reflect.DeepEqual(bc[key], cc[key]) {
 			t.Errorf("container %s differs from deploy/k8s/base:\n base  %v\n chart %v", key, bc[key], cc[key])
 		}
 	}
-	for _, key := range []string{"securityContext", "terminationGracePeriodSeconds", "automountServiceAccountToken"} {
-		if !reflect.DeepEqual(bps[key], cps[key]) {
-			t.Errorf("pod %s differs from deploy/k8s/base:\n base  %v\n chart %v", key, bps[key], cps[key])
+	env := func(c map[string]any) map[string]any {
+		out := map[string]any{}
+		for _, e := range asList(c["env"]) {
+			if name := fmt.Sprint(asMap(e)["name"]); name == "POD_INDEX" || name == "POD_IP" || name == "GOMEMLIMIT" || name == "MERIDIAN_CA_CERT" {
+				out[name] = e
+			}
 		}
+		return out
+	}
+	if be, ce := env(bc), env(cc); len(be) != 4 || !reflect.DeepEqual(be, ce) {
+		t.Errorf("container env differs from deploy/k8s/base:\n base  %v\n chart %v", be, ce)
+	}
+	for _, key := range []string{"securityContext", "terminationGracePeriodSeconds", "automountServiceAccountToken", "affinity", "topologySpreadConstraints"} {
+		if b, c := withoutSelectors(bps[key]), withoutSelectors(cps[key]); !reflect.DeepEqual(b, c) {
+			t.Errorf("pod %s differs from deploy/k8s/base:\n base  %v\n chart %v", key, b, c)
+		}
+	}
+	bs, cs := asMap(findObject(base, "StatefulSet", "")["spec"]), asMap(findObject(chart, "StatefulSet", "")["spec"])
+	for _, key := range []string{"replicas", "podManagementPolicy", "updateStrategy", "persistentVolumeClaimRetentionPolicy"} {
+		if !reflect.DeepEqual(bs[key], cs[key]) {
+			t.Errorf("StatefulSet %s differs from deploy/k8s/base:\n base  %v\n chart %v", key, bs[key], cs[key])
+		}
+	}
+	if b, c := withoutSelectors(findObject(base, "PodDisruptionBudget", "")["spec"]), withoutSelectors(findObject(chart, "PodDisruptionBudget", "")["spec"]); !reflect.DeepEqual(b, c) {
+		t.Errorf("PodDisruptionBudget differs from deploy/k8s/base:\n base  %v\n chart %v", b, c)
 	}
 	// The Services expose the same ports under the same names.
 	var bNames, cNames []string
@@ -413,8 +758,10 @@ func TestHelmChartMirrorsKustomize(t *testing.T) {
 	}
 }
 
-// TestHelmChartRefuses: a values file without what the controller needs, or
-// with more than one controller per region, fails to render and says why.
+// TestHelmChartRefuses: values without what the controller needs, or that
+// would run it wrong (no replica, replicas sharing one advertised address,
+// a PodDisruptionBudget that blocks every drain), fail to render and say
+// why.
 func TestHelmChartRefuses(t *testing.T) {
 	east := filepath.Join(helmChart, "values-us-east-1.yaml")
 	for _, tc := range []struct {
@@ -423,9 +770,15 @@ func TestHelmChartRefuses(t *testing.T) {
 		want  string
 	}{
 		{nil, nil, "region is required"},
-		{map[string]any{"replicas": 2}, []string{east}, "one controller per region"},
+		{map[string]any{"replicas": 0}, []string{east}, "replicas: 0: want at least 1"},
+		{map[string]any{"replicas": 2, "advertise": map[string]any{"replicaAddress": "wanService", "gossipAddress": "192.0.2.1:7947"}},
+			[]string{east}, "each replica needs an address of its own"},
+		{map[string]any{"replicas": 1, "advertise": map[string]any{"replicaAddress": "wanService"}}, []string{east}, "advertise.gossipAddress is required"},
+		{map[string]any{"advertise": map[string]any{"replicaAddress": "nodeIP"}}, []string{east}, `advertise.replicaAddress: "nodeIP"`},
+		{map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": 3}}, []string{east}, "minAvailable: 3 with 3 replicas: want 1..2"},
+		{map[string]any{"podAntiAffinity": "always"}, []string{east}, `podAntiAffinity: "always"`},
 		{map[string]any{"region": "us-east-1"}, nil, "advertise.host is required"},
-		{map[string]any{"region": "us-east-1", "advertise": map[string]any{"host": "h", "gossipAddress": "192.0.2.1:7947"}}, nil, "kafka.brokers is required"},
+		{map[string]any{"region": "us-east-1", "advertise": map[string]any{"host": "h"}}, nil, "kafka.brokers is required"},
 	} {
 		if _, err := renderChart(t, tc.extra, tc.files...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("values %v %v: render error %v, want %q", tc.files, tc.extra, err, tc.want)
