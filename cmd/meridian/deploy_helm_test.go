@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -166,7 +167,9 @@ func portOf(t *testing.T, addr string) string {
 // environment it gets, the probes reach /healthz and /readyz on the listen
 // port over https, every container port and Service port is the port the
 // configuration listens on, the controller is secure (TLS, API keys, not
-// insecure), and exactly one region bootstraps the Raft cluster.
+// insecure), exactly one region bootstraps the Raft cluster, and the
+// controller and the kv-bridge (kv-bridge --check on what it mounts)
+// follow the engines' headless Service alike.
 func TestHelmChartRegions(t *testing.T) {
 	bootstraps := 0
 	for _, region := range helmRegions {
@@ -177,16 +180,34 @@ func TestHelmChartRegions(t *testing.T) {
 			}
 			tree := &k8sTree{base: deployRoot, assets: map[string]deployAsset{}, secrets: helmSecrets()}
 			invs := tree.invocations(t, "helm "+region, "helm/meridian", objs, renderedConfigMaps(t, objs))
-			if len(invs) != 1 {
-				t.Fatalf("%d meridian containers rendered, want the controller", len(invs))
+			if len(invs) != 2 {
+				t.Fatalf("%d meridian containers rendered, want the controller and the kv-bridge", len(invs))
 			}
-			inv := invs[0]
-			res := checkInvocation(t, inv)
-			for _, p := range res.problems {
+			var inv invocation
+			var res, bridge invocationResult
+			for _, i := range invs {
+				r := checkInvocation(t, i)
+				for _, p := range r.problems {
+					t.Error(p)
+				}
+				switch r.command {
+				case "controller":
+					inv, res = i, r
+				case "kv-bridge":
+					bridge = r
+				}
+			}
+			if res.command != "controller" || res.configFile == "" || bridge.bridge == nil {
+				t.Fatalf("the chart runs %q with config %q, and a kv-bridge with %+v", res.command, res.configFile, bridge.bridge)
+			}
+			// Both follow the engines' headless Service (as deploy/k8s
+			// describes it) alike, and the bridge writes this region's topic.
+			for _, p := range checkDiscovery("helm "+region, res.effective.Pods.Discovery.DNS, &bridge.bridge.Discovery.DNS,
+				k8sServices(loadDeployAssets(t, deployRoot))) {
 				t.Error(p)
 			}
-			if res.command != "controller" || res.configFile == "" {
-				t.Fatalf("the chart runs %q with config %q", res.command, res.configFile)
+			if bridge.bridge.Region != region {
+				t.Errorf("the kv-bridge's region is %q, want %q", bridge.bridge.Region, region)
 			}
 			// The effective configuration, as the controller sees it.
 			app, out := quietApp()
@@ -380,6 +401,7 @@ func TestHelmChartMirrorsKustomize(t *testing.T) {
 	bps, _ := podSpec(findObject(base, "StatefulSet", ""))
 	cps, _ := podSpec(findObject(chart, "StatefulSet", ""))
 	bc, cc := asMap(asList(bps["containers"])[0]), asMap(asList(cps["containers"])[0])
+	bc["volumeMounts"] = oneTLSMount(asList(bc["volumeMounts"]))
 	for _, key := range []string{"ports", "readinessProbe", "livenessProbe", "securityContext", "volumeMounts", "resources"} {
 		if !reflect.DeepEqual(bc[key], cc[key]) {
 			t.Errorf("container %s differs from deploy/k8s/base:\n base  %v\n chart %v", key, bc[key], cc[key])
@@ -413,8 +435,29 @@ func TestHelmChartMirrorsKustomize(t *testing.T) {
 	}
 }
 
-// TestHelmChartRefuses: a values file without what the controller needs, or
-// with more than one controller per region, fails to render and says why.
+// oneTLSMount turns the base's per-replica certificate mounts (tls-<n> at
+// /etc/meridian/tls/<n>: its three replicas share one pod template) into
+// the one mount of the chart's single controller, where the first was.
+func oneTLSMount(mounts []any) []any {
+	perReplica := regexp.MustCompile(`^tls-[0-9]+$`)
+	var out []any
+	seen := false
+	for _, m := range mounts {
+		if !perReplica.MatchString(fmt.Sprint(asMap(m)["name"])) {
+			out = append(out, m)
+			continue
+		}
+		if !seen {
+			out = append(out, map[string]any{"name": "tls", "mountPath": "/etc/meridian/tls", "readOnly": true})
+			seen = true
+		}
+	}
+	return out
+}
+
+// TestHelmChartRefuses: a values file without what the controller needs
+// (its engines' Service among it), or with more than one controller per
+// region, fails to render and says why.
 func TestHelmChartRefuses(t *testing.T) {
 	east := filepath.Join(helmChart, "values-us-east-1.yaml")
 	for _, tc := range []struct {
@@ -425,7 +468,9 @@ func TestHelmChartRefuses(t *testing.T) {
 		{nil, nil, "region is required"},
 		{map[string]any{"replicas": 2}, []string{east}, "one controller per region"},
 		{map[string]any{"region": "us-east-1"}, nil, "advertise.host is required"},
-		{map[string]any{"region": "us-east-1", "advertise": map[string]any{"host": "h", "gossipAddress": "192.0.2.1:7947"}}, nil, "kafka.brokers is required"},
+		{map[string]any{"region": "us-east-1", "advertise": map[string]any{"host": "h", "gossipAddress": "192.0.2.1:7947"},
+			"discovery": map[string]any{"dns": map[string]any{"name": "vllm.inference.svc.cluster.local."}}}, nil, "kafka.brokers is required"},
+		{map[string]any{"discovery": map[string]any{"dns": map[string]any{"name": ""}}}, []string{east}, "discovery.dns.name is required"},
 	} {
 		if _, err := renderChart(t, tc.extra, tc.files...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("values %v %v: render error %v, want %q", tc.files, tc.extra, err, tc.want)
