@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -180,7 +181,9 @@ func DefaultConfig() Config {
 // LoadConfig reads a YAML configuration over the defaults. ${VAR} (and
 // $VAR) references are replaced by environment variables first, so one file
 // can serve every replica of a StatefulSet. Unknown keys are errors (a
-// misspelt key must not silently fall back to a default).
+// misspelt key must not silently fall back to a default). Relative file
+// and directory names in it are relative to the file's own directory, not
+// to the working directory (ResolvePaths).
 func LoadConfig(path string) (Config, error) {
 	cfg := DefaultConfig()
 	b, err := os.ReadFile(path)
@@ -193,7 +196,41 @@ func LoadConfig(path string) (Config, error) {
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg.ResolvePaths(dir)
 	return cfg, nil
+}
+
+// ResolvePaths makes every relative file or directory name of the
+// configuration relative to dir: policy_file, models[].dir, tls.*,
+// auth.api_keys.file, auth.jwt.jwks_file, kafka.tls.*,
+// kafka.sasl.password_file, pods.tls.*, pods.discovery.file.path,
+// raft.data_dir, audit.dir and gossip.state_file. Empty and absolute names
+// are kept.
+func (c *Config) ResolvePaths(dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	for _, p := range []*string{&c.PolicyFile, &c.Raft.DataDir, &c.Audit.Dir, &c.Gossip.StateFile} {
+		abs(p)
+	}
+	for i := range c.Models {
+		abs(&c.Models[i].Dir)
+	}
+	if c.TLS != nil {
+		c.TLS.ResolvePaths(dir)
+	}
+	c.Auth.Config.ResolvePaths(dir)
+	c.Kafka.Security.ResolvePaths(dir)
+	if c.Pods.TLS != nil {
+		c.Pods.TLS.ResolvePaths(dir)
+	}
+	c.Pods.Discovery.ResolvePaths(dir)
 }
 
 // ApplyDefaults fills the defaults that derive from other fields: the

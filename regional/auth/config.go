@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -275,4 +276,15 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	return c
+}
+
+// ResolvePaths makes the relative file names of c (api_keys.file,
+// jwt.jwks_file) relative to dir (the directory of the configuration file
+// that named them).
+func (c *Config) ResolvePaths(dir string) {
+	for _, p := range []*string{&c.APIKeys.File, &c.JWT.JWKSFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
 }

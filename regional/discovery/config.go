@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -366,4 +367,12 @@ func decodeKnown(n *yaml.Node, section string, out any) error {
 		}
 	}
 	return n.Decode(out)
+}
+
+// ResolvePaths makes a relative file.path relative to dir (the directory
+// of the configuration file that named it).
+func (c *Config) ResolvePaths(dir string) {
+	if c.File.Path != "" && !filepath.IsAbs(c.File.Path) {
+		c.File.Path = filepath.Join(dir, c.File.Path)
+	}
 }
