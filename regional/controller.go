@@ -165,6 +165,7 @@ func DefaultConfig() Config {
 		BlockSize:         64,
 		PodCapacity:       256,
 		Kafka:             DefaultIngestConfig(),
+		Pods:              PodsConfig{Discovery: discovery.DefaultConfig()},
 		Decision:          route.DefaultConfig(),
 		Server:            DefaultServerConfig(),
 		Gorgo:             gorgo.DefaultConfig(),

@@ -79,7 +79,7 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 		}
 	}
 	type plain PodsConfig
-	var p plain
+	p := plain(*c) // absent keys keep their defaults
 	if err := n.Decode(&p); err != nil {
 		return err
 	}

@@ -179,6 +179,7 @@ func DefaultConfig() Config {
 		MaxWriteBatch:    512,
 		MaxStreams:       4096,
 		AnnounceInterval: 10 * time.Second,
+		Discovery:        discovery.DefaultConfig(),
 	}
 }
 
