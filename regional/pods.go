@@ -179,12 +179,7 @@ func newPodGate(c PodsConfig) *podGate {
 	g := &podGate{key: []byte(c.AnnounceKey), https: c.RequireHTTPS}
 	allowed := c.AllowedEndpoints
 	if len(allowed) == 0 {
-		allowed = []string{"127.0.0.0/8", "::1/128", "localhost"}
-		for _, p := range c.Static {
-			if h, err := endpointHost(p.Endpoint); err == nil {
-				allowed = append(allowed, h)
-			}
-		}
+		allowed = defaultAllowedEndpoints(c.Static)
 	}
 	for _, a := range allowed {
 		if pfx, err := netip.ParsePrefix(a); err == nil {

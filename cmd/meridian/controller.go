@@ -5,7 +5,6 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/regional"
 )
@@ -40,7 +39,7 @@ func controllerCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("check") {
-				out, err := yaml.Marshal(cfg.Redacted())
+				out, err := cfg.EffectiveYAML()
 				if err != nil {
 					return err
 				}

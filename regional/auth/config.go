@@ -247,6 +247,10 @@ func loopbackHost(host string) bool {
 	return err == nil && a.IsLoopback()
 }
 
+// WithDefaults returns c with its zero optional fields at their defaults,
+// as Open uses it.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
 // withDefaults fills zero optional fields (zero values are defaults where
 // the field comment says so).
 func (c Config) withDefaults() Config {

@@ -149,6 +149,10 @@ func DefaultConfig() Config {
 // Enabled reports whether c chooses a source.
 func (c Config) Enabled() bool { return c.DNS.Name != "" || c.File.Path != "" }
 
+// WithDefaults returns c with its zero fields at their defaults, as New
+// uses it (Grace is taken as given: 0 is a valid grace).
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
 // withDefaults fills zero fields from DefaultConfig (Grace is taken as
 // given: 0 is a valid grace).
 func (c Config) withDefaults() Config {
