@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
@@ -38,10 +37,11 @@ func policyClusterCommands() []*cli.Command {
 		},
 		{
 			Name:      "diff-active",
-			Usage:     "show the line differences between the active policy and a file",
+			Usage:     "show the line differences between the active policy and a file, as a unified diff",
 			ArgsUsage: "FILE (- reads standard input)",
 			Flags: append(globalAdminFlags(),
 				&cli.BoolFlag{Name: "exit-code", Usage: "exit 1 when they differ"},
+				&cli.IntFlag{Name: "context", Aliases: []string{"U"}, Value: 3, Usage: "unchanged lines shown around each change"},
 			),
 			Action: runPolicyDiffActive,
 		},
@@ -152,18 +152,16 @@ func runPolicyShow(c *cli.Context) error {
 
 // diffResult is the --json output of diff-active.
 type diffResult struct {
-	Active string     `json:"active"`
-	File   string     `json:"file"`
-	Same   bool       `json:"same"`
-	Lines  []diffLine `json:"lines,omitempty"`
-}
-
-type diffLine struct {
-	Op   string `json:"op"` // " ", "-" (only in the active policy), "+" (only in the file)
-	Text string `json:"text"`
+	Active string `json:"active"`
+	File   string `json:"file"`
+	Same   bool   `json:"same"`
+	Hunks  []hunk `json:"hunks,omitempty"`
 }
 
 func runPolicyDiffActive(c *cli.Context) error {
+	if c.Int("context") < 0 {
+		return usageError("%s: --context %d: want 0 or more lines", cmdPath(c), c.Int("context"))
+	}
 	name, doc, err := readClusterPolicyFile(c)
 	if err != nil {
 		return err
@@ -177,84 +175,22 @@ func runPolicyDiffActive(c *cli.Context) error {
 	if err != nil {
 		return globalError(c, err)
 	}
-	lines := diffLines(splitLines(string(pv.Document)), splitLines(string(doc)))
-	same := true
-	for _, l := range lines {
-		if l.Op != " " {
-			same = false
-			break
-		}
-	}
+	hunks := unifiedHunks(diffLines(splitLines(string(pv.Document)), splitLines(string(doc))), c.Int("context"))
+	same := len(hunks) == 0
 	w := c.App.Writer
 	if c.Bool("json") {
-		res := diffResult{Active: pv.Ref(), File: name, Same: same}
-		if !same {
-			res.Lines = lines
-		}
-		if err := writeJSONTo(w, res); err != nil {
+		if err := writeJSONTo(w, diffResult{Active: pv.Ref(), File: name, Same: same, Hunks: hunks}); err != nil {
 			return err
 		}
 	} else if same {
 		fmt.Fprintf(w, "%s is identical to the active policy %s\n", name, pv.Ref())
-	} else {
-		fmt.Fprintf(w, "--- active policy %s\n+++ %s\n", pv.Ref(), name)
-		for _, l := range lines {
-			fmt.Fprintf(w, "%s %s\n", l.Op, l.Text)
-		}
+	} else if err := writeUnified(w, fmt.Sprintf("active policy %s (sha256 %s)", pv.Ref(), shortHash(pv.SHA256)), name, hunks); err != nil {
+		return err
 	}
 	if !same && c.Bool("exit-code") {
 		return &exitError{code: exitFailed}
 	}
 	return nil
-}
-
-func splitLines(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-}
-
-// diffLines is a longest-common-subsequence line diff (policy files are
-// small: quadratic is fine up to a few thousand lines).
-func diffLines(a, b []string) []diffLine {
-	n, m := len(a), len(b)
-	lcs := make([][]int, n+1)
-	for i := range lcs {
-		lcs[i] = make([]int, m+1)
-	}
-	for i := n - 1; i >= 0; i-- {
-		for j := m - 1; j >= 0; j-- {
-			if a[i] == b[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	var out []diffLine
-	i, j := 0, 0
-	for i < n && j < m {
-		switch {
-		case a[i] == b[j]:
-			out = append(out, diffLine{" ", a[i]})
-			i++
-			j++
-		case lcs[i+1][j] >= lcs[i][j+1]:
-			out = append(out, diffLine{"-", a[i]})
-			i++
-		default:
-			out = append(out, diffLine{"+", b[j]})
-			j++
-		}
-	}
-	for ; i < n; i++ {
-		out = append(out, diffLine{"-", a[i]})
-	}
-	for ; j < m; j++ {
-		out = append(out, diffLine{"+", b[j]})
-	}
-	return out
 }
 
 func shortHash(h string) string {
