@@ -9,8 +9,8 @@ import (
 )
 
 // Exit statuses. Each has one meaning for every command; `meridian help
-// exit-codes` documents them and TestExitCodes runs every command against
-// them.
+// exit-codes` documents them; TestExitCodesUsage runs every command to 2,
+// and TestExitCodesEveryCommand shows how each one ends with 0 and 1.
 const (
 	exitFailed       = 1 // findings, or an operation that failed
 	exitUsage        = 2 // usage or configuration error: nothing was done
@@ -106,6 +106,7 @@ func sharedFlags() []sharedFlag {
 		{"drain", "", "drain the region (requests in flight finish) instead of failing it", "drain"},
 		{"addr", "", "the address to listen on", "listen address"},
 		{"pods-per-region", "", "simulated pods per region", "pods"},
+		{"replicas", "", "controllers per region", "per region"},
 		{"cache-blocks", "", "KV-cache capacity of a simulated pod in blocks", "blocks"},
 		{"max-concurrency", "", "requests a simulated pod runs at once", "running"},
 		{"workers", "", "files read in parallel", "parallel"},
