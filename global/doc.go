@@ -87,7 +87,9 @@
 //	 "region":{"region":"eu-west-1","state":"failed","reason":"...","expect":"active","automatic":false}}
 //
 // with op one of policy.apply (body "policy": name, declared version, reason,
-// base64 document), region.set, region.targets, audit.checkpoint,
+// base64 document, and unless_active: a document identical to the active
+// policy adds no version; controllers that predate it ignore it and add
+// one, so upgrade every controller before applying policies), region.set, region.targets, audit.checkpoint,
 // member.upsert and member.remove, and exactly one body. A replica rejects a
 // command of an unknown version deterministically (a rejection changes no
 // state and is remembered with the request id). Snapshots are one JSON

@@ -347,7 +347,7 @@ func secureFixture(tb testing.TB) (server, client *tls.Config, a *ClientAuth, ke
 	}
 	ac := AuthConfig{Config: auth.DefaultConfig()}
 	ac.Mode, ac.APIKeys.File = auth.ModeAPIKeys, keys
-	if a, err = OpenClientAuth(context.Background(), ac, slog.New(slog.DiscardHandler), prometheus.NewRegistry()); err != nil {
+	if a, err = OpenClientAuth(context.Background(), ac, slog.New(slog.DiscardHandler), prometheus.NewRegistry(), nil); err != nil {
 		tb.Fatal(err)
 	}
 	tb.Cleanup(func() { _ = a.Close(context.Background()) })

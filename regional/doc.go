@@ -79,6 +79,11 @@
 //     goroutines.
 //   - Metrics go to the registry given in Deps (a new one by default),
 //     never the default one, so several regions run in one process.
+//   - A configuration reload (Controller.Reload: SIGHUP, or a watched file
+//     whose content changed; reload.go) is all or nothing: every part that
+//     can change live is read and checked before any changes, and one that
+//     does not load leaves the running configuration as it was. A policy
+//     or API keys change is an admin_action record before it takes effect.
 //
 // It may import index, gorgo, residency, global, global/audit and its own
 // sub-packages route, tokenize, kvevents, summary, gossip, auth and

@@ -491,7 +491,11 @@ func rewriteConfigPaths(t *testing.T, path string, mounts map[string]string) (st
 	var walk func(n *yaml.Node)
 	walk = func(n *yaml.Node) {
 		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.HasPrefix(n.Value, "/") {
-			n.Value = rewritePath(mounts, n.Value)
+			// Absolute: the copy is elsewhere, and relative paths in a
+			// configuration are relative to its own directory.
+			if abs, err := filepath.Abs(rewritePath(mounts, n.Value)); err == nil {
+				n.Value = abs
+			}
 		}
 		for _, c := range n.Content {
 			walk(c)

@@ -66,7 +66,6 @@ type Decision struct {
 // Decider runs the pipeline. Safe for concurrent use; it reads only
 // snapshots (index, registry) and its own small synchronized state.
 type Decider struct {
-	cfg      Config
 	idx      *index.Index
 	reg      *Registry
 	model    *gorgo.Model
@@ -75,16 +74,29 @@ type Decider struct {
 	now      func() time.Time
 	rr       atomic.Uint64 // rotation of round_robin and of the baselines' ties
 	scratch  sync.Pool
+	retried  excludeFilter
 	// queueWeight is the cost model's, read once (its config is fixed).
 	queueWeight float64
 
-	// The pipeline, built once from cfg: the filters in their configured
-	// order, the scorers with a non-zero weight, and every picker (a
-	// request may name another policy than the configured one).
-	retried excludeFilter
+	// pipe is the pipeline in force; Reconfigure replaces it whole, and a
+	// decision reads it once.
+	pipe atomic.Pointer[pipeline]
+}
+
+// pipeline is the decision pipeline built from one Config: the filters in
+// their configured order, the scorers with a non-zero weight, and every
+// picker (a request may name another policy than the configured one).
+type pipeline struct {
+	cfg     Config
 	filters []filter
 	scorers []scorer
 	pickers map[string]picker
+}
+
+func newPipeline(cfg Config) *pipeline {
+	p := &pipeline{cfg: cfg, filters: newFilters(cfg), scorers: newScorers(cfg)}
+	p.pickers = newPickers(cfg, p.scorers)
+	return p
 }
 
 // NewDecider builds the pipeline. now is the clock (time.Now in production).
@@ -92,16 +104,36 @@ func NewDecider(cfg Config, idx *index.Index, reg *Registry, model *gorgo.Model,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Decider{cfg: cfg, idx: idx, reg: reg, model: model, now: now,
+	d := &Decider{idx: idx, reg: reg, model: model, now: now,
 		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions), queueWeight: model.Config().QueueWeight}
 	if cfg.SpeculationTTL > 0 {
 		d.spec = NewSpeculation(cfg.SpeculationTTL, 1<<20)
 	}
-	d.filters = newFilters(cfg)
-	d.scorers = newScorers(cfg)
-	d.pickers = newPickers(cfg, d.scorers)
+	d.pipe.Store(newPipeline(cfg))
 	d.scratch.New = func() any { return newCycle(idx.PodCapacity()) }
 	return d, nil
+}
+
+// RestartKeys are the decision settings a running Decider keeps from
+// NewDecider: they size its session table and its speculation memory.
+// Reconfigure leaves them as they are.
+var RestartKeys = []string{"session_ttl", "max_sessions", "speculation_ttl"}
+
+// Reconfigure replaces the pipeline with one built from cfg (validated
+// first: an invalid cfg changes nothing): the policy, the filters, the
+// scorers' weights and penalties, the pickers' settings. Decisions under
+// way finish with the pipeline they started with; the next ones use the
+// new one. SessionTTL, MaxSessions and SpeculationTTL (RestartKeys) keep
+// the values the Decider was built with: the returned config is the one in
+// force.
+func (d *Decider) Reconfigure(cfg Config) (Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return d.Config(), err
+	}
+	cur := d.Config()
+	cfg.SessionTTL, cfg.MaxSessions, cfg.SpeculationTTL = cur.SessionTTL, cur.MaxSessions, cur.SpeculationTTL
+	d.pipe.Store(newPipeline(cfg))
+	return cfg, nil
 }
 
 // Sessions exposes the affinity table (the proxy records request ends).
@@ -111,8 +143,8 @@ func (d *Decider) Sessions() *Sessions { return d.sessions }
 // it at each answer's first byte); nil when turned off.
 func (d *Decider) Speculation() *Speculation { return d.spec }
 
-// Config returns the pipeline's configuration.
-func (d *Decider) Config() Config { return d.cfg }
+// Config returns the configuration of the pipeline in force.
+func (d *Decider) Config() Config { return d.pipe.Load().cfg }
 
 // Alive reports whether p is live in the index (announced and not removed).
 func (d *Decider) Alive(p *Pod) bool { return d.idx.Alive(p.ID) }
@@ -147,11 +179,12 @@ func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 	if len(pods) == 0 {
 		return ErrNoPod
 	}
-	policy := d.cfg.Policy
+	pipe := d.pipe.Load()
+	policy := pipe.cfg.Policy
 	if req.Policy != "" {
 		policy = req.Policy
 	}
-	pick, ok := d.pickers[policy]
+	pick, ok := pipe.pickers[policy]
 	if !ok {
 		return fmt.Errorf("unknown policy %q", policy)
 	}
@@ -170,7 +203,7 @@ func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 	if req.Salted {
 		saltFilter{}.apply(c)
 	}
-	for _, f := range d.filters {
+	for _, f := range pipe.filters {
 		f.apply(c)
 	}
 	if len(c.pods) == 0 {

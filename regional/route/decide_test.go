@@ -138,7 +138,7 @@ func TestDecideHotPrefixBoundedLoad(t *testing.T) {
 		counts[d.PodName]++
 		tickets = append(tickets, f.dec.Admit(d))
 	}
-	limit := int(f.dec.cfg.BoundedLoadFactor * 80 / 8)
+	limit := int(f.dec.Config().BoundedLoadFactor * 80 / 8)
 	for name, n := range counts {
 		if n > limit {
 			t.Fatalf("%s took %d of 80 in-flight requests: %v", name, n, counts)
@@ -315,7 +315,7 @@ func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
 	}
 	speed := func(p *Pod) float64 { return 1 / f.dec.model.Nominal(p.Info().Profile).PrefillMsPerToken }
 	fast, slow := speed(f.pod(t, "pod-0")), speed(f.pod(t, "pod-1"))
-	sum, k := fast+3*slow, f.dec.cfg.BoundedLoadFactor
+	sum, k := fast+3*slow, f.dec.Config().BoundedLoadFactor
 	if lim := int(k*41*fast/sum + 1); counts["pod-0"] > lim {
 		t.Fatalf("b200 took %d, bound %d: %v", counts["pod-0"], lim, counts)
 	}

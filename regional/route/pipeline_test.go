@@ -252,7 +252,7 @@ func TestPickers(t *testing.T) {
 	_ = f.idx.Register(f.pod(t, "pod-2").ID, index.TierGPU, cc)
 	c = f.cycle(req(cc))
 	dec := &Decision{}
-	tp := f.dec.pickers[PolicyTTFT]
+	tp := f.dec.pipe.Load().pickers[PolicyTTFT]
 	if got := c.pods[tp.pick(c, dec)].Name; got != "pod-2" || dec.Reason != "lowest_ttft" || len(dec.Top) != 3 || dec.Top[0].Pod != "pod-2" {
 		t.Fatalf("ttft chose %s: %+v", got, dec)
 	}
