@@ -90,8 +90,11 @@ func watchRegionStates(ctx context.Context, n *global.Node, record func(console.
 			}
 			f := console.Failover{Time: rs.Since, Region: rs.Region, To: rs.State.String(), Actor: rs.Actor, Reason: rs.Reason,
 				Automatic: rs.Automatic, Index: rs.Index}
-			if known {
+			switch {
+			case known:
 				f.From = old.State.String()
+			case !first:
+				f.From = global.RegionActive.String() // a region without a recorded change is active
 			}
 			record(f)
 		}
@@ -197,4 +200,13 @@ func (c *Controller) consoleLive(now time.Time) console.Live {
 		}
 	}
 	return l
+}
+
+// Console returns the controller's console, or nil without an admin
+// listener.
+func (c *Controller) Console() *console.Console {
+	if c.mr == nil {
+		return nil
+	}
+	return c.mr.console
 }
