@@ -6,6 +6,7 @@
 //
 //	go run ./scripts/uicheck.go console DOM [min-regions]
 //	go run ./scripts/uicheck.go report DOM SOURCE.html
+//	go run ./scripts/uicheck.go width DOM
 //
 // console: the controller console rendered its state at least once with
 // no error, fits its window (no horizontal scroll: the page writes its
@@ -13,7 +14,8 @@
 // Raft and gossip health, residency compliance, a failover event and
 // recent decisions, and each of its three charts draws a line.
 // report: the simulator's HTML report rendered every chart of its source,
-// each with axes and a legend.
+// each with axes. width: a page that records its width on <body> (the
+// demo's status page) rendered and needs no horizontal scrolling.
 package main
 
 import (
@@ -192,6 +194,22 @@ func console(doc *html.Node, minRegions int) {
 	}
 }
 
+// width: a page that records its width on <body> (as the console does)
+// rendered and fits its window.
+func width(doc *html.Node) {
+	body := find(doc, tag("body"))[0]
+	renders, _ := strconv.Atoi(attr(body, "data-rendered"))
+	sw, _ := strconv.Atoi(attr(body, "data-scroll-width"))
+	cw, _ := strconv.Atoi(attr(body, "data-client-width"))
+	fmt.Printf("rendered %d times; scrollWidth %d, clientWidth %d\n", renders, sw, cw)
+	if renders < 1 {
+		bad("the page never rendered")
+	}
+	if cw == 0 || sw > cw {
+		bad("the page is %d px wide in a %d px window: horizontal scrolling", sw, cw)
+	}
+}
+
 func report(doc *html.Node, source string) {
 	b, err := os.ReadFile(source)
 	if err != nil {
@@ -213,7 +231,7 @@ func report(doc *html.Node, source string) {
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: uicheck console DOM [min-regions] | uicheck report DOM SOURCE")
+		fmt.Fprintln(os.Stderr, "usage: uicheck console DOM [min-regions] | uicheck report DOM SOURCE | uicheck width DOM")
 		os.Exit(2)
 	}
 	doc := parse(os.Args[2])
@@ -224,6 +242,8 @@ func main() {
 			min, _ = strconv.Atoi(os.Args[3])
 		}
 		console(doc, min)
+	case "width":
+		width(doc)
 	case "report":
 		if len(os.Args) < 4 {
 			fmt.Fprintln(os.Stderr, "usage: uicheck report DOM SOURCE")
