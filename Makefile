@@ -15,7 +15,7 @@ FUZZTIME ?= 20s
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(CURDIR)/bin/staticcheck
 
-.PHONY: help demo test bench fuzz lint build clean
+.PHONY: help demo test bench fuzz lint build clean ui-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -59,6 +59,9 @@ lint: ## gofmt, go vet and staticcheck (pinned; installed into bin/ on first use
 	  echo "installing staticcheck v$(STATICCHECK_VERSION) into bin/"; rm -f $(STATICCHECK); \
 	  GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION); }
 	$(STATICCHECK) ./...
+
+ui-check: ## start the demo, render a controller's /ui and the sim report in headless Chromium (installed if missing) and check them
+	scripts/ui-check
 
 build: ## build bin/meridian with the version stamped in
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meridian

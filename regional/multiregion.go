@@ -21,6 +21,7 @@ import (
 	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/console"
 	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/summary"
@@ -171,7 +172,8 @@ type multiRegion struct {
 	gstateMu    sync.Mutex // guards gstate (the summary loop and gossip's rejoin)
 	gstate      gossipState
 	gstateFile  string
-	adminClient *http.Client // to other controllers' admin APIs
+	adminClient *http.Client     // to other controllers' admin APIs
+	console     *console.Console // nil without the admin listener
 }
 
 // nextGeneration is the generation of the next summary this controller
@@ -475,6 +477,11 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			writeJSON(w, http.StatusOK, gossipSelf{Controller: cfg.ControllerID, Region: cfg.Region, GossipAddr: g.Addr()})
 		})))
 	}
+	if mr.adminLn != nil {
+		if err := c.openConsole(run, admin, cfg.AdminToken); err != nil {
+			return err
+		}
+	}
 	var h http.Handler = admin
 	mr.adminH.Store(&h)
 
@@ -550,6 +557,9 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	}
 	if mr.audit != nil {
 		topo.Audit = mr.audit
+		if mr.console != nil {
+			topo.Audit = consoleAuditor{Auditor: mr.audit, con: mr.console, now: c.now}
+		}
 	}
 	if mr.gossip != nil {
 		topo.Remotes = gossipRemotes{mr.gossip}
