@@ -104,6 +104,7 @@ func sharedFlags() []sharedFlag {
 		{"drain", "", "drain the region (requests in flight finish) instead of failing it", "drain"},
 		{"addr", "", "the address to listen on", "listen address"},
 		{"pods-per-region", "", "simulated pods per region", "pods"},
+		{"replicas", "", "controller replicas per region", "controllers per region"},
 		{"cache-blocks", "", "KV-cache capacity of a simulated pod in blocks", "blocks"},
 		{"max-concurrency", "", "requests a simulated pod runs at once", "running"},
 		{"workers", "", "files read in parallel", "parallel"},
