@@ -399,12 +399,7 @@ func TestRejoinThroughEveryKnownAddress(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := ln.LocalAddr().String()
-	ln.Close()
+	self := freeTCPAndUDPPort(t)
 	cfgC2 := cfg("c", "eu-west-1")
 	_, port, _ := net.SplitHostPort(self)
 	cfgC2.BindPort, _ = strconv.Atoi(port)
@@ -414,4 +409,28 @@ func TestRejoinThroughEveryKnownAddress(t *testing.T) {
 	waitFor(t, 20*time.Second, "the restarted controller rejoins through Rejoin's addresses", func() error {
 		return errors.Join(sees(c2, "us-east-1", true), sees(c2, "us-west-2", true), sees(a, "eu-west-1", true))
 	})
+}
+
+// freeTCPAndUDPPort returns a loopback address whose port was free for
+// both TCP and UDP a moment ago (a node binds both). A UDP port alone is
+// not enough on a busy machine: the kernel hands out UDP ports without
+// regard to TCP sockets (other processes' connections in TIME-WAIT among
+// them) that keep a TCP listener off the same port.
+func freeTCPAndUDPPort(t *testing.T) string {
+	t.Helper()
+	for range 100 {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := tl.Addr().String()
+		ul, err := net.ListenPacket("udp", addr)
+		tl.Close()
+		if err == nil {
+			ul.Close()
+			return addr
+		}
+	}
+	t.Fatal("no loopback port free for both TCP and UDP")
+	return ""
 }
