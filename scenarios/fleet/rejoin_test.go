@@ -26,15 +26,10 @@ func TestRestartedControllerRejoinsThroughRaftMembers(t *testing.T) {
 	}
 	part := gossiptest.NewPartition()
 	f := startFleet(t, Config{Deps: func(region string, d *regional.Deps) { d.WrapGossipTransport = part.Wrap("ctl-" + region) }})
-	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := ln.LocalAddr().String()
-	ln.Close()
+	self := freeTCPAndUDPPort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err = f.Restart(ctx, "eu-west-1", func(c *regional.Config) {
+	err := f.Restart(ctx, "eu-west-1", func(c *regional.Config) {
 		c.Gossip.Bind, c.Gossip.Join = self, []string{self}
 		// Forget the peers seen before the restart (keep the epoch).
 		file := filepath.Join(c.Raft.DataDir, "gossip-state.json")
@@ -94,4 +89,28 @@ func TestRestartedControllerRejoinsThroughRaftMembers(t *testing.T) {
 		m := readyz()
 		return m != nil && m["cross_region_ready"] == true && counter(t, eu, "meridian_gossip_isolated", nil) == 0
 	})
+}
+
+// freeTCPAndUDPPort returns a loopback address whose port was free for
+// both TCP and UDP a moment ago (gossip binds both). A UDP port alone is
+// not enough on a busy machine: the kernel hands out UDP ports without
+// regard to TCP sockets (other processes' connections in TIME-WAIT among
+// them) that keep a TCP listener off the same port.
+func freeTCPAndUDPPort(t *testing.T) string {
+	t.Helper()
+	for range 100 {
+		tl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := tl.Addr().String()
+		ul, err := net.ListenPacket("udp", addr)
+		tl.Close()
+		if err == nil {
+			ul.Close()
+			return addr
+		}
+	}
+	t.Fatal("no loopback port free for both TCP and UDP")
+	return ""
 }
