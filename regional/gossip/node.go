@@ -65,6 +65,7 @@ type Node struct {
 	metaDirty   bool
 	lastUpdate  time.Time // of the digest (UpdateNode), at most once per SyncInterval
 	lastJoin    time.Time
+	lastSeen    time.Time       // sightings last sent (at most once per SyncInterval)
 	warned      map[string]bool // log-once keys
 
 	keyring *memberlist.Keyring

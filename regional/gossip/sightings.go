@@ -155,13 +155,22 @@ func (n *Node) sightingsLocked(v *RegionsView) []Sighting {
 }
 
 // sendSightings sends this controller's sightings of the other regions to
-// every controller it does not hold dead, best-effort over UDP when they
-// fit a packet (a lost one is replaced next round), over TCP otherwise.
+// every controller it does not hold dead, at most once per SyncInterval,
+// best-effort over UDP when they fit a packet (a lost one is replaced next
+// round), over TCP otherwise.
 func (n *Node) sendSightings() {
 	v := n.View()
 	if len(v.Regions) == 0 {
 		return
 	}
+	n.mu.Lock()
+	if now := n.now(); now.Sub(n.lastSeen) >= n.cfg.SyncInterval || now.Before(n.lastSeen) {
+		n.lastSeen = now
+	} else {
+		n.mu.Unlock()
+		return // the worker also syncs on events: once per interval is enough
+	}
+	n.mu.Unlock()
 	own := n.ownSightings(v)
 	if len(own) > maxSightings {
 		own = own[:maxSightings] // nearest first
