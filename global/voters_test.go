@@ -28,11 +28,10 @@ import (
 //	settle                         apply rounds until nothing changes
 //	voters                         print the voters by region
 type votersScript struct {
-	t          *testing.T
-	voters     int
-	perRegion  int
-	servers    []voterCandidate
-	lastRounds int
+	t         *testing.T
+	voters    int
+	perRegion int
+	servers   []voterCandidate
 }
 
 func (s *votersScript) find(id string) int {

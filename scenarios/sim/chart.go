@@ -71,12 +71,11 @@ func svgOpen(w io.Writer, title string) {
 
 // axis maps values to pixels along one axis, linear or logarithmic.
 type axis struct {
-	lo, hi  float64 // data range (log10 of it when log)
-	log     bool
-	p0, p1  float64 // pixels of lo and hi
-	label   string
-	format  func(float64) string
-	integer bool
+	lo, hi float64 // data range (log10 of it when log)
+	log    bool
+	p0, p1 float64 // pixels of lo and hi
+	label  string
+	format func(float64) string
 }
 
 func newAxis(lo, hi float64, log bool, p0, p1 float64, label string, format func(float64) string) *axis {
