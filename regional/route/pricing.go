@@ -147,9 +147,6 @@ func (c *cycle) floorAt() float64 {
 	return floor
 }
 
-// rate is the calibrated prefill rate of candidate i.
-func (c *cycle) rate(i int) float64 { return c.terms[i].rate }
-
 // candidate is candidate i as the cost model sees it.
 func (c *cycle) candidate(i int) gorgo.Candidate {
 	t := &c.terms[i]
