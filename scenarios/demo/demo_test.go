@@ -99,14 +99,14 @@ func TestRunJSON(t *testing.T) {
 	}()
 	// The status page's figures move while the demo runs.
 	var statusURL string
-	waitFor(t, 90*time.Second, "the status page's URL", func() bool {
+	waitFor(t, 4*time.Minute, "the status page's URL", func() bool {
 		m := statusURLRe.FindStringSubmatch(info.String())
 		if m != nil {
 			statusURL = m[1]
 		}
 		return m != nil
 	})
-	waitFor(t, 30*time.Second, "traffic on the status page", func() bool {
+	waitFor(t, 2*time.Minute, "traffic on the status page", func() bool {
 		_, _, b := get(t, statusURL+"api/status")
 		var s Snapshot
 		return json.Unmarshal(b, &s) == nil && s.Totals.Requests > 0
@@ -215,7 +215,7 @@ func TestNoTrafficAndStatusPage(t *testing.T) {
 		done <- err
 	}()
 	lastKey := fmt.Sprintf("apikey.embargoed-%d=", embargoedTenants)
-	waitFor(t, 90*time.Second, "the no-traffic lines", func() bool { return strings.Contains(out.String(), lastKey) })
+	waitFor(t, 4*time.Minute, "the no-traffic lines", func() bool { return strings.Contains(out.String(), lastKey) })
 	var caFile string
 	urls, rafts, keys := map[string]string{}, map[string]string{}, map[string]string{}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
@@ -281,7 +281,7 @@ func TestNoTrafficAndStatusPage(t *testing.T) {
 		t.Fatalf("EU PHI entering us-east-1: %d served in %q", resp.StatusCode, resp.Header.Get("X-Meridian-Region"))
 	}
 	var snap Snapshot
-	waitFor(t, 10*time.Second, "the decision on the status page", func() bool {
+	waitFor(t, time.Minute, "the decision on the status page", func() bool {
 		code, ctype, b := get(t, status+"api/status")
 		if code != 200 || ctype != "application/json" || json.Unmarshal(b, &snap) != nil {
 			return false

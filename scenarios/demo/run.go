@@ -441,7 +441,7 @@ func (r *runner) restartReplica(ctx context.Context) chan struct{} {
 	r.st.event("starting replica %s again: it rebuilds its index from the topic before it reports ready", rep.ID)
 	go func() {
 		defer close(done)
-		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 4*time.Minute)
 		defer cancel()
 		began := time.Now()
 		if err := rep.Start(sctx); err != nil {
