@@ -94,6 +94,11 @@ type Config struct {
 	// SyncInterval is how often the node refreshes its digest, asks for
 	// newer summaries, re-evaluates liveness and rebuilds the view. Default 1s.
 	SyncInterval time.Duration
+	// SightingInterval is how often the node sends the other controllers
+	// its sightings of the other regions (sightings.go), for the Raft
+	// leader's automatic failover, which judges reports by the tens of
+	// seconds. Default 1s.
+	SightingInterval time.Duration
 	// PullRetry is how long to wait for a requested summary before asking
 	// again. Default 5s.
 	PullRetry time.Duration
@@ -170,6 +175,7 @@ func DefaultConfig() Config {
 		GossipToTheDeadTime:  wan.GossipToTheDeadTime,
 		DeadNodeReclaimTime:  60 * time.Second,
 		SyncInterval:         time.Second,
+		SightingInterval:     time.Second,
 		PullRetry:            5 * time.Second,
 		OlderGenerationAfter: 30 * time.Second,
 		UpdateTimeout:        2 * time.Second,
@@ -252,6 +258,7 @@ func (c *Config) Validate() error {
 	positive("TCPTimeout", c.TCPTimeout)
 	positive("GossipToTheDeadTime", c.GossipToTheDeadTime)
 	positive("SyncInterval", c.SyncInterval)
+	positive("SightingInterval", c.SightingInterval)
 	positive("PullRetry", c.PullRetry)
 	positive("OlderGenerationAfter", c.OlderGenerationAfter)
 	positive("UpdateTimeout", c.UpdateTimeout)

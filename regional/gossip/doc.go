@@ -27,7 +27,7 @@
 //     session pins): over UDP when it fits a packet and may be lost, over
 //     TCP otherwise. Controllers of other regions never get it; a replica
 //     that leaves or is declared dead is reported gone.
-//   - To every controller, every SyncInterval, the sender's sightings of
+//   - To every controller, every SightingInterval, the sender's sightings of
 //     the other regions (sightings.go): per region, the generation, pod
 //     count and age of the summary it holds and whether the region is
 //     Live for it; over UDP when they fit a packet, TCP otherwise. The

@@ -65,7 +65,7 @@ type Node struct {
 	metaDirty   bool
 	lastUpdate  time.Time // of the digest (UpdateNode), at most once per SyncInterval
 	lastJoin    time.Time
-	lastSeen    time.Time       // sightings last sent (at most once per SyncInterval)
+	lastSeen    time.Time       // sightings last sent (once per SightingInterval)
 	warned      map[string]bool // log-once keys
 
 	keyring *memberlist.Keyring

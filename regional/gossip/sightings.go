@@ -16,7 +16,7 @@ import (
 // serving pods counted by the latest summary of that region it held (the
 // region's own report), how old that summary was, and whether the region
 // had a live controller for it. Every controller sends its sightings of
-// every other region to every other controller each SyncInterval, so the
+// every other region to every other controller each SightingInterval, so the
 // Raft leader's automatic failover can count, region by region, who still
 // hears a region it cannot, and what they hear (global.PeerView).
 type Sighting struct {
@@ -155,7 +155,7 @@ func (n *Node) sightingsLocked(v *RegionsView) []Sighting {
 }
 
 // sendSightings sends this controller's sightings of the other regions to
-// every controller it does not hold dead, at most once per SyncInterval,
+// every controller it does not hold dead, once per SightingInterval,
 // best-effort over UDP when they fit a packet (a lost one is replaced next
 // round), over TCP otherwise.
 func (n *Node) sendSightings() {
@@ -164,11 +164,11 @@ func (n *Node) sendSightings() {
 		return
 	}
 	n.mu.Lock()
-	if now := n.now(); now.Sub(n.lastSeen) >= n.cfg.SyncInterval || now.Before(n.lastSeen) {
+	if now := n.now(); now.Sub(n.lastSeen) >= n.cfg.SightingInterval || now.Before(n.lastSeen) {
 		n.lastSeen = now
 	} else {
 		n.mu.Unlock()
-		return // the worker also syncs on events: once per interval is enough
+		return // the worker syncs every SyncInterval and on events
 	}
 	n.mu.Unlock()
 	own := n.ownSightings(v)

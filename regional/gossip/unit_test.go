@@ -48,6 +48,7 @@ func TestConfigValidateNamesField(t *testing.T) {
 		{"ForwardAddr", func(c *Config) { c.ForwardAddr = strings.Repeat("x", 201) }},
 		{"ProbeTimeout", func(c *Config) { c.ProbeTimeout = c.ProbeInterval }},
 		{"SyncInterval", func(c *Config) { c.SyncInterval = 0 }},
+		{"SightingInterval", func(c *Config) { c.SightingInterval = 0 }},
 		{"MaxSummaryBytes", func(c *Config) { c.MaxSummaryBytes = 10 }},
 		{"RTTMinSamples", func(c *Config) { c.RTTMinSamples = c.RTTWindow + 1 }},
 		{"Coordinate", func(c *Config) { cc := coordinate.DefaultConfig(); cc.Dimensionality = 99; c.Coordinate = cc }},
