@@ -15,7 +15,7 @@ FUZZTIME ?= 20s
 STATICCHECK_VERSION := 0.8.2
 STATICCHECK := $(CURDIR)/bin/staticcheck
 
-.PHONY: help demo test bench fuzz lint build clean
+.PHONY: help demo test bench fuzz lint build clean ui-check
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -31,7 +31,7 @@ test: ## vet, then every test (race detector on; one package at a time: the end-
 bench: ## run the benchmarks behind every published target and print a table (about 15 minutes)
 	@mkdir -p bin
 	@: > bin/bench.txt
-	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory|GrowthPause)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkDecodeApply(Parallel)?$$' -benchmem -count $(BENCH_COUNT) ./regional/kvevents/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place)$$' -benchmem -count $(BENCH_COUNT) ./regional/route/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
@@ -59,6 +59,9 @@ lint: ## gofmt, go vet and staticcheck (pinned; installed into bin/ on first use
 	  echo "installing staticcheck v$(STATICCHECK_VERSION) into bin/"; rm -f $(STATICCHECK); \
 	  GOBIN=$(CURDIR)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION); }
 	$(STATICCHECK) ./...
+
+ui-check: ## start the demo, render a controller's /ui and the sim report in headless Chromium (installed if missing) and check them
+	scripts/ui-check
 
 build: ## build bin/meridian with the version stamped in
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/meridian

@@ -101,12 +101,18 @@ func BenchmarkPolicyApply(b *testing.B) {
 		b.Fatal(err)
 	}
 	f := (l + 1) % 3
-	doc := []byte("version: bench\nzones:\n  eu: [eu-west-1, eu-central-1]\n  us: [us-east-1, us-west-2]\n")
+	// Each apply carries a new document: one identical to the active
+	// policy would add no version.
+	n := 0
+	next := func() []byte {
+		n++
+		return fmt.Appendf(nil, "version: bench\nzones:\n  eu: [eu-west-1, eu-central-1]\n  us: [us-east-1, us-west-2]\n# %d\n", n)
+	}
 	ctx := context.Background()
 	b.Run("leader", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := c.Nodes[l].Node.ApplyPolicy(ctx, "bench.yaml", doc, "", global.WriteOptions{}); err != nil {
+			if _, err := c.Nodes[l].Node.ApplyPolicy(ctx, "bench.yaml", next(), "", global.WriteOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -114,7 +120,7 @@ func BenchmarkPolicyApply(b *testing.B) {
 	b.Run("follower-forwarded", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := c.Nodes[f].Node.ApplyPolicy(ctx, "bench.yaml", doc, "", global.WriteOptions{}); err != nil {
+			if _, err := c.Nodes[f].Node.ApplyPolicy(ctx, "bench.yaml", next(), "", global.WriteOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -123,7 +129,7 @@ func BenchmarkPolicyApply(b *testing.B) {
 		cl := c.Nodes[f].Client
 		b.ReportAllocs()
 		for b.Loop() {
-			if _, err := cl.ApplyPolicy(ctx, global.PolicyRequest{Name: "bench.yaml", Document: string(doc)}); err != nil {
+			if _, err := cl.ApplyPolicy(ctx, global.PolicyRequest{Name: "bench.yaml", Document: string(next())}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -177,10 +177,11 @@ func (c *Client) Leave(ctx context.Context, id string) error {
 	return c.do(ctx, http.MethodDelete, "/v1/global/members/"+url.PathEscape(id), nil, nil)
 }
 
-// ApplyPolicy applies a policy document.
-func (c *Client) ApplyPolicy(ctx context.Context, req PolicyRequest) (PolicyVersion, error) {
+// ApplyPolicy applies a policy document; one identical to the active
+// policy adds no version (PolicyApplied.Unchanged).
+func (c *Client) ApplyPolicy(ctx context.Context, req PolicyRequest) (PolicyApplied, error) {
 	req.RequestID = withID(req.RequestID)
-	var pv PolicyVersion
+	var pv PolicyApplied
 	err := c.do(ctx, http.MethodPost, "/v1/global/policy", req, &pv)
 	return pv, err
 }

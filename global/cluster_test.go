@@ -220,3 +220,65 @@ func TestFollowerReadsItsWrites(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyPolicyIdempotent: on a three-node cluster, applying the active
+// policy's document again adds no version, through the leader, a follower
+// (forwarded) or the admin API; concurrent applies of one new document
+// from every node make exactly one version, and every answer names it.
+func TestApplyPolicyIdempotent(t *testing.T) {
+	c := globaltest.NewCluster(t, 3, globaltest.Options{Voters: 3})
+	first, err := c.Nodes[0].Client.ApplyPolicy(ctxT(t, 15*time.Second), global.PolicyRequest{Name: "p.yaml", Document: "zones: {} # a"})
+	if err != nil || first.Unchanged || first.Version != 1 {
+		t.Fatalf("first apply: %+v %v", first, err)
+	}
+	for _, nd := range c.Nodes {
+		again, err := nd.Client.ApplyPolicy(ctxT(t, 15*time.Second), global.PolicyRequest{Name: "renamed.yaml", Document: "zones: {} # a", Reason: "sync"})
+		if err != nil || !again.Unchanged || again.Version != 1 || again.Index != first.Index || again.SHA256 != first.SHA256 {
+			t.Fatalf("same document via %s: %+v %v, want v1 unchanged", nd.Name, again, err)
+		}
+		pv, err := nd.Node.ApplyPolicy(ctxT(t, 15*time.Second), "p.yaml", []byte("zones: {} # a"), "", global.WriteOptions{})
+		if err != nil || !pv.Unchanged || pv.Version != 1 {
+			t.Fatalf("same document on %s in process: %+v %v", nd.Name, pv, err)
+		}
+	}
+
+	// Every node applies the same new document at once.
+	type answer struct {
+		pv  global.PolicyApplied
+		err error
+	}
+	answers := make(chan answer, 3*len(c.Nodes))
+	for _, nd := range c.Nodes {
+		for range 3 {
+			go func() {
+				pv, err := nd.Client.ApplyPolicy(ctxT(t, 30*time.Second), global.PolicyRequest{Name: "p.yaml", Document: "zones: {} # b"})
+				answers <- answer{pv, err}
+			}()
+		}
+	}
+	changed := 0
+	for range 3 * len(c.Nodes) {
+		a := <-answers
+		if a.err != nil {
+			t.Fatal(a.err)
+		}
+		if a.pv.Version != 2 {
+			t.Fatalf("a concurrent apply of one document answered %+v, want version 2", a.pv)
+		}
+		if !a.pv.Unchanged {
+			changed++
+		}
+	}
+	if changed != 1 {
+		t.Fatalf("%d of the concurrent applies made the version, want exactly 1", changed)
+	}
+	for _, nd := range c.Nodes {
+		c.WaitFor(10*time.Second, nd.Name+" applies version 2", func() bool {
+			p, ok := nd.Node.State().Policy()
+			return ok && p.Version == 2
+		})
+		if h := nd.Node.State().PolicyHistory(); len(h) != 2 {
+			t.Fatalf("%s holds %d versions, want 2", nd.Name, len(h))
+		}
+	}
+}

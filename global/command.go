@@ -54,6 +54,10 @@ type policyCmd struct {
 	Declared string `json:"declared,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	Document []byte `json:"document"`
+	// UnlessActive: a document identical to the active policy adds no
+	// version. Every apply sets it; entries written before it existed
+	// replay as they were applied (each one a version).
+	UnlessActive bool `json:"unless_active,omitempty"`
 }
 
 type regionCmd struct {

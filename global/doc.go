@@ -87,7 +87,9 @@
 //	 "region":{"region":"eu-west-1","state":"failed","reason":"...","expect":"active","automatic":false}}
 //
 // with op one of policy.apply (body "policy": name, declared version, reason,
-// base64 document), region.set, region.targets, audit.checkpoint,
+// base64 document, and unless_active: a document identical to the active
+// policy adds no version; controllers that predate it ignore it and add
+// one, so upgrade every controller before applying policies), region.set, region.targets, audit.checkpoint,
 // member.upsert and member.remove, and exactly one body. A replica rejects a
 // command of an unknown version deterministically (a rejection changes no
 // state and is remembered with the request id). Snapshots are one JSON
@@ -122,11 +124,16 @@
 // Recover makes it active again; only active regions are routable. The
 // automatic failover (Node.RunAutoFailover) runs the Decider on the leader:
 // a deterministic function of the committed state, explicit observations
-// (each region's own report of its serving pods and that report's age) and
-// the time. Only evidence that a region's pods cannot serve fails it: a
-// current report counting fewer than MinHealthyPods. A region that cannot
-// be heard from (controllers unreachable, report older than ReportMaxAge)
-// is left as it is: a partition is not a failure. A region
+// (each region's own report of its serving pods and that report's age, and
+// every other region's view of it: the freshest such report its
+// controllers hold) and the time. Only evidence that a region's pods
+// cannot serve fails it: its own current report counting fewer than
+// MinHealthyPods or, when the leader holds no current report of it, a
+// majority of the other regions holding current reports that do. A region
+// that cannot be heard from (controllers unreachable, report older than
+// ReportMaxAge, here and at most other regions) is left as it is: a
+// partition is not a failure, and the leader's view alone never fails a
+// region. A region
 // unhealthy for Grace is failed (never the last routable one); an
 // automatically failed region that is healthy again is recovering, and active
 // after HoldDown. Decisions commit as compare-and-set, so an operator's

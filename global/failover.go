@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -11,11 +12,14 @@ import (
 //
 // A region is failed only on evidence that its pods cannot serve: its own
 // report (the serving pods its latest summary counts, no older than
-// ReportMaxAge) below MinHealthyPods. A region that cannot be heard from —
-// its controllers declared dead, its report stale — is not failed: a
-// partition between controllers is not a failure of the pods behind them,
-// which keep serving the traffic that reaches them, and forwards to such a
-// region fail fast and fall back to the next allowed one.
+// ReportMaxAge) below MinHealthyPods, or, when the leader holds no current
+// report of the region, a majority of the other regions each holding a
+// current one below MinHealthyPods. A region that cannot be heard from —
+// its controllers declared dead, its report stale everywhere — is not
+// failed: a partition between controllers is not a failure of the pods
+// behind them, which keep serving the traffic that reaches them, and
+// forwards to such a region fail fast and fall back to the next allowed
+// one.
 type AutoFailoverConfig struct {
 	// Interval is how often the leader evaluates the observations. Default 1s.
 	Interval time.Duration
@@ -84,6 +88,20 @@ type RegionObservation struct {
 	// ReportAge is how old that report is (0: current, as for the
 	// observer's own region).
 	ReportAge time.Duration
+	// Views are the other regions' views of this region's pods, by
+	// observing region (the leader's own region among them): for each, the
+	// freshest report of this region that any of its controllers holds.
+	// They decide only when the leader holds no current report of the
+	// region itself (see Decider.Step). A region that sends none is absent.
+	Views map[string]PeerView
+}
+
+// PeerView is what one region holds of another region's report.
+type PeerView struct {
+	// HealthyPods is the serving pods the report counts; -1: no report.
+	HealthyPods int
+	// ReportAge is how old that report is.
+	ReportAge time.Duration
 }
 
 // Observations maps region name to what is known about it. A region without
@@ -138,28 +156,69 @@ const (
 	healthBad
 )
 
-// judge says what an observation is evidence of, and why.
-func (d *Decider) judge(o RegionObservation) (health, string) {
+// judgeReport says what one report of a region's pods is evidence of, and
+// why.
+func (d *Decider) judgeReport(pods int, age time.Duration) (health, string) {
 	switch {
-	case o.HealthyPods < 0:
+	case pods < 0:
 		return healthUnknown, "no report of its pods"
-	case o.ReportAge > d.cfg.ReportMaxAge:
-		why := fmt.Sprintf("its last report is %v old", o.ReportAge.Round(time.Second))
-		if o.Controllers > 0 && o.DeadControllers >= o.Controllers {
-			why = fmt.Sprintf("all %d controllers unreachable, %s", o.Controllers, why)
-		}
-		return healthUnknown, why
-	case o.HealthyPods < d.cfg.MinHealthyPods:
-		return healthBad, fmt.Sprintf("%d healthy pods, fewer than %d", o.HealthyPods, d.cfg.MinHealthyPods)
+	case age > d.cfg.ReportMaxAge:
+		return healthUnknown, fmt.Sprintf("its last report is %v old", age.Round(time.Second))
+	case pods < d.cfg.MinHealthyPods:
+		return healthBad, fmt.Sprintf("%d healthy pods, fewer than %d", pods, d.cfg.MinHealthyPods)
 	}
 	return healthGood, ""
 }
 
+// judge says what the observation of a region is evidence of, and why.
+// others are the other known regions, whose views vote.
+func (d *Decider) judge(o RegionObservation, others []string) (health, string) {
+	h, why := d.judgeReport(o.HealthyPods, o.ReportAge)
+	if h != healthUnknown {
+		return h, why // its own current report decides
+	}
+	if o.HealthyPods >= 0 && o.Controllers > 0 && o.DeadControllers >= o.Controllers {
+		why = fmt.Sprintf("all %d controllers unreachable, %s", o.Controllers, why)
+	}
+	if len(o.Views) == 0 {
+		return healthUnknown, why
+	}
+	// No current report of its own here: a majority of the other regions
+	// must agree, each on a current report of its own holding.
+	var bad, good []string
+	for _, r := range others {
+		v, ok := o.Views[r]
+		if !ok {
+			continue
+		}
+		switch vh, _ := d.judgeReport(v.HealthyPods, v.ReportAge); vh {
+		case healthBad:
+			bad = append(bad, r)
+		case healthGood:
+			good = append(good, r)
+		}
+	}
+	need := len(others)/2 + 1
+	switch {
+	case len(others) > 0 && len(bad) >= need:
+		return healthBad, fmt.Sprintf("fewer than %d healthy pods as seen by %d of %d other regions (%s)",
+			d.cfg.MinHealthyPods, len(bad), len(others), strings.Join(bad, ", "))
+	case len(others) > 0 && len(good) >= need:
+		return healthGood, ""
+	}
+	return healthUnknown, fmt.Sprintf("%s; seen serving by %d and not serving by %d of %d other regions, %d needed",
+		why, len(good), len(bad), len(others), need)
+}
+
 // Step evaluates the observations at time now against the committed state.
-// Unhealthy means the region's current report counts too few serving pods;
-// a region without a current report (unreachable, partitioned) is neither
-// unhealthy nor healthy, and is left as it is. Rules, per region in name
-// order:
+// Unhealthy means the region's current report counts too few serving pods
+// (the region says so itself) or, when the leader holds no current report
+// of it, that a majority of the other known regions hold current reports
+// of it counting too few (a quorum sees it so); healthy likewise with
+// enough pods. A region without either (unreachable from the leader and
+// from most others) is neither unhealthy nor healthy, and is left as it
+// is: the leader's view alone, or one other region's, never fails a
+// region. Rules, per region in name order:
 //   - an active region unhealthy for Grace is failed, unless that would
 //     leave no routable region (a failover never blackholes everything);
 //   - an automatically failed region that is healthy again becomes
@@ -195,10 +254,23 @@ func (d *Decider) Step(now time.Time, st *State, obs Observations) Decision {
 		return c
 	}
 
+	known := make([]string, 0, len(routable))
+	for r := range routable {
+		known = append(known, r)
+	}
+	sort.Strings(known)
+	others := make([]string, 0, len(known))
+
 	for _, r := range names {
 		o := obs[r]
 		cur, _ := st.RegionStatus(r)
-		h, why := d.judge(o)
+		others = others[:0]
+		for _, k := range known {
+			if k != r {
+				others = append(others, k)
+			}
+		}
+		h, why := d.judge(o, others)
 		bad := h == healthBad
 		switch h {
 		case healthBad:

@@ -22,6 +22,8 @@ var update = flag.Bool("update", false, "rewrite the golden output of testdata/f
 //	member ID REGION               record a controller (makes its region known)
 //	set REGION STATE [auto] [at=T] an operator (or, with auto, the automatic failover) sets a state
 //	observe REGION [controllers=N] [dead=N] [pods=N] [age=D]   (pods=-1: unknown; age: of the report)
+//	view REGION by=OBSERVER [pods=N] [age=D]   the observing region's view of REGION (pods=-1: none)
+//	unview REGION by=OBSERVER      drop that view
 //	forget REGION                  drop the region's observation
 //	step T                         run the decider at t0+T and commit its transitions
 //	decide T                       run the decider at t0+T, keep its transitions pending
@@ -167,6 +169,41 @@ func (s *failoverScript) run(cmd string) []string {
 				s.t.Fatalf("%q: unknown observation %s", cmd, k)
 			}
 		}
+		s.obs[pos[0]] = o
+		return nil
+	case "view", "unview":
+		o, ok := s.obs[pos[0]]
+		if !ok {
+			o = RegionObservation{HealthyPods: -1}
+		}
+		by, ok := args["by"]
+		if !ok {
+			s.t.Fatalf("%q: by=OBSERVER missing", cmd)
+		}
+		if o.Views == nil {
+			o.Views = map[string]PeerView{}
+		}
+		if f[0] == "unview" {
+			delete(o.Views, by)
+			s.obs[pos[0]] = o
+			return nil
+		}
+		v, ok := o.Views[by]
+		if !ok {
+			v = PeerView{HealthyPods: -1}
+		}
+		for k, val := range args {
+			switch k {
+			case "by":
+			case "pods":
+				v.HealthyPods = num(val)
+			case "age":
+				v.ReportAge = dur(val)
+			default:
+				s.t.Fatalf("%q: unknown view field %s", cmd, k)
+			}
+		}
+		o.Views[by] = v
 		s.obs[pos[0]] = o
 		return nil
 	case "forget":

@@ -163,13 +163,24 @@ func (f *fsm) execute(index uint64, c *command) Result {
 	return res
 }
 
+// applyPolicy makes c's document the active policy, as a new version; with
+// UnlessActive (every apply since it exists), a document identical (by
+// SHA-256) to the active one changes nothing (nil state) and answers the
+// active version, so that an operator or a GitOps loop that applies the
+// same file again adds no version. The state machine decides it, so two
+// concurrent applies of one document make one version.
 func (f *fsm) applyPolicy(cur *State, index uint64, c *command) (*State, *PolicyVersion) {
 	p := c.Policy
+	sum := sha256.Sum256(p.Document)
 	var version uint64 = 1
 	if n := len(cur.history); n > 0 {
-		version = cur.history[n-1].Version + 1
+		active := cur.history[n-1]
+		if p.UnlessActive && active.SHA256 == hex.EncodeToString(sum[:]) {
+			active.Document = nil
+			return nil, &active
+		}
+		version = active.Version + 1
 	}
-	sum := sha256.Sum256(p.Document)
 	pv := PolicyVersion{
 		Version:   version,
 		Index:     index,

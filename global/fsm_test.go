@@ -122,6 +122,46 @@ func TestFSMPolicyVersions(t *testing.T) {
 	}
 }
 
+// TestFSMPolicyUnlessActive: a document identical to the active policy
+// adds no version (the active version is the answer, Changed false), one
+// that differs does, and an entry written without unless_active (before
+// it existed) replays as it was applied: a version each time. Replicas
+// reach the same state either way.
+func TestFSMPolicyUnlessActive(t *testing.T) {
+	x, y := newTF(t), newTF(t)
+	idem := func(doc string) *command {
+		c := policy(doc)
+		c.Policy.UnlessActive = true
+		return c
+	}
+	steps := []struct {
+		cmd     *command
+		version uint64
+		changed bool
+	}{
+		{idem("zones: a"), 1, true},
+		{idem("zones: a"), 1, false},
+		{idem("zones: a"), 1, false},
+		{idem("zones: b"), 2, true},
+		{idem("zones: a"), 3, true}, // a again, but b is the active one
+		{policy("zones: a"), 4, true},
+		{idem("zones: a"), 4, false},
+	}
+	for i, st := range steps {
+		r := x.apply(st.cmd)
+		if r.Err != nil || r.Changed != st.changed || r.Policy == nil || r.Policy.Version != st.version || r.Policy.Document != nil {
+			t.Fatalf("step %d: %+v, want version %d changed %v", i, r, st.version, st.changed)
+		}
+		y.apply(st.cmd)
+	}
+	if h := x.state().PolicyHistory(); len(h) != 4 {
+		t.Fatalf("%d versions, want 4", len(h))
+	}
+	if !bytes.Equal(stateBytes(t, x.state()), stateBytes(t, y.state())) {
+		t.Fatal("two replicas of the same log differ")
+	}
+}
+
 func TestFSMPolicyHistoryBounded(t *testing.T) {
 	x := newTF(t)
 	for i := 1; i <= PolicyHistoryKept+5; i++ {

@@ -48,26 +48,38 @@ type WriteOptions struct {
 	By Actor
 }
 
+// PolicyApplied is the answer to a policy apply: the active version after
+// it, without its document.
+type PolicyApplied struct {
+	PolicyVersion
+	// Unchanged: the document was the active policy already (the same
+	// SHA-256), and no version was added.
+	Unchanged bool `json:"unchanged,omitempty"`
+}
+
 // ApplyPolicy validates doc with the configured PolicyValidator and commits
-// it as the new active policy. name is the file name, for messages.
+// it as the new active policy. name is the file name, for messages. A
+// document identical to the active policy adds no version: the answer is
+// the active version, Unchanged (the state machine decides it, so it holds
+// against concurrent applies too).
 //
 // The apply is a privileged action: it is recorded in Config.Audit (by
 // o.By) before it is proposed, and refused if it cannot be (an
 // *audit.NotRecordedError); a refused apply is recorded as refused.
-func (n *Node) ApplyPolicy(ctx context.Context, name string, doc []byte, reason string, o WriteOptions) (PolicyVersion, error) {
+func (n *Node) ApplyPolicy(ctx context.Context, name string, doc []byte, reason string, o WriteOptions) (PolicyApplied, error) {
 	o = o.withRequestID()
 	sum := sha256.Sum256(doc)
 	act := n.action(ActionPolicyApply, o, "", map[string]string{
 		"name": name, "sha256": hex.EncodeToString(sum[:]), "size": strconv.Itoa(len(doc)), "reason": reason})
 	declared, err := n.validatePolicy(name, doc)
 	if err != nil {
-		return PolicyVersion{}, n.admin().Refuse(ctx, act, err)
+		return PolicyApplied{}, n.admin().Refuse(ctx, act, err)
 	}
 	act.Args["declared"] = declared
 	c := &command{Op: opPolicyApply, RequestID: o.RequestID, Actor: o.Actor,
-		Policy: &policyCmd{Name: name, Declared: declared, Reason: reason, Document: doc}}
+		Policy: &policyCmd{Name: name, Declared: declared, Reason: reason, Document: doc, UnlessActive: true}}
 	if rej := n.stamp(c); rej != nil {
-		return PolicyVersion{}, n.admin().Refuse(ctx, act, fmt.Errorf("apply policy %s: %w", name, rej))
+		return PolicyApplied{}, n.admin().Refuse(ctx, act, fmt.Errorf("apply policy %s: %w", name, rej))
 	}
 	var res Result
 	err = n.admin().Run(ctx, act, func(ctx context.Context) (err error) {
@@ -75,9 +87,9 @@ func (n *Node) ApplyPolicy(ctx context.Context, name string, doc []byte, reason 
 		return errorf(err, "apply policy %s", name)
 	})
 	if err != nil {
-		return PolicyVersion{}, err
+		return PolicyApplied{}, err
 	}
-	return *res.Policy, nil
+	return PolicyApplied{PolicyVersion: *res.Policy, Unchanged: !res.Changed}, nil
 }
 
 func (n *Node) validatePolicy(name string, doc []byte) (string, error) {

@@ -208,20 +208,32 @@ type profileState struct {
 }
 
 // podFactors are per-pod prefill-speed corrections published by a
-// Calibrator: a pod's rate is its profile's times its factor.
+// Calibrator: a pod's rate is its profile's times its factor. Reading one
+// takes no lock (a decision reads one per pod it prices); publishing is
+// serialized.
 type podFactors struct {
-	mu sync.RWMutex
-	m  map[string]float64
+	m  sync.Map   // pod name -> float64
+	mu sync.Mutex // held by set
+	// low is the float64 bits of the smallest factor, at most 1 (0 bits:
+	// none published, 1): a lower bound of every pod's rate is its
+	// profile's times it.
+	low atomic.Uint64
+}
+
+// min is the smallest factor of any pod, at most 1.
+func (p *podFactors) min() float64 {
+	if b := p.low.Load(); b != 0 {
+		return math.Float64frombits(b)
+	}
+	return 1
 }
 
 func (p *podFactors) get(pod string) float64 {
 	if pod == "" {
 		return 1
 	}
-	p.mu.RLock()
-	defer p.mu.RUnlock()
-	if f, ok := p.m[pod]; ok {
-		return f
+	if f, ok := p.m.Load(pod); ok {
+		return f.(float64)
 	}
 	return 1
 }
@@ -229,10 +241,19 @@ func (p *podFactors) get(pod string) float64 {
 func (p *podFactors) set(pod string, f float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.m == nil {
-		p.m = map[string]float64{}
+	v, had := p.m.Swap(pod, f)
+	switch low := p.min(); {
+	case f < low:
+		p.low.Store(math.Float64bits(f))
+	case had && v.(float64) <= low && f > v.(float64):
+		// The pod that held the smallest factor moved up: find the next.
+		low = 1
+		p.m.Range(func(_, v any) bool {
+			low = min(low, v.(float64))
+			return true
+		})
+		p.low.Store(math.Float64bits(low))
 	}
-	p.m[pod] = f
 }
 
 func (p *profileState) rateMs() float64     { return math.Float64frombits(p.rate.Load()) }
@@ -301,6 +322,11 @@ func (m *Model) RateFor(profile, pod string) (prefillMsPerToken, overheadMs floa
 // PodFactor is the pod's published correction of its profile's rate (1:
 // none).
 func (m *Model) PodFactor(pod string) float64 { return m.pods.get(pod) }
+
+// MinPodFactor is the smallest PodFactor of any pod, at most 1: every pod's
+// rate is at least its profile's times it (a decision bounds the estimates
+// of pods it has not priced with it).
+func (m *Model) MinPodFactor() float64 { return m.pods.min() }
 
 // PrefillMs is the model's prefill time of uncached tokens after cached ones
 // on a pod (attention included when the profile has AttnTokens).

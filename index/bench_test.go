@@ -3,9 +3,11 @@ package index
 import (
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // lookupFixture is an index and the naive reference holding the same state:
@@ -195,6 +197,329 @@ func BenchmarkMemory(b *testing.B) {
 			}
 			b.ReportMetric(perBlock, "B/block")
 			b.ReportMetric(estimate, "est-B/block")
+		})
+	}
+}
+
+// rotatingFixture is an index of 256 pods holding prefixes of `chains`
+// distinct query chains (pod p holds chain c to depth
+// blocks*(1+(p+c)%depths)/depths, so every chain has `depths` distinct
+// drop-off depths) plus backgroundRotating blocks of their own each: more
+// than 1M indexed blocks, so the blocks a lookup reads are scattered over a
+// table far larger than the CPU caches, as in a real region.
+type rotatingFixture struct {
+	x      *Index
+	chains [][]uint64
+	depths int
+}
+
+const (
+	rotatingChains     = 256
+	backgroundRotating = 4096 // per pod: 1M blocks at 256 pods
+)
+
+var (
+	rotatingMu       sync.Mutex
+	rotatingFixtures = map[string]*rotatingFixture{}
+)
+
+func rotatingFixtureFor(b *testing.B, blocks, depths int) *rotatingFixture {
+	key := fmt.Sprint(blocks, depths)
+	rotatingMu.Lock()
+	defer rotatingMu.Unlock()
+	if f, ok := rotatingFixtures[key]; ok {
+		return f
+	}
+	f := newRotatingFixture(b, blocks, depths)
+	rotatingFixtures[key] = f
+	return f
+}
+
+func newRotatingFixture(b *testing.B, blocks, depths int) *rotatingFixture {
+	x := mustIndex(b, 256)
+	f := &rotatingFixture{x: x, chains: make([][]uint64, rotatingChains), depths: depths}
+	for c := range f.chains {
+		f.chains[c] = make([]uint64, blocks)
+		for i := range f.chains[c] {
+			f.chains[c][i] = splitmix(uint64(c+1)<<40 | uint64(i))
+		}
+	}
+	bg := make([]uint64, backgroundRotating)
+	for p := 0; p < 256; p++ {
+		id, err := x.AddPod(fmt.Sprint("pod-", p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for c, chain := range f.chains {
+			_ = x.Register(id, TierGPU, chain[:f.depth(p, c)])
+		}
+		for i := range bg {
+			bg[i] = splitmix(uint64(p+1)<<32 | uint64(i) | 1<<62)
+		}
+		_ = x.Register(id, TierGPU, bg)
+	}
+	return f
+}
+
+// depth is how many blocks of chain c pod slot p holds.
+func (f *rotatingFixture) depth(p, c int) int {
+	n := len(f.chains[c])
+	return n * (1 + (p+c)%f.depths) / f.depths
+}
+
+// check verifies a lookup of chain c against the construction.
+func (f *rotatingFixture) check(b *testing.B, c int, got []Match) {
+	if len(got) != 256 {
+		b.Fatalf("chain %d: %d pods matched, want 256", c, len(got))
+	}
+	for _, m := range got {
+		if want := f.depth(m.Pod.Slot(), c); m.Blocks != want {
+			b.Fatalf("chain %d: pod %v matched %d blocks, want %d", c, m.Pod, m.Blocks, want)
+		}
+	}
+}
+
+// BenchmarkLookupRotating is BenchmarkLookup with the query rotating over
+// 256 distinct chains in an index of more than 1M blocks: the blocks of
+// one lookup are mostly not in the CPU caches, as when a region serves
+// many different prompts (the single hot chain of BenchmarkLookup flatters
+// by keeping everything it reads cached).
+func BenchmarkLookupRotating(b *testing.B) {
+	for _, c := range []struct{ blocks, depths int }{{64, 4}, {1024, 16}} {
+		b.Run(fmt.Sprintf("pods=256/blocks=%d/depths=%d", c.blocks, c.depths), func(b *testing.B) {
+			f := rotatingFixtureFor(b, c.blocks, c.depths)
+			buf := make([]Match, 0, f.x.PodCapacity())
+			for i := range f.chains {
+				buf = f.x.Lookup(f.chains[i], buf)
+				f.check(b, i, buf)
+			}
+			// Visit the chains in a scrambled order, so no hardware
+			// prefetcher learns the sequence.
+			order := make([]int, len(f.chains))
+			for i := range order {
+				order[i] = int(splitmix(uint64(i)) % uint64(len(f.chains)))
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			i := 0
+			for b.Loop() {
+				buf = f.x.Lookup(f.chains[order[i&(len(order)-1)]], buf)
+				i++
+			}
+		})
+	}
+}
+
+// BenchmarkRegisterFromEmpty is a fresh controller catching up: each op
+// registers registerFromEmptyBlocks new blocks, in 64-block batches, into
+// an index built without ExpectedBlocks, so its tables grow all the way
+// from empty. One writer goroutine per -cpu, each its own pod.
+func BenchmarkRegisterFromEmpty(b *testing.B) {
+	const (
+		batch                   = 64
+		registerFromEmptyBlocks = 1 << 22
+	)
+	writers := runtime.GOMAXPROCS(0)
+	b.ReportAllocs()
+	var total time.Duration
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		runtime.GC()
+		x := mustIndex(b, 256)
+		ids := make([]PodID, writers)
+		for w := range ids {
+			ids[w], _ = x.AddPod(fmt.Sprint("writer-", w))
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for w := range writers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				hashes := make([]uint64, batch)
+				per := registerFromEmptyBlocks / writers
+				for n := 0; n < per; n += batch {
+					for j := range hashes {
+						hashes[j] = splitmix(uint64(i)<<48 | uint64(w)<<40 | uint64(n+j))
+					}
+					if err := x.Register(ids[w], TierGPU, hashes); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		total += time.Since(t0)
+	}
+	b.ReportMetric(float64(b.N)*registerFromEmptyBlocks/total.Seconds(), "blocks/s")
+}
+
+// BenchmarkLookupUnderWrites measures single lookups (the rotating 64-block,
+// 4-depth workload) while another goroutine registers 2M blocks per second
+// into the same index (64-block batches, paced), and reports the median and
+// 99th percentile latency of the lookups.
+func BenchmarkLookupUnderWrites(b *testing.B) {
+	const (
+		rate  = 2_000_000 // blocks per second
+		batch = 64
+	)
+	f := newRotatingFixture(b, 64, 4)
+	writer, err := f.x.AddPod("writer")
+	if err != nil {
+		// The fixture uses all 256 slots: write as pod 0.
+		writer = f.x.pods.id(0)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var written atomic.Int64
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		hashes := make([]uint64, batch)
+		start := time.Now()
+		for n := 0; ; n += batch {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			// Pace: batch n is due at n/rate seconds after start (a sleep
+			// lasts at least a timer tick, so batches come in bursts that
+			// keep the average rate).
+			due := start.Add(time.Duration(float64(n) / rate * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				time.Sleep(d)
+			}
+			for j := range hashes {
+				hashes[j] = splitmix(uint64(3)<<60 | uint64(n+j))
+			}
+			_ = f.x.Register(writer, TierGPU, hashes)
+			written.Add(batch)
+		}
+	}()
+	buf := make([]Match, 0, f.x.PodCapacity())
+	lat := make([]time.Duration, 0, 1<<20)
+	b.ReportAllocs()
+	b.ResetTimer()
+	t0 := time.Now()
+	i := 0
+	for b.Loop() {
+		c := f.chains[int(splitmix(uint64(i))%rotatingChains)]
+		s := time.Now()
+		buf = f.x.Lookup(c, buf)
+		if len(lat) < cap(lat) {
+			lat = append(lat, time.Since(s))
+		}
+		i++
+	}
+	elapsed := time.Since(t0)
+	b.StopTimer()
+	close(stop)
+	wg.Wait()
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds()), "p50-ns")
+		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds()), "p99-ns")
+	}
+	b.ReportMetric(float64(written.Load())/elapsed.Seconds(), "writes/s")
+}
+
+// BenchmarkGrowthPause is the pause a writer sees while tables grow: one
+// writer registers growthPauseBlocks new blocks one call at a time into an
+// index built without ExpectedBlocks, timing every call, once with the
+// incremental growth and once with stop-the-world growth (the whole rehash
+// in the insertion that passes 3/4 load, as before), in the same run.
+//
+// The figures to compare are about the growths into the largest table size
+// that at least 64 shards reached (growth-slots slots):
+//   - growth-start-ns, the median over those growths of the call that
+//     started each: stop-the-world, the whole rehash; incremental, the
+//     allocation of the new table;
+//   - growth-step-p99-ns, the 99th percentile of the other calls that took
+//     part in them (incremental: copying 256 slots each, the last one also
+//     publishing; stop-the-world has none).
+//
+// The worst pause of a growth is the larger of the two. They are a median
+// and a percentile rather than a maximum because on a busy machine the
+// slowest single call is the one the scheduler preempted; max-ns (the
+// slowest call of all) and p99.99-ns are reported too, as is p50-ns, a
+// plain insertion.
+func BenchmarkGrowthPause(b *testing.B) {
+	const growthPauseBlocks = 1 << 22
+	for _, c := range []struct {
+		name string
+		step int
+	}{{"incremental", defaultGrowStep}, {"stop-the-world", stopTheWorld}} {
+		b.Run("growth="+c.name, func(b *testing.B) {
+			lat := make([]time.Duration, growthPauseBlocks)
+			var total time.Duration
+			var maxNs, p9999Ns, p50Ns, startNs, stepNs, slots float64
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				b.StopTimer()
+				runtime.GC()
+				x := mustIndex(b, 256)
+				x.growStep = c.step
+				id, err := x.AddPod("writer")
+				if err != nil {
+					b.Fatal(err)
+				}
+				// The calls that took part in growths, by the size
+				// grown into: the ones that started a growth, the rest.
+				starts := map[uint][]time.Duration{}
+				steps := map[uint][]time.Duration{}
+				h := make([]uint64, 1)
+				b.StartTimer()
+				for n := range lat {
+					h[0] = splitmix(uint64(i)<<40 | uint64(n))
+					s := &x.shards[shardOf(h[0])]
+					before, growing := s.tab.Load(), s.next
+					t0 := time.Now()
+					_ = x.Register(id, TierGPU, h)
+					d := time.Since(t0)
+					lat[n] = d
+					total += d
+					switch after := s.tab.Load(); {
+					case growing != nil:
+						steps[growing.bits] = append(steps[growing.bits], d)
+					case s.next != nil:
+						starts[s.next.bits] = append(starts[s.next.bits], d)
+					case before != nil && after.bits != before.bits:
+						starts[after.bits] = append(starts[after.bits], d)
+					}
+				}
+				b.StopTimer()
+				var top uint
+				for bits, ds := range starts {
+					if len(ds) >= 64 && bits > top {
+						top = bits
+					}
+				}
+				if ds := starts[top]; len(ds) > 0 {
+					slices.Sort(ds)
+					startNs += float64(ds[len(ds)/2])
+					slots += float64(uint64(1) << top)
+				}
+				if ds := steps[top]; len(ds) > 0 {
+					slices.Sort(ds)
+					stepNs += float64(ds[len(ds)*99/100])
+				}
+				slices.Sort(lat)
+				maxNs += float64(lat[len(lat)-1])
+				p9999Ns += float64(lat[len(lat)-len(lat)/10000])
+				p50Ns += float64(lat[len(lat)/2])
+				b.StartTimer()
+			}
+			n := float64(b.N)
+			b.ReportMetric(startNs/n, "growth-start-ns")
+			b.ReportMetric(stepNs/n, "growth-step-p99-ns")
+			b.ReportMetric(slots/n, "growth-slots")
+			b.ReportMetric(maxNs/n, "max-ns")
+			b.ReportMetric(p9999Ns/n, "p99.99-ns")
+			b.ReportMetric(p50Ns/n, "p50-ns")
+			b.ReportMetric(n*growthPauseBlocks/total.Seconds(), "blocks/s")
 		})
 	}
 }

@@ -22,9 +22,11 @@ type Config struct {
 	PodCapacity int
 	// ExpectedBlocks pre-sizes the tables so that this many distinct blocks
 	// fit without growing (a fleet's KV capacity in blocks is a good value).
-	// Growing rehashes a shard under its writer lock, which delays that
-	// shard's event ingestion (never lookups). 0, the default, starts small
-	// and grows on demand; the slots cost 8 bytes each up front.
+	// A shard's table grows incrementally (a few slots copied per insertion,
+	// see startGrow), so growth never stalls ingestion for a whole rehash,
+	// but presizing saves the copying and the memory of two tables while
+	// one grows. 0, the default, starts small and grows on demand; the
+	// slots cost 8 bytes each up front.
 	ExpectedBlocks int
 }
 

@@ -22,12 +22,14 @@
 // Block hash -> pod bitmap (PodCapacity bits: 4 words at the default 256
 // pods), in 256 shards picked by Fibonacci hashing (the top 8 bits of
 // hash * 0x9E3779B97F4A7C15). Each shard is padded to whole cache lines and
-// holds an open-addressing table (linear probing, load <= 3/4, backward-shift
-// deletion, no tombstones) of 8-byte slots — a 32-bit fingerprint that also
-// encodes the home position, and a 32-bit entry number — and a slab of
-// entries (hash + bitmap) in chunks of 256. At 256 pods that is 40 bytes per
-// block plus 10.7 to 21.3 bytes of slots, about 53-58 bytes per block in
-// practice (BenchmarkMemory).
+// holds an open-addressing table (linear probing, load <= 3/4 plus 1/256
+// while growing, backward-shift deletion, no tombstones) of 8-byte slots —
+// a 32-bit fingerprint that also encodes the home position, and a 32-bit
+// entry number — and a slab of entries (hash + bitmap) in chunks of 256. At
+// 256 pods that is 40 bytes per block plus 10.7 to 21.3 bytes of slots, about
+// 53-58 bytes per block in practice (BenchmarkMemory). A table grows without
+// a pause: a private table of twice the size is filled a few slots per
+// insertion and then published whole, so lookups never see it half built.
 //
 // Readers take no lock: a per-shard seqlock. Inserts and bit changes are
 // single atomic stores that keep the table consistent at every instant;

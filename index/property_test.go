@@ -78,6 +78,8 @@ func newModel(t *rapid.T, capacity int) *model {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Small growth steps keep growths in progress across sweeps and clears.
+	x.growStep = rapid.SampledFrom([]int{1, 3, defaultGrowStep}).Draw(t, "growStep")
 	m := &model{x: x, ref: newNaive(), u: genUniverse(t), ids: map[string]PodID{}, buf: make([]Match, 0, capacity)}
 	for i := 0; i < capacity+8; i++ {
 		m.names = append(m.names, fmt.Sprintf("pod-%d", i))

@@ -67,6 +67,9 @@ func (x *Index) Stats() Stats {
 			st.Bytes += int64(len(t.slots))*8 + int64(len(t.chunks))*chunkLen*int64(x.stride)*8
 			st.Bytes += int64(cap(t.chunks)) * int64(unsafe.Sizeof([]uint64{}))
 		}
+		if s.next != nil {
+			st.Bytes += int64(len(s.next.slots)) * 8 // a growth in progress
+		}
 		st.Bytes += int64(cap(s.free))*4 + int64(len(s.details))*detailBytes
 		for slot, c := range s.counts {
 			st.PodBlocks[slot] += int(c)

@@ -31,11 +31,14 @@ type ClientAuth struct {
 	limiter  *auth.Limiter
 }
 
-// OpenClientAuth opens the authenticators of cfg (enabled).
-func OpenClientAuth(ctx context.Context, cfg AuthConfig, log *slog.Logger, r prometheus.Registerer) (*ClientAuth, error) {
+// OpenClientAuth opens the authenticators of cfg (enabled). guard, if
+// set, sees every reload of the keys file or JWKS before it takes effect
+// (auth.Deps.Guard).
+func OpenClientAuth(ctx context.Context, cfg AuthConfig, log *slog.Logger, r prometheus.Registerer,
+	guard func(context.Context, auth.Change, func()) error) (*ClientAuth, error) {
 	a := &ClientAuth{}
 	var err error
-	if a.primary, err = auth.Open(ctx, cfg.Config, auth.Deps{Logger: log, Registerer: r}); err != nil {
+	if a.primary, err = auth.Open(ctx, cfg.Config, auth.Deps{Logger: log, Registerer: r, Guard: guard}); err != nil {
 		return nil, fmt.Errorf("auth: %w", err)
 	}
 	if len(cfg.Gateways.Identities) > 0 || len(cfg.Gateways.CIDRs) > 0 {

@@ -69,28 +69,44 @@ var ErrNoPolicy = errors.New("no usable residency policy")
 // fixed policy (from a file, or the shipped default: stay in the origin
 // zone) and every region routable unless marked otherwise.
 type StaticControl struct {
+	policy atomic.Pointer[staticPolicy]
+	failed atomic.Pointer[map[string]string]
+}
+
+// staticPolicy is the policy a StaticControl serves, with its version.
+type staticPolicy struct {
 	policy  *residency.Policy
 	version string
-	failed  atomic.Pointer[map[string]string]
 }
 
 // NewStaticControl serves policy (nil: the shipped default policy).
 func NewStaticControl(policy *residency.Policy) (*StaticControl, error) {
-	if policy == nil {
-		var err error
-		if policy, err = residency.DefaultPolicy(); err != nil {
-			return nil, fmt.Errorf("default residency policy: %w", err)
-		}
+	c := &StaticControl{}
+	if err := c.SetPolicy(policy); err != nil {
+		return nil, err
 	}
-	c := &StaticControl{policy: policy, version: "static/" + policy.ID()}
 	empty := map[string]string{}
 	c.failed.Store(&empty)
 	return c, nil
 }
 
+// SetPolicy replaces the policy served (nil: the shipped default). The
+// requests decided from then on record its version, "static/<policy id>".
+func (c *StaticControl) SetPolicy(policy *residency.Policy) error {
+	if policy == nil {
+		var err error
+		if policy, err = residency.DefaultPolicy(); err != nil {
+			return fmt.Errorf("default residency policy: %w", err)
+		}
+	}
+	c.policy.Store(&staticPolicy{policy: policy, version: "static/" + policy.ID()})
+	return nil
+}
+
 // View implements ControlPlane.
 func (c *StaticControl) View() ControlView {
-	return ControlView{Policy: c.policy, Version: c.version, failed: *c.failed.Load()}
+	p := c.policy.Load()
+	return ControlView{Policy: p.policy, Version: p.version, failed: *c.failed.Load()}
 }
 
 // SetState marks a region failed or draining ("" or "active" clears it);

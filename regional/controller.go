@@ -3,6 +3,7 @@ package regional
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -118,6 +120,9 @@ type Config struct {
 	SummaryInterval time.Duration `yaml:"summary_interval"`
 	// Shutdown is what a graceful stop (SIGTERM) does.
 	Shutdown ShutdownConfig `yaml:"shutdown"`
+	// Reload is how the controller follows changes to its files (see
+	// Controller.Reload for what changes live).
+	Reload ReloadConfig `yaml:"reload"`
 }
 
 // ShutdownConfig is the graceful stop of a controller (Controller.Shutdown).
@@ -152,6 +157,19 @@ type Deps struct {
 	// WrapGossipTransport, if set, wraps the gossip pool's transport (tests
 	// partition the pool with it, see gossip/gossiptest); nil: none.
 	WrapGossipTransport func(memberlist.NodeAwareTransport) memberlist.NodeAwareTransport
+	// ConfigFile is the file the configuration was read from ("": none):
+	// the watch (reload.watch_interval) follows it, and a reload reads it
+	// again when LoadConfig is nil.
+	ConfigFile string
+	// LoadConfig reads the configuration again for a reload, as it was
+	// read for Open (the file, then the flags and environment over it).
+	// nil: LoadConfig(ConfigFile) with the environment's secrets, or,
+	// without a ConfigFile, the configuration given to Open (the files it
+	// names are read again).
+	LoadConfig func() (Config, error)
+	// Reload, for Run: each value received reloads the configuration
+	// (meridian controller sends SIGHUP here). nil: none.
+	Reload <-chan os.Signal
 }
 
 // DefaultConfig returns the defaults documented on Config (Region and the
@@ -164,6 +182,7 @@ func DefaultConfig() Config {
 		BlockSize:         64,
 		PodCapacity:       256,
 		Kafka:             DefaultIngestConfig(),
+		Pods:              PodsConfig{Discovery: discovery.DefaultConfig()},
 		Decision:          route.DefaultConfig(),
 		Server:            DefaultServerConfig(),
 		Gorgo:             gorgo.DefaultConfig(),
@@ -174,13 +193,16 @@ func DefaultConfig() Config {
 		AdminLimits:       DefaultAdminListener(),
 		SummaryInterval:   5 * time.Second,
 		Shutdown:          ShutdownConfig{Grace: 25 * time.Second},
+		Reload:            ReloadConfig{WatchInterval: DefaultWatchInterval},
 	}
 }
 
 // LoadConfig reads a YAML configuration over the defaults. ${VAR} (and
 // $VAR) references are replaced by environment variables first, so one file
 // can serve every replica of a StatefulSet. Unknown keys are errors (a
-// misspelt key must not silently fall back to a default).
+// misspelt key must not silently fall back to a default). Relative file
+// and directory names in it are relative to the file's own directory, not
+// to the working directory (ResolvePaths).
 func LoadConfig(path string) (Config, error) {
 	cfg := DefaultConfig()
 	b, err := os.ReadFile(path)
@@ -193,7 +215,41 @@ func LoadConfig(path string) (Config, error) {
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("config %s: %w", path, err)
 	}
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return cfg, fmt.Errorf("config %s: %w", path, err)
+	}
+	cfg.ResolvePaths(dir)
 	return cfg, nil
+}
+
+// ResolvePaths makes every relative file or directory name of the
+// configuration relative to dir: policy_file, models[].dir, tls.*,
+// auth.api_keys.file, auth.jwt.jwks_file, kafka.tls.*,
+// kafka.sasl.password_file, pods.tls.*, pods.discovery.file.path,
+// raft.data_dir, audit.dir and gossip.state_file. Empty and absolute names
+// are kept.
+func (c *Config) ResolvePaths(dir string) {
+	abs := func(p *string) {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
+	for _, p := range []*string{&c.PolicyFile, &c.Raft.DataDir, &c.Audit.Dir, &c.Gossip.StateFile} {
+		abs(p)
+	}
+	for i := range c.Models {
+		abs(&c.Models[i].Dir)
+	}
+	if c.TLS != nil {
+		c.TLS.ResolvePaths(dir)
+	}
+	c.Auth.Config.ResolvePaths(dir)
+	c.Kafka.Security.ResolvePaths(dir)
+	if c.Pods.TLS != nil {
+		c.Pods.TLS.ResolvePaths(dir)
+	}
+	c.Pods.Discovery.ResolvePaths(dir)
 }
 
 // ApplyDefaults fills the defaults that derive from other fields: the
@@ -293,6 +349,9 @@ func (c Config) Validate() error {
 	if c.Shutdown.Grace <= 0 || c.Shutdown.Grace > time.Hour {
 		return fmt.Errorf("config: shutdown.grace = %v: want > 0 and <= 1h", c.Shutdown.Grace)
 	}
+	if err := c.Reload.validate(); err != nil {
+		return err
+	}
 	if c.AdminListen == "" {
 		return errors.New("config: admin_listen: an address is required")
 	}
@@ -311,15 +370,8 @@ func (c Config) LoadPolicy() (*residency.Policy, error) {
 	if c.PolicyFile == "" {
 		return nil, nil
 	}
-	b, err := os.ReadFile(c.PolicyFile)
-	if err != nil {
-		return nil, fmt.Errorf("config: policy_file: %w", err)
-	}
-	p, err := residency.Parse(c.PolicyFile, b)
-	if err != nil {
-		return nil, fmt.Errorf("config: policy_file: %w", err)
-	}
-	return p, nil
+	p, _, err := c.loadPolicy()
+	return p, err
 }
 
 // Redacted is the configuration with its secrets replaced, for printing.
@@ -356,7 +408,12 @@ type Controller struct {
 	Calib    *gorgo.Calibrator
 	Metrics  *prometheus.Registry
 
-	mr       *multiRegion
+	mr *multiRegion
+	// auditLog is mr.audit once the controller is open (nil without one):
+	// the recorder of the controller's own actions (reloads), which may
+	// run before Open returns.
+	auditLog atomic.Pointer[audit.Log]
+	reload   reloader
 	stopping chan struct{}
 	// draining is set once a graceful shutdown began: /readyz answers 503
 	// so load balancers stop sending new requests here.
@@ -396,9 +453,17 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	policy, err := cfg.LoadPolicy()
-	if err != nil {
-		return nil, err
+	// The watch compares with the files as they are before anything reads
+	// them: a change while the controller starts is seen, at worst twice.
+	rl := reloader{running: cfg}
+	rl.watched = fingerprint(watchedFiles(cfg, deps.ConfigFile))
+	var policy *residency.Policy
+	if cfg.PolicyFile != "" {
+		p, doc, err := cfg.loadPolicy()
+		if err != nil {
+			return nil, err
+		}
+		policy, rl.policySum = p, sha256.Sum256(doc)
 	}
 	now := deps.Clock
 	if now == nil {
@@ -420,6 +485,10 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	c := &Controller{cfg: cfg, log: log.With("region", cfg.Region), Index: idx, Registry: route.NewRegistry(idx),
 		Metrics: metrics, stopping: make(chan struct{}), now: now, deps: deps}
 	c.Metrics.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	c.reload.running, c.reload.policySum, c.reload.watched = rl.running, rl.policySum, rl.watched
+	if c.reload.m, err = newReloadMetrics(c.Metrics); err != nil {
+		return nil, err
+	}
 	ok := false
 	defer func() {
 		if !ok {
@@ -526,6 +595,12 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		c.goRun("discovery", func() error { return c.discovery.Run(runCtx, c.applyDiscovered) })
 	}
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
+	if c.mr != nil && c.mr.audit != nil {
+		c.auditLog.Store(c.mr.audit)
+	}
+	if d := cfg.Reload.WatchInterval; d > 0 {
+		c.goRun("reload-watch", func() error { return c.runWatch(runCtx, d) })
+	}
 	c.log.Info("controller started", "listen", c.ln.Addr().String(), "url", c.URL(), "tls", c.tls != nil,
 		"client_auth", string(cfg.Auth.Mode), "kafka", c.Ingester.Security(), "topic", c.Ingester.Config().Topic,
 		"group", c.Ingester.Config().GroupID, "static_pods", len(cfg.Pods.Static), "discovery", c.discovery != nil)
@@ -795,12 +870,18 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 }
 
 // Run runs a controller until ctx is done, then shuts it down gracefully
-// (Shutdown).
+// (Shutdown); each signal on deps.Reload reloads its configuration.
 func Run(ctx context.Context, cfg Config, deps Deps) error {
 	c, err := Open(ctx, cfg, deps)
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
-	return c.Shutdown(context.WithoutCancel(ctx))
+	for {
+		select {
+		case <-ctx.Done():
+			return c.Shutdown(context.WithoutCancel(ctx))
+		case <-deps.Reload:
+			_, _ = c.Reload(ctx, "signal") // logged and counted; the controller runs on
+		}
+	}
 }

@@ -79,10 +79,24 @@
 //     goroutines.
 //   - Metrics go to the registry given in Deps (a new one by default),
 //     never the default one, so several regions run in one process.
+//   - A configuration reload (Controller.Reload: SIGHUP, or a watched file
+//     whose content changed; reload.go) is all or nothing: every part that
+//     can change live is read and checked before any changes, and one that
+//     does not load leaves the running configuration as it was. A policy
+//     or API keys change is an admin_action record before it takes effect.
+//
+// # Console
+//
+// Every controller with an admin listener serves a read-only console at
+// /ui on it (regional/console; console.go here adapts the controller's
+// state): the page is static, its JSON (/ui/api/state) needs the admin
+// token, as the rest of the admin API does. The console samples the
+// controller's own metrics into a bounded ring and is told of each audit
+// record the request path writes and of each region state change.
 //
 // It may import index, gorgo, residency, global, global/audit and its own
-// sub-packages route, tokenize, kvevents, summary, gossip, auth and
-// discovery. It must not import regional/kvbridge (a separate process that shares only the Kafka
+// sub-packages route, tokenize, kvevents, summary, gossip, auth,
+// discovery and console. It must not import regional/kvbridge (a separate process that shares only the Kafka
 // topic), dr, scenarios, cmd or any test-scaffolding package; global must
 // not import it. Only the scenarios and cmd import it (tests aside).
 package regional

@@ -176,6 +176,11 @@ type Ingester struct {
 	// partition to the end offset to reach; groupGen names a fresh consumer
 	// group; restart asks the consumer to start over in it.
 	rebuilding map[int]int64
+	// marks are the last message applied per partition, anchors the marks
+	// the previous probe took, verified against the log by the next one
+	// (ingest_rewrite.go): a log rewritten past what was applied.
+	marks      map[int]logMark
+	anchors    map[int]logMark
 	resetAt    time.Time
 	groupGen   int
 	clusterID  string
@@ -193,6 +198,9 @@ type podStream struct {
 	epoch  uint64
 	seqs   map[int64]uint64 // last batch sequence number per data-parallel rank
 	lastAt time.Time
+	// partition is the topic partition its last message came from (a
+	// pod's messages are keyed by its name: one partition).
+	partition int
 }
 
 // IngestDeps is what an Ingester is given.
@@ -246,7 +254,8 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	}
 	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
 		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
-		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, restart: make(chan struct{}, 1)}
+		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, marks: map[int]logMark{}, anchors: map[int]logMark{},
+		restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
 	if err != nil {
@@ -332,6 +341,7 @@ func (g *Ingester) Apply(msg Message) {
 		g.resetLocked([]int{msg.Partition}, map[int]int64{msg.Partition: msg.HighWaterMark}, "offset_regression")
 	}
 	g.applied[msg.Partition] = msg.Offset
+	g.marks[msg.Partition] = markOf(msg.Offset, msg.Key, msg.Value, msg.Time)
 	g.checkCaughtUpLocked()
 	if end, ok := g.rebuilding[msg.Partition]; ok && msg.Offset >= end-1 {
 		delete(g.rebuilding, msg.Partition)
@@ -367,7 +377,7 @@ func (g *Ingester) Apply(msg Message) {
 		g.m.skipped.WithLabelValues("duplicate_seq").Inc()
 		return
 	}
-	ps.lastAt = g.now()
+	ps.lastAt, ps.partition = g.now(), msg.Partition
 	for _, ev := range batch.Events {
 		g.m.events.WithLabelValues(ev.Kind().String()).Inc()
 		switch e := ev.(type) {
@@ -667,6 +677,8 @@ func (g *Ingester) checkCaughtUpLocked() {
 func (g *Ingester) resetLocked(partitions []int, ends map[int]int64, cause string) {
 	for _, p := range partitions {
 		delete(g.applied, p)
+		delete(g.marks, p)
+		delete(g.anchors, p)
 		g.rebuilding[p] = ends[p]
 	}
 	g.resetAt = g.now()
@@ -802,6 +814,7 @@ func (g *Ingester) probe(ctx context.Context) {
 		} else {
 			g.brokerUp()
 			g.checkEnds(clusterID, ends)
+			g.checkAnchors(ctx, c, ends)
 		}
 		select {
 		case <-ctx.Done():
@@ -981,7 +994,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		brokerErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_broker_errors_total",
 			Help: "Failures to reach the Kafka brokers (consumer and metadata probe), by kind: auth (SASL refused), tls (handshake: untrusted or misnamed certificate), other."}, []string{"kind"}),
 		resets: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_resets_total",
-			Help: "Kafka resets detected (a partition ending below what was applied, or another cluster id): the partitions are re-read from their new start."}, []string{"cause"}),
+			Help: "Kafka resets detected, by cause (offset_regression: a partition ending below what was applied; cluster_changed: another cluster id; rewritten: another message at an offset applied before, the partition having grown past it again): the partitions are re-read from their new start."}, []string{"cause"}),
 		discovered: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_discovered_pods_total",
 			Help: "Pods that discovery (pods.discovery) registered (joined, including changed) or removed (left)."}, []string{"change"}),
 		podExpiry: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_expiry_total",
@@ -998,7 +1011,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	for _, phase := range []string{"lapsed", "removed", "restored"} {
 		m.podExpiry.WithLabelValues(phase)
 	}
-	for _, cause := range []string{"offset_regression", "cluster_changed"} {
+	for _, cause := range []string{"offset_regression", "cluster_changed", "rewritten"} {
 		m.resets.WithLabelValues(cause)
 	}
 	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
@@ -1007,7 +1020,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	for _, reason := range []string{"replay", "duplicate_seq"} {
 		m.skipped.WithLabelValues(reason)
 	}
-	for _, cause := range []string{"restart", "pod_up_new_epoch", "pod_down"} {
+	for _, cause := range []string{"restart", "pod_up_new_epoch", "pod_down", "rewritten"} {
 		m.restarts.WithLabelValues(cause)
 	}
 	for _, kind := range kafkasec.Kinds() {

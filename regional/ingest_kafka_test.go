@@ -371,3 +371,108 @@ func TestIngestFollowsABrokerReset(t *testing.T) {
 		t.Fatal("no reset counted")
 	}
 }
+
+// TestIngestFollowsABrokerResetPastTheOffset: the broker comes back empty,
+// and by the time the ingester looks again the engine has published more
+// than it had applied before: no offset tells the reset (every partition
+// ends past what was applied, the cluster id is the same), and the
+// messages at the old offsets would be skipped as replays, while those
+// past them apply. The probe finds another message at an offset it
+// applied before: the pod is cleared and its partition re-read from the
+// start (cause "rewritten"), so that the index holds exactly what the new
+// partition says, as a naive scan of it would.
+func TestIngestFollowsABrokerResetPastTheOffset(t *testing.T) {
+	g, idx, reg, _, _ := newTestIngester(t)
+	topic := kvevents.TopicFor("test")
+	cluster, w := startKafka(t, 1, topic)
+	addr := cluster.ListenAddrs()[0]
+	_, port, _ := net.SplitHostPort(addr)
+	portN, _ := strconv.Atoi(port)
+	g.cfg.Brokers, g.cfg.Topic, g.cfg.ProbeInterval = []string{addr}, topic, 20*time.Millisecond
+
+	e := newTestEngine("pod-0", 1)
+	msg := func(evs ...kvevents.Event) Message {
+		return Message{Key: []byte(e.name), Headers: e.headers(), Value: e.batch(evs...)}
+	}
+	first := []Message{msg(e.podUp())}
+	for i := range 10 {
+		first = append(first, msg(e.store(testPrompt(i))))
+	}
+	produce(t, w, first)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	run := func() (stop func()) {
+		rctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- g.Run(rctx) }()
+		return func() { cancel(); <-done }
+	}
+	holds := func(e *testEngine) func() bool {
+		return func() bool {
+			st := idx.Stats()
+			p, ok := reg.Get(e.name)
+			return ok && st.PodBlocks[p.ID.Slot()] == len(e.expected())
+		}
+	}
+	anchored := func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return len(g.anchors) > 0
+	}
+	stop := run()
+	if err := g.WaitFor(ctx, holds(e)); err != nil {
+		t.Fatalf("before the reset: %v", err)
+	}
+	tick := time.NewTicker(5 * time.Millisecond) // the probe runs every 20 ms
+	defer tick.Stop()
+	for !anchored() {
+		select {
+		case <-ctx.Done():
+			t.Fatal("the probe took no anchor")
+		case <-tick.C:
+		}
+	}
+	stop()
+	before := g.Applied()
+
+	// The broker comes back empty and takes more messages than were
+	// applied before, while the ingester is away.
+	cluster.Close()
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portN), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cluster.Close()
+	var second []Message
+	logView := newTestEngine(e.name, 1) // what the new partition says
+	for i := range len(first) + 5 {
+		second = append(second, msg(e.store(testPrompt(100+i))))
+		logView.store(testPrompt(100 + i))
+	}
+	tr := &kafka.Transport{}
+	w2 := &kafka.Writer{Addr: kafka.TCP(addr), Topic: topic, Balancer: &kafka.Hash{}, RequiredAcks: kafka.RequireAll,
+		BatchTimeout: time.Millisecond, Transport: tr, AllowAutoTopicCreation: true}
+	defer func() { _ = w2.Close(); tr.CloseIdleConnections() }()
+	produce(t, w2, second)
+	ends, err := g.highWaterMarks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p, end := range ends {
+		if last, ok := before[p]; ok && end <= last {
+			t.Fatalf("partition %d ends at %d, not past the %d applied: the offsets would tell", p, end, last)
+		}
+	}
+
+	stop = run()
+	defer stop()
+	if err := g.WaitFor(ctx, holds(logView)); err != nil {
+		t.Fatalf("the index does not hold what the rewritten partition says: %v", err)
+	}
+	checkIndex(t, idx, reg, []*testEngine{logView})
+	if n := testutil.ToFloat64(g.m.resets.WithLabelValues("rewritten")); n < 1 {
+		t.Fatalf("no rewritten partition counted (resets: regression %v, cluster %v)",
+			testutil.ToFloat64(g.m.resets.WithLabelValues("offset_regression")), testutil.ToFloat64(g.m.resets.WithLabelValues("cluster_changed")))
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"github.com/meridian-llm/meridian/global/audit"
 	"github.com/meridian-llm/meridian/global/identity"
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/console"
 	"github.com/meridian-llm/meridian/regional/gossip"
 	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/summary"
@@ -132,7 +133,9 @@ type AuditConfig struct {
 
 // AutoFailoverConfig is the automatic failover of the Raft leader. It fails
 // a region only on evidence that its pods cannot serve (its own current
-// report), never because its controllers cannot be reached.
+// report, or, when the leader holds none, the current reports a majority
+// of the other regions hold of it), never because its controllers cannot
+// be reached.
 type AutoFailoverConfig struct {
 	Enabled bool `yaml:"enabled"`
 	// MinHealthyPods fails a region reporting fewer serving pods; default 1.
@@ -169,7 +172,8 @@ type multiRegion struct {
 	gstateMu    sync.Mutex // guards gstate (the summary loop and gossip's rejoin)
 	gstate      gossipState
 	gstateFile  string
-	adminClient *http.Client // to other controllers' admin APIs
+	adminClient *http.Client     // to other controllers' admin APIs
+	console     *console.Console // nil without the admin listener
 }
 
 // nextGeneration is the generation of the next summary this controller
@@ -473,6 +477,11 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			writeJSON(w, http.StatusOK, gossipSelf{Controller: cfg.ControllerID, Region: cfg.Region, GossipAddr: g.Addr()})
 		})))
 	}
+	if mr.adminLn != nil {
+		if err := c.openConsole(run, admin, cfg.AdminToken); err != nil {
+			return err
+		}
+	}
 	var h http.Handler = admin
 	mr.adminH.Store(&h)
 
@@ -548,6 +557,9 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	}
 	if mr.audit != nil {
 		topo.Audit = mr.audit
+		if mr.console != nil {
+			topo.Audit = consoleAuditor{Auditor: mr.audit, con: mr.console, now: c.now}
+		}
 	}
 	if mr.gossip != nil {
 		topo.Remotes = gossipRemotes{mr.gossip}
@@ -742,9 +754,11 @@ func (c *Controller) publishSummary() error {
 
 // observeRegions feeds the automatic failover: per region, its own report
 // of its serving pods and that report's age (this region from the
-// registry, now; the others from their latest summaries), and its
+// registry, now; the others from their latest summaries held here), its
 // controllers' liveness (gossip), which explains a stale report but is no
-// evidence by itself.
+// evidence by itself, and every other region's view of it: the freshest
+// report of it that any controller of that region holds, from the
+// controllers' sightings (this controller's own among them).
 func (c *Controller) observeRegions(context.Context) global.Observations {
 	obs := global.Observations{}
 	now := c.now()
@@ -758,7 +772,8 @@ func (c *Controller) observeRegions(context.Context) global.Observations {
 	if c.mr.gossip == nil {
 		return obs
 	}
-	for _, rv := range c.mr.gossip.View().Regions {
+	view := c.mr.gossip.View()
+	for _, rv := range view.Regions {
 		if rv.Region == c.cfg.Region {
 			continue
 		}
@@ -773,7 +788,41 @@ func (c *Controller) observeRegions(context.Context) global.Observations {
 		}
 		obs[rv.Region] = o
 	}
+	for region, views := range regionViews(view.Sightings, now) {
+		o, ok := obs[region]
+		if !ok {
+			o = global.RegionObservation{HealthyPods: -1}
+		}
+		o.Views = views
+		obs[region] = o
+	}
 	return obs
+}
+
+// regionViews turns the controllers' sightings into each region's view of
+// every other region: the freshest report held by any controller of the
+// observing region (a report beats none; between two, the younger).
+func regionViews(sightings []gossip.Sighting, now time.Time) map[string]map[string]global.PeerView {
+	out := map[string]map[string]global.PeerView{}
+	for _, s := range sightings {
+		if s.ObserverRegion == s.Region {
+			continue
+		}
+		v := global.PeerView{HealthyPods: -1}
+		if s.Pods >= 0 {
+			v = global.PeerView{HealthyPods: s.Pods, ReportAge: s.SummaryAge(now)}
+		}
+		views := out[s.Region]
+		if views == nil {
+			views = map[string]global.PeerView{}
+			out[s.Region] = views
+		}
+		if cur, ok := views[s.ObserverRegion]; ok && (v.HealthyPods < 0 || (cur.HealthyPods >= 0 && cur.ReportAge <= v.ReportAge)) {
+			continue
+		}
+		views[s.ObserverRegion] = v
+	}
+	return out
 }
 
 // closeMulti stops the cross-region components: gossip first (the region

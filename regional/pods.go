@@ -79,7 +79,7 @@ func (c *PodsConfig) UnmarshalYAML(n *yaml.Node) error {
 		}
 	}
 	type plain PodsConfig
-	var p plain
+	p := plain(*c) // absent keys keep their defaults
 	if err := n.Decode(&p); err != nil {
 		return err
 	}
@@ -165,37 +165,48 @@ var podUpRejections = []string{rejectKeyMismatch, rejectBadEndpoint, rejectNotAl
 
 // podGate decides which PodUp announcements to believe.
 type podGate struct {
-	prefixes []netip.Prefix
-	patterns []string
-	key      []byte
-	https    bool
+	key   []byte
+	https bool
+	// allowed is pods.allowed_endpoints (or its default), replaced whole
+	// by a reload (setAllowed).
+	allowed atomic.Pointer[allowList]
 	// discovered maps the pods discovery found to their endpoints: a PodUp
 	// of one of them naming that endpoint is allowed (nil: none).
 	discovered atomic.Pointer[map[string]string]
 }
 
+// allowList is the hosts a PodUp's endpoint may name.
+type allowList struct {
+	prefixes []netip.Prefix
+	patterns []string
+}
+
 // newPodGate builds the gate of a valid PodsConfig.
 func newPodGate(c PodsConfig) *podGate {
 	g := &podGate{key: []byte(c.AnnounceKey), https: c.RequireHTTPS}
+	g.setAllowed(c)
+	return g
+}
+
+// setAllowed replaces the allowed endpoints with those of c (a valid
+// PodsConfig): its allowed_endpoints, or by default loopback and the hosts
+// of its static pods.
+func (g *podGate) setAllowed(c PodsConfig) {
 	allowed := c.AllowedEndpoints
 	if len(allowed) == 0 {
-		allowed = []string{"127.0.0.0/8", "::1/128", "localhost"}
-		for _, p := range c.Static {
-			if h, err := endpointHost(p.Endpoint); err == nil {
-				allowed = append(allowed, h)
-			}
-		}
+		allowed = defaultAllowedEndpoints(c.Static)
 	}
+	l := &allowList{}
 	for _, a := range allowed {
 		if pfx, err := netip.ParsePrefix(a); err == nil {
-			g.prefixes = append(g.prefixes, pfx)
+			l.prefixes = append(l.prefixes, pfx)
 		} else if ip, err := netip.ParseAddr(a); err == nil {
-			g.prefixes = append(g.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
+			l.prefixes = append(l.prefixes, netip.PrefixFrom(ip, ip.BitLen()))
 		} else {
-			g.patterns = append(g.patterns, strings.ToLower(a))
+			l.patterns = append(l.patterns, strings.ToLower(a))
 		}
 	}
-	return g
+	g.allowed.Store(l)
 }
 
 // check returns "" when the PodUp in a message with key may be believed,
@@ -234,16 +245,17 @@ func (g *podGate) isDiscovered(pod, endpoint string) bool {
 }
 
 func (g *podGate) allows(host string) bool {
+	l := g.allowed.Load()
 	if ip, err := netip.ParseAddr(host); err == nil {
 		ip = ip.Unmap()
-		for _, p := range g.prefixes {
+		for _, p := range l.prefixes {
 			if p.Contains(ip) {
 				return true
 			}
 		}
 		return false
 	}
-	for _, p := range g.patterns {
+	for _, p := range l.patterns {
 		if ok, _ := path.Match(p, host); ok {
 			return true
 		}

@@ -2,6 +2,8 @@ package regional
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -136,4 +138,75 @@ func (g *Ingester) RunLeases(ctx context.Context, every time.Duration) error {
 		}
 		g.ExpirePods()
 	}
+}
+
+// StaticChange is what ApplyStatic did.
+type StaticChange struct {
+	Added, Changed, Removed []string
+}
+
+// Empty reports whether nothing changed.
+func (s StaticChange) Empty() bool { return len(s.Added)+len(s.Changed)+len(s.Removed) == 0 }
+
+// ApplyStatic replaces the static pods listed by old (pods.static in force)
+// with next (a reload's): pods added are registered, pods whose entry
+// changed take the new entry (their load accounting and announced epoch
+// carry on, so their blocks stay), and pods no longer listed leave the
+// registry and the index (their blocks are swept later), unless discovery
+// has found them, in which case they stay as discovered pods. A pod that
+// was known from its announcements and is now listed becomes static. It
+// runs under the ingester's lock, so it never interleaves with an
+// announcement. A full registry leaves the pods it could not add out and
+// is returned; the rest is applied.
+func (g *Ingester) ApplyStatic(old, next []route.PodInfo) (StaticChange, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ch StaticChange
+	var errs []error
+	prev := make(map[string]route.PodInfo, len(old))
+	for _, p := range old {
+		prev[p.Name] = p
+	}
+	listed := make(map[string]bool, len(next))
+	for _, p := range next {
+		listed[p.Name] = true
+		was, known := prev[p.Name]
+		if known && was == p {
+			continue
+		}
+		info := p
+		info.Static = true
+		if cur, ok := g.reg.Get(p.Name); ok {
+			info.Epoch = cur.Info().Epoch
+		}
+		if _, _, err := g.reg.Upsert(info); err != nil {
+			errs = append(errs, fmt.Errorf("static pod %s: %w", p.Name, err))
+			continue
+		}
+		if known {
+			ch.Changed = append(ch.Changed, p.Name)
+		} else {
+			ch.Added = append(ch.Added, p.Name)
+		}
+	}
+	for _, p := range old {
+		if listed[p.Name] {
+			continue
+		}
+		ch.Removed = append(ch.Removed, p.Name)
+		cur, ok := g.reg.Get(p.Name)
+		if !ok {
+			continue
+		}
+		if g.discovered[p.Name] {
+			info := cur.Info()
+			info.Static = false
+			if _, _, err := g.reg.Upsert(info); err != nil {
+				errs = append(errs, fmt.Errorf("static pod %s: %w", p.Name, err))
+			}
+			continue
+		}
+		g.forgetPodLocked(p.Name)
+	}
+	return ch, errors.Join(errs...)
 }

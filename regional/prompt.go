@@ -43,14 +43,20 @@ func (m ModelConfig) TokenizerConfig() tokenize.Config {
 	return c
 }
 
-// Prompts turns request bodies into token ids and chain hashes. Multi-turn
-// sessions re-send their whole history: for a chat request with a session id,
-// the previous turn's encoding is kept (in a bounded LRU) and only the text
-// after its last safe restart point is tokenized again.
+// Prompts turns request bodies into token ids and chain hashes. Chat
+// prompts repeat themselves: sessions re-send their whole history each
+// turn, and many sessions share a system prompt. For a chat request with a
+// session id, the previous turn's encoding is kept (in a bounded LRU) and
+// only the text after its last safe restart point is tokenized again; any
+// other chat request reuses the longest prefix, ending at a special token,
+// that any earlier request encoded (a tokenize.PrefixCache shared by all
+// sessions, bounded in bytes). Both are exact: the ids are those of
+// encoding the whole prompt.
 type Prompts struct {
 	models    map[string]*tokenize.Model
 	fallback  *tokenize.Model
 	blockSize int
+	prefixes  *tokenize.PrefixCache
 
 	mu       sync.Mutex
 	sessions map[string]*list.Element // session key -> element of lru
@@ -63,6 +69,10 @@ type sessionEncoding struct {
 	enc *tokenize.Encoding
 }
 
+// DefaultPrefixCacheBytes bounds the cache of chat prompts' encodings
+// that NewPrompts makes: about 4,000 prompts of 2k tokens.
+const DefaultPrefixCacheBytes = 64 << 20
+
 // NewPrompts loads the models' tokenizers. Requests naming a model not in
 // the list use the first one (the list must not be empty).
 func NewPrompts(models []ModelConfig, blockSize, maxSessions int) (*Prompts, error) {
@@ -70,6 +80,7 @@ func NewPrompts(models []ModelConfig, blockSize, maxSessions int) (*Prompts, err
 		return nil, errors.New("prompts: at least one model is required")
 	}
 	p := &Prompts{models: map[string]*tokenize.Model{}, blockSize: blockSize,
+		prefixes: tokenize.NewPrefixCache(DefaultPrefixCacheBytes),
 		sessions: map[string]*list.Element{}, lru: list.New(), max: maxSessions}
 	for i, mc := range models {
 		m, err := tokenize.NewModel(mc.TokenizerConfig())
@@ -84,11 +95,21 @@ func NewPrompts(models []ModelConfig, blockSize, maxSessions int) (*Prompts, err
 	return p, nil
 }
 
-// Prompt is a tokenized request.
+// SetPrefixCache replaces the cache of chat prompts' encodings with one of
+// maxBytes (0 turns it off). Call it before the first Encode.
+func (p *Prompts) SetPrefixCache(maxBytes int64) {
+	p.prefixes = tokenize.NewPrefixCache(maxBytes)
+}
+
+// PrefixCacheStats reports the cache of chat prompts' encodings.
+func (p *Prompts) PrefixCacheStats() tokenize.PrefixCacheStats { return p.prefixes.Stats() }
+
+// Prompt is a tokenized request. IDs are shared with the caches: read
+// them, never modify them.
 type Prompt struct {
 	IDs    []uint32
 	Chain  []uint64
-	Reused int // ids taken from the session's previous turn
+	Reused int // ids taken from the session's previous turn or the prefix cache
 }
 
 // Encode tokenizes r (of kind k, for model) and hashes its full blocks.
@@ -99,16 +120,27 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		m = p.fallback
 	}
 	out := &Prompt{}
-	if k == tokenize.Chat && sessionID != "" && len(r.Messages) > 0 {
-		key := model + "\x00" + sessionID
-		prev := p.session(key)
+	if k == tokenize.Chat && len(r.Messages) > 0 {
 		gen := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
-		enc, reused, err := m.ExtendChat(prev, r.Messages, gen)
+		text, err := m.RenderChat(r.Messages, gen)
 		if err != nil {
 			return nil, err
 		}
-		p.remember(key, enc)
-		out.IDs, out.Reused = enc.IDs, reused
+		var prev *tokenize.Encoding
+		key := model + "\x00" + sessionID
+		if sessionID != "" {
+			prev = p.session(key)
+		}
+		var enc *tokenize.Encoding
+		if prev != nil {
+			enc, out.Reused = m.Tokenizer().Extend(prev, text)
+		} else {
+			enc, out.Reused = m.Tokenizer().EncodeCached(p.prefixes, text)
+		}
+		if sessionID != "" {
+			p.remember(key, enc)
+		}
+		out.IDs = enc.IDs
 	} else {
 		ids, err := m.AppendRequest(nil, k, r)
 		if err != nil {

@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -334,6 +336,13 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 		}
 	}
 
+	whole := !sse && rerr == io.EOF
+	if whole {
+		// The whole answer is in hand: send it in one write with its
+		// length, rather than chunked and flushed piece by piece.
+		held = append(held, buf[:n]...)
+		n = 0
+	}
 	for k, vs := range resp.Header {
 		if !hopHeaders[k] {
 			w.Header()[k] = vs
@@ -341,6 +350,9 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	}
 	for k, vs := range out {
 		w.Header()[k] = vs
+	}
+	if whole {
+		w.Header().Set("Content-Length", strconv.Itoa(len(held)))
 	}
 	w.WriteHeader(resp.StatusCode)
 	res.wrote = true
@@ -426,10 +438,29 @@ func (s *Server) upstreamErr(ctx context.Context, timer *time.Timer, lim limits,
 	if !timer.Stop() {
 		return attempt{retryable: true, kind: "first_byte_timeout", err: fmt.Errorf("no answer within %v", lim.firstByte)}
 	}
+	// What reaches a client names the failure, not the upstream's address
+	// (a pod's or another region's controller's): that is logged here.
+	s.log.Debug("upstream unreachable", "err", err)
 	if errors.Is(err, syscall.ECONNREFUSED) {
-		return attempt{retryable: true, kind: "refused", err: err}
+		return attempt{retryable: true, kind: "refused", err: withoutAddress(err)}
 	}
-	return attempt{retryable: true, kind: "connect", err: err}
+	return attempt{retryable: true, kind: "connect", err: withoutAddress(err)}
+}
+
+// withoutAddress strips the request URL and the dialled address off a
+// transport error ("Post https://10.0.0.7:8080/...: dial tcp
+// 10.0.0.7:8080: connect: connection refused" becomes "connect:
+// connection refused"), keeping what it wraps.
+func withoutAddress(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) && ue.Err != nil {
+		err = ue.Err
+	}
+	var oe *net.OpError
+	if errors.As(err, &oe) && oe.Err != nil {
+		err = oe.Err
+	}
+	return err
 }
 
 // usageSniffer finds the usage object in a response as it passes: the last

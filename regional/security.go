@@ -186,7 +186,7 @@ func (c *Controller) openSecurity(ctx context.Context) error {
 		}
 	}
 	if c.cfg.Auth.enabled() {
-		if c.auth, err = OpenClientAuth(ctx, c.cfg.Auth, c.log, c.Metrics); err != nil {
+		if c.auth, err = OpenClientAuth(ctx, c.cfg.Auth, c.log, c.Metrics, c.guardKeys); err != nil {
 			return err
 		}
 	}

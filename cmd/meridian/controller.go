@@ -2,10 +2,11 @@ package main
 
 import (
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 
 	"github.com/urfave/cli/v2"
-	"go.yaml.in/yaml/v3"
 
 	"github.com/meridian-llm/meridian/regional"
 )
@@ -20,8 +21,16 @@ func controllerCommand() *cli.Command {
 			"/v1/completions and /v1/route, GET /v1/models, /healthz, /readyz and /metrics.\n" +
 			"Flags override the file; ${VAR} in the file is replaced by the environment variable, and the\n" +
 			"secrets come from MERIDIAN_ADMIN_TOKEN, MERIDIAN_HOP_TOKEN, MERIDIAN_GOSSIP_KEY and\n" +
-			"MERIDIAN_AUDIT_KEY when set. --check validates the configuration, prints it with defaults\n" +
-			"filled in (secrets redacted), and exits.",
+			"MERIDIAN_AUDIT_KEY when set. --check validates the configuration, prints every value in\n" +
+			"force, defaults included (secrets redacted, sections that are off commented), and exits.\n" +
+			"Relative paths in the file are relative to the file's directory.\n\n" +
+			"SIGHUP, or a change to the content of the file or of a file it names (every\n" +
+			"reload.watch_interval, default 5s), reloads what can change live: policy_file (without\n" +
+			"raft), pods.static and pods.allowed_endpoints, the decision section, the API keys or\n" +
+			"JWKS file, and the TLS files. A reload is all or nothing: one part that does not load\n" +
+			"leaves everything as it was (the error is logged and counted in\n" +
+			"meridian_config_reloads_total{result=\"error\"}). Policy and API key changes are recorded\n" +
+			"in the audit log first. Other keys take effect at the next start; the reload names them.",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "config", Aliases: []string{"c"}, EnvVars: []string{"MERIDIAN_CONFIG"}, Usage: "YAML configuration file"},
 			&cli.StringFlag{Name: "region", Usage: "region this controller serves (overrides the file)"},
@@ -40,7 +49,7 @@ func controllerCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("check") {
-				out, err := yaml.Marshal(cfg.Redacted())
+				out, err := cfg.EffectiveYAML()
 				if err != nil {
 					return err
 				}
@@ -51,7 +60,13 @@ func controllerCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return regional.Run(c.Context, cfg, regional.Deps{Logger: log})
+			// SIGHUP reloads the configuration (the file, then the flags
+			// and the environment over it, as at start).
+			hup := make(chan os.Signal, 1)
+			signal.Notify(hup, syscall.SIGHUP)
+			defer signal.Stop(hup)
+			return regional.Run(c.Context, cfg, regional.Deps{Logger: log, ConfigFile: c.String("config"), Reload: hup,
+				LoadConfig: func() (regional.Config, error) { return controllerConfig(c) }})
 		},
 	}
 }

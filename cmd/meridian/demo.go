@@ -40,7 +40,7 @@ func demoCommand() *cli.Command {
 			&cli.StringFlag{Name: "status-addr", Value: d.StatusAddr, Usage: "status page address (another port if taken; empty = none)"},
 			&cli.IntFlag{Name: "sessions", Value: d.Sessions, Usage: "concurrent client sessions"},
 			&cli.IntFlag{Name: "pods-per-region", Value: d.PodsPerRegion, Usage: "simulated pods per region"},
-			&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "controller replicas per region, behind the traffic's load balancer"},
+			&cli.IntFlag{Name: "replicas", Value: d.Replicas, Usage: "controllers per region (replicas), behind the traffic's load balancer"},
 			&cli.DurationFlag{Name: "replica-kill-after", Value: d.ReplicaKillAfter, Usage: "kill one replica abruptly this long after start; negative = none (default: before the failover, fitted into --duration)"},
 			&cli.DurationFlag{Name: "replica-down-for", Value: d.ReplicaDownFor, Usage: "start the killed replica again this long after the kill"},
 			&cli.IntFlag{Name: "cache-blocks", Value: d.CacheBlocks, Usage: "KV-cache capacity of each pod in 16-token blocks"},

@@ -210,9 +210,10 @@ func helmPodIP(i int) string { return fmt.Sprintf("10.0.0.%d", 10+i) }
 func helmReplicas(t *testing.T, where string, objs []map[string]any) []replicaConfig {
 	t.Helper()
 	tree := &k8sTree{base: deployRoot, assets: map[string]deployAsset{}, secrets: helmSecrets(objs)}
-	invs := tree.invocations(t, where, "helm/meridian", objs, renderedConfigMaps(t, objs))
+	invs := slices.DeleteFunc(tree.invocations(t, where, "helm/meridian", objs, renderedConfigMaps(t, objs)),
+		func(inv invocation) bool { return subcommand(inv) != "controller" })
 	if len(invs) != 1 {
-		t.Fatalf("%d meridian containers rendered, want the controller", len(invs))
+		t.Fatalf("%d meridian controller containers rendered, want one", len(invs))
 	}
 	ps, _ := podSpec(findObject(objs, "StatefulSet", ""))
 	n := atoi(fmt.Sprint(asMap(findObject(objs, "StatefulSet", "")["spec"])["replicas"]))
@@ -276,6 +277,56 @@ func helmReplicas(t *testing.T, where string, objs []map[string]any) []replicaCo
 		}
 	}
 	return cfgs
+}
+
+// subcommand is the meridian command an invocation runs (its first
+// argument that is not a flag).
+func subcommand(inv invocation) string {
+	for _, a := range inv.argv {
+		if !strings.HasPrefix(a, "-") {
+			return a
+		}
+	}
+	return ""
+}
+
+// checkHelmBridge checks the chart's kv-bridge: its invocation parses and
+// --check accepts what it mounts, it writes the region's topic, and it
+// follows the engines' headless Service (as deploy/k8s describes it) as
+// the controller (replica 0) does.
+func checkHelmBridge(t *testing.T, where, region string, objs []map[string]any) {
+	t.Helper()
+	tree := &k8sTree{base: deployRoot, assets: map[string]deployAsset{}, secrets: helmSecrets(objs)}
+	var ctl, bridge invocationResult
+	for _, inv := range tree.invocations(t, where, "helm/meridian", objs, renderedConfigMaps(t, objs)) {
+		if _, ok := inv.env["POD_INDEX"]; ok {
+			inv.env = maps.Clone(inv.env)
+			inv.env["POD_INDEX"] = "0"
+			if _, ok := inv.env["POD_IP"]; ok {
+				inv.env["POD_IP"] = helmPodIP(0)
+			}
+		}
+		r := checkInvocation(t, inv)
+		for _, p := range r.problems {
+			t.Error(p)
+		}
+		switch r.command {
+		case "controller":
+			ctl = r
+		case "kv-bridge":
+			bridge = r
+		}
+	}
+	if ctl.effective == nil || bridge.bridge == nil {
+		t.Fatalf("%s: want a controller and a kv-bridge, got %q with %v and a kv-bridge with %+v", where, ctl.command, ctl.effective != nil, bridge.bridge)
+	}
+	for _, p := range checkDiscovery(where, ctl.effective.Pods.Discovery.DNS, &bridge.bridge.Discovery.DNS,
+		k8sServices(loadDeployAssets(t, deployRoot))) {
+		t.Error(p)
+	}
+	if bridge.bridge.Region != region {
+		t.Errorf("%s: the kv-bridge's region is %q, want %q", where, bridge.bridge.Region, region)
+	}
 }
 
 // helmAddressing is where the chart says the other regions reach this
@@ -406,7 +457,9 @@ func checkHelmReplicas(t *testing.T, objs []map[string]any, cfgs []replicaConfig
 // port and Service port is the port the configuration listens on, each
 // replica has its own identity, certificate and addresses, the controllers
 // are secure (TLS, API keys, not insecure), their ids are unique across the
-// regions, and exactly one controller of all bootstraps the Raft cluster.
+// regions, exactly one controller of all bootstraps the Raft cluster, and
+// the controller and the kv-bridge (kv-bridge --check on what it mounts)
+// follow the engines' headless Service alike.
 func TestHelmChartRegions(t *testing.T) {
 	bootstraps, ids := 0, map[string]bool{}
 	for _, region := range helmRegions {
@@ -421,6 +474,7 @@ func TestHelmChartRegions(t *testing.T) {
 				t.Fatal(err)
 			}
 			cfgs := helmReplicas(t, "helm "+region, objs)
+			checkHelmBridge(t, "helm "+region, region, objs)
 			if len(cfgs) != 3 {
 				t.Errorf("%d replicas, want 3 (as deploy/k8s)", len(cfgs))
 			}
@@ -778,7 +832,9 @@ func TestHelmChartRefuses(t *testing.T) {
 		{map[string]any{"podDisruptionBudget": map[string]any{"minAvailable": 3}}, []string{east}, "minAvailable: 3 with 3 replicas: want 1..2"},
 		{map[string]any{"podAntiAffinity": "always"}, []string{east}, `podAntiAffinity: "always"`},
 		{map[string]any{"region": "us-east-1"}, nil, "advertise.host is required"},
-		{map[string]any{"region": "us-east-1", "advertise": map[string]any{"host": "h"}}, nil, "kafka.brokers is required"},
+		{map[string]any{"region": "us-east-1", "advertise": map[string]any{"host": "h"},
+			"discovery": map[string]any{"dns": map[string]any{"name": "vllm.inference.svc.cluster.local."}}}, nil, "kafka.brokers is required"},
+		{map[string]any{"discovery": map[string]any{"dns": map[string]any{"name": ""}}}, []string{east}, "discovery.dns.name is required"},
 	} {
 		if _, err := renderChart(t, tc.extra, tc.files...); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("values %v %v: render error %v, want %q", tc.files, tc.extra, err, tc.want)

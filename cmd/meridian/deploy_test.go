@@ -3,9 +3,12 @@ package main
 // The tests in this file keep deploy/ honest without a cluster: every asset
 // parses; every meridian invocation in the compose file and the Kubernetes
 // manifests is parsed by this binary's own CLI (newApp) with its mounts and
-// environment, and a controller invocation is run with --check against the
-// configuration file it would really read; every controller configuration
-// loads with regional.LoadConfig (unknown keys are errors) and validates;
+// environment, and a controller or kv-bridge invocation is run with --check
+// against the configuration file it would really read; every controller
+// configuration loads with regional.LoadConfig (unknown keys are errors) and
+// validates, every kv-bridge one with kvbridge.LoadConfig; every Kubernetes
+// region follows its engines through a headless Service the manifests
+// describe, its controllers and kv-bridge alike (checkDiscovery);
 // every metric named by the alert rules, their promtool tests and the Grafana
 // dashboard is registered by the real components (a controller on an
 // in-process Kafka-protocol broker, a Raft node, an audit log, a gossip node
@@ -15,6 +18,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -25,10 +29,12 @@ import (
 	"go/token"
 	"io"
 	"io/fs"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,6 +45,7 @@ import (
 
 	"github.com/meridian-llm/meridian/regional"
 	"github.com/meridian-llm/meridian/regional/auth"
+	"github.com/meridian-llm/meridian/regional/kvbridge"
 )
 
 // deployRoot is deploy/ seen from this package's directory.
@@ -58,6 +65,7 @@ const (
 	kindPromRuleTests  assetKind = "promtool rule tests"
 	kindGrafanaProv    assetKind = "grafana provisioning"
 	kindControllerConf assetKind = "controller config"
+	kindBridgeConf     assetKind = "kv-bridge config"
 	kindPolicy         assetKind = "residency policy"
 	kindAPIKeys        assetKind = "api keys file"
 )
@@ -111,6 +119,8 @@ func classify(doc map[string]any) (assetKind, bool) {
 		return kindPromRules, true
 	case has("zones") || (has("version") && has("regions")):
 		return kindPolicy, true
+	case has("brokers"):
+		return kindBridgeConf, true // kvbridge.Config; a controller's brokers are under kafka
 	case has("region") || has("kafka"):
 		return kindControllerConf, true
 	case has("keys") && len(doc) == 1:
@@ -316,6 +326,10 @@ type invocation struct {
 	// services are the compose file's service names, the hosts its
 	// controllers may dial; nil outside compose.
 	services map[string]bool
+	// unit is the Kubernetes deployment of one region the invocation is
+	// part of (a kustomize root, or the chart for one region): its
+	// controllers and kv-bridge follow the same engines.
+	unit string
 }
 
 // cliEnvVars lists the environment variables some flag of the CLI reads.
@@ -417,14 +431,49 @@ type effectiveConfig struct {
 		Advertise string   `yaml:"advertise"`
 		Join      []string `yaml:"join"`
 	} `yaml:"gossip"`
+	Pods struct {
+		Discovery struct {
+			DNS dnsDiscovery `yaml:"dns"`
+		} `yaml:"discovery"`
+	} `yaml:"pods"`
+}
+
+// dnsDiscovery is the part of a discovery section (regional/discovery's
+// DNSConfig, a controller's pods.discovery.dns and the bridge's
+// discovery.dns) the cross-asset checks read.
+type dnsDiscovery struct {
+	Name         string `yaml:"name"`
+	Lookup       string `yaml:"lookup"`
+	Service      string `yaml:"service"`
+	Proto        string `yaml:"proto"`
+	Port         int    `yaml:"port"`
+	Network      string `yaml:"network"`
+	Scheme       string `yaml:"scheme"`
+	NameFrom     string `yaml:"name_from"`
+	NamePrefix   string `yaml:"name_prefix"`
+	Model        string `yaml:"model"`
+	Profile      string `yaml:"profile"`
+	KVEventsPort int    `yaml:"kv_events_port"`
+	ReplayPort   int    `yaml:"replay_port"`
+}
+
+// bridgeEffective is the part of `kv-bridge --check`'s output that the
+// cross-asset checks read.
+type bridgeEffective struct {
+	Region      string `yaml:"region"`
+	MetricsAddr string `yaml:"metrics_addr"`
+	Discovery   struct {
+		DNS dnsDiscovery `yaml:"dns"`
+	} `yaml:"discovery"`
 }
 
 // invocationResult is what checkInvocation found.
 type invocationResult struct {
 	problems   []string
 	command    string           // the resolved command path, e.g. "policy validate"
-	configFile string           // the controller's --config, as a local path
+	configFile string           // the controller's or kv-bridge's --config, as a local path
 	effective  *effectiveConfig // the controller's configuration after --check
+	bridge     *bridgeEffective // the kv-bridge's configuration after --check
 }
 
 // rewriteConfigPaths copies a configuration file with every absolute path
@@ -442,7 +491,11 @@ func rewriteConfigPaths(t *testing.T, path string, mounts map[string]string) (st
 	var walk func(n *yaml.Node)
 	walk = func(n *yaml.Node) {
 		if n.Kind == yaml.ScalarNode && n.Tag == "!!str" && strings.HasPrefix(n.Value, "/") {
-			n.Value = rewritePath(mounts, n.Value)
+			// Absolute: the copy is elsewhere, and relative paths in a
+			// configuration are relative to its own directory.
+			if abs, err := filepath.Abs(rewritePath(mounts, n.Value)); err == nil {
+				n.Value = abs
+			}
 		}
 		for _, c := range n.Content {
 			walk(c)
@@ -491,7 +544,7 @@ func checkInvocation(t *testing.T, inv invocation) invocationResult {
 				return err
 			}
 			return cfg.Validate()
-		case "controller":
+		case "controller", "kv-bridge":
 			res.configFile = c.String("config")
 		}
 		return nil
@@ -573,6 +626,38 @@ func checkInvocation(t *testing.T, inv invocation) invocationResult {
 		_, live := inv.probes["liveness"]
 		if !hc && !(ready && live) {
 			bad("controller without a healthcheck, or without readiness and liveness probes")
+		}
+	case "kv-bridge":
+		checkArgs := append([]string{"meridian"}, argv...)
+		if res.configFile != "" {
+			cfg, err := rewriteConfigPaths(t, res.configFile, inv.mounts)
+			if err != nil {
+				bad("config %s: %v", res.configFile, err)
+				return res
+			}
+			checkArgs = append(checkArgs, "--config", cfg)
+		}
+		app, out := quietApp()
+		if err := app.Run(append(checkArgs, "--check")); err != nil {
+			bad("meridian %s --check: %v", strings.Join(inv.argv, " "), err)
+			return res
+		}
+		res.bridge = &bridgeEffective{}
+		if err := yaml.Unmarshal(out.Bytes(), res.bridge); err != nil {
+			bad("effective kv-bridge configuration: %v", err)
+			return res
+		}
+		// Probes reach the bridge's /healthz and /readyz on its metrics
+		// address (without one, it serves none).
+		_, port, err := net.SplitHostPort(res.bridge.MetricsAddr)
+		if len(inv.probes) > 0 && err != nil {
+			bad("probes %v, but metrics_addr %q serves none", inv.probes, res.bridge.MetricsAddr)
+		}
+		wantPath := map[string]string{"healthcheck": "/healthz", "liveness": "/healthz", "readiness": "/readyz"}
+		for kind, got := range inv.probes {
+			if err == nil && got != port+" "+wantPath[kind] {
+				bad("%s probe is %q, want %q (the bridge serves on %s)", kind, got, port+" "+wantPath[kind], res.bridge.MetricsAddr)
+			}
 		}
 	case "policy validate":
 		app, out := quietApp()
@@ -1032,7 +1117,7 @@ func (k *k8sTree) invocations(t *testing.T, where, dir string, objs []map[string
 			}
 			cname, _ := cm["name"].(string)
 			inv := invocation{where: fmt.Sprintf("%s: %s %s container %s", where, o["kind"], oname, cname),
-				env: map[string]string{}, mounts: map[string]string{}, probes: map[string]string{}, group: "kubernetes"}
+				env: map[string]string{}, mounts: map[string]string{}, probes: map[string]string{}, group: "kubernetes", unit: where}
 			for _, e := range asList(cm["env"]) {
 				em, _ := e.(map[string]any)
 				name, _ := em["name"].(string)
@@ -1227,15 +1312,37 @@ func checkDeployment(t *testing.T, root string) (problems []string, commands map
 	assets := loadDeployAssets(t, root)
 	commands = map[string]int{}
 	used := map[string]bool{}
+	usedContent := map[string]bool{} // a file a kustomize ConfigMap carries is mounted as a copy
 	bootstraps := map[string][]string{}
+	type unit struct {
+		controllers []dnsDiscovery
+		bridges     []dnsDiscovery
+	}
+	units := map[string]*unit{}
 	for _, inv := range allInvocations(t, root, assets) {
 		var res invocationResult
 		t.Run(inv.where, func(t *testing.T) { res = checkInvocation(t, inv) })
 		problems = append(problems, res.problems...)
 		commands[res.command]++
+		if inv.unit != "" && (res.effective != nil || res.bridge != nil) {
+			u := units[inv.unit]
+			if u == nil {
+				u = &unit{}
+				units[inv.unit] = u
+			}
+			if res.effective != nil {
+				u.controllers = append(u.controllers, res.effective.Pods.Discovery.DNS)
+			}
+			if res.bridge != nil {
+				u.bridges = append(u.bridges, res.bridge.Discovery.DNS)
+			}
+		}
 		if res.configFile != "" {
 			if abs, err := filepath.Abs(res.configFile); err == nil {
 				used[abs] = true
+			}
+			if b, err := os.ReadFile(res.configFile); err == nil {
+				usedContent[string(b)] = true
 			}
 		}
 		if e := res.effective; e != nil {
@@ -1262,15 +1369,119 @@ func checkDeployment(t *testing.T, root string) (problems []string, commands map
 		}
 	}
 	for _, a := range assets {
-		if a.kind != kindControllerConf {
+		if a.kind != kindControllerConf && a.kind != kindBridgeConf {
 			continue
 		}
 		abs, _ := filepath.Abs(filepath.Join(root, a.path))
-		if !used[abs] {
-			problems = append(problems, a.path+": no compose service or manifest runs a controller with this configuration")
+		content, _ := os.ReadFile(abs)
+		if !used[abs] && !(a.kind == kindBridgeConf && usedContent[string(content)]) {
+			problems = append(problems, a.path+": no compose service or manifest runs a "+string(a.kind)+"'s command with this configuration")
+		}
+	}
+	services := k8sServices(assets)
+	for _, name := range slices.Sorted(maps.Keys(units)) {
+		u := units[name]
+		for _, c := range u.controllers {
+			var b *dnsDiscovery
+			for i := range u.bridges {
+				b = &u.bridges[i]
+				problems = append(problems, checkDiscovery(name, c, b, services)...)
+			}
+			if b == nil {
+				problems = append(problems, checkDiscovery(name, c, nil, services)...)
+			}
+		}
+		if len(u.controllers) == 0 {
+			problems = append(problems, name+": a kv-bridge without a controller of its region")
 		}
 	}
 	return problems, commands
+}
+
+// k8sServices are the Service objects of the Kubernetes assets (the
+// example ones, not applied by kustomize, included).
+func k8sServices(assets []deployAsset) []map[string]any {
+	var out []map[string]any
+	for _, a := range assets {
+		if a.kind != kindK8s {
+			continue
+		}
+		for _, d := range a.docs {
+			if d["kind"] == "Service" {
+				out = append(out, d)
+			}
+		}
+	}
+	return out
+}
+
+// checkDiscovery checks how a Kubernetes region finds its engines: the
+// controller follows a headless Service through DNS
+// (<service>.<namespace>.svc.<cluster domain>.), the manifests describe
+// that Service (headless, with the named port its SRV records need, and
+// the bridge's ZMQ ports), and the region's kv-bridge follows the same
+// Service with the same settings, so that both name each pod alike (the
+// controllers believe the bridge's announcements only for pods they name
+// so).
+func checkDiscovery(where string, ctl dnsDiscovery, bridge *dnsDiscovery, services []map[string]any) []string {
+	var problems []string
+	bad := func(format string, args ...any) { problems = append(problems, where+": "+fmt.Sprintf(format, args...)) }
+	if ctl.Name == "" {
+		bad("the controller has no pods.discovery.dns.name: Kubernetes engines are followed through their headless Service")
+		return problems
+	}
+	labels := strings.Split(strings.TrimSuffix(ctl.Name, "."), ".")
+	if !strings.HasSuffix(ctl.Name, ".") || len(labels) < 4 || labels[2] != "svc" {
+		bad("pods.discovery.dns.name %q is not a Service's fully qualified name <service>.<namespace>.svc.<cluster domain>. (with the trailing dot that skips the search list)", ctl.Name)
+		return problems
+	}
+	var svc map[string]any
+	for _, o := range services {
+		m := asMap(o["metadata"])
+		if m["name"] == labels[0] && (m["namespace"] == nil || m["namespace"] == labels[1]) {
+			svc = o
+		}
+	}
+	if svc == nil {
+		bad("no manifest describes the Service %s in namespace %s that pods.discovery.dns.name %q names", labels[0], labels[1], ctl.Name)
+		return problems
+	}
+	spec := asMap(svc["spec"])
+	if spec["clusterIP"] != "None" {
+		bad("Service %s is not headless (clusterIP %v): DNS would answer with its virtual IP, not the pods", labels[0], spec["clusterIP"])
+	}
+	ports := map[string]string{} // name -> protocol
+	numbers := map[string]bool{}
+	for _, p := range asList(spec["ports"]) {
+		pm := asMap(p)
+		ports[fmt.Sprint(pm["name"])] = fmt.Sprint(pm["protocol"])
+		numbers[fmt.Sprint(pm["port"])] = true
+	}
+	if lookup := cmp.Or(ctl.Lookup, "srv"); lookup == "srv" {
+		service, proto := cmp.Or(ctl.Service, "http"), cmp.Or(ctl.Proto, "tcp")
+		if got, ok := ports[service]; !ok || !strings.EqualFold(got, proto) {
+			bad("Service %s has no %s port named %q, so no SRV record _%s._%s.%s (ports %v)", labels[0], strings.ToUpper(proto), service, service, proto, ctl.Name, ports)
+		}
+	} else if !numbers[fmt.Sprint(ctl.Port)] {
+		bad("Service %s has no port %d (pods.discovery.dns.port)", labels[0], ctl.Port)
+	}
+	if bridge == nil {
+		return problems
+	}
+	c, b := ctl, *bridge
+	c.KVEventsPort, c.ReplayPort = b.KVEventsPort, b.ReplayPort
+	if c != b {
+		bad("the kv-bridge's discovery.dns %+v differs from the controller's pods.discovery.dns %+v: they must follow the same Service and name its pods alike", b, ctl)
+	}
+	if b.KVEventsPort == 0 {
+		bad("the kv-bridge's discovery.dns has no kv_events_port: it would subscribe to no engine")
+	}
+	for _, p := range []int{b.KVEventsPort, b.ReplayPort} {
+		if p != 0 && !numbers[fmt.Sprint(p)] {
+			bad("Service %s does not name the engines' ZMQ port %d the kv-bridge dials", labels[0], p)
+		}
+	}
+	return problems
 }
 
 func TestDeployInvocationsUseTheCLI(t *testing.T) {
@@ -1309,6 +1520,10 @@ func TestDeployConfigsLoad(t *testing.T) {
 		switch a.kind {
 		case kindControllerConf:
 			if _, err := regional.LoadConfig(path); err != nil {
+				t.Errorf("%s: %v", a.path, err)
+			}
+		case kindBridgeConf:
+			if _, err := kvbridge.LoadConfig(path); err != nil {
 				t.Errorf("%s: %v", a.path, err)
 			}
 		case kindAPIKeys:
@@ -1521,4 +1736,51 @@ spec:
 			t.Errorf("a good multi-document file was reported: %s", got)
 		}
 	})
+}
+
+// TestCheckDiscoveryRejects: the discovery checks catch a controller that
+// follows no Service, a name that is no Service's, a Service that is not
+// headless or lacks the SRV port, and a kv-bridge that names pods
+// otherwise than the controllers.
+func TestCheckDiscoveryRejects(t *testing.T) {
+	svc := func(clusterIP string, ports ...string) map[string]any {
+		var ps []any
+		for _, p := range ports {
+			name, num, _ := strings.Cut(p, "=")
+			ps = append(ps, map[string]any{"name": name, "port": atoi(num), "protocol": "TCP"})
+		}
+		return map[string]any{"kind": "Service", "metadata": map[string]any{"name": "vllm", "namespace": "inference"},
+			"spec": map[string]any{"clusterIP": clusterIP, "ports": ps}}
+	}
+	good := svc("None", "http=8000", "kv-events=5557")
+	ctl := dnsDiscovery{Name: "vllm.inference.svc.cluster.local.", Lookup: "srv", Service: "http"}
+	bridge := ctl
+	bridge.KVEventsPort = 5557
+	renamed := bridge
+	renamed.NameFrom = "target"
+	noPort := ctl
+	noPort.KVEventsPort = 0
+	for _, tc := range []struct {
+		name   string
+		ctl    dnsDiscovery
+		bridge *dnsDiscovery
+		svc    map[string]any
+		want   string
+	}{
+		{"good", ctl, &bridge, good, ""},
+		{"no discovery", dnsDiscovery{}, nil, good, "no pods.discovery.dns.name"},
+		{"not a service name", dnsDiscovery{Name: "vllm.example.com."}, nil, good, "not a Service's fully qualified name"},
+		{"no trailing dot", dnsDiscovery{Name: "vllm.inference.svc.cluster.local"}, nil, good, "trailing dot"},
+		{"other namespace", dnsDiscovery{Name: "vllm.other.svc.cluster.local."}, nil, good, "no manifest describes the Service vllm in namespace other"},
+		{"not headless", ctl, nil, svc("10.0.0.1", "http=8000"), "not headless"},
+		{"no srv port", ctl, nil, svc("None", "web=8000"), `no TCP port named "http"`},
+		{"bridge names pods otherwise", ctl, &renamed, good, "must follow the same Service and name its pods alike"},
+		{"bridge dials nothing", ctl, &noPort, good, "no kv_events_port"},
+		{"bridge port not on the service", ctl, &bridge, svc("None", "http=8000"), "ZMQ port 5557"},
+	} {
+		got := strings.Join(checkDiscovery("k8s/x", tc.ctl, tc.bridge, []map[string]any{tc.svc}), "\n")
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("%s: problems %q, want one containing %q", tc.name, got, tc.want)
+		}
+	}
 }

@@ -10,10 +10,10 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
-	"pgregory.net/rapid"
 
 	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/global/globaltest"
+	"github.com/meridian-llm/meridian/regional"
 )
 
 // runCLI runs the app with args and returns stdout and the exit status.
@@ -167,7 +167,7 @@ func TestPolicyClusterCLI(t *testing.T) {
 	}
 
 	out, code, _ = runCLI(t, newApp(), append([]string{"policy", "diff-active"}, append(admin, p1)...)...)
-	if code != 0 || !strings.Contains(out, "--- active policy v2@") || !strings.Contains(out, "\n-   eu: [eu-west-1, eu-central-1]\n+   eu: [eu-west-1]\n") {
+	if code != 0 || !strings.Contains(out, "--- active policy v2@") || !strings.Contains(out, "\n@@ -1,3 +1,3 @@\n version: 1\n zones:\n-  eu: [eu-west-1, eu-central-1]\n+  eu: [eu-west-1]\n") {
 		t.Fatalf("diff-active: %d %q", code, out)
 	}
 	if _, code, _ = runCLI(t, newApp(), append([]string{"policy", "diff-active", "--exit-code"}, append(admin, p1)...)...); code != 1 {
@@ -186,44 +186,115 @@ func TestPolicyClusterCLI(t *testing.T) {
 	}
 }
 
-// lcsNaive is the reference: the length of the longest common subsequence by
-// plain recursion (tiny inputs only).
-func lcsNaive(a, b []string) int {
-	if len(a) == 0 || len(b) == 0 {
-		return 0
+// TestPolicyApplyIdempotentAndDryRun: on a cluster that validates and
+// compiles residency policies as controllers do, applying the active
+// policy's file again prints "unchanged", exits 0 and adds no version;
+// --dry-run changes nothing and shows the structural changes and the
+// sample requests decided differently; bad input exits 1 (a policy the
+// cluster would refuse) or 2 (usage, a bad --attrs file) and changes
+// nothing; diff-active prints unified hunks, not the whole file.
+func TestPolicyApplyIdempotentAndDryRun(t *testing.T) {
+	c := globaltest.NewCluster(t, 1, globaltest.Options{Configure: func(i int, cfg *global.Config) {
+		cfg.PolicyValidator, cfg.PolicyCompiler = regional.PolicyValidator, regional.PolicyCompiler
+	}})
+	admin := []string{"--admin", c.Nodes[0].URL(), "--token", c.Token}
+	run := func(args ...string) (string, int, error) {
+		t.Helper()
+		return runCLI(t, newApp(), append(append([]string{"policy"}, args[:1]...), append(admin, args[1:]...)...)...)
 	}
-	if a[0] == b[0] {
-		return 1 + lcsNaive(a[1:], b[1:])
+	versions := func() int {
+		return len(c.Nodes[0].Node.State().PolicyHistory())
 	}
-	return max(lcsNaive(a[1:], b), lcsNaive(a, b[1:]))
-}
+	dir := t.TempDir()
+	attrs := filepath.Join(dir, "attrs.jsonl")
+	os.WriteFile(attrs, []byte("# sample traffic\n{\"tenant\":\"eu-health\",\"data_class\":\"phi\",\"origin_region\":\"us-east-1\"}\n{\"tenant\":\"acme\",\"data_class\":\"public\",\"origin_region\":\"us-east-1\"}\n"), 0o644)
 
-// TestDiffLinesProperties: the diff rebuilds both sides and keeps a longest
-// common subsequence, as the naive recursion computes it.
-func TestDiffLinesProperties(t *testing.T) {
-	rapid.Check(t, func(rt *rapid.T) {
-		gen := rapid.SliceOfN(rapid.SampledFrom([]string{"a", "b", "c", "zones:", ""}), 0, 8)
-		a, b := gen.Draw(rt, "a"), gen.Draw(rt, "b")
-		var gotA, gotB []string
-		common := 0
-		for _, l := range diffLines(a, b) {
-			switch l.Op {
-			case " ":
-				gotA, gotB = append(gotA, l.Text), append(gotB, l.Text)
-				common++
-			case "-":
-				gotA = append(gotA, l.Text)
-			case "+":
-				gotB = append(gotB, l.Text)
-			default:
-				rt.Fatalf("op %q", l.Op)
-			}
+	if out, code, err := run("apply", defaultPolicyPath); code != 0 || !strings.Contains(out, "applied default.yaml as policy v1@") {
+		t.Fatalf("first apply: %d %v %q", code, err, out)
+	}
+	for range 2 {
+		out, code, err := run("apply", "--reason", "sync loop", defaultPolicyPath)
+		if code != 0 || !strings.HasPrefix(out, "unchanged: default.yaml is the active policy v1@") {
+			t.Fatalf("apply of the active file: %d %v %q", code, err, out)
 		}
-		if strings.Join(gotA, "\n") != strings.Join(a, "\n") || len(gotA) != len(a) || strings.Join(gotB, "\n") != strings.Join(b, "\n") || len(gotB) != len(b) {
-			rt.Fatalf("diff does not rebuild the inputs: %q %q", gotA, gotB)
+	}
+	if n := versions(); n != 1 {
+		t.Fatalf("%d versions after applying one file three times, want 1", n)
+	}
+
+	out, code, err := run("apply", "--dry-run", "--attrs", attrs, examplePolicyPath)
+	if code != 0 {
+		t.Fatalf("dry run: %d %v %q", code, err, out)
+	}
+	for _, want := range []string{
+		"dry run: nothing applied; example.yaml would become policy v2",
+		"--- active policy v1@",
+		"+ rule eu-health-phi: tenant=[eu-health] data_class=[phi] -> allow [eu]",
+		attrs + `:2: tenant=eu-health data_class=phi origin_region=us-east-1: [us-east-1 us-west-2] by the default -> [eu-west-1] by rule "eu-health-phi"`,
+		"1 of 2 requests decided differently",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("dry run output lacks %q:\n%s", want, out)
 		}
-		if want := lcsNaive(a, b); common != want {
-			rt.Fatalf("kept %d common lines, the longest common subsequence has %d", common, want)
+	}
+	out, code, _ = run("apply", "--dry-run", defaultPolicyPath)
+	if code != 0 || !strings.Contains(out, "unchanged: default.yaml is the active policy v1@") || !strings.Contains(out, "would add no version") {
+		t.Fatalf("dry run of the active file: %d %q", code, out)
+	}
+	bad := filepath.Join(dir, "bad.yaml")
+	os.WriteFile(bad, []byte("version: 1\nregions: [a]\ndefault: {allow: [mars]}\n"), 0o644)
+	out, code, _ = run("apply", "--dry-run", bad)
+	if code != exitFailed || !strings.Contains(out, `unknown zone or region "mars"`) {
+		t.Fatalf("dry run of an invalid policy: %d %q", code, out)
+	}
+	badAttrs := filepath.Join(dir, "bad.jsonl")
+	os.WriteFile(badAttrs, []byte("{\"tennant\":\"a\"}\n"), 0o644)
+	for _, args := range [][]string{
+		{"apply", "--attrs", attrs, examplePolicyPath},                 // --attrs without --dry-run
+		{"apply", "--dry-run", "--attrs", badAttrs, examplePolicyPath}, // a bad line
+		{"apply", "--dry-run", "--attrs", filepath.Join(dir, "missing.jsonl"), examplePolicyPath},
+	} {
+		if _, code, err := run(args...); code != exitUsage {
+			t.Errorf("%v: exit %d (%v), want %d", args, code, err, exitUsage)
 		}
-	})
+	}
+	if n := versions(); n != 1 {
+		t.Fatalf("%d versions after dry runs, want 1", n)
+	}
+
+	// diff-active: a unified diff with three lines of context, not the
+	// whole file.
+	if _, code, err := run("apply", examplePolicyPath); code != 0 {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile(examplePolicyPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(dir, "edited.yaml")
+	os.WriteFile(edited, bytes.Replace(src, []byte("allow: [eu, us]"), []byte("allow: [eu]"), 1), 0o644)
+	out, code, _ = run("diff-active", "--exit-code", edited)
+	if code != exitFailed || !strings.Contains(out, "--- active policy v2@") || !strings.Contains(out, "+++ edited.yaml") {
+		t.Fatalf("diff-active: %d %q", code, out)
+	}
+	var minus, plus, context, headers int
+	for _, l := range strings.Split(strings.TrimSuffix(out, "\n"), "\n")[2:] {
+		switch {
+		case strings.HasPrefix(l, "@@ "):
+			headers++
+		case strings.HasPrefix(l, "-"):
+			minus++
+		case strings.HasPrefix(l, "+"):
+			plus++
+		case strings.HasPrefix(l, " "):
+			context++
+		}
+	}
+	if headers != 1 || minus != 1 || plus != 1 || context != 6 {
+		t.Fatalf("diff-active printed %d hunks, -%d +%d, %d context lines; want 1, -1 +1, 6:\n%s", headers, minus, plus, context, out)
+	}
+	out, code, _ = run("diff-active", "--context", "0", edited)
+	if code != 0 || strings.Count(out, "\n ") != 0 {
+		t.Fatalf("diff-active --context 0: %d %q", code, out)
+	}
 }

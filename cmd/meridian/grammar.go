@@ -9,8 +9,8 @@ import (
 )
 
 // Exit statuses. Each has one meaning for every command; `meridian help
-// exit-codes` documents them and TestExitCodes runs every command against
-// them.
+// exit-codes` documents them; TestExitCodesUsage runs every command to 2,
+// and TestExitCodesEveryCommand shows how each one ends with 0 and 1.
 const (
 	exitFailed       = 1 // findings, or an operation that failed
 	exitUsage        = 2 // usage or configuration error: nothing was done
@@ -31,7 +31,8 @@ const exitCodesHelp = `Every meridian command exits with one of four statuses, e
   2  Usage or configuration error, and nothing was done: an unknown command or flag,
      a bad flag value, a missing or extra argument, a missing required flag, a
      configuration or policy file that does not load or validate (controller,
-     kv-bridge, demo, sim), an unreadable --checkpoints or key file.
+     kv-bridge, demo, sim), an unreadable --checkpoints or key file, an --attrs
+     file that cannot be read or has a line that is not request attributes.
 
   3  Verification failure: audit verify found tampering (an edited, deleted,
      inserted, reordered or cut record, a missing segment), or the demo saw a broken
@@ -71,6 +72,7 @@ func sharedFlags() []sharedFlag {
 		{"force", "", "go ahead despite a refusal or blocking finding the command names", ""},
 		{"consistent", "", "read on the Raft leader (linearizable)", "leader"},
 		{"exit-code", "", "exit 1 when the compared things differ", "exit 1"},
+		{"attrs", "", "JSON-lines file of sample request attributes (format: meridian policy diff --help)", "request attributes"},
 		{"region", "", "a region name (which one the usage says)", "region"},
 		{"tenant", "", "a tenant id", "tenant"},
 		{"model", "", "a model name", "model"},
@@ -104,6 +106,7 @@ func sharedFlags() []sharedFlag {
 		{"drain", "", "drain the region (requests in flight finish) instead of failing it", "drain"},
 		{"addr", "", "the address to listen on", "listen address"},
 		{"pods-per-region", "", "simulated pods per region", "pods"},
+		{"replicas", "", "controller replicas per region", "controllers per region"},
 		{"cache-blocks", "", "KV-cache capacity of a simulated pod in blocks", "blocks"},
 		{"max-concurrency", "", "requests a simulated pod runs at once", "running"},
 		{"workers", "", "files read in parallel", "parallel"},

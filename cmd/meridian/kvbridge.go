@@ -53,7 +53,13 @@ func kvBridgeCommand() *cli.Command {
 				return err
 			}
 			if c.Bool("check") {
-				out, err := yaml.Marshal(cfg)
+				// Every value in force, as the controller's --check:
+				// discovery's defaults filled in.
+				eff := cfg
+				if eff.Discovery.Enabled() {
+					eff.Discovery = eff.Discovery.WithDefaults()
+				}
+				out, err := yaml.Marshal(eff)
 				if err != nil {
 					return err
 				}

@@ -134,18 +134,39 @@ func policyDiffCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "diff",
 		Usage: "compare two policy files: what changed, and (with --attrs) which requests they decide differently",
-		ArgsUsage: "OLD NEW\n\n" +
-			"   --attrs FILE holds sample requests, one JSON object per line, e.g.\n" +
-			"   {\"tenant\":\"acme\",\"data_class\":\"phi\",\"origin_region\":\"eu-west-1\",\"session\":\"s1\",\"model\":\"m\",\"labels\":{\"k\":\"v\"}}\n" +
-			"   (blank lines and lines starting with # are skipped).\n" +
-			"   Exit status: 0, or 1 when a file has a problem (or, with --exit-code, when the policies differ); 2 for usage errors.",
+		ArgsUsage: "OLD NEW\n\n" + attrsFormatHelp + "\n\n" +
+			"   Exit status: 0, or 1 when a policy file has a problem (or, with --exit-code, when the policies\n" +
+			"   differ); 2 for usage errors, an --attrs file that cannot be read or has a bad line among them.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "attrs", Usage: "JSON-lines file of request attributes to evaluate under both policies"},
+			attrsFlag(),
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 			&cli.BoolFlag{Name: "exit-code", Usage: "exit 1 when the policies differ in structure or in a decision"},
 		},
 		Action: runPolicyDiff,
 	}
+}
+
+// attrsFormatHelp documents the --attrs file (policy diff, policy apply
+// --dry-run): README.md says the same.
+const attrsFormatHelp = `   --attrs FILE holds sample requests, one JSON object per line: the request attributes the policy
+   decides on, as a controller sees them once the client is authenticated:
+     tenant         the tenant (from the API key, the JWT, or a trusted gateway's X-Tenant-Id)
+     data_class     the data class (the identity's default, or X-Data-Class narrowing it)
+     origin_region  the region whose controller received the request
+     session        X-Session-Id (only rules with a condition read it)
+     model          the requested model (conditions only)
+     labels         other string attributes, {"key": "value"} (conditions only)
+   Every key is optional (an absent one is the empty string); an unknown key is an error. Blank lines
+   and lines starting with # are skipped. For example:
+     # EU health records entering in the US
+     {"tenant":"eu-health","data_class":"phi","origin_region":"us-east-1"}
+     {"tenant":"acme","data_class":"public","origin_region":"us-east-1","session":"eval-7","labels":{"priority":"batch"}}
+   Each line is evaluated under both policies; the lines decided differently are printed as
+   FILE:LINE: attributes: old regions by old rule -> new regions by new rule.`
+
+// attrsFlag is --attrs of policy diff and policy apply.
+func attrsFlag() cli.Flag {
+	return &cli.StringFlag{Name: "attrs", Usage: "JSON-lines `FILE` of sample request attributes to evaluate under both policies (format: meridian policy diff --help)"}
 }
 
 // decisionJSON is a decision in --json output.
@@ -209,6 +230,10 @@ func runPolicyDiff(c *cli.Context) error {
 		return usageError("policy diff: want OLD NEW, got %d argument%s (flags go first)", len(args), policyPlural(len(args)))
 	}
 	w := c.App.Writer
+	attrs, lines, err := policyAttrs(c)
+	if err != nil {
+		return err
+	}
 	old, p1 := loadPolicy(c, args[0])
 	cand, p2 := loadPolicy(c, args[1])
 	if problems := append(p1, p2...); len(problems) > 0 {
@@ -217,15 +242,39 @@ func runPolicyDiff(c *cli.Context) error {
 		}
 		return &exitError{code: exitFailed, err: fmt.Errorf("policy diff: %d problem%s in the policy files", len(problems), policyPlural(len(problems)))}
 	}
-	var attrs []residency.Attributes
-	var lines []int
-	if f := c.String("attrs"); f != "" {
-		var err error
-		if attrs, lines, err = readPolicyAttrs(f); err != nil {
-			return &exitError{code: exitFailed, err: fmt.Errorf("policy diff: %w", err)}
-		}
+	changes, diffs, err := writePolicyDiff(c, args[0], old, args[1], cand, attrs, lines)
+	if err != nil {
+		return fmt.Errorf("policy diff: %w", err)
 	}
-	changes := residency.DiffStructure(old, cand)
+	if c.Bool("exit-code") && (changes > 0 || diffs > 0) {
+		return &exitError{code: exitFailed, err: fmt.Errorf("policy diff: the policies differ (%d change%s, %d decision%s)", changes, policyPlural(changes), diffs, policyPlural(diffs))}
+	}
+	return nil
+}
+
+// policyAttrs reads --attrs, if given. A file that cannot be read or holds
+// a line that is not an attributes object is a usage error: nothing is
+// compared.
+func policyAttrs(c *cli.Context) ([]residency.Attributes, []int, error) {
+	f := c.String("attrs")
+	if f == "" {
+		return nil, nil, nil
+	}
+	attrs, lines, err := readPolicyAttrs(f)
+	if err != nil {
+		return nil, nil, usageError("%s: %w (see meridian policy diff --help for the format)", cmdPath(c), err)
+	}
+	return attrs, lines, nil
+}
+
+// writePolicyDiff writes what changes from old to cand (as --json asks):
+// the structural changes and, for the sample requests of --attrs (attrs,
+// with their lines in the file), those decided differently. It returns
+// how many of each.
+func writePolicyDiff(c *cli.Context, oldName string, old *residency.Policy, newName string, cand *residency.Policy,
+	attrs []residency.Attributes, lines []int) (changes, decisions int, err error) {
+	w := c.App.Writer
+	structural := residency.DiffStructure(old, cand)
 	diffs := residency.Diff(old, cand, attrs)
 	if c.Bool("json") {
 		out := struct {
@@ -234,7 +283,7 @@ func runPolicyDiff(c *cli.Context) error {
 			Changes     []residency.Change `json:"changes"`
 			Requests    int                `json:"requests"`
 			Differences []differenceJSON   `json:"differences"`
-		}{Old: old.ID(), New: cand.ID(), Changes: changes, Requests: len(attrs), Differences: []differenceJSON{}}
+		}{Old: old.ID(), New: cand.ID(), Changes: structural, Requests: len(attrs), Differences: []differenceJSON{}}
 		if out.Changes == nil {
 			out.Changes = []residency.Change{}
 		}
@@ -242,25 +291,22 @@ func runPolicyDiff(c *cli.Context) error {
 			out.Differences = append(out.Differences, differenceJSON{Line: lines[d.Index], Attrs: d.Attrs, Active: toDecisionJSON(d.Active), Candidate: toDecisionJSON(d.Candidate)})
 		}
 		if err := writeJSONTo(w, out); err != nil {
-			return fmt.Errorf("policy diff: write json: %w", err)
+			return 0, 0, fmt.Errorf("write json: %w", err)
 		}
-	} else {
-		fmt.Fprintf(w, "--- %s (policy %s)\n+++ %s (policy %s)\n", args[0], old.ID(), args[1], cand.ID())
-		for _, ch := range changes {
-			fmt.Fprintln(w, ch.String())
-		}
-		if len(changes) == 0 {
-			fmt.Fprintln(w, "no structural changes")
-		}
-		if c.String("attrs") != "" {
-			for _, d := range diffs {
-				fmt.Fprintf(w, "%s:%d: %s\n", c.String("attrs"), lines[d.Index], d)
-			}
-			fmt.Fprintf(w, "%d of %d request%s decided differently\n", len(diffs), len(attrs), policyPlural(len(attrs)))
-		}
+		return len(structural), len(diffs), nil
 	}
-	if c.Bool("exit-code") && (len(changes) > 0 || len(diffs) > 0) {
-		return &exitError{code: exitFailed, err: fmt.Errorf("policy diff: the policies differ (%d change%s, %d decision%s)", len(changes), policyPlural(len(changes)), len(diffs), policyPlural(len(diffs)))}
+	fmt.Fprintf(w, "--- %s (policy %s)\n+++ %s (policy %s)\n", oldName, old.ID(), newName, cand.ID())
+	for _, ch := range structural {
+		fmt.Fprintln(w, ch.String())
 	}
-	return nil
+	if len(structural) == 0 {
+		fmt.Fprintln(w, "no structural changes")
+	}
+	if f := c.String("attrs"); f != "" {
+		for _, d := range diffs {
+			fmt.Fprintf(w, "%s:%d: %s\n", f, lines[d.Index], d)
+		}
+		fmt.Fprintf(w, "%d of %d request%s decided differently\n", len(diffs), len(attrs), policyPlural(len(attrs)))
+	}
+	return len(structural), len(diffs), nil
 }

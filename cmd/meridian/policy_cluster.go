@@ -2,14 +2,17 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/meridian-llm/meridian/global"
+	"github.com/meridian-llm/meridian/residency"
 )
 
 // policyClusterCommands are the "meridian policy" subcommands that talk to
@@ -18,11 +21,18 @@ import (
 func policyClusterCommands() []*cli.Command {
 	return []*cli.Command{
 		{
-			Name:      "apply",
-			Usage:     "validate a policy file on the cluster and make it the active policy (through Raft)",
-			ArgsUsage: "FILE (- reads standard input)",
+			Name:  "apply",
+			Usage: "validate a policy file on the cluster and make it the active policy (through Raft)",
+			ArgsUsage: "FILE (- reads standard input)\n\n" +
+				"   A file identical to the active policy (the same SHA-256) adds no version: it prints\n" +
+				"   \"unchanged\" and exits 0, so a sync loop can apply the same file again and again.\n" +
+				"   --dry-run changes nothing: it validates the file and shows what applying it would change,\n" +
+				"   the structural changes and, with --attrs (format: meridian policy diff --help), the sample\n" +
+				"   requests it would decide differently.",
 			Flags: append(globalAdminFlags(),
 				&cli.StringFlag{Name: "reason", Usage: "why, recorded with the version"},
+				&cli.BoolFlag{Name: "dry-run", Usage: "change nothing: show what applying the file would change for traffic"},
+				attrsFlag(),
 			),
 			Action: runPolicyApply,
 		},
@@ -38,10 +48,11 @@ func policyClusterCommands() []*cli.Command {
 		},
 		{
 			Name:      "diff-active",
-			Usage:     "show the line differences between the active policy and a file",
+			Usage:     "show the line differences between the active policy and a file, as a unified diff",
 			ArgsUsage: "FILE (- reads standard input)",
 			Flags: append(globalAdminFlags(),
 				&cli.BoolFlag{Name: "exit-code", Usage: "exit 1 when they differ"},
+				&cli.IntFlag{Name: "context", Aliases: []string{"U"}, Value: 3, Usage: "unchanged lines shown around each change"},
 			),
 			Action: runPolicyDiffActive,
 		},
@@ -66,9 +77,15 @@ func readClusterPolicyFile(c *cli.Context) (string, []byte, error) {
 }
 
 func runPolicyApply(c *cli.Context) error {
+	if c.IsSet("attrs") && !c.Bool("dry-run") {
+		return usageError("%s: --attrs goes with --dry-run (it shows which requests the file would decide differently)", cmdPath(c))
+	}
 	name, doc, err := readClusterPolicyFile(c)
 	if err != nil {
 		return err
+	}
+	if c.Bool("dry-run") {
+		return runPolicyApplyDryRun(c, name, doc)
 	}
 	cl, ctx, cancel, err := globalClient(c)
 	if err != nil {
@@ -83,12 +100,84 @@ func runPolicyApply(c *cli.Context) error {
 	if c.Bool("json") {
 		return writeJSONTo(c.App.Writer, pv)
 	}
+	if pv.Unchanged {
+		_, err = fmt.Fprintf(c.App.Writer, "unchanged: %s is the active policy %s (sha256 %s); no version added\n", name, pv.Ref(), shortHash(pv.SHA256))
+		return err
+	}
 	declared := ""
 	if pv.Declared != "" {
 		declared = ", declared version " + pv.Declared
 	}
 	_, err = fmt.Fprintf(c.App.Writer, "applied %s as policy %s (%d bytes, sha256 %s%s)\n", name, pv.Ref(), pv.Size, shortHash(pv.SHA256), declared)
 	return err
+}
+
+// runPolicyApplyDryRun shows what applying doc would change: nothing when
+// it is the active policy; else the version it would become, its
+// structural changes and, with --attrs, the sample requests it would
+// decide differently. It validates the file as the cluster would (a file
+// with problems exits 1, as policy validate) and changes nothing.
+func runPolicyApplyDryRun(c *cli.Context, name string, doc []byte) error {
+	attrs, lines, err := policyAttrs(c)
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	cand, err := residency.Parse(name, doc)
+	if err != nil {
+		var ve *residency.ValidationError
+		if errors.As(err, &ve) {
+			for _, p := range ve.Problems {
+				fmt.Fprintln(w, p.String())
+			}
+		}
+		return &exitError{code: exitFailed, err: fmt.Errorf("%s: %s would be refused: %w", cmdPath(c), name, err)}
+	}
+	cl, ctx, cancel, err := globalClient(c)
+	if err != nil {
+		return err
+	}
+	defer cancel()
+	active, err := cl.Policy(ctx, global.ReadOptions{})
+	var (
+		old     *residency.Policy
+		oldName string
+		next    uint64 = 1
+	)
+	switch {
+	case errors.Is(err, global.ErrNotFound):
+		// The controllers route on their fallback: the shipped default,
+		// or the bootstrap policy of their configuration.
+		if old, err = residency.DefaultPolicy(); err != nil {
+			return err
+		}
+		oldName = "no policy applied (compared with the shipped default)"
+	case err != nil:
+		return globalError(c, err)
+	default:
+		sum := sha256.Sum256(doc)
+		if hex.EncodeToString(sum[:]) == active.SHA256 {
+			if c.Bool("json") {
+				return writeJSONTo(w, map[string]any{"dry_run": true, "unchanged": true, "active": active.Ref()})
+			}
+			_, err := fmt.Fprintf(w, "unchanged: %s is the active policy %s; applying it would add no version\n", name, active.Ref())
+			return err
+		}
+		if old, err = residency.Parse(active.Name, active.Document); err != nil {
+			return fmt.Errorf("%s: the active policy %s does not parse here (%v): is this meridian older than the controllers?", cmdPath(c), active.Ref(), err)
+		}
+		oldName, next = "active policy "+active.Ref(), active.Version+1
+	}
+	if !c.Bool("json") {
+		fmt.Fprintf(w, "dry run: nothing applied; %s would become policy v%d\n", name, next)
+	}
+	if _, _, err := writePolicyDiff(c, oldName, old, name, cand, attrs, lines); err != nil {
+		return fmt.Errorf("%s: %w", cmdPath(c), err)
+	}
+	if !c.IsSet("attrs") && !c.Bool("json") {
+		fmt.Fprintln(w, "(give --attrs FILE with sample requests to see which of them it would decide differently)")
+	}
+	return nil
 }
 
 func runPolicyShow(c *cli.Context) error {
@@ -152,18 +241,16 @@ func runPolicyShow(c *cli.Context) error {
 
 // diffResult is the --json output of diff-active.
 type diffResult struct {
-	Active string     `json:"active"`
-	File   string     `json:"file"`
-	Same   bool       `json:"same"`
-	Lines  []diffLine `json:"lines,omitempty"`
-}
-
-type diffLine struct {
-	Op   string `json:"op"` // " ", "-" (only in the active policy), "+" (only in the file)
-	Text string `json:"text"`
+	Active string `json:"active"`
+	File   string `json:"file"`
+	Same   bool   `json:"same"`
+	Hunks  []hunk `json:"hunks,omitempty"`
 }
 
 func runPolicyDiffActive(c *cli.Context) error {
+	if c.Int("context") < 0 {
+		return usageError("%s: --context %d: want 0 or more lines", cmdPath(c), c.Int("context"))
+	}
 	name, doc, err := readClusterPolicyFile(c)
 	if err != nil {
 		return err
@@ -177,84 +264,22 @@ func runPolicyDiffActive(c *cli.Context) error {
 	if err != nil {
 		return globalError(c, err)
 	}
-	lines := diffLines(splitLines(string(pv.Document)), splitLines(string(doc)))
-	same := true
-	for _, l := range lines {
-		if l.Op != " " {
-			same = false
-			break
-		}
-	}
+	hunks := unifiedHunks(diffLines(splitLines(string(pv.Document)), splitLines(string(doc))), c.Int("context"))
+	same := len(hunks) == 0
 	w := c.App.Writer
 	if c.Bool("json") {
-		res := diffResult{Active: pv.Ref(), File: name, Same: same}
-		if !same {
-			res.Lines = lines
-		}
-		if err := writeJSONTo(w, res); err != nil {
+		if err := writeJSONTo(w, diffResult{Active: pv.Ref(), File: name, Same: same, Hunks: hunks}); err != nil {
 			return err
 		}
 	} else if same {
 		fmt.Fprintf(w, "%s is identical to the active policy %s\n", name, pv.Ref())
-	} else {
-		fmt.Fprintf(w, "--- active policy %s\n+++ %s\n", pv.Ref(), name)
-		for _, l := range lines {
-			fmt.Fprintf(w, "%s %s\n", l.Op, l.Text)
-		}
+	} else if err := writeUnified(w, fmt.Sprintf("active policy %s (sha256 %s)", pv.Ref(), shortHash(pv.SHA256)), name, hunks); err != nil {
+		return err
 	}
 	if !same && c.Bool("exit-code") {
 		return &exitError{code: exitFailed}
 	}
 	return nil
-}
-
-func splitLines(s string) []string {
-	if s == "" {
-		return nil
-	}
-	return strings.Split(strings.TrimSuffix(s, "\n"), "\n")
-}
-
-// diffLines is a longest-common-subsequence line diff (policy files are
-// small: quadratic is fine up to a few thousand lines).
-func diffLines(a, b []string) []diffLine {
-	n, m := len(a), len(b)
-	lcs := make([][]int, n+1)
-	for i := range lcs {
-		lcs[i] = make([]int, m+1)
-	}
-	for i := n - 1; i >= 0; i-- {
-		for j := m - 1; j >= 0; j-- {
-			if a[i] == b[j] {
-				lcs[i][j] = lcs[i+1][j+1] + 1
-			} else {
-				lcs[i][j] = max(lcs[i+1][j], lcs[i][j+1])
-			}
-		}
-	}
-	var out []diffLine
-	i, j := 0, 0
-	for i < n && j < m {
-		switch {
-		case a[i] == b[j]:
-			out = append(out, diffLine{" ", a[i]})
-			i++
-			j++
-		case lcs[i+1][j] >= lcs[i][j+1]:
-			out = append(out, diffLine{"-", a[i]})
-			i++
-		default:
-			out = append(out, diffLine{"+", b[j]})
-			j++
-		}
-	}
-	for ; i < n; i++ {
-		out = append(out, diffLine{"-", a[i]})
-	}
-	for ; j < m; j++ {
-		out = append(out, diffLine{"+", b[j]})
-	}
-	return out
 }
 
 func shortHash(h string) string {

@@ -194,8 +194,8 @@ func TestPolicyDiffErrors(t *testing.T) {
 	}
 	attrs := writePolicyTestFile(t, "attrs.jsonl", `{"tenant":"a"}`+"\n"+`{"tennant":"a"}`+"\n")
 	_, _, code = runPolicyCLI(t, newApp(), "policy", "diff", "--attrs", attrs, examplePolicyPath, examplePolicyPath)
-	if code != 1 {
-		t.Fatalf("bad attrs: exit %d, want 1", code)
+	if code != exitUsage {
+		t.Fatalf("bad attrs: exit %d, want %d", code, exitUsage)
 	}
 	err := newApp().Run([]string{"meridian", "policy", "diff", "--attrs", attrs, examplePolicyPath, examplePolicyPath})
 	if err == nil || !strings.Contains(err.Error(), attrs+":2: bad attributes") {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 )
 
@@ -79,4 +80,29 @@ func (c TLSConfig) reloadInterval() time.Duration {
 		return DefaultReloadInterval
 	}
 	return c.ReloadInterval
+}
+
+// ResolvePaths makes the relative file names of c relative to dir (the
+// directory of the configuration file that named them).
+func (c *TLSConfig) ResolvePaths(dir string) {
+	for _, p := range []*string{&c.Cert, &c.Key, &c.ClientCA} {
+		*p = resolvePath(dir, *p)
+	}
+}
+
+// ResolvePaths makes the relative file names of c relative to dir (the
+// directory of the configuration file that named them).
+func (c *ClientTLSConfig) ResolvePaths(dir string) {
+	for _, p := range []*string{&c.CA, &c.Cert, &c.Key} {
+		*p = resolvePath(dir, *p)
+	}
+}
+
+// resolvePath joins a relative name to dir; empty and absolute names are
+// kept as they are.
+func resolvePath(dir, name string) string {
+	if name == "" || filepath.IsAbs(name) {
+		return name
+	}
+	return filepath.Join(dir, name)
 }

@@ -173,6 +173,58 @@ func (s *Source) reload(explicit bool) error {
 	return nil
 }
 
+// Update is TLS material read and checked by Prepare, not yet in use.
+type Update struct {
+	s    *Source
+	m    *material
+	base [32]byte // digest of the material in use when it was read
+}
+
+// Prepare reads the files and checks them as Reload would, without
+// putting them in use: nil when they are unchanged, an error (neither
+// logged nor counted: the caller reports it) when they do not load. Install
+// puts the result in use. A configuration reload prepares every part first,
+// so that one invalid part leaves all of them as they were.
+func (s *Source) Prepare() (*Update, error) {
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	sum, files, err := s.readFiles()
+	if err != nil {
+		return nil, err
+	}
+	base := s.cur.Load().sum
+	if sum == base {
+		return nil, nil
+	}
+	m, err := s.parse(files)
+	if err != nil {
+		return nil, err
+	}
+	m.sum = sum
+	return &Update{s: s, m: m, base: base}, nil
+}
+
+// Subject names the update's certificate, for logs and audit records.
+func (u *Update) Subject() string { return u.m.cert.Leaf.Subject.CommonName }
+
+// Install puts the prepared material in use for every later handshake,
+// counted as meridian_tls_reloads_total{result="ok"}. If the material in
+// use changed since Prepare (the periodic reload got there first, with
+// files read later), it does nothing.
+func (u *Update) Install() {
+	s := u.s
+	s.loadMu.Lock()
+	defer s.loadMu.Unlock()
+	if s.cur.Load().sum != u.base {
+		return
+	}
+	s.lastBad = [32]byte{}
+	s.install(u.m)
+	s.m.reloads.WithLabelValues("ok").Inc()
+	s.log.Info("tls material reloaded", "subject", u.m.cert.Leaf.Subject.CommonName, "serial", u.m.cert.Leaf.SerialNumber.String(),
+		"not_after", u.m.cert.Leaf.NotAfter.UTC().Format(time.RFC3339))
+}
+
 func (s *Source) install(m *material) {
 	s.cur.Store(m)
 	s.m.expiry.Set(float64(m.cert.Leaf.NotAfter.Unix()))

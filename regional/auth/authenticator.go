@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,12 @@ type Deps struct {
 	Registerer prometheus.Registerer
 	// HTTPClient fetches jwt.jwks_url; nil: a client with a 10s timeout.
 	HTTPClient *http.Client
+	// Guard, if set, is called before a reloaded keys file or JWKS replaces
+	// the set in use (not for the first load): it must call install to put
+	// the new set in use, or return an error to refuse it (the previous set
+	// stays). A controller records the change in its audit log there,
+	// before it takes effect.
+	Guard func(ctx context.Context, ch Change, install func()) error
 }
 
 // Authenticator turns requests into identities. It is safe for concurrent
@@ -60,6 +67,7 @@ type Authenticator struct {
 	trusted  map[string]bool // trusted_headers: identity URIs
 	nets     []netip.Prefix
 
+	guard       func(ctx context.Context, ch Change, install func()) error
 	loadMu      sync.Mutex
 	loadedSum   [sha256.Size]byte // of the source bytes in use
 	badSum      [sha256.Size]byte // of the last refused bytes
@@ -78,7 +86,8 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Authenticator, error) {
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	a := &Authenticator{cfg: cfg, log: deps.Logger, clock: deps.Clock, httpc: deps.HTTPClient, kick: make(chan struct{}, 1), done: make(chan struct{})}
+	a := &Authenticator{cfg: cfg, log: deps.Logger, clock: deps.Clock, httpc: deps.HTTPClient, guard: deps.Guard,
+		kick: make(chan struct{}, 1), done: make(chan struct{})}
 	if a.log == nil {
 		a.log = slog.New(slog.DiscardHandler)
 	}
@@ -165,64 +174,180 @@ func (a *Authenticator) Reload(ctx context.Context) error {
 	return a.load(ctx, true)
 }
 
+// Change describes a reload of the keys file or the JWKS, for the guard
+// (Deps.Guard) and for logs: never key material.
+type Change struct {
+	// Source is "api_keys" or "jwks".
+	Source string
+	// Location is the keys file, the JWKS file or the JWKS URL.
+	Location string
+	// SHA256 is the digest of the new content, Previous of the content in
+	// use (hex).
+	SHA256, Previous string
+	// Keys is how many keys the new set holds.
+	Keys int
+}
+
+// Update is a keys file or JWKS read and checked by Prepare, not yet in
+// use.
+type Update struct {
+	a      *Authenticator
+	change Change
+	keys   *KeySet
+	jwks   *jose.JSONWebKeySet
+	sum    [sha256.Size]byte
+	base   [sha256.Size]byte // digest of the set in use when it was read
+}
+
+// Change describes the update.
+func (u *Update) Change() Change { return u.change }
+
+// Prepare reads the keys file or the JWKS and checks it as Reload would,
+// without putting it in use: nil when it is unchanged (and in
+// trusted_headers mode), an error (neither logged nor counted: the caller
+// reports it) when it does not load. Update.Install puts the result in use.
+// A configuration reload prepares every part first, so that one invalid
+// part leaves all of them as they were.
+func (a *Authenticator) Prepare(ctx context.Context) (*Update, error) {
+	if a.cfg.Mode == ModeTrustedHeaders {
+		return nil, nil
+	}
+	a.loadMu.Lock()
+	defer a.loadMu.Unlock()
+	u, err := a.prepareLocked(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("reload %s: %w", u.change.Source, err)
+	}
+	if u.sum == a.loadedSum {
+		return nil, nil
+	}
+	return u, nil
+}
+
+// prepareLocked reads and parses the mode's source. The update it returns
+// carries the change's source and location even with an error.
+func (a *Authenticator) prepareLocked(ctx context.Context) (*Update, error) {
+	u := &Update{a: a, base: a.loadedSum}
+	u.change.Previous = hexSum(a.loadedSum)
+	var data []byte
+	var err error
+	if a.cfg.Mode == ModeJWT {
+		u.change.Source, u.change.Location = "jwks", a.cfg.JWT.JWKSFile
+		if u.change.Location == "" {
+			u.change.Location = a.cfg.JWT.JWKSURL
+		}
+		data, err = fetchJWKS(ctx, a.cfg.JWT, a.httpc)
+	} else {
+		u.change.Source, u.change.Location = "api_keys", a.cfg.APIKeys.File
+		data, err = readFileLimited(a.cfg.APIKeys.File, MaxKeysFileBytes)
+		if err != nil {
+			err = fmt.Errorf("api_keys.file: %w", err)
+		}
+	}
+	u.sum = sha256.Sum256(data)
+	u.change.SHA256 = hexSum(u.sum)
+	if err != nil {
+		return u, err
+	}
+	if a.cfg.Mode == ModeJWT {
+		if u.jwks, err = parseJWKS(data, a.verifier.algs); err != nil {
+			return u, err
+		}
+		u.change.Keys = len(u.jwks.Keys)
+		return u, nil
+	}
+	if u.keys, err = ParseKeys(data); err != nil {
+		return u, fmt.Errorf("api_keys.file %s: %w", a.cfg.APIKeys.File, err)
+	}
+	u.change.Keys = u.keys.Len()
+	return u, nil
+}
+
+// Install puts the prepared set in use: through Deps.Guard when one is
+// set (its error refuses the set: the previous one stays in use, and the
+// error is returned), counted as meridian_auth_reloads_total{result="ok"}
+// and logged. If the set in use changed since Prepare (the periodic reload
+// got there first, with content read later), it does nothing.
+func (u *Update) Install(ctx context.Context) error {
+	a := u.a
+	a.loadMu.Lock()
+	defer a.loadMu.Unlock()
+	if a.loadedSum != u.base {
+		return nil
+	}
+	return a.installLocked(ctx, u)
+}
+
+// installLocked installs u through the guard.
+func (a *Authenticator) installLocked(ctx context.Context, u *Update) error {
+	put := func() {
+		if u.jwks != nil {
+			a.jwks.Store(u.jwks)
+		} else {
+			a.keys.Store(u.keys)
+		}
+		a.m.keys.Set(float64(u.change.Keys))
+		a.loadedSum, a.badSum = u.sum, [sha256.Size]byte{}
+	}
+	if a.guard != nil {
+		installed := false
+		if err := a.guard(ctx, u.change, func() { put(); installed = true }); err != nil || !installed {
+			if err == nil {
+				err = errors.New("the guard did not install it")
+			}
+			a.m.reloads.WithLabelValues(u.change.Source, "error").Inc()
+			a.log.Error("credentials not reloaded; the previous set stays in use", "source", u.change.Source, "err", err)
+			return fmt.Errorf("reload %s: %w", u.change.Source, err)
+		}
+	} else {
+		put()
+	}
+	a.m.reloads.WithLabelValues(u.change.Source, "ok").Inc()
+	a.log.Info("credentials reloaded", "source", u.change.Source, "location", u.change.Location, "keys", u.change.Keys, "sha256", u.change.SHA256)
+	return nil
+}
+
+func hexSum(s [sha256.Size]byte) string {
+	if s == ([sha256.Size]byte{}) {
+		return ""
+	}
+	return hex.EncodeToString(s[:])
+}
+
 // load reads and installs the mode's source. On the periodic path
 // (explicit false) content that failed before is not reported again.
 func (a *Authenticator) load(ctx context.Context, explicit bool) error {
 	a.loadMu.Lock()
 	defer a.loadMu.Unlock()
 	a.lastRefresh.Store(a.clock.Now().UnixNano())
-	source := "api_keys"
-	var data []byte
-	var err error
-	if a.cfg.Mode == ModeJWT {
-		source = "jwks"
-		data, err = fetchJWKS(ctx, a.cfg.JWT, a.httpc)
-	} else {
-		data, err = readFileLimited(a.cfg.APIKeys.File, MaxKeysFileBytes)
-		if err != nil {
-			err = fmt.Errorf("api_keys.file: %w", err)
-		}
-	}
-	sum := sha256.Sum256(data)
 	first := a.keys.Load() == nil && a.jwks.Load() == nil
-	if err == nil && !first && sum == a.loadedSum {
+	u, err := a.prepareLocked(ctx)
+	if err == nil && !first && u.sum == a.loadedSum {
 		return nil
-	}
-	if err == nil {
-		if a.cfg.Mode == ModeJWT {
-			var set *jose.JSONWebKeySet
-			if set, err = parseJWKS(data, a.verifier.algs); err == nil {
-				a.jwks.Store(set)
-				a.m.keys.Set(float64(len(set.Keys)))
-			}
-		} else {
-			var ks *KeySet
-			if ks, err = ParseKeys(data); err == nil {
-				a.keys.Store(ks)
-				a.m.keys.Set(float64(ks.Len()))
-			} else {
-				err = fmt.Errorf("api_keys.file %s: %w", a.cfg.APIKeys.File, err)
-			}
-		}
 	}
 	if err != nil {
 		if first {
 			return err
 		}
-		if !explicit && sum == a.badSum {
+		if !explicit && u.sum == a.badSum {
 			return err
 		}
-		a.badSum = sum
-		a.m.reloads.WithLabelValues(source, "error").Inc()
-		a.log.Error("credentials not reloaded; the previous set stays in use", "source", source, "err", err)
-		return fmt.Errorf("reload %s: %w", source, err)
+		a.badSum = u.sum
+		a.m.reloads.WithLabelValues(u.change.Source, "error").Inc()
+		a.log.Error("credentials not reloaded; the previous set stays in use", "source", u.change.Source, "err", err)
+		return fmt.Errorf("reload %s: %w", u.change.Source, err)
 	}
-	a.loadedSum, a.badSum = sum, [sha256.Size]byte{}
-	if !first {
-		a.m.reloads.WithLabelValues(source, "ok").Inc()
-		a.log.Info("credentials reloaded", "source", source)
+	if first {
+		if u.jwks != nil {
+			a.jwks.Store(u.jwks)
+		} else {
+			a.keys.Store(u.keys)
+		}
+		a.m.keys.Set(float64(u.change.Keys))
+		a.loadedSum = u.sum
+		return nil
 	}
-	return nil
+	return a.installLocked(ctx, u)
 }
 
 // refreshSoon asks the loop for a JWKS refresh, at most once per

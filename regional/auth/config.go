@@ -6,6 +6,7 @@ import (
 	"math"
 	"net/netip"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -246,6 +247,10 @@ func loopbackHost(host string) bool {
 	return err == nil && a.IsLoopback()
 }
 
+// WithDefaults returns c with its zero optional fields at their defaults,
+// as Open uses it.
+func (c Config) WithDefaults() Config { return c.withDefaults() }
+
 // withDefaults fills zero optional fields (zero values are defaults where
 // the field comment says so).
 func (c Config) withDefaults() Config {
@@ -275,4 +280,15 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	return c
+}
+
+// ResolvePaths makes the relative file names of c (api_keys.file,
+// jwt.jwks_file) relative to dir (the directory of the configuration file
+// that named them).
+func (c *Config) ResolvePaths(dir string) {
+	for _, p := range []*string{&c.APIKeys.File, &c.JWT.JWKSFile} {
+		if *p != "" && !filepath.IsAbs(*p) {
+			*p = filepath.Join(dir, *p)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -147,6 +148,10 @@ func DefaultConfig() Config {
 
 // Enabled reports whether c chooses a source.
 func (c Config) Enabled() bool { return c.DNS.Name != "" || c.File.Path != "" }
+
+// WithDefaults returns c with its zero fields at their defaults, as New
+// uses it (Grace is taken as given: 0 is a valid grace).
+func (c Config) WithDefaults() Config { return c.withDefaults() }
 
 // withDefaults fills zero fields from DefaultConfig (Grace is taken as
 // given: 0 is a valid grace).
@@ -366,4 +371,12 @@ func decodeKnown(n *yaml.Node, section string, out any) error {
 		}
 	}
 	return n.Decode(out)
+}
+
+// ResolvePaths makes a relative file.path relative to dir (the directory
+// of the configuration file that named it).
+func (c *Config) ResolvePaths(dir string) {
+	if c.File.Path != "" && !filepath.IsAbs(c.File.Path) {
+		c.File.Path = filepath.Join(dir, c.File.Path)
+	}
 }

@@ -399,12 +399,7 @@ func TestRejoinThroughEveryKnownAddress(t *testing.T) {
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := ln.LocalAddr().String()
-	ln.Close()
+	self := gossiptest.FreeAddr(t)
 	cfgC2 := cfg("c", "eu-west-1")
 	_, port, _ := net.SplitHostPort(self)
 	cfgC2.BindPort, _ = strconv.Atoi(port)

@@ -33,7 +33,7 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 // NotifyMsg handles the user messages: pull requests, summary bodies,
-// keyring operations and their answers, replica state. It must not block: a
+// keyring operations and their answers, replica state, sightings. It must not block: a
 // pull is answered by the senders, a keyring operation applied by the key
 // worker; a body is decoded here (tens of microseconds for 64 KiB).
 func (d *delegate) NotifyMsg(b []byte) {
@@ -75,6 +75,8 @@ func (d *delegate) NotifyMsg(b []byte) {
 		}
 	case msgReplica:
 		n.receiveReplica(b)
+	case msgSightings:
+		n.receiveSightings(b)
 	case msgKeyAck:
 		a, err := decodeKeyAck(b)
 		if err != nil {

@@ -27,6 +27,14 @@
 //     session pins): over UDP when it fits a packet and may be lost, over
 //     TCP otherwise. Controllers of other regions never get it; a replica
 //     that leaves or is declared dead is reported gone.
+//   - To every controller, every SyncInterval, the sender's sightings of
+//     the other regions (sightings.go): per region, the generation, pod
+//     count and age of the summary it holds and whether the region is
+//     Live for it; over UDP when they fit a packet, TCP otherwise. The
+//     view lists every controller's last sightings (RegionsView.Sightings):
+//     the Raft leader's automatic failover counts them region by region, so
+//     a region cut off from the leader only is judged by the regions that
+//     still hear it, never by the leader's view alone.
 //
 // Every body is versioned and checksummed (summary.Decode); a bad or
 // oversize one is rejected, counted by reason and logged once per kind. For

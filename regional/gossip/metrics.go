@@ -14,6 +14,7 @@ type metrics struct {
 	pulls          prometheus.Counter
 	coordsRejected prometheus.Counter
 	replicaMsgs    *prometheus.CounterVec
+	sightingMsgs   *prometheus.CounterVec
 	digestRejected prometheus.Counter
 	summaryAge     *prometheus.GaugeVec
 	rtt            *prometheus.GaugeVec
@@ -54,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		replicaMsgs: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "meridian_gossip_replica_messages_total",
 			Help: "Replica state messages between the controllers of this region, by outcome (sent, received, malformed, unknown_sender).",
+		}, []string{"outcome"}),
+		sightingMsgs: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "meridian_gossip_sighting_messages_total",
+			Help: "Messages of the controllers' sightings of the other regions' pods (the automatic failover's evidence from a quorum of regions), by outcome (sent, received, malformed, unknown_sender).",
 		}, []string{"outcome"}),
 		coordsRejected: f.NewCounter(prometheus.CounterOpts{
 			Name: "meridian_gossip_coordinates_rejected_total",
@@ -96,6 +101,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	// rejected summary is a rate an alert sees.
 	for _, reason := range []string{"oversize", "truncated", "magic", "version", "checksum", "field", "malformed"} {
 		m.rejected.WithLabelValues(reason)
+	}
+	for _, outcome := range []string{"sent", "received", "malformed", "unknown_sender"} {
+		m.sightingMsgs.WithLabelValues(outcome)
 	}
 	return m
 }

@@ -60,10 +60,12 @@ type Node struct {
 	regions     map[string]*held
 	ages        map[string]reported // by region: an age message before its body
 	pending     map[string]pull
+	heard       map[string]*heard // by controller: its last sightings
 	own         *published
 	metaDirty   bool
 	lastUpdate  time.Time // of the digest (UpdateNode), at most once per SyncInterval
 	lastJoin    time.Time
+	lastSeen    time.Time       // sightings last sent (at most once per SyncInterval)
 	warned      map[string]bool // log-once keys
 
 	keyring *memberlist.Keyring
@@ -182,6 +184,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		regions: map[string]*held{},
 		ages:    map[string]reported{},
 		pending: map[string]pull{},
+		heard:   map[string]*heard{},
 		warned:  map[string]bool{},
 		kick:    make(chan struct{}, 1),
 		sends:   make(chan sendJob, 64),
@@ -449,7 +452,8 @@ func (n *Node) poke() {
 	}
 }
 
-// run is the node's worker: digest updates, pulls, liveness and the view.
+// run is the node's worker: digest updates, pulls, liveness, the view and
+// the sightings sent to the other controllers.
 func (n *Node) run() {
 	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.SyncInterval)
@@ -485,6 +489,7 @@ func (n *Node) sync() {
 	n.mu.Lock()
 	n.rebuildLocked()
 	n.mu.Unlock()
+	n.sendSightings()
 }
 
 // maybeRejoin rejoins, every RetryJoinInterval while the node is isolated

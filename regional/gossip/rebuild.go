@@ -122,6 +122,7 @@ func (n *Node) rebuildLocked() {
 	for i, r := range v.Regions {
 		v.byName[r.Region] = i
 	}
+	v.Sightings = n.sightingsLocked(v)
 	n.view.Store(v)
 
 	for st, k := range states {

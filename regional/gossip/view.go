@@ -17,7 +17,13 @@ type RegionsView struct {
 	// Regions are the remote regions, nearest first (unknown RTT last, then
 	// by name), like Consul's GetDatacentersByDistance.
 	Regions []RegionView
-	byName  map[string]int
+	// Sightings are every controller's view of the regions other than its
+	// own, as last heard (this controller's included), ordered by region
+	// seen, then observer: the evidence a quorum of regions gives the
+	// automatic failover. A controller's sightings stop changing when it
+	// stops being heard; their SummaryAge then keeps growing.
+	Sightings []Sighting
+	byName    map[string]int
 }
 
 // Region returns the view of one remote region.

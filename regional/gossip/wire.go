@@ -25,7 +25,9 @@ import (
 //     its answer (keyring.go). Older controllers drop the age message (an
 //     unknown type) and keep reading bodies; between the controllers of
 //     one region, their replica state (replicas.go; over UDP when it is
-//     best-effort and fits a packet);
+//     best-effort and fits a packet); to every controller, the sender's
+//     sightings of the other regions' pods (sightings.go; over UDP when
+//     they fit a packet);
 //   - the push/pull state (LocalState): the sender's own summary body;
 //   - the ping ack payload: the sender's Vivaldi coordinate.
 
@@ -51,6 +53,7 @@ const (
 	msgKeyAck     = 4
 	msgAge        = 5
 	msgReplica    = 6 // replicas.go: a region's controllers' exchange
+	msgSightings  = 7 // sightings.go: a controller's view of the other regions' pods
 	stateVersion  = 1
 	wireVersion   = 1
 	pingVersion   = 1

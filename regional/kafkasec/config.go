@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path/filepath"
 	"strings"
 
 	"github.com/meridian-llm/meridian/global/identity"
@@ -152,4 +153,16 @@ func loopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ResolvePaths makes the relative file names of c (tls.ca, tls.cert,
+// tls.key, sasl.password_file) relative to dir (the directory of the
+// configuration file that named them).
+func (c *Config) ResolvePaths(dir string) {
+	if c.TLS != nil {
+		c.TLS.ResolvePaths(dir)
+	}
+	if c.SASL != nil && c.SASL.PasswordFile != "" && !filepath.IsAbs(c.SASL.PasswordFile) {
+		c.SASL.PasswordFile = filepath.Join(dir, c.SASL.PasswordFile)
+	}
 }

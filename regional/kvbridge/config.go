@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -178,6 +179,7 @@ func DefaultConfig() Config {
 		MaxWriteBatch:    512,
 		MaxStreams:       4096,
 		AnnounceInterval: 10 * time.Second,
+		Discovery:        discovery.DefaultConfig(),
 	}
 }
 
@@ -351,7 +353,9 @@ func (c Config) Validate() error {
 }
 
 // LoadConfig reads a YAML configuration file over DefaultConfig; unknown
-// keys are errors.
+// keys are errors. Relative file names in it (kafka.tls.*,
+// kafka.sasl.password_file, discovery.file.path) are relative to the
+// file's own directory.
 func LoadConfig(path string) (Config, error) {
 	cfg := DefaultConfig()
 	f, err := os.Open(path)
@@ -364,6 +368,13 @@ func LoadConfig(path string) (Config, error) {
 	if err := dec.Decode(&cfg); err != nil {
 		return cfg, fmt.Errorf("load kvbridge config %s: %w", path, err)
 	}
+	// Relative file names are relative to the file's own directory.
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return cfg, fmt.Errorf("load kvbridge config %s: %w", path, err)
+	}
+	cfg.Kafka.ResolvePaths(dir)
+	cfg.Discovery.ResolvePaths(dir)
 	return cfg, nil
 }
 

@@ -187,3 +187,34 @@ pods:
 		t.Fatalf("unknown key: %v", err)
 	}
 }
+
+// TestLoadConfigRelativePaths: the files a bridge configuration names by
+// relative paths are found beside it, not in the working directory.
+func TestLoadConfigRelativePaths(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "conf")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bridge.yaml"), []byte(`region: us-east-1
+brokers: ["127.0.0.1:9092"]
+kafka:
+  tls: {ca: kafka/ca.pem, cert: kafka/c.pem, key: kafka/k.pem}
+  sasl: {mechanism: scram-sha-512, username: u, password_file: kafka/password}
+discovery:
+  file: {path: pods.yaml}
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(root)
+	c, err := LoadConfig(filepath.Join("conf", "bridge.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for got, want := range map[string]string{c.Kafka.TLS.CA: "kafka/ca.pem", c.Kafka.TLS.Cert: "kafka/c.pem", c.Kafka.TLS.Key: "kafka/k.pem",
+		c.Kafka.SASL.PasswordFile: "kafka/password", c.Discovery.File.Path: "pods.yaml"} {
+		if got != filepath.Join(dir, want) {
+			t.Errorf("%s resolved to %q, want %q", want, got, filepath.Join(dir, want))
+		}
+	}
+}

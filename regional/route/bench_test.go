@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/route/routetest"
 	"github.com/meridian-llm/meridian/regional/summary"
 )
@@ -17,16 +18,16 @@ func BenchmarkDecide(b *testing.B) {
 		b.Run(fmt.Sprintf("pods=256/blocks=128/depths=%d", depths), func(b *testing.B) {
 			dec, r := routetest.Decider256(b, depths)
 			lat := make([]time.Duration, 0, b.N)
+			var d route.Decision
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
 				t0 := time.Now()
-				d, err := dec.Decide(r)
+				err := dec.DecideInto(r, &d)
 				lat = append(lat, time.Since(t0))
 				if err != nil {
 					b.Fatal(err)
 				}
-				_ = d
 			}
 			routetest.ReportPercentiles(b, lat, "")
 		})
@@ -58,6 +59,7 @@ func BenchmarkPlace(b *testing.B) {
 			shares := gorgo.NewShareTracker(time.Minute)
 			cands := make([]gorgo.Candidate, 0, remotes)
 			lat := make([]time.Duration, 0, b.N)
+			var pl route.Placement
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
@@ -69,8 +71,7 @@ func BenchmarkPlace(b *testing.B) {
 					c.RTTMs = float64(65 + 10*j)
 					cands = append(cands, c)
 				}
-				pl, err := dec.Place(r, "home", true, cands, shares)
-				if err != nil {
+				if err := dec.PlaceInto(r, "home", true, cands, shares, &pl); err != nil {
 					b.Fatal(err)
 				}
 				pl.Record(shares, now)

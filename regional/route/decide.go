@@ -66,23 +66,37 @@ type Decision struct {
 // Decider runs the pipeline. Safe for concurrent use; it reads only
 // snapshots (index, registry) and its own small synchronized state.
 type Decider struct {
-	cfg      Config
 	idx      *index.Index
 	reg      *Registry
 	model    *gorgo.Model
 	sessions *Sessions
 	spec     *Speculation
 	now      func() time.Time
-	rr       atomic.Uint64 // rotation of ties and of round_robin
+	rr       atomic.Uint64 // rotation of round_robin and of the baselines' ties
 	scratch  sync.Pool
+	retried  excludeFilter
+	// queueWeight is the cost model's, read once (its config is fixed).
+	queueWeight float64
 
-	// The pipeline, built once from cfg: the filters in their configured
-	// order, the scorers with a non-zero weight, and every picker (a
-	// request may name another policy than the configured one).
-	retried excludeFilter
+	// pipe is the pipeline in force; Reconfigure replaces it whole, and a
+	// decision reads it once.
+	pipe atomic.Pointer[pipeline]
+}
+
+// pipeline is the decision pipeline built from one Config: the filters in
+// their configured order, the scorers with a non-zero weight, and every
+// picker (a request may name another policy than the configured one).
+type pipeline struct {
+	cfg     Config
 	filters []filter
 	scorers []scorer
 	pickers map[string]picker
+}
+
+func newPipeline(cfg Config) *pipeline {
+	p := &pipeline{cfg: cfg, filters: newFilters(cfg), scorers: newScorers(cfg)}
+	p.pickers = newPickers(cfg, p.scorers)
+	return p
 }
 
 // NewDecider builds the pipeline. now is the clock (time.Now in production).
@@ -90,16 +104,36 @@ func NewDecider(cfg Config, idx *index.Index, reg *Registry, model *gorgo.Model,
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Decider{cfg: cfg, idx: idx, reg: reg, model: model, now: now,
-		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions)}
+	d := &Decider{idx: idx, reg: reg, model: model, now: now,
+		sessions: NewSessions(cfg.SessionTTL, cfg.MaxSessions), queueWeight: model.Config().QueueWeight}
 	if cfg.SpeculationTTL > 0 {
 		d.spec = NewSpeculation(cfg.SpeculationTTL, 1<<20)
 	}
-	d.filters = newFilters(cfg)
-	d.scorers = newScorers(cfg)
-	d.pickers = newPickers(cfg, d.scorers)
+	d.pipe.Store(newPipeline(cfg))
 	d.scratch.New = func() any { return newCycle(idx.PodCapacity()) }
 	return d, nil
+}
+
+// RestartKeys are the decision settings a running Decider keeps from
+// NewDecider: they size its session table and its speculation memory.
+// Reconfigure leaves them as they are.
+var RestartKeys = []string{"session_ttl", "max_sessions", "speculation_ttl"}
+
+// Reconfigure replaces the pipeline with one built from cfg (validated
+// first: an invalid cfg changes nothing): the policy, the filters, the
+// scorers' weights and penalties, the pickers' settings. Decisions under
+// way finish with the pipeline they started with; the next ones use the
+// new one. SessionTTL, MaxSessions and SpeculationTTL (RestartKeys) keep
+// the values the Decider was built with: the returned config is the one in
+// force.
+func (d *Decider) Reconfigure(cfg Config) (Config, error) {
+	if err := cfg.Validate(); err != nil {
+		return d.Config(), err
+	}
+	cur := d.Config()
+	cfg.SessionTTL, cfg.MaxSessions, cfg.SpeculationTTL = cur.SessionTTL, cur.MaxSessions, cur.SpeculationTTL
+	d.pipe.Store(newPipeline(cfg))
+	return cfg, nil
 }
 
 // Sessions exposes the affinity table (the proxy records request ends).
@@ -109,8 +143,8 @@ func (d *Decider) Sessions() *Sessions { return d.sessions }
 // it at each answer's first byte); nil when turned off.
 func (d *Decider) Speculation() *Speculation { return d.spec }
 
-// Config returns the pipeline's configuration.
-func (d *Decider) Config() Config { return d.cfg }
+// Config returns the configuration of the pipeline in force.
+func (d *Decider) Config() Config { return d.pipe.Load().cfg }
 
 // Alive reports whether p is live in the index (announced and not removed).
 func (d *Decider) Alive(p *Pod) bool { return d.idx.Alive(p.ID) }
@@ -128,22 +162,40 @@ func (d *Decider) Model() *gorgo.Model { return d.model }
 // decision that is served is passed to Admit, whose ticket counts the
 // request (and its session) on the pod until Done.
 func (d *Decider) Decide(req *Request) (*Decision, error) {
+	dec := &Decision{}
+	if err := d.DecideInto(req, dec); err != nil {
+		return nil, err
+	}
+	return dec, nil
+}
+
+// DecideInto is Decide writing the decision into dst, reusing its Top
+// slice and Filtered map: with a dst kept from an earlier decision it
+// allocates nothing (TestDecideAllocs). dst is overwritten whole; on an
+// error its contents are unspecified. Filtered is nil, or empty, when no
+// filter dropped a pod.
+func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 	pods := d.reg.Pods()
 	if len(pods) == 0 {
-		return nil, ErrNoPod
+		return ErrNoPod
 	}
-	policy := d.cfg.Policy
+	pipe := d.pipe.Load()
+	policy := pipe.cfg.Policy
 	if req.Policy != "" {
 		policy = req.Policy
 	}
-	pick, ok := d.pickers[policy]
+	pick, ok := pipe.pickers[policy]
 	if !ok {
-		return nil, fmt.Errorf("unknown policy %q", policy)
+		return fmt.Errorf("unknown policy %q", policy)
 	}
 	c := d.scratch.Get().(*cycle)
 	defer d.scratch.Put(c)
 	c.begin(d, req, pods, d.now())
 	defer c.end()
+	if dst.Filtered != nil {
+		clear(dst.Filtered)
+		c.filtered = dst.Filtered
+	}
 
 	if len(req.Exclude) > 0 {
 		d.retried.apply(c)
@@ -151,30 +203,30 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 	if req.Salted {
 		saltFilter{}.apply(c)
 	}
-	for _, f := range d.filters {
+	for _, f := range pipe.filters {
 		f.apply(c)
 	}
 	if len(c.pods) == 0 {
-		return nil, fmt.Errorf("%w (filtered: %v)", ErrNoHealthyPod, c.filtered)
+		return fmt.Errorf("%w (filtered: %v)", ErrNoHealthyPod, c.filtered)
 	}
 
-	dec := &Decision{Policy: policy, Candidates: len(c.pods), Filtered: c.filtered}
-	p := c.pods[pick.pick(c, dec)]
-	info := p.Info()
-	dec.Pod, dec.PodName, dec.Endpoint = p, p.Name, info.Endpoint
-	dec.MatchedBlocks = c.matched(p)
+	*dst = Decision{Policy: policy, Candidates: len(c.pods), Filtered: c.filtered, Top: dst.Top[:0]}
+	p := c.pods[pick.pick(c, dst)]
+	info := p.info.Load()
+	dst.Pod, dst.PodName, dst.Endpoint = p, p.Name, info.Endpoint
+	dst.MatchedBlocks = c.matched(p)
 	if policy != PolicyTTFT {
 		// A baseline does not price its choice; explain it with the same
 		// terms the cost model would use.
-		dec.CachedTokens = c.cached(p)
+		dst.CachedTokens = c.cached(p)
 		rate, _ := d.model.RateFor(info.Profile, p.Name)
-		dec.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
-			CachedTokens: dec.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.InFlight())}
-		dec.Top = []CandidateScore{{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dec.MatchedBlocks, CachedTokens: dec.CachedTokens, Load: p.Load()}}
+		dst.Candidate = gorgo.Candidate{Pod: p.Name, Profile: info.Profile, PromptTokens: req.PromptTokens,
+			CachedTokens: dst.CachedTokens, PendingPrefillTokens: BacklogTokens(p, c.now, rate), Running: int(p.InFlight())}
+		dst.Top = append(dst.Top[:0], CandidateScore{Pod: p.Name, Endpoint: info.Endpoint, MatchedBlocks: dst.MatchedBlocks, CachedTokens: dst.CachedTokens, Load: p.Load()})
 	}
-	dec.Uncached = req.PromptTokens - dec.CachedTokens
-	dec.session = req.SessionID
-	return dec, nil
+	dst.Uncached = req.PromptTokens - dst.CachedTokens
+	dst.session = req.SessionID
+	return nil
 }
 
 // BacklogTokens expresses the pod's remaining prefill backlog in tokens at
@@ -186,12 +238,18 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 // the uncached tokens the region's other replicas last reported waiting
 // for their first byte there.
 func BacklogTokens(p *Pod, now time.Time, rateMs float64) int {
+	return backlogTokens(p, p.prefillBusy.Load(), now, rateMs)
+}
+
+// backlogTokens is BacklogTokens with the pod's prefill deadline (busy,
+// unix nanos) already read.
+func backlogTokens(p *Pod, busy int64, now time.Time, rateMs float64) int {
 	peers := int(max(p.peerPending.Load(), 0))
 	pending := int(p.pendingPrefill.Load())
 	if rateMs <= 0 || pending <= 0 {
 		return max(pending, 0) + peers // nothing of ours before its first byte: nothing of ours ahead
 	}
-	return max(int(float64(p.PrefillBacklog(now))/float64(time.Millisecond)/rateMs), pending) + peers
+	return max(int(float64(time.Duration(max(busy-now.UnixNano(), 0)))/float64(time.Millisecond)/rateMs), pending) + peers
 }
 
 // Admit accounts the decision's request on its pod: its uncached tokens and

@@ -129,7 +129,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 	if len(req.Exclude) > 0 {
 		drop("retried", func(p *Pod) bool { return !slices.Contains(req.Exclude, p) })
 	}
-	for _, f := range d.cfg.Filters {
+	for _, f := range d.Config().Filters {
 		switch f {
 		case FilterAlive:
 			drop(f, func(p *Pod) bool { return d.idx.Alive(p.ID) && p.Info().Endpoint != "" })
@@ -149,7 +149,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 			}
 			if len(s.pods) > 0 && sum > 0 {
 				drop(f, func(p *Pod) bool {
-					limit := int64(d.cfg.BoundedLoadFactor*float64(total+1)*speed(p)/sum + 0.999999)
+					limit := int64(d.Config().BoundedLoadFactor*float64(total+1)*speed(p)/sum + 0.999999)
 					return naiveInFlight(p)+1 <= limit
 				})
 			}
@@ -174,7 +174,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 		return nil, fmt.Errorf("%w (filtered: %v)", ErrNoHealthyPod, filtered)
 	}
 
-	policy := d.cfg.Policy
+	policy := d.Config().Policy
 	if req.Policy != "" {
 		policy = req.Policy
 	}
@@ -236,19 +236,19 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 	n := len(s.pods)
 	off := 0
 	pinned, sessInflight, hasPin := s.pin.pod, s.pin.inflight, s.pin.ok
-	wPrefix, wQueue, wRun, wKV, wAff := d.cfg.Weights["prefix"], d.cfg.Weights["queue"], d.cfg.Weights["running"], d.cfg.Weights["kv_util"], d.cfg.Weights["affinity"]
+	wPrefix, wQueue, wRun, wKV, wAff := d.Config().Weights["prefix"], d.Config().Weights["queue"], d.Config().Weights["running"], d.Config().Weights["kv_util"], d.Config().Weights["affinity"]
 	s.cands = s.cands[:0]
 	for i := 0; i < n; i++ {
 		p := s.pods[(i+off)%n]
 		info := p.Info()
 		cached := min(int(s.bySlot[p.ID.Slot()])*req.BlockSize, req.PromptTokens)
-		extra := wRun * d.cfg.RunningPenaltyMs * float64(naiveInFlight(p))
+		extra := wRun * d.Config().RunningPenaltyMs * float64(naiveInFlight(p))
 		if u := math.Float64frombits(p.kvUtil.Load()); u > 0.8 {
-			extra += wKV * d.cfg.KVUtilPenaltyMs * (u - 0.8) / 0.2
+			extra += wKV * d.Config().KVUtilPenaltyMs * (u - 0.8) / 0.2
 		}
 		rate, _ := d.model.RateFor(info.Profile, p.Name)
-		if hasPin && p.Name == pinned && sessInflight < d.cfg.ThickSession {
-			extra -= wAff * (d.cfg.AffinityBonusMs + d.cfg.AffinityCacheWeight*float64(cached)*rate)
+		if hasPin && p.Name == pinned && sessInflight < d.Config().ThickSession {
+			extra -= wAff * (d.Config().AffinityBonusMs + d.Config().AffinityCacheWeight*float64(cached)*rate)
 		}
 		s.cands = append(s.cands, gorgo.Candidate{
 			Pod:                  p.Name,
@@ -265,7 +265,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 
 	// Tier detail for the best few: a block held only on CPU or disk saves
 	// less prefill than one in GPU memory.
-	order := naiveTopK(d, s, min(max(d.cfg.TopK, 2), n))
+	order := naiveTopK(d, s, min(max(d.Config().TopK, 2), n))
 	if best >= 0 {
 		for _, ci := range order {
 			c := &s.cands[ci]
@@ -280,7 +280,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 			}
 			w := 0.0
 			for t, k := range tc {
-				w += float64(k) * d.cfg.TierWeights[t]
+				w += float64(k) * d.Config().TierWeights[t]
 			}
 			c.CachedTokens = int(float64(c.CachedTokens) * w / float64(matched))
 			s.dec.Estimates[ci] = d.model.Estimate(c)
@@ -305,7 +305,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 		tied := best
 		for i := range s.cands {
 			e := s.dec.Estimates[i]
-			if e.Excluded == "" && e.TotalMs <= s.dec.Estimates[best].TotalMs+d.cfg.TieMs && weight(i) > weight(tied) {
+			if e.Excluded == "" && e.TotalMs <= s.dec.Estimates[best].TotalMs+d.Config().TieMs && weight(i) > weight(tied) {
 				tied = i
 			}
 		}
@@ -318,7 +318,7 @@ func naiveTTFT(d *Decider, s *naiveScratch, req *Request, now time.Time, dec *De
 	dec.CachedTokens = s.cands[best].CachedTokens
 	dec.EstimateMs = s.dec.Estimates[best].TotalMs
 	dec.Candidate = s.cands[best]
-	if k := min(d.cfg.TopK, n); k < len(order) {
+	if k := min(d.Config().TopK, n); k < len(order) {
 		order = naiveTopK(d, s, k)
 	}
 	for _, ci := range order {
@@ -386,7 +386,7 @@ func naiveLeastCost(d *Decider, pods []*Pod, cost func(*Pod) float64) int {
 // token; the lowest pass, first in name order, takes the turn. It keeps its
 // state in the naive decider's own picker, updated the same way.
 func naiveWeightedRoundRobin(d *Decider, pods []*Pod) int {
-	w := d.pickers[PolicyWeightedRoundRobin].(*weightedRoundRobinPicker)
+	w := d.pipe.Load().pickers[PolicyWeightedRoundRobin].(*weightedRoundRobinPicker)
 	if w.pods == nil {
 		w.pods = map[string]*wrrPod{}
 	}
@@ -426,7 +426,7 @@ func naiveRingPoints(d *Decider) []ringPoint {
 	}
 	var pts []ringPoint
 	for _, p := range pods {
-		n := int(math.Round(float64(d.cfg.BoundedAffinity.VirtualNodes) * naiveSpeed(d, p) / slowest))
+		n := int(math.Round(float64(d.Config().BoundedAffinity.VirtualNodes) * naiveSpeed(d, p) / slowest))
 		if n < 1 {
 			n = 1
 		}
@@ -475,7 +475,7 @@ func naiveBoundedAffinity(d *Decider, pods []*Pod, req *Request) int {
 		if first < 0 {
 			first = i
 		}
-		bound := math.Ceil(d.cfg.BoundedAffinity.LoadFactor * float64(total+1) * naiveSpeed(d, pt.pod) / sum)
+		bound := math.Ceil(d.Config().BoundedAffinity.LoadFactor * float64(total+1) * naiveSpeed(d, pt.pod) / sum)
 		if float64(pt.pod.inflight.Load()+1) <= bound {
 			return i
 		}
@@ -494,7 +494,7 @@ func naivePrecisePrefix(d *Decider, s *naiveScratch, pods []*Pod) int {
 		}
 		queues = append(queues, max(p.engineWaiting.Load(), 0))
 	}
-	cfg := d.cfg.PrecisePrefix
+	cfg := d.Config().PrecisePrefix
 	cost := func(p *Pod) float64 {
 		prefix := 0.0
 		if m := s.bySlot[p.ID.Slot()]; m > 0 {
@@ -553,15 +553,19 @@ func TestDecideMatchesNaive(t *testing.T) {
 		reg := NewRegistry(idx)
 		clock := time.Unix(1000, 0)
 		now := func() time.Time { return clock }
-		model, err := gorgo.New(gorgo.DefaultConfig())
-		if err != nil {
-			rt.Fatal(err)
+		var infos []PodInfo
+		for i := range 8 {
+			infos = append(infos, PodInfo{Name: fmt.Sprintf("pod-%d", i), Profile: profiles[i%len(profiles)]})
 		}
+		// Profiles with attention, pods with their own calibrated speeds:
+		// the pipeline prices only the pods that can win, with bounds that
+		// must hold for both.
+		model := drawModel(rt, gorgo.DefaultConfig(), infos)
 		cfg := DefaultConfig()
 		cfg.ThickSession = rapid.IntRange(1, 3).Draw(rt, "thick")
 		cfg.BoundedLoadFactor = rapid.SampledFrom([]float64{1, 1.5, 2.5}).Draw(rt, "bound")
 		cfg.TopK = rapid.IntRange(1, 4).Draw(rt, "topk")
-		cfg.TieMs = rapid.SampledFrom([]float64{0, 5, 50}).Draw(rt, "tie_ms")
+		cfg.TieMs = rapid.SampledFrom([]float64{0, 0.5, 5, 50}).Draw(rt, "tie_ms")
 		cfg.BoundedAffinity.LoadFactor = rapid.SampledFrom([]float64{1, 1.25, 2}).Draw(rt, "bounded_affinity_factor")
 		cfg.BoundedAffinity.VirtualNodes = rapid.IntRange(1, 8).Draw(rt, "virtual_nodes")
 		for _, name := range knownScorers {

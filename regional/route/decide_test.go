@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
@@ -137,7 +138,7 @@ func TestDecideHotPrefixBoundedLoad(t *testing.T) {
 		counts[d.PodName]++
 		tickets = append(tickets, f.dec.Admit(d))
 	}
-	limit := int(f.dec.cfg.BoundedLoadFactor * 80 / 8)
+	limit := int(f.dec.Config().BoundedLoadFactor * 80 / 8)
 	for name, n := range counts {
 		if n > limit {
 			t.Fatalf("%s took %d of 80 in-flight requests: %v", name, n, counts)
@@ -312,8 +313,9 @@ func TestDecideBoundedLoadWeightsBySpeed(t *testing.T) {
 		counts[d.PodName]++
 		f.dec.Admit(d)
 	}
-	fast, slow := f.dec.speed(f.pod(t, "pod-0")), f.dec.speed(f.pod(t, "pod-1"))
-	sum, k := fast+3*slow, f.dec.cfg.BoundedLoadFactor
+	speed := func(p *Pod) float64 { return 1 / f.dec.model.Nominal(p.Info().Profile).PrefillMsPerToken }
+	fast, slow := speed(f.pod(t, "pod-0")), speed(f.pod(t, "pod-1"))
+	sum, k := fast+3*slow, f.dec.Config().BoundedLoadFactor
 	if lim := int(k*41*fast/sum + 1); counts["pod-0"] > lim {
 		t.Fatalf("b200 took %d, bound %d: %v", counts["pod-0"], lim, counts)
 	}
@@ -380,5 +382,23 @@ func TestDecideAffinityCacheWeight(t *testing.T) {
 			t.Errorf("affinity_cache_weight %v, warm pod's queue term %.0f ms (moves at %.0f / %.0f): chose %s, want %s",
 				tc.weight, tc.queueMs, moveAt, moveAtWeighted, got, tc.want)
 		}
+	}
+}
+
+// TestPodLayout: the fields every decision reads of every pod (the other
+// replicas' in-flight count among them: InFlight adds it) share one cache
+// line, and a Pod is whole lines, so each one's starts a line.
+func TestPodLayout(t *testing.T) {
+	var p Pod
+	for name, end := range map[string]uintptr{
+		"peerInflight": unsafe.Offsetof(p.peerInflight) + unsafe.Sizeof(p.peerInflight),
+		"lapsed":       unsafe.Offsetof(p.lapsed) + unsafe.Sizeof(p.lapsed),
+	} {
+		if end > 64 {
+			t.Errorf("hot field %s ends at byte %d, past the first cache line", name, end)
+		}
+	}
+	if sz := unsafe.Sizeof(p); sz%64 != 0 {
+		t.Errorf("Pod is %d bytes, not whole cache lines", sz)
 	}
 }

@@ -43,7 +43,19 @@
 // replica's requests and the others' last reports, so a late report keeps
 // a pod looking busy, never idle), and the session pins
 // (Sessions.ShareWithPeers, TakePins, NotePeer), so that a session's next
-// turn finds its pod whichever replica it reaches. New sessions are placed alike by the deterministic ties.
+// turn finds its pod whichever replica it reaches. New sessions are placed
+// alike by the deterministic ties.
+//
+// The pipeline costs little more than its lookup (BenchmarkDecide): what a
+// decision needs of each pod's announcement (profile and model, as
+// numbers; whether it has an endpoint) is worked out when the pod is
+// announced and kept beside its load counters in one cache line; the
+// per-pod filters run as one pass; the ttft picker reads and scores pods a
+// depth group at a time, deepest first, and estimates only those a lower
+// bound does not rule out of the best few or of the tie (within TieMs of
+// the best, where the hash may pick any of them) (pricing.go), exactly as
+// estimating every pod would decide; and DecideInto and PlaceInto reuse the caller's decision,
+// allocating nothing.
 //
 // Baseline pickers (round_robin, least_loaded, session_hash) run behind the
 // same filters, so operators can compare like with like, and so do the fair

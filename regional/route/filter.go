@@ -11,22 +11,36 @@ type filter interface {
 	apply(c *cycle)
 }
 
+// newFilters builds the configured filters in order. Filters that judge
+// each pod on its own (alive, model, healthy) and follow one another run
+// as one pass (podFilters), which drops a pod under the name of the first
+// of them it fails: what running them one after the other would count.
 func newFilters(cfg Config) []filter {
 	out := make([]filter, 0, len(cfg.Filters))
+	var run podFilters
+	flush := func() {
+		if len(run) > 0 {
+			out = append(out, run)
+			run = nil
+		}
+	}
 	for _, name := range cfg.Filters {
 		switch name {
 		case FilterAlive:
-			out = append(out, aliveFilter{})
+			run = append(run, checkAlive)
 		case FilterModel:
-			out = append(out, modelFilter{})
+			run = append(run, checkModel)
 		case FilterHealthy:
-			out = append(out, healthyFilter{})
+			run = append(run, checkHealthy)
 		case FilterBoundedLoad:
+			flush()
 			out = append(out, boundedLoadFilter{factor: cfg.BoundedLoadFactor})
 		case FilterNewSession:
+			flush()
 			out = append(out, newSessionFilter{})
 		}
 	}
+	flush()
 	return out
 }
 
@@ -52,33 +66,89 @@ func (saltFilter) apply(c *cycle) {
 	}
 }
 
-// aliveFilter keeps the pods live in the index (a removed pod leaves the
-// index at once, before the registry snapshot a decision read changes) with
-// a known endpoint (a pod known only from its KV events, or whose
-// announcement was not believed, cannot be sent a request) that has not
-// lapsed (its announcement ran out and it did not answer).
-type aliveFilter struct{}
+// A check is a filter that judges each pod on its own.
+type check uint8
 
-func (aliveFilter) apply(c *cycle) {
-	c.keep(FilterAlive, func(p *Pod) bool { return c.d.idx.Alive(p.ID) && p.Info().Endpoint != "" && !p.Lapsed() })
+const (
+	// checkAlive keeps the pods live in the index (a removed pod leaves
+	// the index at once, before the registry snapshot a decision read
+	// changes) with a known endpoint (a pod known only from its KV events,
+	// or whose announcement was not believed, cannot be sent a request)
+	// that has not lapsed (its announcement ran out and it did not answer).
+	checkAlive check = iota
+	// checkModel keeps the pods that serve the requested model (a pod or a
+	// request that names none matches any).
+	checkModel
+	// checkHealthy keeps the pods outlier detection has not ejected.
+	checkHealthy
+)
+
+var checkNames = [...]string{checkAlive: FilterAlive, checkModel: FilterModel, checkHealthy: FilterHealthy}
+
+// podFilters runs checks in order in one pass over the candidates. It also
+// sums what bounded_load needs of the pods it keeps (c.load).
+type podFilters []check
+
+func (f podFilters) apply(c *cycle) {
+	var dropped [len(checkNames)]int
+	now := c.now.UnixNano()
+	model, anyModel := -1, c.req.Model == ""
+	if m, ok := c.cat.models[c.req.Model]; ok {
+		model = m // else only pods that name no model serve it
+	}
+	var total int64
+	var speeds float64
+	n := 0
+pods:
+	for _, p := range c.pods {
+		for _, k := range f {
+			var ok bool
+			switch k {
+			case checkAlive:
+				ok = c.d.idx.Alive(p.ID) && p.hasEndpoint() && !p.lapsed.Load()
+			case checkModel:
+				m := p.model()
+				ok = anyModel || m == 0 || m == model
+			case checkHealthy:
+				ok = now >= p.ejectedTo.Load()
+			}
+			if !ok {
+				dropped[k]++
+				continue pods
+			}
+		}
+		c.pods[n] = p
+		n++
+		total += p.InFlight()
+		speeds += c.speedOf(p)
+	}
+	for k, d := range dropped {
+		c.count(checkNames[k], d)
+	}
+	c.pods = c.pods[:n]
+	c.load = loadSums{pods: n, inflight: total, speeds: speeds}
 }
 
-// modelFilter keeps the pods that serve the requested model (a pod or a
-// request that names none matches any).
-type modelFilter struct{}
+// aliveFilter, modelFilter and healthyFilter are the checks on their own.
+type (
+	aliveFilter   struct{}
+	modelFilter   struct{}
+	healthyFilter struct{}
+)
 
-func (modelFilter) apply(c *cycle) {
-	c.keep(FilterModel, func(p *Pod) bool {
-		m := p.Info().Model
-		return c.req.Model == "" || m == "" || m == c.req.Model
-	})
-}
+func (aliveFilter) apply(c *cycle)   { podFilters{checkAlive}.apply(c) }
+func (modelFilter) apply(c *cycle)   { podFilters{checkModel}.apply(c) }
+func (healthyFilter) apply(c *cycle) { podFilters{checkHealthy}.apply(c) }
 
-// healthyFilter keeps the pods outlier detection has not ejected.
-type healthyFilter struct{}
-
-func (healthyFilter) apply(c *cycle) {
-	c.keep(FilterHealthy, func(p *Pod) bool { return !p.Ejected(c.now) })
+// loadSums are the candidates' requests in flight (Pod.InFlight: this
+// replica's and the region's other replicas') and prefill speeds,
+// summed in candidate order; valid while pods equals the number of
+// candidates (filters only ever drop pods, so the count changes whenever
+// the set does).
+type loadSums struct {
+	pods     int
+	inflight int64
+	speeds   float64
 }
 
 // boundedLoadFilter keeps the pods under their load bound: in flight + 1 <=
@@ -89,19 +159,32 @@ func (healthyFilter) apply(c *cycle) {
 type boundedLoadFilter struct{ factor float64 }
 
 func (f boundedLoadFilter) apply(c *cycle) {
-	var total int64
-	var sum float64
-	for _, p := range c.pods {
-		total += p.InFlight()
-		sum += c.speedOf(p)
+	if c.load.pods != len(c.pods) {
+		var total int64
+		var speeds float64
+		for _, p := range c.pods {
+			total += p.InFlight()
+			speeds += c.speedOf(p)
+		}
+		c.load = loadSums{pods: len(c.pods), inflight: total, speeds: speeds}
 	}
+	total, sum := c.load.inflight, c.load.speeds
 	if len(c.pods) == 0 || sum <= 0 {
 		return
 	}
-	c.keep(FilterBoundedLoad, func(p *Pod) bool {
-		limit := int64(f.factor*float64(total+1)*c.speedOf(p)/sum + 0.999999)
-		return p.InFlight()+1 <= limit
-	})
+	// The bound depends on the pod only through its profile's speed.
+	for i := range c.profs {
+		pt := &c.profs[i]
+		pt.limit = int64(f.factor*float64(total+1)*pt.speed/sum + 0.999999)
+	}
+	n := 0
+	for _, p := range c.pods {
+		if p.InFlight()+1 <= c.profs[p.profile()].limit {
+			c.pods[n] = p
+			n++
+		}
+	}
+	c.kept(FilterBoundedLoad, n)
 }
 
 // newSessionFilter places the first request of a session (an id not pinned
@@ -118,7 +201,12 @@ func (newSessionFilter) apply(c *cycle) {
 	for _, p := range c.pods {
 		least = min(least, float64(p.InFlight())/c.speedOf(p))
 	}
-	c.keep(FilterNewSession, func(p *Pod) bool {
-		return float64(p.InFlight())/c.speedOf(p) <= least+1/c.speedOf(p)
-	})
+	n := 0
+	for _, p := range c.pods {
+		if s := c.speedOf(p); float64(p.InFlight())/s <= least+1/s {
+			c.pods[n] = p
+			n++
+		}
+	}
+	c.kept(FilterNewSession, n)
 }

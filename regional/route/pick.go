@@ -2,11 +2,9 @@ package route
 
 import (
 	"encoding/binary"
-	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
 )
 
@@ -18,7 +16,7 @@ type picker interface {
 
 func newPickers(cfg Config, scorers []scorer) map[string]picker {
 	return map[string]picker{
-		PolicyTTFT:        ttftPicker{scorers: scorers, tierWeights: cfg.TierWeights, topK: cfg.TopK, tieMs: cfg.TieMs},
+		PolicyTTFT:        &ttftPicker{scoring: newScoring(scorers), tierWeights: cfg.TierWeights, topK: cfg.TopK, tieMs: cfg.TieMs},
 		PolicyRoundRobin:  roundRobinPicker{},
 		PolicyLeastLoaded: leastLoadedPicker{},
 		PolicySessionHash: sessionHashPicker{},
@@ -93,8 +91,14 @@ func (sessionHashPicker) pick(c *cycle, dec *Decision) int {
 // the one with the highest rendezvous hash of (the request's tie key, pod)
 // wins (see tieKey: the session id first, so a session's turns prefer one
 // pod). Exact ties (an idle, cold region) still spread, by the key.
+//
+// Only what can win is priced (see pricing.go): candidates are read and
+// scored a depth group at a time, deepest first, and estimated by the cost
+// model only while a lower bound does not rule them out of the best few or
+// of the tie (within tieMs of the best). The outcome is exactly that of
+// estimating every candidate (TestDecideMatchesNaive).
 type ttftPicker struct {
-	scorers     []scorer
+	scoring     scoring
 	tierWeights [index.NumTiers]float64
 	topK        int
 	tieMs       float64
@@ -118,103 +122,89 @@ func tieKey(req *Request) uint64 {
 func rendezvous(key uint64, pod string) uint64 {
 	var b [8]byte
 	binary.LittleEndian.PutUint64(b[:], key)
-	h := xxhash.New()
+	var h xxhash.Digest
+	h.Reset()
 	_, _ = h.Write(b[:])
 	_, _ = h.WriteString(pod)
 	return h.Sum64()
 }
 
-func (t ttftPicker) pick(c *cycle, dec *Decision) int {
+func (t *ttftPicker) pick(c *cycle, dec *Decision) int {
 	d, n := c.d, len(c.pods)
-	c.order, c.cands, c.rates = c.order[:0], c.cands[:0], c.rates[:0]
-	for i := 0; i < n; i++ {
-		p := c.pods[i]
-		info := p.Info()
-		rate, _ := d.model.RateFor(info.Profile, p.Name)
-		c.order = append(c.order, p)
-		c.rates = append(c.rates, rate)
-		c.cands = append(c.cands, gorgo.Candidate{Pod: p.Name, Profile: info.Profile,
-			PromptTokens: c.req.PromptTokens, Running: int(p.InFlight())})
-	}
-	for _, s := range t.scorers {
-		s.score(c)
-	}
-	d.model.Choose(c.cands, nil, c.now, &c.dec)
-	best := c.dec.Winner
-
-	order := t.lowest(c, min(max(t.topK, 2), n))
-	if best >= 0 {
-		for _, ci := range order {
-			cand := &c.cands[ci]
-			p := c.order[ci]
-			matched := c.matched(p)
-			if matched == 0 || cand.CachedTokens == 0 {
-				continue
-			}
-			tc := d.idx.TierProfile(p.ID, c.req.Chain[:matched])
-			if tc[index.TierGPU] == matched {
-				continue
-			}
-			w := 0.0
-			for tier, k := range tc {
-				w += float64(k) * t.tierWeights[tier]
-			}
-			cand.CachedTokens = int(float64(cand.CachedTokens) * w / float64(matched))
-			c.dec.Estimates[ci] = d.model.Estimate(cand)
+	c.layout(&t.scoring)
+	// The lowest estimate first, the earliest among equals: the cost
+	// model's own choice among local candidates.
+	order := append(c.top[:0], c.lowest(min(max(t.topK, 2), n))...)
+	best := order[0]
+	for _, ci := range order {
+		p := c.order[ci]
+		matched := c.matched(p)
+		tm := &c.terms[ci]
+		if matched == 0 || tm.cached == 0 {
+			continue
 		}
-		for _, ci := range order {
-			if c.dec.Estimates[ci].TotalMs < c.dec.Estimates[best].TotalMs {
-				best = ci
-			}
+		tc := d.idx.TierProfile(p.ID, c.req.Chain[:matched])
+		if tc[index.TierGPU] == matched {
+			continue
 		}
-		key := tieKey(c.req)
-		bound, bestH := c.dec.Estimates[best].TotalMs+t.tieMs, rendezvous(key, c.order[best].Name)
-		for i := range c.cands {
-			if e := c.dec.Estimates[i]; i != best && e.Excluded == "" && e.TotalMs <= bound {
-				if h := rendezvous(key, c.order[i].Name); h > bestH {
-					best, bestH = i, h
-				}
-			}
+		w := 0.0
+		for tier, k := range tc {
+			w += float64(k) * t.tierWeights[tier]
+		}
+		tm.cached = int(float64(tm.cached) * w / float64(matched))
+		cand := c.candidate(ci)
+		c.est[ci] = d.model.Estimate(&cand)
+	}
+	for _, ci := range order {
+		if c.est[ci].TotalMs < c.est[best].TotalMs {
+			best = ci
 		}
 	}
+	best = c.breakTie(best, t.tieMs)
 	dec.Reason = "lowest_ttft"
-	if c.cands[best].CachedTokens == 0 {
+	if c.terms[best].cached == 0 {
 		dec.Reason = "lowest_ttft_no_prefix"
 	}
-	dec.CachedTokens = c.cands[best].CachedTokens
-	dec.EstimateMs = c.dec.Estimates[best].TotalMs
-	dec.Candidate = c.cands[best]
+	dec.CachedTokens = c.terms[best].cached
+	dec.EstimateMs = c.est[best].TotalMs
+	dec.Candidate = c.candidate(best)
 	if k := min(t.topK, n); k < len(order) {
-		order = t.lowest(c, k)
+		order = append(order[:0], c.lowest(k)...)
 	}
+	c.top = order
 	for _, ci := range order {
 		p := c.order[ci]
 		dec.Top = append(dec.Top, CandidateScore{
-			Pod: p.Name, Endpoint: p.Info().Endpoint, MatchedBlocks: c.matched(p),
-			CachedTokens: c.cands[ci].CachedTokens, Load: p.Load(), Estimate: c.dec.Estimates[ci],
+			Pod: p.Name, Endpoint: p.info.Load().Endpoint, MatchedBlocks: c.matched(p),
+			CachedTokens: c.terms[ci].cached, Load: p.Load(), Estimate: c.est[ci],
 		})
 	}
 	return best
 }
 
-// lowest returns the indexes of the k candidates with the lowest totals
-// (ties: earlier first), by selection: k is small.
-func (ttftPicker) lowest(c *cycle, k int) []int {
-	out := make([]int, 0, k)
-	for len(out) < k {
-		best := -1
-		for i := range c.cands {
-			if slices.Contains(out, i) {
-				continue
-			}
-			if best < 0 || c.dec.Estimates[i].TotalMs < c.dec.Estimates[best].TotalMs {
-				best = i
-			}
+// breakTie returns the winner of the tie around best, the lowest estimate:
+// of every candidate whose estimate is within tieMs of best's (best's own
+// included), the one with the highest rendezvous hash of the request's tie
+// key and its pod. A candidate the pricing has not estimated may be in the
+// tie (a bound is not an estimate, and tieMs widens the tie past the best
+// few), so every candidate whose bound or floor does not rule it out is
+// estimated first (within).
+func (c *cycle) breakTie(best int, tieMs float64) int {
+	limit := c.est[best].TotalMs + tieMs
+	c.within(limit)
+	key := tieKey(c.req)
+	var bestH uint64
+	hashed := false
+	for _, i := range c.evals {
+		if e := &c.est[i]; i == best || e.Excluded != "" || !(e.TotalMs <= limit) {
+			continue
 		}
-		if best < 0 {
-			break
+		if !hashed {
+			bestH, hashed = rendezvous(key, c.order[best].Name), true
 		}
-		out = append(out, best)
+		if h := rendezvous(key, c.order[i].Name); h > bestH {
+			best, bestH = i, h
+		}
 	}
-	return out
+	return best
 }

@@ -132,7 +132,8 @@ func TestNewSessionFilter(t *testing.T) {
 // scored runs the ttft picker's candidate set-up with only the scorer s.
 func scored(f *fixture, r *Request, s scorer) *cycle {
 	c := f.cycle(r)
-	ttftPicker{scorers: []scorer{s}, topK: 1}.pick(c, &Decision{})
+	(&ttftPicker{scoring: newScoring([]scorer{s}), topK: 1}).pick(c, &Decision{})
+	c.priceAll() // the picker prices only what can win
 	return c
 }
 
@@ -140,7 +141,7 @@ func candOf(t *testing.T, c *cycle, pod string) gorgo.Candidate {
 	t.Helper()
 	for i, p := range c.order {
 		if p.Name == pod {
-			return c.cands[i]
+			return c.candidate(i)
 		}
 	}
 	t.Fatalf("no candidate %s", pod)
@@ -251,7 +252,7 @@ func TestPickers(t *testing.T) {
 	_ = f.idx.Register(f.pod(t, "pod-2").ID, index.TierGPU, cc)
 	c = f.cycle(req(cc))
 	dec := &Decision{}
-	tp := f.dec.pickers[PolicyTTFT]
+	tp := f.dec.pipe.Load().pickers[PolicyTTFT]
 	if got := c.pods[tp.pick(c, dec)].Name; got != "pod-2" || dec.Reason != "lowest_ttft" || len(dec.Top) != 3 || dec.Top[0].Pod != "pod-2" {
 		t.Fatalf("ttft chose %s: %+v", got, dec)
 	}

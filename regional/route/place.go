@@ -37,39 +37,52 @@ var ErrNoRegion = errors.New("no allowed region can serve the request")
 // it; a caller that serves the placement counts it with Record. Place
 // changes no session or load accounting either.
 func (d *Decider) Place(req *Request, region string, local bool, remotes []gorgo.Candidate, shares *gorgo.ShareTracker) (*Placement, error) {
-	now := d.now()
 	pl := &Placement{}
+	err := d.PlaceInto(req, region, local, remotes, shares, pl)
+	return pl, err
+}
+
+// PlaceInto is Place writing into dst, reusing its Local decision, its
+// Candidates and its estimates: with a dst kept from an earlier placement
+// it allocates nothing (TestDecideAllocs). dst is overwritten whole.
+func (d *Decider) PlaceInto(req *Request, region string, local bool, remotes []gorgo.Candidate, shares *gorgo.ShareTracker, dst *Placement) error {
+	now := d.now()
+	spare := dst.Local
+	*dst = Placement{Candidates: dst.Candidates[:0], Cost: gorgo.Decision{Estimates: dst.Cost.Estimates}}
 	var localErr error
 	if local {
-		dec, err := d.Decide(req)
-		if err == nil {
-			pl.Local = dec
+		dec := spare
+		if dec == nil {
+			dec = &Decision{}
+		}
+		localErr = d.DecideInto(req, dec)
+		if localErr == nil {
+			dst.Local = dec
 			c := dec.Candidate
 			c.Region, c.Remote = region, false
-			pl.Candidates = append(pl.Candidates, c)
+			dst.Candidates = append(dst.Candidates, c)
 		}
-		localErr = err
 	}
-	pl.Candidates = append(pl.Candidates, remotes...)
+	dst.Candidates = append(dst.Candidates, remotes...)
 	var view gorgo.ShareView
 	if shares != nil {
 		view = shares
 	}
-	d.model.Choose(pl.Candidates, view, now, &pl.Cost)
-	if pl.Cost.Winner < 0 {
+	d.model.Choose(dst.Candidates, view, now, &dst.Cost)
+	if dst.Cost.Winner < 0 {
 		if localErr != nil {
-			return pl, fmt.Errorf("%w: local: %v", ErrNoRegion, localErr)
+			return fmt.Errorf("%w: local: %v", ErrNoRegion, localErr)
 		}
-		return pl, ErrNoRegion
+		return ErrNoRegion
 	}
-	w := pl.Candidates[pl.Cost.Winner]
-	pl.Reason = pl.Cost.Reason
+	w := dst.Candidates[dst.Cost.Winner]
+	dst.Reason = dst.Cost.Reason
 	if w.Remote {
-		pl.Region, pl.Remote = w.Region, true
+		dst.Region, dst.Remote = w.Region, true
 	} else {
-		pl.Region = region
+		dst.Region = region
 	}
-	return pl, nil
+	return nil
 }
 
 // Record counts a placement that is being served in the remote-share

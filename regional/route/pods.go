@@ -1,6 +1,7 @@
 package route
 
 import (
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -37,29 +38,35 @@ func (i PodInfo) SaltBlind() bool { return i.Engine == "trtllm" }
 
 // Pod is one pod with its live load accounting and health. Load counters are
 // the router's own in-flight accounting — fresher than any engine metric.
+//
+// A decision reads the fields from ID to lapsed of every pod: they come
+// first, within one cache line, so a pass over the region's pods reads one
+// line per pod.
 type Pod struct {
-	Name string
-	ID   index.PodID
-	info atomic.Pointer[PodInfo]
+	ID index.PodID
 
-	inflight       atomic.Int64  // requests routed here and not finished
-	pendingPrefill atomic.Int64  // uncached prompt tokens of requests before their first byte
-	prefillBusy    atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
-	kvUtil         atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
-	engineRunning  atomic.Int64  // scraped: requests the engine says it runs (-1: unknown)
-	engineWaiting  atomic.Int64  // scraped: requests the engine says are queued (-1: unknown)
-	outstanding    atomic.Int64  // prompt tokens of requests routed here and not finished
-	routed         atomic.Int64  // requests routed here, ever
-
-	// What the region's other replicas last reported of their own
-	// accounting (Registry.SetPeerLoads), summed over them.
+	inflight atomic.Int64 // requests routed here and not finished
+	// peerInflight is what the region's other replicas last reported in
+	// flight here (Registry.SetPeerLoads), summed over them: InFlight adds
+	// it to inflight, and every decision reads both of every pod.
 	peerInflight atomic.Int64
-	peerPending  atomic.Int64
+	prefillBusy  atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
+	kvUtil       atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
+	ejectedTo    atomic.Int64  // unix nanos: ejected until then
+	// desc is what the filters and scorers need of the pod's PodInfo,
+	// worked out when it is announced (see catalog.describe).
+	desc   atomic.Uint64
+	lapsed atomic.Bool // its announcement ran out and it does not answer
 
-	ejectedTo atomic.Int64 // unix nanos: ejected until then
-
-	contactAt atomic.Int64 // unix nanos: the pod last answered (a scrape, a request)
-	lapsed    atomic.Bool  // its announcement ran out and it does not answer
+	info           atomic.Pointer[PodInfo]
+	Name           string
+	pendingPrefill atomic.Int64 // uncached prompt tokens of requests before their first byte
+	peerPending    atomic.Int64 // the other replicas' pendingPrefill here, as last reported, summed
+	outstanding    atomic.Int64 // prompt tokens of requests routed here and not finished
+	routed         atomic.Int64 // requests routed here, ever
+	engineRunning  atomic.Int64 // scraped: requests the engine says it runs (-1: unknown)
+	engineWaiting  atomic.Int64 // scraped: requests the engine says are queued (-1: unknown)
+	contactAt      atomic.Int64 // unix nanos: the pod last answered (a scrape, a request)
 
 	backlogMu sync.Mutex
 	shift     int64 // nanos the backlog model has been shifted by first bytes, in all
@@ -67,10 +74,75 @@ type Pod struct {
 	mu        sync.Mutex
 	fails     int // consecutive 5xx or connection failures
 	ejections int // consecutive ejections (the ejection time grows with them)
+
+	// Pad to a size class of whole cache lines, so the hot fields of each
+	// pod start a line (TestPodLayout).
+	_ [podPad]byte
 }
+
+// podPad rounds Pod up to whole cache lines (TestPodLayout).
+const podPad = 8
 
 // Info returns the pod's current description.
 func (p *Pod) Info() PodInfo { return *p.info.Load() }
+
+// A pod's desc packs its profile's number, its model's number (both in
+// the registry's catalog) and whether it has an endpoint.
+const (
+	descBits     = 24
+	descMask     = 1<<descBits - 1
+	descEndpoint = 1 << (2 * descBits)
+)
+
+func (p *Pod) profile() int      { return int(p.desc.Load() & descMask) }
+func (p *Pod) hasEndpoint() bool { return p.desc.Load()&descEndpoint != 0 }
+func (p *Pod) model() int        { return int(p.desc.Load() >> descBits & descMask) }
+
+// describe publishes info as the pod's description.
+func (p *Pod) describe(cat *catalog, info PodInfo) {
+	d := uint64(cat.profile(info.Profile)) | uint64(cat.models[info.Model])<<descBits
+	if info.Endpoint != "" {
+		d |= descEndpoint
+	}
+	// Info first: a decision that sees the new desc then reads the new
+	// info (it may see the new info with the old desc, as it may see any
+	// change land between two reads).
+	p.info.Store(&info)
+	p.desc.Store(d)
+}
+
+// catalog numbers the hardware profile and model names pods have
+// announced, so a decision resolves each profile once (not once per pod)
+// and compares models as numbers. It is immutable once published; a new
+// name publishes a copy (names are few and only ever added).
+type catalog struct {
+	profiles []string
+	byName   map[string]int // profile name -> number
+	models   map[string]int // model name -> number; "" is 0
+}
+
+func (cat *catalog) profile(name string) int { return cat.byName[name] }
+
+// with returns cat itself when it knows both names, else a copy that does.
+func (cat *catalog) with(profile, model string) *catalog {
+	_, okP := cat.byName[profile]
+	_, okM := cat.models[model]
+	if okP && okM {
+		return cat
+	}
+	if len(cat.profiles) >= descMask || len(cat.models) >= descMask {
+		panic("route: more than 2^24 distinct profile or model names")
+	}
+	n := &catalog{profiles: slices.Clone(cat.profiles), byName: maps.Clone(cat.byName), models: maps.Clone(cat.models)}
+	if !okP {
+		n.byName[profile] = len(n.profiles)
+		n.profiles = append(n.profiles, profile)
+	}
+	if !okM {
+		n.models[model] = len(n.models)
+	}
+	return n
+}
 
 // Load is a snapshot of a pod's load.
 type Load struct {
@@ -262,8 +334,9 @@ type Registry struct {
 	idx   *index.Index
 	mu    sync.Mutex
 	pods  map[string]*Pod
-	snap  atomic.Pointer[[]*Pod] // sorted by name
-	peers map[string]*peerReport // the region's other replicas, by id
+	snap  atomic.Pointer[[]*Pod]  // sorted by name
+	cat   atomic.Pointer[catalog] // replaced under mu
+	peers map[string]*peerReport  // the region's other replicas, by id
 }
 
 // PeerLoad is one pod's load as another replica of the region accounts
@@ -297,7 +370,19 @@ func NewRegistry(idx *index.Index) *Registry {
 	r := &Registry{idx: idx, pods: map[string]*Pod{}, peers: map[string]*peerReport{}}
 	empty := []*Pod{}
 	r.snap.Store(&empty)
+	r.cat.Store(&catalog{byName: map[string]int{}, models: map[string]int{"": 0}})
 	return r
+}
+
+// catalog returns the current names of profiles and models.
+func (r *Registry) catalog() *catalog { return r.cat.Load() }
+
+// describe publishes info as p's description, adding its names to the
+// catalog first. Requires r.mu.
+func (r *Registry) describe(p *Pod, info PodInfo) {
+	cat := r.cat.Load().with(info.Profile, info.Model)
+	r.cat.Store(cat)
+	p.describe(cat, info)
 }
 
 // SetPeerLoads replaces what the replica peer last reported of its own
@@ -392,7 +477,7 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 		}
 		restarted = info.Epoch != 0 && cur.Epoch != 0 && info.Epoch != cur.Epoch
 		if *cur != info {
-			old.info.Store(&info)
+			r.describe(old, info)
 		}
 		return old, restarted, nil
 	}
@@ -403,7 +488,7 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 	p = &Pod{Name: info.Name, ID: id}
 	p.engineRunning.Store(-1)
 	p.engineWaiting.Store(-1)
-	p.info.Store(&info)
+	r.describe(p, info)
 	r.pods[info.Name] = p
 	r.sumPeersLocked()
 	r.publish()

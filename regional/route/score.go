@@ -1,13 +1,14 @@
 package route
 
-import "math"
-
-// A scorer prices one term of every candidate's expected time to first
-// token (in milliseconds, times its weight) into the cost model's view of
-// it: c.cands[i] is c.order[i]. Scorers run in a fixed order (prefix, queue,
-// running, kv_util, affinity); one with weight 0 does not run.
+// A scorer prices one term of a candidate's expected time to first token
+// (in milliseconds, times its weight) into its terms. Scorers run in a
+// fixed order (prefix, queue, running, kv_util, affinity); one with weight
+// 0 does not run. The ttft picker runs them all for one candidate before
+// the next (see scoring): one pass over the candidates, not one per
+// scorer.
 type scorer interface {
-	score(c *cycle)
+	// term prices candidate i (c.order[i]), whose terms are t.
+	term(c *cycle, i int, t *terms)
 }
 
 func newScorers(cfg Config) []scorer {
@@ -32,15 +33,61 @@ func newScorers(cfg Config) []scorer {
 	return out
 }
 
+// scoring is a list of scorers sorted by kind, so that pricing a candidate
+// calls each directly (no dynamic dispatch in the per-candidate loop).
+type scoring struct {
+	prefix   *prefixScorer
+	queue    *queueScorer
+	running  *runningScorer
+	kvUtil   *kvUtilScorer
+	affinity *affinityScorer
+}
+
+func newScoring(scorers []scorer) scoring {
+	var s scoring
+	for _, sc := range scorers {
+		switch sc := sc.(type) {
+		case prefixScorer:
+			s.prefix = &sc
+		case queueScorer:
+			s.queue = &sc
+		case runningScorer:
+			s.running = &sc
+		case kvUtilScorer:
+			s.kvUtil = &sc
+		case affinityScorer:
+			s.affinity = &sc
+		}
+	}
+	return s
+}
+
+// price runs the scorers, in their order, on candidate i.
+func (s *scoring) price(c *cycle, i int, t *terms) {
+	if s.prefix != nil {
+		s.prefix.term(c, i, t)
+	}
+	if s.queue != nil {
+		s.queue.term(c, i, t)
+	}
+	if s.running != nil {
+		s.running.term(c, i, t)
+	}
+	if s.kvUtil != nil {
+		s.kvUtil.term(c, i, t)
+	}
+	if s.affinity != nil {
+		s.affinity.term(c, i, t)
+	}
+}
+
 // prefixScorer counts the pod's exact cached prefix (from the index) toward
 // the prefill it saves: weight 1 counts every cached token. The ttft picker
 // then weights the best few by the tier each block is held in.
 type prefixScorer struct{ weight float64 }
 
-func (s prefixScorer) score(c *cycle) {
-	for i, p := range c.order {
-		c.cands[i].CachedTokens = min(int(float64(c.cached(p))*s.weight), c.req.PromptTokens)
-	}
+func (s prefixScorer) term(c *cycle, _ int, t *terms) {
+	t.cached = min(int(float64(c.cachedAt(t.slot))*s.weight), c.req.PromptTokens)
 }
 
 // queueScorer is the prefill work already routed to the pod and not yet
@@ -48,31 +95,25 @@ func (s prefixScorer) score(c *cycle) {
 // tokens at the pod's current rate.
 type queueScorer struct{ weight float64 }
 
-func (s queueScorer) score(c *cycle) {
-	for i, p := range c.order {
-		c.cands[i].PendingPrefillTokens = int(float64(BacklogTokens(p, c.now, c.rates[i])) * s.weight)
-	}
+func (s queueScorer) term(c *cycle, i int, t *terms) {
+	t.pending = int(float64(backlogTokens(c.order[i], t.busy, c.now, t.rate)) * s.weight)
 }
 
 // runningScorer costs each request in flight on the pod a little: each one
 // slows the engine's batch steps.
 type runningScorer struct{ perRequestMs float64 }
 
-func (s runningScorer) score(c *cycle) {
-	for i, p := range c.order {
-		c.cands[i].ExtraMs += s.perRequestMs * float64(p.InFlight())
-	}
+func (s runningScorer) term(_ *cycle, _ int, t *terms) {
+	t.extra += s.perRequestMs * float64(t.running)
 }
 
 // kvUtilScorer costs a pod whose scraped KV cache is past 80% full, linearly
 // up to fullMs at 100%: new prefixes there evict others.
 type kvUtilScorer struct{ fullMs float64 }
 
-func (s kvUtilScorer) score(c *cycle) {
-	for i, p := range c.order {
-		if u := math.Float64frombits(p.kvUtil.Load()); u > 0.8 {
-			c.cands[i].ExtraMs += s.fullMs * (u - 0.8) / 0.2
-		}
+func (s kvUtilScorer) term(_ *cycle, _ int, t *terms) {
+	if t.kv > 0.8 {
+		t.extra += s.fullMs * (t.kv - 0.8) / 0.2
 	}
 }
 
@@ -86,13 +127,9 @@ type affinityScorer struct {
 	thick                        int
 }
 
-func (s affinityScorer) score(c *cycle) {
-	if !c.pin.ok || c.pin.inflight >= s.thick {
+func (s affinityScorer) term(c *cycle, i int, t *terms) {
+	if !c.pin.ok || c.pin.inflight >= s.thick || c.order[i].Name != c.pin.pod {
 		return
 	}
-	for i, p := range c.order {
-		if p.Name == c.pin.pod {
-			c.cands[i].ExtraMs -= s.weight * (s.bonusMs + s.cacheWeight*float64(c.cached(p))*c.rates[i])
-		}
-	}
+	t.extra -= s.weight * (s.bonusMs + s.cacheWeight*float64(c.cachedAt(t.slot))*t.rate)
 }

@@ -11,6 +11,14 @@
 // loaded from a model directory's `tokenizer_config.json` or named in Config;
 // without a template it uses a built-in ChatML template.
 //
+// The templates of the common model families (ChatML, Qwen2.5, Llama 3,
+// Mistral and Mixtral, Gemma, DeepSeek-R1) are recognised by their exact
+// source when a Template is built and rendered by Go code instead
+// (compiled.go: no interpreter, no per-message maps); TestCompiledMatchesGonja
+// and FuzzCompiledTemplates require the same bytes, and the same refusals,
+// as gonja's rendering of the same source. Any other template, or an edited
+// copy of a known one, is rendered by gonja.
+//
 // How the engine tokenizes, and therefore how this package does:
 //   - chat: the messages are rendered with the template (add_generation_prompt
 //     true unless the request says otherwise) and the text is encoded without
@@ -40,6 +48,15 @@
 // and with the library itself wherever the library's split is standard.
 // Other encodings, and text that is not valid UTF-8, go through the
 // library.
+//
+// # Request bodies
+//
+// ParseBody reads what routing needs of a request body (model, stream and
+// the prompt fields) in one pass, checking the rest for syntax without
+// decoding it; the body is forwarded as it came. It fails on exactly the
+// bodies json.Unmarshal fails on and otherwise decodes the same values,
+// which TestPropertyParseBody and FuzzParseBody check against
+// encoding/json itself.
 //
 // Invariants:
 //   - Encode is deterministic and safe for concurrent use; two Models built

@@ -19,7 +19,8 @@ import (
 // valid UTF-8 (which the library's regexp engine rewrites to U+FFFD) is
 // left to the library.
 type fastBPE struct {
-	ranks map[string]uint32
+	ranks map[string]uint32 // the reference (tests); table is read instead
+	table *rankTable
 	split func(s string, i int) int // end of the piece that starts at i
 }
 
@@ -29,6 +30,13 @@ type fastBPE struct {
 var rankTables = map[string]func() map[string]uint32{
 	Cl100kBase: sync.OnceValue(func() map[string]uint32 { return readRanks(Cl100kBase) }),
 	O200kBase:  sync.OnceValue(func() map[string]uint32 { return readRanks(O200kBase) }),
+}
+
+// rankLookups are the same ranks as rankTables, as rankTable (nil: keep
+// to the map), built at most once per process.
+var rankLookups = map[string]func() *rankTable{
+	Cl100kBase: sync.OnceValue(func() *rankTable { return newRankTable(rankTables[Cl100kBase]()) }),
+	O200kBase:  sync.OnceValue(func() *rankTable { return newRankTable(rankTables[O200kBase]()) }),
 }
 
 // codecs holds each encoding's library codec, built at most once per
@@ -76,9 +84,9 @@ func readRanks(encoding string) map[string]uint32 {
 func newFastBPE(encoding string) *fastBPE {
 	switch encoding {
 	case Cl100kBase:
-		return &fastBPE{ranks: rankTables[encoding](), split: splitCl100k}
+		return &fastBPE{ranks: rankTables[encoding](), table: rankLookups[encoding](), split: splitCl100k}
 	case O200kBase:
-		return &fastBPE{ranks: rankTables[encoding](), split: splitO200k}
+		return &fastBPE{ranks: rankTables[encoding](), table: rankLookups[encoding](), split: splitO200k}
 	}
 	return nil
 }
@@ -97,7 +105,7 @@ func (f *fastBPE) appendEncode(dst []uint32, text string) []uint32 {
 // piece when it is a token, else its bytes merged pair by pair, the pair of
 // lowest rank first (the leftmost among equals).
 func (f *fastBPE) appendPiece(dst []uint32, piece string) []uint32 {
-	if id, ok := f.ranks[piece]; ok {
+	if id, ok := f.get(piece); ok {
 		return append(dst, id)
 	}
 	if len(piece) <= smallPiece {
@@ -117,10 +125,25 @@ const smallPiece = 64
 const noRank = math.MaxUint32
 
 func (f *fastBPE) rank(piece string) uint32 {
-	if r, ok := f.ranks[piece]; ok {
+	if r, ok := f.get(piece); ok {
 		return r
 	}
 	return noRank
+}
+
+// get returns the rank of piece.
+func (f *fastBPE) get(piece string) (uint32, bool) {
+	if f.table != nil {
+		return f.table.get(piece)
+	}
+	r, ok := f.ranks[piece]
+	return r, ok
+}
+
+// id is the rank of a part the merges left, which is always a token.
+func (f *fastBPE) id(part string) uint32 {
+	r, _ := f.get(part)
+	return r
 }
 
 // mergeScan merges with a linear scan per merge (O(n^2), fine for short
@@ -159,7 +182,7 @@ func (f *fastBPE) mergeScan(dst []uint32, piece string, bounds []int32) []uint32
 		}
 	}
 	for i := 0; i+1 < len(bounds); i++ {
-		dst = append(dst, f.ranks[piece[bounds[i]:bounds[i+1]]])
+		dst = append(dst, f.id(piece[bounds[i]:bounds[i+1]]))
 	}
 	return dst
 }
@@ -245,7 +268,7 @@ func (f *fastBPE) mergeHeap(dst []uint32, piece string, s *mergeScratch) []uint3
 	}
 	s.heap = h
 	for i := int32(0); next[i] >= 0; i = next[i] {
-		dst = append(dst, f.ranks[piece[i:next[i]]])
+		dst = append(dst, f.id(piece[i:next[i]]))
 	}
 	return dst
 }
@@ -383,28 +406,30 @@ func whitespaceTail(s string, i int) int {
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|
 // ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 func splitCl100k(s string, i int) int {
+	// The common case, a word with or without its leading space or
+	// punctuation, in ASCII: decided from a table, a byte at a time.
+	if c := s[i]; c < utf8.RuneSelf {
+		switch class := asciiClass[c]; {
+		case class == asciiLetter:
+			return letterRun(s, i+1)
+		case class&(asciiNumber|asciiNewline) == 0 && c != '\'' && i+1 < len(s):
+			if c2 := s[i+1]; c2 < utf8.RuneSelf && asciiClass[c2] == asciiLetter {
+				return letterRun(s, i+2)
+			}
+		}
+	}
 	r, n := runeAt(s, i)
 	if r == '\'' {
 		if e := contraction(s, i); e > 0 {
 			return e
 		}
 	}
-	letters := func(j int) int {
-		for j < len(s) {
-			r, n := runeAt(s, j)
-			if !isLetter(r) {
-				break
-			}
-			j += n
-		}
-		return j
-	}
 	if isLetter(r) {
-		return letters(i + n)
+		return letterRun(s, i+n)
 	}
 	if r != '\r' && r != '\n' && !isNumber(r) && i+n < len(s) {
 		if r2, n2 := runeAt(s, i+n); isLetter(r2) {
-			return letters(i + n + n2)
+			return letterRun(s, i+n+n2)
 		}
 	}
 	if isNumber(r) {
@@ -415,6 +440,51 @@ func splitCl100k(s string, i int) int {
 	}
 	return whitespaceTail(s, i)
 }
+
+// letterRun returns the end of the run of letters (\p{L}*) at j.
+func letterRun(s string, j int) int {
+	for j < len(s) {
+		if c := s[j]; c < utf8.RuneSelf {
+			if asciiClass[c] != asciiLetter {
+				break
+			}
+			j++
+			continue
+		}
+		r, n := utf8.DecodeRuneInString(s[j:])
+		if !unicode.IsLetter(r) {
+			break
+		}
+		j += n
+	}
+	return j
+}
+
+// The classes of ASCII bytes the split patterns tell apart.
+const (
+	asciiOther   = 0
+	asciiLetter  = 1 << iota // [A-Za-z]
+	asciiNumber              // [0-9]
+	asciiSpace               // \s other than \r and \n
+	asciiNewline             // \r, \n (also \s)
+)
+
+var asciiClass = func() (t [utf8.RuneSelf]uint8) {
+	for c := range t {
+		r := rune(c)
+		switch {
+		case isLetter(r):
+			t[c] = asciiLetter
+		case isNumber(r):
+			t[c] = asciiNumber
+		case r == '\r' || r == '\n':
+			t[c] = asciiNewline
+		case isSpace(r):
+			t[c] = asciiSpace
+		}
+	}
+	return t
+}()
 
 // numberTail ends "\p{N}{1,3}" whose first number rune ends at j: it takes
 // at most two more number runes.

@@ -1,6 +1,7 @@
 package tokenize
 
 import (
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -290,4 +291,48 @@ func FuzzFastEncode(f *testing.F) {
 type fataler interface {
 	Helper()
 	Fatalf(format string, args ...any)
+}
+
+// TestRankTableMatchesMap: the rank table answers every token of each
+// encoding as the map it is built from, and refuses strings that are not
+// tokens: near misses of tokens (a byte changed, added or dropped) and
+// random bytes.
+func TestRankTableMatchesMap(t *testing.T) {
+	for _, enc := range fastEncodings {
+		f := newFastBPE(enc)
+		if f.table == nil {
+			t.Fatalf("%s: no rank table", enc)
+		}
+		for s, want := range f.ranks {
+			if got, ok := f.table.get(s); !ok || got != want {
+				t.Fatalf("%s: get(%q) = %d, %v; want %d", enc, s, got, ok, want)
+			}
+		}
+		tokens := slices.Sorted(maps.Keys(f.ranks))
+		rapid.Check(t, func(rt *rapid.T) {
+			var s string
+			if rapid.Bool().Draw(rt, "random") {
+				s = string(rapid.SliceOfN(rapid.Byte(), 0, 300).Draw(rt, "bytes"))
+			} else {
+				b := []byte(rapid.SampledFrom(tokens).Draw(rt, "token"))
+				switch i := rapid.IntRange(0, len(b)).Draw(rt, "at"); rapid.IntRange(0, 2).Draw(rt, "edit") {
+				case 0:
+					if i < len(b) {
+						b[i] ^= byte(rapid.IntRange(1, 255).Draw(rt, "xor"))
+					}
+				case 1:
+					b = slices.Insert(b, i, rapid.Byte().Draw(rt, "ins"))
+				case 2:
+					if i < len(b) {
+						b = slices.Delete(b, i, i+1)
+					}
+				}
+				s = string(b)
+			}
+			want, wok := f.ranks[s]
+			if got, ok := f.table.get(s); ok != wok || got != want {
+				rt.Fatalf("%s: get(%q) = %d, %v; map says %d, %v", enc, s, got, ok, want, wok)
+			}
+		})
+	}
 }

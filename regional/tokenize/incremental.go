@@ -20,8 +20,11 @@ type restart struct {
 
 // EncodeText encodes text and records its restart points.
 func (t *Tokenizer) EncodeText(text string) *Encoding {
-	e := &Encoding{Text: text}
-	e.IDs, _ = t.appendSegments(nil, text, &e.restarts, 0)
+	// Sized like Extend's: at about 4 bytes a token in English, a third of
+	// the bytes rarely needs growing (growing an 8k-token encoding from
+	// nil cost a sixth of its encoding time).
+	e := &Encoding{Text: text, IDs: make([]uint32, 0, len(text)/3+16)}
+	e.IDs, _ = t.appendSegments(e.IDs, text, &e.restarts, 0)
 	return e
 }
 

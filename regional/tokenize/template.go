@@ -37,6 +37,9 @@ type Template struct {
 	tpl    *exec.Template
 	bos    string
 	eos    string
+	// fast renders the template without gonja when its source is a known
+	// one (compiled.go); nil otherwise.
+	fast *compiled
 }
 
 // TemplateOptions are the values a template sees besides the messages.
@@ -48,8 +51,33 @@ type TemplateOptions struct {
 
 const templateName = "/chat_template.jinja"
 
-// NewTemplate parses a Jinja chat template.
+// NewTemplate parses a Jinja chat template. The templates of the common
+// model families (Family) are recognised by their source and rendered by
+// compiled Go code, byte for byte as gonja renders them; gonja renders
+// every other template.
 func NewTemplate(source string, opts TemplateOptions) (*Template, error) {
+	t, err := newTemplate(source, opts)
+	if err != nil {
+		return nil, err
+	}
+	if c, ok := compiledFor(source); ok {
+		t.fast = &c
+	}
+	return t, nil
+}
+
+// Family names the compiled form rendering the template ("chatml",
+// "llama3", "qwen2.5", "mistral", "mixtral", "gemma", "deepseek-r1"), or
+// is "" when gonja renders it.
+func (t *Template) Family() string {
+	if t.fast == nil {
+		return ""
+	}
+	return t.fast.family
+}
+
+// newTemplate is NewTemplate with gonja alone.
+func newTemplate(source string, opts TemplateOptions) (*Template, error) {
 	now := opts.Now
 	if now == nil {
 		now = time.Now
@@ -94,6 +122,26 @@ func (t *Template) Source() string { return t.source }
 // Render renders messages. An error caused by the messages (the template
 // raised, or rendering failed) wraps ErrInvalidPrompt.
 func (t *Template) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	if t.fast != nil {
+		var b strings.Builder
+		size := 64
+		for i := range msgs {
+			size += len(msgs[i].Content) + len(msgs[i].Role) + 32
+		}
+		b.Grow(size + len(t.bos) + len(t.eos))
+		ok, err := t.fast.render(&b, msgs, addGenerationPrompt, t.bos, t.eos)
+		if err != nil {
+			return "", err
+		}
+		if ok {
+			return b.String(), nil
+		}
+	}
+	return t.renderGonja(msgs, addGenerationPrompt)
+}
+
+// renderGonja renders with the interpreter.
+func (t *Template) renderGonja(msgs []Message, addGenerationPrompt bool) (string, error) {
 	list := make([]map[string]any, len(msgs))
 	for i, m := range msgs {
 		v := map[string]any{"role": m.Role, "content": m.Content}

@@ -381,12 +381,16 @@ loop:
 		}
 	}
 	// Stop: no new requests; those in flight finish (bounded). A failover
-	// still running recovers its region first.
+	// still running finishes its measurement (each probe gives up after
+	// probeWait) and recovers its region first: on a slow machine the run
+	// may end before traffic has moved, and cutting the measurement short
+	// would report a failover that did not move traffic. An interrupt
+	// cancels it (foCtx is ctx's child).
 	close(stop)
-	cancelFO()
 	if foDone != nil {
 		<-foDone
 	}
+	cancelFO()
 	if restartC != nil {
 		// Interrupted while the replica was down: start it again, so that
 		// its audit chain is sealed and verified with the others.

@@ -142,6 +142,7 @@ func endpointLines(infos []regionInfo, statusURL, token string) []string {
 		}
 	}
 	if len(infos) > 0 {
+		lines = append(lines, fmt.Sprintf("  console      %s/ui#token=%s (each controller's admin address + /ui; the admin token opens it)", infos[0].admin, token))
 		lines = append(lines, fmt.Sprintf("  failover     meridian failover status --admin %s --token %s", infos[0].admin, token))
 	}
 	return lines

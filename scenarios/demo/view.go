@@ -43,6 +43,7 @@ type RegionView struct {
 	Replicas     []ReplicaView `json:"replicas"`
 	URL          string        `json:"url"`
 	AdminURL     string        `json:"admin_url"`
+	ConsoleURL   string        `json:"console_url"` // the controller's console (admin listener, admin token)
 	MetricsURL   string        `json:"metrics_url"`
 	ForwardedIn  int64         `json:"forwarded_in"`      // served here, entered elsewhere
 	ForwardedOut int64         `json:"forwarded_out"`     // entered here, served elsewhere
@@ -134,7 +135,7 @@ func (s *stats) snapshot(regions []regionInfo, state func(region string) string)
 	snap := Snapshot{ElapsedS: s.elapsed(now), Events: slices.Clone(s.events)}
 	for _, ri := range regions {
 		t := s.regions[ri.name]
-		rv := RegionView{Name: ri.name, State: state(ri.name), URL: ri.url, AdminURL: ri.admin, MetricsURL: ri.url + "/metrics",
+		rv := RegionView{Name: ri.name, State: state(ri.name), URL: ri.url, AdminURL: ri.admin, ConsoleURL: ri.admin + "/ui", MetricsURL: ri.url + "/metrics",
 			Figures: figures(t, now)}
 		if t != nil {
 			rv.ForwardedIn, rv.ForwardedOut, rv.Denied, rv.Refused, rv.Errors = t.fwdIn, t.fwdOut, t.denied, t.refused, t.errs

@@ -53,6 +53,10 @@ func newBlackhole(t *testing.T, target string) *blackhole {
 
 func (b *blackhole) addr() string { return b.ln.Addr().String() }
 
+// refuse closes the listener: from then on connections to its address are
+// refused, as to a host where nothing listens any more.
+func (b *blackhole) refuse() { b.ln.Close() }
+
 func (b *blackhole) track(c net.Conn) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()

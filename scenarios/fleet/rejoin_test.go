@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,15 +25,10 @@ func TestRestartedControllerRejoinsThroughRaftMembers(t *testing.T) {
 	}
 	part := gossiptest.NewPartition()
 	f := startFleet(t, Config{Deps: func(region string, d *regional.Deps) { d.WrapGossipTransport = part.Wrap("ctl-" + region) }})
-	ln, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	self := ln.LocalAddr().String()
-	ln.Close()
+	self := gossiptest.FreeAddr(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	err = f.Restart(ctx, "eu-west-1", func(c *regional.Config) {
+	err := f.Restart(ctx, "eu-west-1", func(c *regional.Config) {
 		c.Gossip.Bind, c.Gossip.Join = self, []string{self}
 		// Forget the peers seen before the restart (keep the epoch).
 		file := filepath.Join(c.Raft.DataDir, "gossip-state.json")

@@ -147,8 +147,8 @@ func drawAxes(w io.Writer, x, y *axis) {
 		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left-5, py, left, py)
 		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, py+4, html.EscapeString(y.format(v)))
 	}
-	fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, bottom, right, bottom)
-	fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, top, left, bottom)
+	fmt.Fprintf(w, `<line class="x-axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, bottom, right, bottom)
+	fmt.Fprintf(w, `<line class="y-axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, top, left, bottom)
 	fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", (left+right)/2, chartH-12, html.EscapeString(x.label))
 	my := (top + bottom) / 2
 	fmt.Fprintf(w, `<text x="18" y="%.1f" transform="rotate(-90 18 %.1f)" text-anchor="middle">%s</text>`+"\n", my, my, html.EscapeString(y.label))
@@ -156,6 +156,8 @@ func drawAxes(w io.Writer, x, y *axis) {
 
 // legend draws one entry per series, with its line and marker.
 func legend(w io.Writer, names []string, styles []seriesStyle) {
+	fmt.Fprintln(w, `<g class="legend">`)
+	defer fmt.Fprintln(w, `</g>`)
 	for i, name := range names {
 		s := styles[i]
 		ly := float64(padT + 8 + 18*i)
@@ -238,18 +240,28 @@ func writeLines(w io.Writer, title, xLabel, yLabel string, logY bool, yFormat fu
 }
 
 // barGroup is one group of bars (a category), one value per series.
+// style, when set on every group of a one-series chart, draws the group's
+// bar in it (the policy's colour, with its marker on top) and makes the
+// legend name the groups.
 type barGroup struct {
 	label  string
 	values []float64
+	style  *seriesStyle
 }
 
-// writeBars draws grouped bars: a group per category, a bar per series,
-// on a linear y axis from 0 or (logY) a logarithmic one whose bars rise
-// from the axis' lowest decade, so values orders of magnitude apart stay
-// readable side by side.
-func writeBars(w io.Writer, title, yLabel string, logY bool, yFormat func(float64) string, series []string, styles []seriesStyle, groups []barGroup) error {
+// writeBars draws grouped bars: a group per category (xLabel names what
+// the categories are), a bar per series, on a linear y axis from 0 or
+// (logY) a logarithmic one whose bars rise from the axis' lowest decade,
+// so values orders of magnitude apart stay readable side by side. Both
+// axes are drawn, and a legend whenever there is more than one series or
+// the groups have styles of their own.
+func writeBars(w io.Writer, title, xLabel, yLabel string, logY bool, yFormat func(float64) string, series []string, styles []seriesStyle, groups []barGroup) error {
 	lo, hi := math.Inf(1), 0.0
+	longest := 0
+	byGroup := len(series) == 1 && len(groups) > 0
 	for _, g := range groups {
+		longest = max(longest, len(g.label))
+		byGroup = byGroup && g.style != nil
 		for _, v := range g.values {
 			hi = max(hi, v)
 			if v > 0 {
@@ -266,8 +278,15 @@ func writeBars(w io.Writer, title, yLabel string, logY bool, yFormat func(float6
 	} else {
 		y = newAxis(0, hi*1.08, false, chartH-padB, padT, yLabel, yFormat)
 	}
-	x := &axis{lo: 0, hi: 1, p0: padL, p1: chartW - padR, label: "", format: func(float64) string { return "" }}
-	svgOpen(w, title)
+	x := &axis{lo: 0, hi: 1, p0: padL, p1: chartW - padR, label: xLabel, format: func(float64) string { return "" }}
+	// The category labels slant down from the axis: the chart grows to
+	// hold the longest, then the x axis' title.
+	labelDrop := 16 + int(float64(longest)*6.2*0.5)
+	height := max(chartH, chartH-padB+labelDrop+26)
+	fmt.Fprintf(w, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12">`+"\n",
+		chartW, height, chartW, height)
+	fmt.Fprintf(w, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(w, `<text x="%d" y="26" font-size="15" font-weight="bold">%s</text>`+"\n", padL, html.EscapeString(title))
 	// y axis and grid; category labels below each group.
 	left, right, bottom := float64(padL), float64(chartW-padR), float64(chartH-padB)
 	for _, v := range y.ticks() {
@@ -276,10 +295,11 @@ func writeBars(w io.Writer, title, yLabel string, logY bool, yFormat func(float6
 		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left-5, py, left, py)
 		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="end">%s</text>`+"\n", left-8, py+4, html.EscapeString(yFormat(v)))
 	}
-	fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, bottom, right, bottom)
-	fmt.Fprintf(w, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, padT, left, bottom)
+	fmt.Fprintf(w, `<line class="x-axis" x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, bottom, right, bottom)
+	fmt.Fprintf(w, `<line class="y-axis" x1="%.1f" y1="%d" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", left, padT, left, bottom)
 	my := float64(padT+chartH-padB) / 2
 	fmt.Fprintf(w, `<text x="18" y="%.1f" transform="rotate(-90 18 %.1f)" text-anchor="middle">%s</text>`+"\n", my, my, html.EscapeString(yLabel))
+	fmt.Fprintf(w, `<text x="%.1f" y="%d" text-anchor="middle">%s</text>`+"\n", (left+right)/2, height-10, html.EscapeString(xLabel))
 	n := max(len(groups), 1)
 	slot := (x.p1 - x.p0) / float64(n)
 	bw := slot * 0.8 / float64(max(len(series), 1))
@@ -287,22 +307,40 @@ func writeBars(w io.Writer, title, yLabel string, logY bool, yFormat func(float6
 		gx := x.p0 + slot*float64(gi) + slot*0.1
 		for si, v := range g.values {
 			s := styles[si]
+			if byGroup {
+				s = *g.style
+			}
 			by := y.pos(v)
-			fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#333" stroke-width="0.5"/>`+"\n", gx+bw*float64(si), by, bw*0.92, bottom-by, s.color)
-			if len(series) <= 3 {
-				fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", gx+bw*(float64(si)+0.46), by-4, html.EscapeString(yFormat(v)))
+			bx := gx + bw*float64(si)
+			fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" stroke="#333" stroke-width="0.5"/>`+"\n", bx, by, bw*0.92, bottom-by, s.color)
+			if byGroup && s.marker != "" {
+				marker(w, s, bx+bw*0.46, by-7)
+			}
+			if len(series) <= 3 && len(groups)*len(series) <= 16 {
+				fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="middle" font-size="10">%s</text>`+"\n", bx+bw*0.46, by-14, html.EscapeString(yFormat(v)))
 			}
 		}
 		lx := x.p0 + slot*(float64(gi)+0.5)
+		fmt.Fprintf(w, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#333"/>`+"\n", lx, bottom, lx, bottom+5)
 		fmt.Fprintf(w, `<text x="%.1f" y="%.1f" text-anchor="end" transform="rotate(-30 %.1f %.1f)">%s</text>`+"\n", lx, bottom+16, lx, bottom+16, html.EscapeString(g.label))
 	}
-	if len(series) > 1 {
+	switch {
+	case byGroup:
+		var names []string
+		var gs []seriesStyle
+		for _, g := range groups {
+			names, gs = append(names, g.label), append(gs, *g.style)
+		}
+		legend(w, names, gs)
+	case len(series) > 1:
+		fmt.Fprintln(w, `<g class="legend">`)
 		for i, name := range series {
 			ly := float64(padT + 8 + 18*i)
 			x0 := float64(chartW - padR + 14)
 			fmt.Fprintf(w, `<rect x="%.1f" y="%.1f" width="14" height="12" fill="%s" stroke="#333" stroke-width="0.5"/>`+"\n", x0, ly-6, styles[i].color)
 			fmt.Fprintf(w, `<text x="%.1f" y="%.1f">%s</text>`+"\n", x0+20, ly+4, html.EscapeString(name))
 		}
+		fmt.Fprintln(w, `</g>`)
 	}
 	_, err := fmt.Fprintln(w, "</svg>")
 	return err
@@ -319,7 +357,9 @@ func msTick(v float64) string {
 	return fmt.Sprintf("%.2gms", v)
 }
 
-func pctTick(v float64) string { return fmt.Sprintf("%.0f%%", v) }
+// pctTick labels percentages, with the decimals small steps need (0.5%,
+// 2.5%, 40%).
+func pctTick(v float64) string { return fmt.Sprintf("%g%%", math.Round(v*100)/100) }
 
 func numTick(v float64) string { return fmt.Sprintf("%g", math.Round(v*1000)/1000) }
 
@@ -344,27 +384,26 @@ type namedWriter struct {
 // WriteCharts writes one run's charts into dir: ttft_cdf.svg (the TTFT
 // distribution per policy), hit_rate.svg, load_dispersion.svg,
 // cross_region.svg (requests served outside their origin region, and
-// egress), residency.svg (violations) and report.json with every figure.
+// egress), residency.svg (requests refused by the receiving region's
+// re-check, and violations) and report.json with every figure.
 func (r *Report) WriteCharts(dir string) error {
 	return writeSVGFiles(dir, append(r.charts(), namedWriter{"report.json", func(w io.Writer) error { return writeIndentedJSON(w, r) }}))
 }
 
 func (r *Report) charts() []namedWriter {
-	names := make([]string, len(r.Results))
-	styles := make([]seriesStyle, len(r.Results))
-	for i, x := range r.Results {
-		names[i], styles[i] = x.Policy, styleOf(i)
-	}
+	// One bar per policy, in the policy's own colour with its marker on
+	// top, as in the line charts.
 	one := func(v func(Result) float64) []barGroup {
 		var g []barGroup
 		for _, x := range r.Results {
-			g = append(g, barGroup{label: x.Policy, values: []float64{v(x)}})
+			st := styleFor(x.Policy)
+			g = append(g, barGroup{label: x.Policy, values: []float64{v(x)}, style: &st})
 		}
 		return g
 	}
 	bars := func(title, y string, f func(float64) string, v func(Result) float64) func(io.Writer) error {
 		return func(w io.Writer) error {
-			return writeBars(w, title, y, false, f, []string{""}, []seriesStyle{{color: "#4c78a8"}}, one(v))
+			return writeBars(w, title, "policy", y, false, f, []string{""}, []seriesStyle{{color: "#4c78a8"}}, one(v))
 		}
 	}
 	return []namedWriter{
@@ -376,10 +415,17 @@ func (r *Report) charts() []namedWriter {
 			for _, x := range r.Results {
 				g = append(g, barGroup{label: x.Policy, values: []float64{100 * share(x.CrossRegionRequests, x.Requests), 1000 * x.EgressGB}})
 			}
-			return writeBars(w, "Served outside the origin region (% of requests) and egress (MB)", "% of requests / MB", false, numTick,
+			return writeBars(w, "Served outside the origin region (% of requests) and egress (MB)", "policy", "% of requests / MB", false, numTick,
 				[]string{"cross-region %", "egress MB"}, []seriesStyle{styleOf(10), styleOf(1)}, g)
 		}},
-		{"residency.svg", bars("Residency violations (requests served where their rule forbids)", "violations", numTick, func(x Result) float64 { return float64(x.ResidencyViolations) })},
+		{"residency.svg", func(w io.Writer) error {
+			var g []barGroup
+			for _, x := range r.Results {
+				g = append(g, barGroup{label: x.Policy, values: []float64{float64(x.ResidencyRefused), float64(x.ResidencyViolations)}})
+			}
+			return writeBars(w, "Residency: refused at the receiving region, and violations (served where the rule forbids)", "policy", "requests", false, numTick,
+				[]string{"refused at the re-check", "violations"}, []seriesStyle{{color: "#e0a030"}, {color: "#c44e52"}}, g)
+		}},
 	}
 }
 
@@ -393,11 +439,11 @@ func share(n, of int) float64 {
 // writeTTFTCDF draws each policy's TTFT distribution on a log time axis.
 func (r *Report) writeTTFTCDF(w io.Writer) error {
 	var lines []line
-	for i, x := range r.Results {
+	for _, x := range r.Results {
 		if len(x.TTFTQuantiles) == 0 {
 			continue
 		}
-		l := line{name: x.Policy, style: styleOf(i)}
+		l := line{name: x.Policy, style: styleFor(x.Policy)}
 		n := len(x.TTFTQuantiles) - 1
 		for k, v := range x.TTFTQuantiles {
 			l.x = append(l.x, float64(k)/float64(n))

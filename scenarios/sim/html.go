@@ -107,9 +107,10 @@ func (r *SweepReport) charts() []namedWriter {
 					x, _ := r.Run(load, p)
 					n += x.ResidencyViolations
 				}
-				g = append(g, barGroup{label: p, values: []float64{float64(n)}})
+				st := styleFor(p)
+				g = append(g, barGroup{label: p, values: []float64{float64(n)}, style: &st})
 			}
-			return writeBars(w, title("Residency violations, all loads and seeds"), "violations", false, numTick,
+			return writeBars(w, title("Residency violations, all loads and seeds"), "policy", "violations", false, numTick,
 				[]string{""}, []seriesStyle{{color: "#c44e52"}}, g)
 		}},
 	}
@@ -134,7 +135,7 @@ func (r *SweepReport) charts() []namedWriter {
 				}
 				g = append(g, grp)
 			}
-			return writeBars(w, title("Ablations: Meridian's TTFT p95 with one part off"), "TTFT p95 (log scale)", true, msTick, names, styles, g)
+			return writeBars(w, title("Ablations: Meridian's TTFT p95 with one part off"), "offered prefill load", "TTFT p95 (log scale)", true, msTick, names, styles, g)
 		}})
 	}
 	return out
@@ -285,6 +286,8 @@ td:first-child,th:first-child{text-align:left}
 td.worse{background:#fde0dc}
 figure{margin:0}
 pre{font-size:12px;overflow-x:auto}
+td.param{text-align:left;overflow-wrap:anywhere;font-family:monospace;font-size:12px}
+svg{max-width:100%%;height:auto}
 </style></head><body>
 <h1>%s</h1>
 `, html.EscapeString(title), html.EscapeString(title))
@@ -293,7 +296,7 @@ pre{font-size:12px;overflow-x:auto}
 func paramsTable(b *bytes.Buffer, params map[string]string) {
 	b.WriteString("<h2>Parameters</h2>\n<table>\n")
 	for _, k := range sortedKeys(params) {
-		fmt.Fprintf(b, "<tr><th>%s</th><td style=\"text-align:left\">%s</td></tr>\n", html.EscapeString(k), html.EscapeString(params[k]))
+		fmt.Fprintf(b, "<tr><th>%s</th><td class=\"param\">%s</td></tr>\n", html.EscapeString(k), html.EscapeString(params[k]))
 	}
 	b.WriteString("</table>\n")
 }

@@ -79,6 +79,9 @@ type Result struct {
 	EgressGB            float64 `json:"egress_gb"`
 	EgressUSD           float64 `json:"egress_usd"`
 	ResidencyViolations int     `json:"residency_violations"`
+	// ResidencyRefused were refused by the region they were sent to: its
+	// re-check of the residency rule said no (counted in Rejected too).
+	ResidencyRefused int `json:"residency_refused"`
 	// LoadDispersion is the mean over samples of variance / mean of the
 	// per-pod concurrency (requests queued or running).
 	LoadDispersion float64 `json:"load_dispersion"`
@@ -108,7 +111,7 @@ type Result struct {
 
 func (c *collector) result(cfg *Config, simulated time.Duration) Result {
 	r := Result{Policy: c.policy, Requests: c.arrived, Completed: len(c.e2es), Rejected: c.rejected + c.denied,
-		CrossRegionRequests: c.cross, ResidencyViolations: c.violations, SimulatedS: simulated.Seconds()}
+		CrossRegionRequests: c.cross, ResidencyViolations: c.violations, ResidencyRefused: c.denied, SimulatedS: simulated.Seconds()}
 	if c.blocks > 0 {
 		r.HitRate = float64(c.blocksHit) / float64(c.blocks)
 	}

@@ -123,10 +123,66 @@ voting.
   "shutdown" (dict "drain_delay" "0s" "grace" (printf "%vs" (int .Values.shutdown.graceSeconds)))
   "kafka" $kafka
   "models" .Values.models
+  "pods" (dict "discovery" (dict "dns" (include "meridian.discovery" . | fromYaml)))
 -}}
 {{- toYaml (mustMergeOverwrite $cfg (deepCopy .Values.extraConfig)) -}}
 {{- end -}}
 
 {{- define "meridian.policy" -}}
 {{- default (.Files.Get "files/residency-policy.yaml") .Values.policy -}}
+{{- end -}}
+
+
+{{/* The engines' discovery (pods.discovery.dns): the controller's and the kv-bridge's. */}}
+{{- define "meridian.discovery" -}}
+{{- if not .Values.discovery.dns.name -}}
+{{- fail "discovery.dns.name is required: the engines' headless Service, e.g. vllm.inference.svc.cluster.local." -}}
+{{- end -}}
+{{- toYaml .Values.discovery.dns -}}
+{{- end -}}
+
+{{- define "meridian.bridgeName" -}}
+{{- printf "%s-kv-bridge" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "meridian.bridgeSelectorLabels" -}}
+app.kubernetes.io/name: meridian
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: kv-bridge
+{{- end -}}
+
+{{- define "meridian.bridgeLabels" -}}
+{{ include "meridian.bridgeSelectorLabels" . }}
+app.kubernetes.io/part-of: meridian
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+meridian.io/region: {{ include "meridian.region" . }}
+{{- end -}}
+
+{{/*
+The kv-bridge's configuration file (kvbridge.Config): the controller's
+Kafka brokers and TLS under the bridge's own user, the controller's
+discovery plus the engines' ZMQ ports.
+*/}}
+{{- define "meridian.bridgeConfig" -}}
+{{- $b := .Values.kvBridge -}}
+{{- $kafka := dict -}}
+{{- with .Values.kafka.tls }}{{ $_ := set $kafka "tls" . }}{{ end -}}
+{{- if $b.kafkaUsername -}}
+{{- $_ := set $kafka "sasl" (dict "mechanism" .Values.kafka.sasl.mechanism "username" $b.kafkaUsername "password_file" (printf "/etc/meridian/kafka/%s" $b.kafkaPasswordKey)) -}}
+{{- end -}}
+{{- $dns := include "meridian.discovery" . | fromYaml -}}
+{{- $_ := set $dns "kv_events_port" (int $b.kvEventsPort) -}}
+{{- if $b.replayPort }}{{ $_ := set $dns "replay_port" (int $b.replayPort) }}{{ end -}}
+{{- $cfg := dict
+  "region" (include "meridian.region" .)
+  "brokers" .Values.kafka.brokers
+  "discovery" (dict "dns" $dns)
+  "announce_interval" $b.announceInterval
+  "metrics_addr" (printf ":%v" $b.metricsPort)
+-}}
+{{- with .Values.kafka.topic }}{{ $_ := set $cfg "topic" . }}{{ end -}}
+{{- if $kafka }}{{ $_ := set $cfg "kafka" $kafka }}{{ end -}}
+{{- toYaml $cfg -}}
 {{- end -}}

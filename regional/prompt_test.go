@@ -1,0 +1,52 @@
+package regional
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/meridian-llm/meridian/regional/tokenize"
+)
+
+// TestPromptsCachedExact: chat requests from several sessions sharing
+// system prompts and histories, through the session cache and a prefix
+// cache small enough to evict, give the ids and chain hashes of encoding
+// each prompt whole.
+func TestPromptsCachedExact(t *testing.T) {
+	models := []ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}
+	rapid.Check(t, func(rt *rapid.T) {
+		cached, err := NewPrompts(models, 4, 3)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		cached.SetPrefixCache(int64(rapid.SampledFrom([]int{2 << 10, 64 << 10}).Draw(rt, "bytes")))
+		whole, _ := NewPrompts(models, 4, 3)
+		whole.SetPrefixCache(0)
+		systems := []string{"You are terse.", strings.Repeat("Policy text. ", 40), "<|im_end|> tricky"}
+		histories := map[string][]tokenize.Message{}
+		for step := rapid.IntRange(1, 25).Draw(rt, "steps"); step > 0; step-- {
+			session := rapid.SampledFrom([]string{"", "a", "b", "c", "d"}).Draw(rt, "session")
+			msgs := histories[session]
+			if len(msgs) == 0 || session == "" || rapid.IntRange(0, 4).Draw(rt, "restart") == 0 {
+				msgs = []tokenize.Message{{Role: "system", Content: rapid.SampledFrom(systems).Draw(rt, "system")}}
+			}
+			msgs = append(slices.Clone(msgs), tokenize.Message{Role: "user", Content: fmt.Sprint("question ", rapid.IntRange(0, 3).Draw(rt, "q"))})
+			req := &tokenize.Request{Messages: msgs}
+			got, err := cached.Encode("m", tokenize.Chat, req, session)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			want, err := whole.Encode("m", tokenize.Chat, req, "")
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if !slices.Equal(got.IDs, want.IDs) || !slices.Equal(got.Chain, want.Chain) {
+				rt.Fatalf("session %q, %d messages: reused %d, ids differ from a whole encoding", session, len(msgs), got.Reused)
+			}
+			histories[session] = append(msgs, tokenize.Message{Role: "assistant", Content: "answer"})
+		}
+	})
+}

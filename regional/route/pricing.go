@@ -1,0 +1,292 @@
+package route
+
+import (
+	"math"
+	"slices"
+	"strings"
+
+	"github.com/meridian-llm/meridian/gorgo"
+)
+
+// The ttft picker prices only what can win. Every candidate's total
+// estimate is at least a lower bound worked out from a few numbers
+// (lowerBound); a candidate whose bound exceeds the k-th lowest estimate
+// found so far cannot be among the k lowest, so it is never estimated
+// (lowest). Candidates are priced (their load read, the scorers run, the
+// bound computed) a group at a time in order of matched depth, deepest
+// first: a group's members are all at least a floor that depends only on
+// the depth (floorOf), and floors only grow as the depth falls, so once the
+// next group's floor exceeds the k-th lowest estimate no remaining
+// candidate is read at all. On a region whose pods hold prefixes of the
+// prompt at several depths, that prices the deepest group or two; on a
+// cold prompt (no pod holds any of it) it prices every candidate, as the
+// least loaded may be anywhere. The tie-break then needs every candidate
+// within tieMs of the best estimate, not only the best few: within
+// estimates every candidate whose bound (or floor) is at most the best
+// estimate + tieMs, so no candidate that could win the tie by its hash is
+// pruned. The outcome is exactly that of estimating every candidate
+// (TestDecideMatchesNaive, TestLowestMatchesSort, TestTieMatchesFull).
+
+// layout lays the candidates out for the ttft picker, in the filters'
+// order (by name: position i is c.pods[i]), and prices those that escape
+// the grouping: the pod a session is pinned to (its affinity bonus is not
+// in the floors) and pods whose depth a speculation raised (they are not
+// where the index's answer puts them).
+func (c *cycle) layout(s *scoring) {
+	n := len(c.pods)
+	c.scoring = s
+	c.order = grow(c.order, n)
+	c.terms = grow(c.terms, n)
+	c.bound = grow(c.bound, n)
+	c.est = grow(c.est, n)
+	c.priced = grow(c.priced, n)
+	c.evaluated = grow(c.evaluated, n)
+	if c.gen++; c.gen == 0 {
+		clear(c.priced[:cap(c.priced)])
+		clear(c.evaluated[:cap(c.evaluated)])
+		clear(c.candGen)
+		c.gen = 1
+	}
+	c.prices, c.evals = c.prices[:0], c.evals[:0]
+	c.next, c.rest = 0, false
+	copy(c.order, c.pods)
+	shared := false
+	for i, p := range c.order {
+		slot := p.ID.Slot()
+		shared = shared || c.candGen[slot] == c.gen
+		c.posOf[slot], c.candGen[slot] = int32(i), c.gen
+	}
+	if shared {
+		// Two candidates in one slot (a pod dead in the index, the alive
+		// filter off, its slot reused): the groups cannot tell them apart.
+		c.priceAll()
+		return
+	}
+	for _, slot := range c.touched {
+		if c.candGen[slot] == c.gen {
+			c.priceAt(int(c.posOf[slot]))
+		}
+	}
+	if a := s.affinity; a != nil && c.pin.ok && c.pin.inflight < a.thick {
+		if j, ok := slices.BinarySearchFunc(c.pods, c.pin.pod, func(p *Pod, name string) int {
+			return strings.Compare(p.Name, name)
+		}); ok {
+			c.priceAt(j)
+		}
+	}
+	c.floor = c.floorAt()
+}
+
+// priceAt prices the candidate at position i, unless it is priced.
+func (c *cycle) priceAt(i int) {
+	if c.priced[i] == c.gen {
+		return
+	}
+	p := c.order[i]
+	t := &c.terms[i]
+	prof := p.profile()
+	*t = terms{
+		slot:    p.ID.Slot(),
+		prof:    prof,
+		rate:    c.profs[prof].rate * c.d.model.PodFactor(p.Name),
+		running: int(p.InFlight()),
+		busy:    p.prefillBusy.Load(),
+		kv:      math.Float64frombits(p.kvUtil.Load()),
+	}
+	c.scoring.price(c, i, t)
+	c.bound[i] = c.lowerBound(t)
+	c.priced[i] = c.gen
+	c.prices = append(c.prices, i)
+}
+
+// more prices the next group: the candidates of the next matched depth
+// (index answers are ranked by depth), or, after the last, every
+// candidate left.
+func (c *cycle) more() {
+	if c.next < len(c.matches) {
+		depth := c.matches[c.next].Blocks
+		for ; c.next < len(c.matches) && c.matches[c.next].Blocks == depth; c.next++ {
+			if slot := c.matches[c.next].Pod.Slot(); c.candGen[slot] == c.gen {
+				c.priceAt(int(c.posOf[slot]))
+			}
+		}
+		c.floor = c.floorAt()
+		return
+	}
+	c.priceAll()
+}
+
+// priceAll prices every candidate not priced yet.
+func (c *cycle) priceAll() {
+	for i := range c.order {
+		c.priceAt(i)
+	}
+	c.rest, c.floor = true, math.Inf(1)
+}
+
+// floorAt is a lower bound of the total estimate of every candidate not
+// priced yet: the bound of a pod at the next group's depth (0 after the
+// last group) with no load, no extra cost, the cheapest profile and the
+// smallest calibrated factor of any pod. The
+// queue, running and kv_util terms are never negative, and the only
+// negative one, the affinity bonus, goes to a pod priced up front.
+func (c *cycle) floorAt() float64 {
+	depth := 0
+	if c.next < len(c.matches) {
+		depth = c.matches[c.next].Blocks
+	}
+	cached := 0
+	if s := c.scoring.prefix; s != nil {
+		cached = min(int(float64(min(depth*c.req.BlockSize, c.req.PromptTokens))*s.weight), c.req.PromptTokens)
+	}
+	floor := math.Inf(1)
+	for prof := range c.profs {
+		rate := c.profs[prof].rate * c.minFactor
+		floor = min(floor, c.lowerBound(&terms{prof: prof, rate: rate, cached: cached}))
+	}
+	return floor
+}
+
+// candidate is candidate i as the cost model sees it.
+func (c *cycle) candidate(i int) gorgo.Candidate {
+	t := &c.terms[i]
+	return gorgo.Candidate{Pod: c.order[i].Name, Profile: c.profs[t.prof].name, PromptTokens: c.req.PromptTokens,
+		CachedTokens: t.cached, PendingPrefillTokens: t.pending, Running: t.running, ExtraMs: t.extra}
+}
+
+// lowerBound is a lower bound of the total estimate of the candidate
+// whose terms are t, from its terms, its rate and its profile alone:
+// gorgo's estimate of a local candidate without the term for a pod past
+// its concurrency limit, which only adds. Every operation is the
+// estimate's own, in the same order, and floating-point addition and
+// multiplication by a non-negative number are monotone, so the bound never
+// exceeds the estimate (TestLowerBoundUnderEstimate), and with a lower
+// rate (floorAt's) it is lower still. Where no pod is saturated it equals
+// it.
+func (c *cycle) lowerBound(t *terms) float64 {
+	pt := &c.profs[t.prof]
+	prompt := c.req.PromptTokens
+	// gorgo floors the cached tokens times a staleness weight, 1 here.
+	cached := min(max(t.cached, 0), prompt)
+	uncached := max(prompt-cached, 0)
+	queue := c.d.queueWeight * (float64(max(t.pending, 0)) * t.rate)
+	return queue + prefillMs(pt.attn, t.rate, cached, uncached) + pt.overhead + 0 + 0 + t.extra
+}
+
+// prefillMs is gorgo's prefill time, operation for operation: rate x u x
+// (1 + (c + u/2) / attn), linear when attn is 0.
+func prefillMs(attn, rate float64, cached, uncached int) float64 {
+	u := float64(max(uncached, 0))
+	if attn <= 0 {
+		return u * rate
+	}
+	return u * rate * (1 + (float64(max(cached, 0))+u/2)/attn)
+}
+
+// evaluate estimates candidate i with the cost model.
+func (c *cycle) evaluate(i int) {
+	cand := c.candidate(i)
+	c.est[i] = c.d.model.Estimate(&cand)
+	if c.evaluated[i] != c.gen {
+		c.evaluated[i] = c.gen
+		c.evals = append(c.evals, i)
+	}
+}
+
+func (c *cycle) isEvaluated(i int) bool { return c.evaluated[i] == c.gen }
+
+// lowest returns the positions of the k candidates with the lowest total
+// estimates, lowest first (ties: the earlier position first), exactly as
+// ranking every candidate would. Estimates already made stand (the picker
+// may have re-priced some upwards); every other candidate is at least its
+// bound, or the floor if it is not priced. With T the k-th lowest
+// estimate made, a candidate whose bound exceeds T has k candidates
+// strictly below it and cannot be among the k; so once every candidate
+// whose bound (or floor) is at most T is estimated, the k lowest estimated
+// are the k lowest of all.
+func (c *cycle) lowest(k int) []int {
+	k = min(k, len(c.order))
+	for {
+		sel := c.sel[:0]
+		for _, i := range c.evals {
+			sel = insertLowest(sel, k, i, c.estLess)
+		}
+		c.sel = sel
+		if len(sel) < k {
+			// Too few estimates: estimate the priced candidate with the
+			// lowest bound (any would do; this one is likely to stay).
+			best := -1
+			for _, i := range c.prices {
+				if !c.isEvaluated(i) && (best < 0 || c.boundLess(i, best)) {
+					best = i
+				}
+			}
+			if best < 0 {
+				c.more()
+			} else {
+				c.evaluate(best)
+			}
+			continue
+		}
+		limit := c.est[sel[k-1]].TotalMs
+		for !c.rest && !(c.floor > limit) {
+			c.more()
+		}
+		more := false
+		for _, i := range c.prices {
+			if !c.isEvaluated(i) && !(c.bound[i] > limit) {
+				c.evaluate(i)
+				more = true
+			}
+		}
+		if !more {
+			return sel
+		}
+	}
+}
+
+// within estimates every candidate whose total estimate may be at most
+// limit: the groups are priced until the floor of the rest exceeds it,
+// then every priced candidate whose bound does not exceed it is estimated.
+// A candidate left unestimated has an estimate above limit. Estimates
+// already made stand, as in lowest.
+func (c *cycle) within(limit float64) {
+	for !c.rest && !(c.floor > limit) {
+		c.more()
+	}
+	for _, i := range c.prices {
+		if !c.isEvaluated(i) && !(c.bound[i] > limit) {
+			c.evaluate(i)
+		}
+	}
+}
+
+// boundLess orders candidates by bound, then position.
+func (c *cycle) boundLess(a, b int) bool {
+	ba, bb := c.bound[a], c.bound[b]
+	return ba < bb || (!(bb < ba) && a < b)
+}
+
+// estLess orders candidates by total estimate, then position.
+func (c *cycle) estLess(a, b int) bool {
+	ea, eb := c.est[a].TotalMs, c.est[b].TotalMs
+	return ea < eb || (!(eb < ea) && a < b)
+}
+
+// insertLowest keeps sel the (at most) k lowest items by less, sorted.
+func insertLowest(sel []int, k, i int, less func(a, b int) bool) []int {
+	if len(sel) == k {
+		if !less(i, sel[k-1]) {
+			return sel
+		}
+		sel = sel[:k-1]
+	}
+	j := len(sel)
+	sel = append(sel, i)
+	for j > 0 && less(i, sel[j-1]) {
+		sel[j] = sel[j-1]
+		j--
+	}
+	sel[j] = i
+	return sel
+}

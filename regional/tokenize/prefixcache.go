@@ -1,0 +1,218 @@
+package tokenize
+
+import (
+	"container/list"
+	"slices"
+	"sync"
+	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
+)
+
+// PrefixCache remembers the encodings of texts, so that a text sharing a
+// prefix with one encoded before — the same system prompt in another
+// session, the history of a conversation at its next turn — re-encodes
+// only what follows it. It is shared by every session (and by every
+// Tokenizer: entries are per Tokenizer) and bounded in bytes; the least
+// recently used texts go first. Safe for concurrent use.
+//
+// It is exact: EncodeCached returns what EncodeText would. An encoding is
+// reused only up to the end e of one of its special tokens, where
+// tokenization restarts (see Tokenizer.Extend), when the new text has the
+// same first e bytes and its own i-th special token ends at e too. Then
+// both texts hold the same i special tokens at the same places: at the
+// first place their scans could differ, one of them matched a special
+// token the other did not; within the shared bytes the other would have
+// matched it too (or a longer one that both see), so that match must
+// reach past e, and then that text's i-th special token cannot end at e.
+// The text between special tokens is the same, so are its ids. Entries are
+// keyed by the hash of text[:e] and confirmed by comparing the bytes (a
+// hash collision can cost a lookup, never a wrong id).
+// TestPrefixCacheExact checks it against encoding the whole text.
+type PrefixCache struct {
+	max int64 // bytes
+
+	mu    sync.Mutex
+	used  int64
+	keys  map[prefixKey]prefixRef
+	lru   *list.List // of *prefixRecord, most recent first
+	stats PrefixCacheStats
+}
+
+type prefixKey struct {
+	tok *Tokenizer
+	sum uint64 // xxhash of the text up to the restart point's key end
+}
+
+// prefixRef is where a key's prefix is encoded: restart point i of rec.
+type prefixRef struct {
+	rec *prefixRecord
+	i   int
+}
+
+// prefixRecord is one cached text with its encoding, and how many keys
+// still lead to it (a later text that extends it takes its keys over; a
+// record no key leads to is dropped).
+type prefixRecord struct {
+	tok   *Tokenizer
+	enc   *Encoding
+	sums  []uint64 // its keys' hashes, by restart point
+	keys  int      // keys that lead to it
+	bytes int64
+	elem  *list.Element
+}
+
+// PrefixCacheStats counts the cache's work since it was made.
+type PrefixCacheStats struct {
+	Lookups, Hits   int64
+	ReusedTokens    int64
+	Records, Keys   int
+	Bytes, MaxBytes int64
+}
+
+// prefixKeyBytes is what a key costs in the map, roughly.
+const prefixKeyBytes = 64
+
+// NewPrefixCache makes a cache that holds at most maxBytes of texts, ids
+// and keys. maxBytes <= 0 makes a cache that keeps nothing.
+func NewPrefixCache(maxBytes int64) *PrefixCache {
+	return &PrefixCache{max: maxBytes, keys: map[prefixKey]prefixRef{}, lru: list.New()}
+}
+
+// Stats reports the cache's counters and size.
+func (c *PrefixCache) Stats() PrefixCacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.stats
+	st.Records, st.Keys, st.Bytes, st.MaxBytes = c.lru.Len(), len(c.keys), c.used, c.max
+	return st
+}
+
+// keyPoints appends to dst the end of each special token of text, in
+// order: the restart points EncodeText records.
+func (t *Tokenizer) keyPoints(text string, dst []int) []int {
+	for pos := 0; pos < len(text); {
+		_, end, _, ok := t.nextSpecial(text, pos)
+		if !ok {
+			break
+		}
+		dst = append(dst, end)
+		pos = end
+	}
+	return dst
+}
+
+// prefixSums returns the hash of text[:p] for each key point p.
+func prefixSums(text string, points []int, dst []uint64) []uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	at := 0
+	for _, p := range points {
+		_, _ = d.WriteString(text[at:p])
+		at = p
+		dst = append(dst, d.Sum64())
+	}
+	return dst
+}
+
+// EncodeCached returns the encoding of text, as EncodeText does, reusing
+// the longest cached prefix that ends at a special token, and the number
+// of ids it reused; then it caches text's own encoding. A nil cache
+// encodes in full.
+func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
+	if c == nil || c.max <= 0 {
+		return t.EncodeText(text), 0
+	}
+	var pointsBuf [64]int
+	var sumsBuf [64]uint64
+	points := t.keyPoints(text, pointsBuf[:0])
+	sums := prefixSums(text, points, sumsBuf[:0])
+	// The longest cached prefix, confirmed by its text.
+	var hit prefixRef
+	found := false
+	c.mu.Lock()
+	c.stats.Lookups++
+	for i := len(sums) - 1; i >= 0 && !found; i-- {
+		ref, ok := c.keys[prefixKey{t, sums[i]}]
+		// Confirm: the same restart point, the same text up to it (a hash
+		// is not proof).
+		if ok && ref.i == i && ref.rec.enc.restarts[i].end == points[i] &&
+			ref.rec.enc.Text[:points[i]] == text[:points[i]] {
+			hit, found = ref, true
+			c.lru.MoveToFront(ref.rec.elem)
+		}
+	}
+	c.mu.Unlock()
+
+	var e *Encoding
+	reused := 0
+	if found {
+		prev, r := hit.rec.enc, hit.rec.enc.restarts[hit.i]
+		e = &Encoding{
+			Text:     text,
+			IDs:      make([]uint32, r.tokens, r.tokens+(len(text)-r.end)/3+16),
+			restarts: make([]restart, hit.i+1, hit.i+1+len(points)-hit.i),
+		}
+		copy(e.IDs, prev.IDs[:r.tokens])
+		copy(e.restarts, prev.restarts[:hit.i+1])
+		e.IDs, _ = t.appendSegments(e.IDs, text[r.end:], &e.restarts, r.end)
+		reused = r.tokens
+	} else {
+		e = t.EncodeText(text)
+	}
+	c.insert(t, e, sums, reused)
+	return e, reused
+}
+
+// insert caches e under the keys of its restart points (sums, in order),
+// taking them over from the records that held them.
+func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused int) {
+	n := min(len(sums), len(e.restarts))
+	size := int64(len(e.Text)) + int64(cap(e.IDs))*4 + int64(cap(e.restarts))*int64(unsafe.Sizeof(restart{})) + int64(n)*(prefixKeyBytes+8)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if reused > 0 {
+		c.stats.Hits++
+		c.stats.ReusedTokens += int64(reused)
+	}
+	if n == 0 || size > c.max/4 {
+		return // nothing to key it by, or too big to be worth the room
+	}
+	rec := &prefixRecord{tok: t, enc: e, sums: slices.Clone(sums[:n]), bytes: size}
+	rec.elem = c.lru.PushFront(rec)
+	c.used += size
+	for i := 0; i < n; i++ {
+		k := prefixKey{t, sums[i]}
+		if old, ok := c.keys[k]; ok {
+			if old.rec.keys--; old.rec.keys == 0 {
+				c.drop(old.rec)
+			}
+		}
+		c.keys[k] = prefixRef{rec, i}
+		rec.keys++
+	}
+	for c.used > c.max && c.lru.Len() > 1 {
+		c.evict(c.lru.Back().Value.(*prefixRecord))
+	}
+}
+
+// evict removes a record and the keys that still lead to it.
+func (c *PrefixCache) evict(rec *prefixRecord) {
+	for _, sum := range rec.sums {
+		k := prefixKey{rec.tok, sum}
+		if ref, ok := c.keys[k]; ok && ref.rec == rec {
+			delete(c.keys, k)
+		}
+	}
+	c.drop(rec)
+}
+
+// drop forgets a record no key leads to.
+func (c *PrefixCache) drop(rec *prefixRecord) {
+	if rec.elem == nil {
+		return
+	}
+	c.lru.Remove(rec.elem)
+	rec.elem = nil
+	c.used -= rec.bytes
+}

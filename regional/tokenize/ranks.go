@@ -1,0 +1,122 @@
+package tokenize
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"unsafe"
+)
+
+// rankTable maps the byte strings of an encoding's ordinary tokens to their
+// ranks, for the byte-pair encoder's hot path: every pre-token is looked up
+// whole, and every candidate pair while merging. A Go map of strings hashes
+// with a general-purpose function and compares through the key's pointer,
+// a second memory access; here the first 8 bytes of each token live in its
+// slot, so a lookup is one hash of at most a few words and one slot (two
+// adjacent ones at most, as the table is at most half full) for the 8-byte
+// and shorter strings that most pre-tokens and pairs are. Longer tokens
+// compare their remaining bytes in an arena. Immutable once built; safe
+// for concurrent use. TestRankTableMatchesMap checks it against the map it
+// is built from.
+type rankTable struct {
+	slots []rankSlot
+	shift uint // 64 - log2(len(slots))
+	arena string
+}
+
+// rankSlot is one token: head is its first 8 bytes (little-endian, zero
+// padded); meta is rank | length<<24 | (arena offset of bytes 8 on)<<32,
+// and 0 for an empty slot (every token has a length).
+type rankSlot struct {
+	head uint64
+	meta uint64
+}
+
+const (
+	rankBits   = 24
+	rankMask   = 1<<rankBits - 1
+	maxRankLen = 255
+)
+
+// newRankTable builds the table of ranks, or returns nil when a token does
+// not fit the packing (a rank of 2^24 or more, a token longer than 255
+// bytes, or more than 4 GB of them); the encoder then uses the map.
+func newRankTable(ranks map[string]uint32) *rankTable {
+	size := 1 << bits.Len(uint(len(ranks)*2))
+	t := &rankTable{slots: make([]rankSlot, size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
+	var arena []byte
+	for s, r := range ranks {
+		if r > rankMask || len(s) == 0 || len(s) > maxRankLen || len(arena) > 1<<32-maxRankLen {
+			return nil
+		}
+		meta := uint64(r) | uint64(len(s))<<rankBits
+		if len(s) > 8 {
+			meta |= uint64(len(arena)) << 32
+			arena = append(arena, s[8:]...)
+		}
+		i := t.home(s)
+		for t.slots[i].meta != 0 {
+			i = (i + 1) & uint64(size-1)
+		}
+		t.slots[i] = rankSlot{head: head(s), meta: meta}
+	}
+	t.arena = string(arena)
+	return t
+}
+
+func (t *rankTable) home(s string) uint64 { return hashToken(s) >> t.shift }
+
+// get returns the rank of s.
+func (t *rankTable) get(s string) (uint32, bool) {
+	n := len(s)
+	if n == 0 || n > maxRankLen {
+		return 0, false
+	}
+	h := head(s)
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(s); ; i = (i + 1) & mask {
+		sl := &t.slots[i]
+		if sl.meta == 0 {
+			return 0, false
+		}
+		if sl.head == h && int(sl.meta>>rankBits&maxRankLen) == n {
+			if n <= 8 {
+				return uint32(sl.meta & rankMask), true
+			}
+			off := int(sl.meta >> 32)
+			if t.arena[off:off+n-8] == s[8:] {
+				return uint32(sl.meta & rankMask), true
+			}
+		}
+	}
+}
+
+// head is the first 8 bytes of s, little-endian, zero padded. Short strings
+// are read with overlapping loads instead of a byte loop.
+func head(s string) uint64 {
+	n := len(s)
+	b := unsafe.Slice(unsafe.StringData(s), n) // read only
+	switch {
+	case n >= 8:
+		return binary.LittleEndian.Uint64(b)
+	case n >= 4:
+		lo := uint64(binary.LittleEndian.Uint32(b))
+		hi := uint64(binary.LittleEndian.Uint32(b[n-4:]))
+		return lo | hi<<(8*(n-4))
+	case n > 0:
+		return uint64(b[0]) | uint64(b[n/2])<<(8*(n/2)) | uint64(b[n-1])<<(8*(n-1))
+	}
+	return 0
+}
+
+// hashToken mixes s's bytes and length into 64 bits (multiply and
+// xor-shift rounds; not for adversarial keys — the table's keys are fixed).
+func hashToken(s string) uint64 {
+	h := uint64(len(s)) * 0x9E3779B97F4A7C15
+	h ^= head(s)
+	for s = s[min(8, len(s)):]; len(s) > 0; s = s[min(8, len(s)):] {
+		h = (h ^ h>>29) * 0xBF58476D1CE4E5B9
+		h ^= head(s)
+	}
+	h = (h ^ h>>32) * 0x94D049BB133111EB
+	return h ^ h>>29
+}
