@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"slices"
@@ -564,6 +565,66 @@ func agreement(t *testing.T, f *Fleet, g *loadgen, samples int, rng *rand.Rand) 
 	return float64(same) / float64(samples), kinds
 }
 
+// waitSteady waits, after the load stopped, until the replicas of each
+// region have the same inputs again: nothing in flight, queued or still
+// modelled as prefill backlog at any pod (their own requests, the peers'
+// reports, the engines' scraped queues), the same offsets of the region's
+// topic applied with nothing left to fetch, the same scraped KV-cache
+// utilisation. On a loaded machine the last turns' KV events, the peers'
+// reports and the scrapes arrive hundreds of milliseconds apart at the two
+// replicas; measured before they have, the agreement measures the machine.
+func waitSteady(t *testing.T, f *Fleet) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		why := unsteady(f, time.Now())
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the fleet not steady within a minute of the load's end: %s", why)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// unsteady says why a region's replicas may not decide alike yet, or "".
+func unsteady(f *Fleet, now time.Time) string {
+	for _, r := range f.Regions {
+		var offsets []map[int]int64
+		var utils []map[string]float64
+		for _, rep := range r.Replicas {
+			c := rep.Controller()
+			if c == nil {
+				continue
+			}
+			if lag := c.Ingester.Lag(); lag != 0 {
+				return fmt.Sprintf("%s: %d messages behind", rep.ID, lag)
+			}
+			offsets = append(offsets, c.Ingester.Applied())
+			util := map[string]float64{}
+			for _, p := range c.Registry.Pods() {
+				l := p.Load()
+				if l.InFlight != 0 || l.PendingPrefill != 0 || l.OutstandingTokens != 0 || l.EngineRunning != 0 || l.EngineWaiting != 0 ||
+					p.PrefillBacklog(now) != 0 {
+					return fmt.Sprintf("%s: pod %s busy: %+v, backlog %v", rep.ID, p.Info().Name, l, p.PrefillBacklog(now))
+				}
+				util[p.Info().Name] = l.KVUtil
+			}
+			utils = append(utils, util)
+		}
+		for i := 1; i < len(offsets); i++ {
+			if !maps.Equal(offsets[0], offsets[i]) {
+				return fmt.Sprintf("%s: replicas applied %v and %v", r.Name, offsets[0], offsets[i])
+			}
+			if !maps.Equal(utils[0], utils[i]) {
+				return fmt.Sprintf("%s: replicas scraped KV utilisation %v and %v", r.Name, utils[0], utils[i])
+			}
+		}
+	}
+	return ""
+}
+
 // Issue 13: the same request sent to two replicas of a region picks the
 // same pod (decision agreement), on a steady fleet after sessions ran
 // through both replicas, and also while load runs. The replicas see each
@@ -598,6 +659,7 @@ func TestReplicasDecideAlike(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	loaded, loadedKinds := agreement(t, f, g, 200, rng)
 	g.halt()
+	waitSteady(t, f)
 	steady, steadyKinds := agreement(t, f, g, 400, rng)
 	t.Logf("decision agreement between the two replicas of a region: %.1f%% on a steady fleet %v, %.1f%% under load %v",
 		100*steady, steadyKinds, 100*loaded, loadedKinds)

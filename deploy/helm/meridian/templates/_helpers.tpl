@@ -82,7 +82,7 @@ own region's address first. The leader keeps one voter per region
 voting.
 */}}
 {{- define "meridian.config" -}}
-{{- $n := int (include "meridian.replicas" .) -}}
+{{- $_ := include "meridian.replicas" . -}}
 {{- $host := required "advertise.host is required: the DNS name other regions reach this region on" .Values.advertise.host -}}
 {{- $p := .Values.ports -}}
 {{- if not .Values.kafka.brokers -}}
