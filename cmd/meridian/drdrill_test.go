@@ -62,7 +62,10 @@ func TestDRDrillCLI(t *testing.T) {
 	})
 	t.Setenv("MERIDIAN_ADMIN_TOKEN", f.AdminToken)
 	t.Setenv("MERIDIAN_CA_CERT", f.PKI.CACert) // https, with the fleet's CA
-	args := []string{"dr", "drill", "--admin", f.Region("us-east-1").Controller.AdminURL(), "--hold", "500ms"}
+	args := []string{"dr", "drill", "--admin", f.Region("us-east-1").Controller.AdminURL(), "--hold", "500ms",
+		// The drill's time targets judge a deployment; here they are wide
+		// (a loaded CI machine), the test checks the drill's mechanics.
+		"--target-moved", "2m", "--target-back", "2m", "--moved-timeout", "3m", "--back-timeout", "3m"}
 	for _, r := range f.Regions {
 		args = append(args, "--controller", r.Name+"="+r.Controller.URL())
 	}
@@ -74,7 +77,7 @@ func TestDRDrillCLI(t *testing.T) {
 		t.Fatalf("drill of us-west-2: exit %d (%v)\n%s", code, err, out)
 	}
 	b, err := os.ReadFile(md)
-	if err != nil || !strings.Contains(string(b), "## Timeline") || !strings.Contains(string(b), "| traffic moved | ≤ 5s |") {
+	if err != nil || !strings.Contains(string(b), "## Timeline") || !strings.Contains(string(b), "| traffic moved | ≤ 2m0s |") {
 		t.Fatalf("markdown report: %v\n%s", err, b)
 	}
 	var rep drill.Report
