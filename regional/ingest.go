@@ -342,6 +342,9 @@ func (g *Ingester) Apply(msg Message) {
 	}
 	g.applied[msg.Partition] = msg.Offset
 	g.marks[msg.Partition] = markOf(msg.Offset, msg.Key, msg.Value, msg.Time)
+	if _, ok := g.anchors[msg.Partition]; !ok {
+		g.anchors[msg.Partition] = g.marks[msg.Partition] // the first, until a probe verifies it
+	}
 	g.checkCaughtUpLocked()
 	if end, ok := g.rebuilding[msg.Partition]; ok && msg.Offset >= end-1 {
 		delete(g.rebuilding, msg.Partition)
@@ -702,9 +705,11 @@ func (g *Ingester) groupID() string {
 }
 
 // checkEnds compares the topic's end offsets and cluster id, as the probe
-// read them, with what was applied: an end at or below an applied offset,
-// or another cluster, means a reset.
-func (g *Ingester) checkEnds(clusterID string, ends map[int]int64) {
+// read them, with what was applied before it asked (before): an end at or
+// below an offset applied then, or another cluster, means a reset. Offsets
+// applied while the probe's answer was on its way are newer than the ends
+// it read, and are not compared with them.
+func (g *Ingester) checkEnds(clusterID string, ends, before map[int]int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if clusterID != "" && g.clusterID != "" && clusterID != g.clusterID {
@@ -722,7 +727,8 @@ func (g *Ingester) checkEnds(clusterID string, ends map[int]int64) {
 	}
 	var reset []int
 	for p, end := range ends {
-		if last, ok := g.applied[p]; ok && last >= end {
+		last, ok := before[p]
+		if cur, still := g.applied[p]; ok && still && cur >= last && last >= end {
 			reset = append(reset, p)
 		}
 	}
@@ -805,6 +811,7 @@ func (g *Ingester) probe(ctx context.Context) {
 	t := time.NewTicker(g.cfg.ProbeInterval)
 	defer t.Stop()
 	for {
+		before := g.Applied()
 		clusterID, ends, err := g.endOffsets(ctx, c)
 		if ctx.Err() != nil {
 			return
@@ -813,7 +820,7 @@ func (g *Ingester) probe(ctx context.Context) {
 			g.warn.Warn("probe", "kafka brokers do not answer", "err", g.brokerDown(err), "kafka", g.sec)
 		} else {
 			g.brokerUp()
-			g.checkEnds(clusterID, ends)
+			g.checkEnds(clusterID, ends, before)
 			g.checkAnchors(ctx, c, ends)
 		}
 		select {

@@ -476,3 +476,25 @@ func TestIngestFollowsABrokerResetPastTheOffset(t *testing.T) {
 			testutil.ToFloat64(g.m.resets.WithLabelValues("offset_regression")), testutil.ToFloat64(g.m.resets.WithLabelValues("cluster_changed")))
 	}
 }
+
+// TestCheckEndsComparesWhatWasAppliedBefore: the probe reads the ends, and
+// the consumer may apply newer messages while the answer is on its way; an
+// end at the offset applied only since is no reset. One at or below what
+// was applied before the probe asked is.
+func TestCheckEndsComparesWhatWasAppliedBefore(t *testing.T) {
+	g, _, _, _, _ := newTestIngester(t)
+	g.mu.Lock()
+	g.applied[0], g.applied[1] = 5, 9
+	g.mu.Unlock()
+	resets := func() float64 { return testutil.ToFloat64(g.m.resets.WithLabelValues("offset_regression")) }
+	// Partition 0 ended at 5 when asked: offset 5 was applied after.
+	g.checkEnds("", map[int]int64{0: 5, 1: 10}, map[int]int64{0: 4, 1: 9})
+	if n := resets(); n != 0 || len(g.Rebuilding()) != 0 {
+		t.Fatalf("a message applied while the probe's answer was on its way counted as a reset: %v, rebuilding %v", n, g.Rebuilding())
+	}
+	// Partition 1 ends at 3 while 9 was applied before the probe asked.
+	g.checkEnds("", map[int]int64{0: 6, 1: 3}, map[int]int64{0: 5, 1: 9})
+	if n := resets(); n != 1 || len(g.Rebuilding()) != 1 || g.Rebuilding()[1] != 3 {
+		t.Fatalf("a partition ending below what was applied: resets %v, rebuilding %v", n, g.Rebuilding())
+	}
+}

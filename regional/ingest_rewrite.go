@@ -24,10 +24,11 @@ import (
 // events of the caches warmed meanwhile).
 //
 // So every probe also checks that the partition still holds, at the offset
-// of a message applied before, that same message: each probe takes the
-// last message applied per partition as an anchor (its offset and a hash
-// of its key, value and timestamp), and the next probe fetches the message
-// at that offset and compares. Another message there means the partition
+// of a message applied before, that same message: the first message
+// applied of a partition is its anchor (its offset and a hash of its key,
+// value and timestamp), and each probe fetches the message at the anchor's
+// offset and compares, then takes the last message applied since as the
+// next anchor. Another message there means the partition
 // was rewritten, and the consumer may already have applied some of its
 // new messages while it skipped the ones before them, of older batch
 // sequence numbers (which it would then refuse as duplicates) and older

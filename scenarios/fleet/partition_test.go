@@ -278,8 +278,13 @@ func TestPartitionIsNotFailure(t *testing.T) {
 	if after <= before {
 		t.Fatalf("the forward into the partition did not time out (answer %d %s)", a.status, a.body)
 	}
-	for range 6 { // three minutes, in steps the failover sees
-		clk.Advance(30 * time.Second)
+	// Three minutes, in steps the failover sees, each shorter than the
+	// pods' 30 s TTL: a step of 30 s would leave every pod unheard from
+	// for its whole TTL at once (no scrape can happen inside a step), and
+	// it lapses until the next scrape, which the partition has nothing to
+	// do with.
+	for range 18 {
+		clk.Advance(10 * time.Second)
 		evaluated("the automatic failover to evaluate the partitioned region")
 	}
 	for _, r := range f.Regions {
