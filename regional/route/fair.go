@@ -67,12 +67,14 @@ func (w *weightedRoundRobinPicker) pick(c *cycle, dec *Decision) int {
 // weightedLeastLoadedPicker takes the candidate with the fewest requests in
 // flight per unit of prefill speed, counting this one ((in flight + 1) /
 // speed, as Envoy's weighted least-request does), so idle pods are taken
-// fastest first; ties go to the first from a rotating offset.
+// fastest first; ties go to the first from a rotating offset. In flight is
+// the region's (Pod.InFlight: this replica's and the other replicas' last
+// reports), as least_loaded and Meridian's own policy count it.
 type weightedLeastLoadedPicker struct{}
 
 func (weightedLeastLoadedPicker) pick(c *cycle, dec *Decision) int {
 	dec.Reason = PolicyWeightedLeastLoaded
-	return c.leastBy(func(p *Pod) float64 { return float64(p.inflight.Load()+1) / c.speedOf(p) })
+	return c.leastBy(func(p *Pod) float64 { return float64(p.InFlight()+1) / c.speedOf(p) })
 }
 
 // leastOutstandingTokensPicker takes the candidate whose prompt tokens in

@@ -269,3 +269,30 @@ func TestPrecisePrefixPicker(t *testing.T) {
 		t.Fatalf("ties should rotate between pod-0 and pod-1 only: %v", seen)
 	}
 }
+
+// TestFairBaselinesCountOtherReplicas: weighted_least_loaded and
+// bounded_affinity count the requests the region's other replicas report
+// in flight on a pod, as least_loaded and Meridian's own policy do: a pod
+// another replica has loaded is not idle to them.
+func TestFairBaselinesCountOtherReplicas(t *testing.T) {
+	f := mixedFixture(t, nil, "h100", "b200", "h100")
+	// Idle, the b200 is taken first; with 5 of another replica's requests
+	// on it ((5+1)/2.28 > 1/1) an idle h100 is.
+	f.reg.SetPeerLoads("r2", 1, 1, []PeerLoad{{Pod: "pod-1", InFlight: 5}}, f.clock)
+	if d := pickWith(t, f, req(chain(1, 2)), PolicyWeightedLeastLoaded); d.PodName == "pod-1" {
+		t.Fatal("weighted_least_loaded chose the b200 another replica holds 5 requests on")
+	}
+
+	g := mixedFixture(t, nil, "h100", "h100", "h100", "b200")
+	r := req(chain(1, 2))
+	r.SessionID = "conv-7"
+	home := pickWith(t, g, r, PolicyBoundedAffinity).PodName
+	// Another replica's 4 requests on the session's home pod put it over
+	// its bound (ceil(1.25 x 5 x its share of the speed) is at most 3 < 5):
+	// the session overflows (the bounded-load filter before the ring and
+	// the ring's own walk both count the region's in flight).
+	g.reg.SetPeerLoads("r2", 1, 1, []PeerLoad{{Pod: home, InFlight: 4}}, g.clock)
+	if d := pickWith(t, g, r, PolicyBoundedAffinity); d.PodName == home {
+		t.Fatalf("bounded_affinity kept the session on %s, which another replica loaded over its bound", home)
+	}
+}

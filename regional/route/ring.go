@@ -83,7 +83,7 @@ func (r *hashRing) pick(c *cycle, key string, factor float64) int {
 	var total int64
 	var sum float64
 	for _, p := range c.pods {
-		total += p.inflight.Load()
+		total += p.InFlight()
 		sum += c.speedOf(p)
 	}
 	// candidate index by pod slot: c.speed holds speeds by slot; a scratch
@@ -112,7 +112,7 @@ func (r *hashRing) pick(c *cycle, key string, factor float64) int {
 		if first < 0 {
 			first = i
 		}
-		if pt.pod.inflight.Load()+1 <= loadBound(factor, total, c.speedOf(pt.pod), sum) {
+		if pt.pod.InFlight()+1 <= loadBound(factor, total, c.speedOf(pt.pod), sum) {
 			return i
 		}
 	}
