@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -31,6 +32,7 @@ func eventsTailCommand() *cli.Command {
 			&cli.StringFlag{Name: "topic", Usage: "topic, e.g. meridian.kv-events.us-east-1 (required)"},
 			&cli.BoolFlag{Name: "from-beginning", Usage: "start from the oldest retained message"},
 			&cli.IntFlag{Name: "max", Usage: "stop after this many messages (0: until interrupted)"},
+			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "give up if no broker answers for the topic within this long (tailing itself runs until --max or interrupted)"},
 		}, kafkaSecurityFlags()...),
 		Action: func(c *cli.Context) error {
 			if c.String("kafka") == "" || c.String("topic") == "" {
@@ -49,8 +51,19 @@ func eventsTailCommand() *cli.Command {
 			if err != nil {
 				return usageError("events tail: %w", err)
 			}
+			timeout := c.Duration("timeout")
+			if timeout <= 0 {
+				return usageError("events tail: --timeout = %v: want > 0", timeout)
+			}
+			dialer := client.Dialer(timeout)
+			// Ask for the topic first: a consumer group against brokers that
+			// do not answer retries quietly for ever, and the operator would
+			// see nothing at all.
+			if err := probeTopic(c.Context, dialer, brokers, c.String("topic"), timeout); err != nil {
+				return fmt.Errorf("events tail: %w", client.Explain(err))
+			}
 			r := kafka.NewReader(kafka.ReaderConfig{
-				Dialer:      client.Dialer(10 * time.Second),
+				Dialer:      dialer,
 				Brokers:     brokers,
 				Topic:       c.String("topic"),
 				GroupID:     "meridian-events-tail-" + strconv.FormatInt(time.Now().UnixNano(), 36),
@@ -83,6 +96,38 @@ func eventsTailCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// probeTopic asks the brokers, one after another, for the topic's
+// partitions, all within timeout: nil once one names at least one.
+func probeTopic(ctx context.Context, d *kafka.Dialer, brokers []string, topic string, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for _, b := range brokers {
+		conn, err := d.DialContext(ctx, "tcp", b)
+		if err != nil {
+			last = err
+			continue
+		}
+		if dl, ok := ctx.Deadline(); ok {
+			_ = conn.SetDeadline(dl)
+		}
+		parts, err := conn.ReadPartitions(topic)
+		conn.Close()
+		switch {
+		case err != nil:
+			last = err
+		case len(parts) == 0:
+			return fmt.Errorf("topic %q has no partitions on %s", topic, b)
+		default:
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return fmt.Errorf("no broker of %s answered for topic %q within %v (last: %w)", strings.Join(brokers, ","), topic, timeout, last)
 }
 
 // tailLine renders one Kafka message: its position, key, headers and decoded

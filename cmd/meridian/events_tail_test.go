@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"io"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -66,5 +68,44 @@ func TestEventsTail(t *testing.T) {
 	}
 	if second["reason"] != "truncated" || !strings.Contains(second["error"].(string), "byte") {
 		t.Fatalf("bad message: %s", lines[1])
+	}
+}
+
+// TestEventsTailSilentBroker: against an address that accepts connections
+// and never answers, `events tail` gives up after --timeout with an error
+// naming the brokers and the topic, instead of waiting for ever.
+func TestEventsTailSilentBroker(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn // open, never answered, closed with the listener
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	app := newApp()
+	app.Writer = io.Discard
+	err = app.RunContext(ctx, []string{"meridian", "events", "tail", "--kafka", ln.Addr().String(), "--topic", "meridian.kv-events.t",
+		"--kafka-insecure", "--timeout", "300ms"})
+	if err == nil || ctx.Err() != nil {
+		t.Fatalf("tail against a silent broker: err %v, test context %v", err, ctx.Err())
+	}
+	if msg := err.Error(); !strings.Contains(msg, "no broker of "+ln.Addr().String()+` answered for topic "meridian.kv-events.t" within 300ms`) {
+		t.Fatalf("error does not say what failed: %s", msg)
+	}
+	if code := exitCode(err); code != 1 {
+		t.Fatalf("exit code %d, want 1", code)
 	}
 }
