@@ -758,7 +758,7 @@ func (c *Controller) readiness() (bool, map[string]any) {
 		// old their last report is (a stale one keeps its pods busy).
 		peers := map[string]any{}
 		for _, r := range reps {
-			peers[r.Peer] = map[string]any{"report_age_seconds": time.Since(r.At).Seconds(), "in_flight": r.InFlight, "pods": r.Pods}
+			peers[r.Peer] = map[string]any{"report_age_seconds": time.Since(r.At).Seconds(), "in_flight": r.InFlight, "pods": r.Pods, "pods_serving": r.Serving}
 		}
 		detail["replicas"] = peers
 	}

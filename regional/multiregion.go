@@ -526,7 +526,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			}
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
-		share, err := newReplicaShare(c.Registry, c.Decider.Sessions(), time.Now, c.log.With("component", "replicas"), c.Metrics)
+		share, err := newReplicaShare(c.Registry, c.Decider.Sessions(), func() int { n, _ := c.Server.servingPods(); return n }, time.Now, c.log.With("component", "replicas"), c.Metrics)
 		if err != nil {
 			return err
 		}

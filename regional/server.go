@@ -548,23 +548,21 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if s.ready != nil {
 		ready, detail = s.ready()
 	}
-	// Pods count only while they can take a request now: live in the
-	// index (announced, not shut down), with an endpoint, not lapsed (its
-	// announcement ran out and it does not answer), not ejected (a pod that
-	// refuses connections is ejected at its first refusal).
-	now := s.now()
-	pods := s.reg.Pods()
-	alive := 0
-	for _, p := range pods {
-		if s.dec.Alive(p) && p.Serving(now) {
-			alive++
-		}
-	}
-	detail["pods"], detail["pods_known"] = alive, len(pods)
+	alive, known := s.servingPods()
+	detail["pods"], detail["pods_known"] = alive, known
 	if s.topo.Audit != nil {
 		detail["audit"] = s.auditHealth.detail()
 	}
-	if alive == 0 && s.topo.Remotes == nil {
+	switch peers := s.peersServing(); {
+	case alive == 0 && peers > 0:
+		// The region has pods and this replica does not see them yet (it
+		// is still reading their announcements after a start): a request
+		// sent here now would be refused with "no pod serves this region"
+		// while its replicas would serve it. Not ready, whatever other
+		// regions could take.
+		ready = false
+		detail["pods_note"] = fmt.Sprintf("the region's other replicas see %d pods; this one sees none yet", peers)
+	case alive == 0 && s.topo.Remotes == nil:
 		// Nothing can serve here, and there is nowhere to send it.
 		ready = false
 		detail["pods_note"] = "no pod can take a request"
@@ -575,6 +573,32 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, detail)
+}
+
+// servingPods counts this region's pods that can take a request now (alive)
+// among those it knows: live in the index (announced, not shut down), with
+// an endpoint, not lapsed (its announcement ran out and it does not
+// answer), not ejected (a pod that refuses connections is ejected at its
+// first refusal).
+func (s *Server) servingPods() (alive, known int) {
+	now := s.now()
+	pods := s.reg.Pods()
+	for _, p := range pods {
+		if s.dec.Alive(p) && p.Serving(now) {
+			alive++
+		}
+	}
+	return alive, len(pods)
+}
+
+// peersServing is the most pods any other replica of the region reports it
+// sees serving (0: none, or no replica says).
+func (s *Server) peersServing() int {
+	n := 0
+	for _, r := range s.reg.PeerReports() {
+		n = max(n, r.Serving)
+	}
+	return n
 }
 
 func newDecisionID() string {
