@@ -304,6 +304,17 @@ func (g gossipRemotes) Unseen(region string) (route.Unseen, bool) {
 	return route.Unseen{ReceivedAt: rv.ReceivedAt.Add(-rv.SentAge), RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
 }
 
+// remoteForwardAddrs lists the forward addresses of every other region's
+// controllers (those the failure detector declared dead too: they may be
+// back).
+func remoteForwardAddrs(n *gossip.Node) []string {
+	var out []string
+	for _, rv := range n.View().Regions {
+		out = append(out, gossipRemotes{n}.ForwardAddrs(rv.Region)...)
+	}
+	return out
+}
+
 func (g gossipRemotes) ForwardAddrs(region string) []string {
 	rv, ok := g.node.View().Region(region)
 	if !ok {

@@ -104,8 +104,16 @@ func (c ForwardConfig) Validate() error {
 
 // limits are the timeouts of one try.
 type limits struct {
-	connect   time.Duration // 0: none beyond the first-byte one
+	// connect bounds the connection (TCP and TLS); 0, or not below
+	// firstByte: none beyond the first-byte one.
+	connect time.Duration
+	// firstByte bounds the wait for the first byte: from the connection
+	// being up when connect bounds it (a handshake slowed by a busy CPU
+	// does not eat the remote's time to answer), else from the start.
 	firstByte time.Duration
+	// within bounds the whole try, from its start (0: connect plus
+	// firstByte): what is left of the request's budget.
+	within time.Duration
 }
 
 // limits are the timeouts of a forward to a region rttMs away whose
@@ -123,6 +131,7 @@ func (c ForwardConfig) limits(rttMs, expectedMs float64, capFirstByte, left time
 	}
 	l.firstByte = min(l.firstByte, left)
 	l.connect = min(l.connect, l.firstByte)
+	l.within = left
 	return l
 }
 
@@ -178,6 +187,9 @@ type Server struct {
 	// fwd is the prefill this controller forwarded to other regions that
 	// their summaries cannot show yet.
 	fwd route.Forwarded
+	// links orders a region's controllers for a forward and keeps the
+	// connections to them warm (peerlinks.go).
+	links *peerLinks
 }
 
 // ServerDeps is what a Server is given: the decision core, the prompt
@@ -242,6 +254,7 @@ func NewServer(cfg ServerConfig, deps ServerDeps) (*Server, error) {
 	s := &Server{cfg: cfg, dec: deps.Decider, reg: reg, prompts: deps.Prompts, calib: deps.Calibrator, log: log, m: m,
 		ready: deps.Ready, now: now, client: &http.Client{Transport: transport}, peerClient: &http.Client{Transport: peer},
 		auth: deps.Auth, mux: http.NewServeMux(), id: deps.ControllerID}
+	s.links = newPeerLinks(s.peerClient, now)
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })
 	s.mux.HandleFunc("POST /v1/route", s.serveRoute)
