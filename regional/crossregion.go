@@ -404,9 +404,11 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 		try.connect = min(try.connect, try.firstByte)
 		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, try, func(int) { firstByte() })
 		switch {
-		case res.err == nil || res.wrote || res.status != 0:
+		case res.wrote || (res.status != 0 && res.status < 500):
 			s.links.note(addr, true) // it answered
-		case res.kind == "connect" || res.kind == "connect_timeout" || res.kind == "refused":
+		case res.status >= 500 || res.kind == "connect" || res.kind == "connect_timeout" || res.kind == "refused":
+			// It could not serve, or could not be reached: its replicas
+			// go first until it answers again (a forward or a probe).
 			s.links.note(addr, false)
 		}
 		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {

@@ -697,8 +697,9 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 }
 
 // advertise keeps this controller's forward address in its gossip digest
-// once its index has caught up with the topic (a replica that has just
-// started cannot serve yet: the other regions must not forward to it), and
+// once its index has caught up with the topic and it sees the pods its
+// replicas see (a replica that has just started cannot serve yet: the
+// other regions must not forward to it), and
 // withdraws it while the index is rebuilt (a broker reset). A stopping
 // controller keeps it until it leaves the pool: it still takes requests
 // during its drain delay, and once its listener has closed a forward is
@@ -709,7 +710,7 @@ func (c *Controller) advertise(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		addr := ""
-		if c.Ingester.CaughtUp() {
+		if c.Ingester.CaughtUp() && !c.Server.behindPeers() {
 			addr = c.PublicURL()
 		}
 		if err := c.mr.gossip.SetForwardAddr(addr); err != nil {

@@ -50,6 +50,9 @@ func TestReadyNeedsThePodsTheOtherReplicasSee(t *testing.T) {
 	here.MergeReplicaState("peer", st)
 	ready("the other replica sees 3 pods", http.StatusServiceUnavailable, "the region's other replicas see 3 pods; this one sees none yet")
 
+	f.clock = f.clock.Add(peerReportFresh + time.Second)
+	ready("the other replica's report is stale", http.StatusOK, `"ready":true`)
+
 	gone := newReplica(t, func() time.Time { return f.clock.Add(time.Second) }) // restarted, sees none
 	st, _ = gone.share.ReplicaState()
 	here.MergeReplicaState("peer", st)

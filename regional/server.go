@@ -567,7 +567,7 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		detail["audit"] = s.auditHealth.detail()
 	}
 	switch peers := s.peersServing(); {
-	case alive == 0 && peers > 0:
+	case alive == 0 && peers > 0: // see behindPeers
 		// The region has pods and this replica does not see them yet (it
 		// is still reading their announcements after a start): a request
 		// sent here now would be refused with "no pod serves this region"
@@ -604,12 +604,28 @@ func (s *Server) servingPods() (alive, known int) {
 	return alive, len(pods)
 }
 
-// peersServing is the most pods any other replica of the region reports it
-// sees serving (0: none, or no replica says).
+// behindPeers reports whether this replica sees no pod that can take a
+// request while another replica of the region sees some: it has not read
+// their announcements yet, and would refuse what its replicas serve.
+func (s *Server) behindPeers() bool {
+	alive, _ := s.servingPods()
+	return alive == 0 && s.peersServing() > 0
+}
+
+// peerReportFresh is how old a replica's report may be and still count
+// in peersServing: replicas report every gossip.replica_interval (200 ms
+// by default); one that has gone quiet without being declared dead (a
+// partition) must not keep this one unready on pods it saw long ago.
+const peerReportFresh = 10 * time.Second
+
+// peersServing is the most pods any other replica of the region reports,
+// in a fresh report, it sees serving (0: none, or no replica says).
 func (s *Server) peersServing() int {
-	n := 0
+	n, now := 0, s.now()
 	for _, r := range s.reg.PeerReports() {
-		n = max(n, r.Serving)
+		if now.Sub(r.At) <= peerReportFresh {
+			n = max(n, r.Serving)
+		}
 	}
 	return n
 }
