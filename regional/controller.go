@@ -539,7 +539,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 	if c.tls != nil {
 		// Forwarding between controllers: mutual TLS, and the other end
 		// must present a controller identity of the cluster's CA.
-		pt := NewPodTransport()
+		pt := NewPeerTransport()
 		pt.TLSClientConfig = c.tls.ClientConfig("")
 		peer = pt
 		c.transports = append(c.transports, pt)
@@ -595,6 +595,11 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		c.goRun("discovery", func() error { return c.discovery.Run(runCtx, c.applyDiscovered) })
 	}
 	c.goRun("http", func() error { return servedUntilClosed(c.http.Serve(c.ln)) })
+	if gn := c.Gossip(); gn != nil {
+		c.goRun("peer-links", func() error {
+			return c.Server.links.run(runCtx, PeerWarmInterval, func() []string { return remoteForwardAddrs(gn) })
+		})
+	}
 	if c.mr != nil && c.mr.audit != nil {
 		c.auditLog.Store(c.mr.audit)
 	}
@@ -758,7 +763,7 @@ func (c *Controller) readiness() (bool, map[string]any) {
 		// old their last report is (a stale one keeps its pods busy).
 		peers := map[string]any{}
 		for _, r := range reps {
-			peers[r.Peer] = map[string]any{"report_age_seconds": time.Since(r.At).Seconds(), "in_flight": r.InFlight, "pods": r.Pods}
+			peers[r.Peer] = map[string]any{"report_age_seconds": time.Since(r.At).Seconds(), "in_flight": r.InFlight, "pods": r.Pods, "pods_serving": r.Serving}
 		}
 		detail["replicas"] = peers
 	}

@@ -376,7 +376,7 @@ func fallbackOrder(pl *route.Placement) []int {
 // before the first byte, each within lim (ForwardConfig) and the request's
 // budget; firstByte runs when the first byte of the answer arrives.
 func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *http.Request, p *parsed, region, origin, decisionID string, lim limits, firstByte func()) attempt {
-	addrs := s.topo.Remotes.ForwardAddrs(region)
+	addrs := s.links.order(s.topo.Remotes.ForwardAddrs(region))
 	if len(addrs) == 0 {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("region %s has no live controller with a forward address", region)}
 	}
@@ -390,14 +390,27 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	out := http.Header{"X-Meridian-Forwarded-To": {region}}
 	var res attempt
 	for i, addr := range addrs {
-		if i > 0 {
-			left := s.cfg.Forward.Budget - s.now().Sub(p.started)
-			if left <= 0 {
-				break
-			}
-			lim.firstByte, lim.connect = min(lim.firstByte, left), min(lim.connect, left)
+		left := s.cfg.Forward.Budget - s.now().Sub(p.started)
+		if i > 0 && left <= 0 {
+			break
 		}
-		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, lim, func(int) { firstByte() })
+		try := lim
+		try.firstByte, try.within = min(lim.firstByte, left), left
+		if rest := len(addrs) - i; rest > 1 {
+			// A controller that does not connect leaves the others
+			// their share of what is left.
+			try.connect = min(lim.connect, left/time.Duration(rest))
+		}
+		try.connect = min(try.connect, try.firstByte)
+		res = s.relay(ctx, s.peerClient, w, r, p, strings.TrimRight(addr, "/")+r.URL.Path, add, out, "region "+region, try, func(int) { firstByte() })
+		switch {
+		case res.wrote || (res.status != 0 && res.status < 500):
+			s.links.note(addr, true) // it answered
+		case res.status >= 500 || res.kind == "connect" || res.kind == "connect_timeout" || res.kind == "refused":
+			// It could not serve, or could not be reached: its replicas
+			// go first until it answers again (a forward or a probe).
+			s.links.note(addr, false)
+		}
 		if res.err == nil || res.wrote || !res.retryable || ctx.Err() != nil {
 			return res
 		}

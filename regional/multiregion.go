@@ -304,6 +304,17 @@ func (g gossipRemotes) Unseen(region string) (route.Unseen, bool) {
 	return route.Unseen{ReceivedAt: rv.ReceivedAt.Add(-rv.SentAge), RTT: rv.RTT, Pods: rv.Summary.Totals().Pods}, true
 }
 
+// remoteForwardAddrs lists the forward addresses of every other region's
+// controllers (those the failure detector declared dead too: they may be
+// back).
+func remoteForwardAddrs(n *gossip.Node) []string {
+	var out []string
+	for _, rv := range n.View().Regions {
+		out = append(out, gossipRemotes{n}.ForwardAddrs(rv.Region)...)
+	}
+	return out
+}
+
 func (g gossipRemotes) ForwardAddrs(region string) []string {
 	rv, ok := g.node.View().Region(region)
 	if !ok {
@@ -526,7 +537,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 			}
 		}
 		gcfg.StaticRTTOverride = cfg.Gossip.StaticRTTOverride
-		share, err := newReplicaShare(c.Registry, c.Decider.Sessions(), time.Now, c.log.With("component", "replicas"), c.Metrics)
+		share, err := newReplicaShare(c.Registry, c.Decider.Sessions(), func() int { n, _ := c.Server.servingPods(); return n }, time.Now, c.log.With("component", "replicas"), c.Metrics)
 		if err != nil {
 			return err
 		}
@@ -686,8 +697,9 @@ func (c *Controller) runSummaries(ctx context.Context, every time.Duration) erro
 }
 
 // advertise keeps this controller's forward address in its gossip digest
-// once its index has caught up with the topic (a replica that has just
-// started cannot serve yet: the other regions must not forward to it), and
+// once its index has caught up with the topic and it sees the pods its
+// replicas see (a replica that has just started cannot serve yet: the
+// other regions must not forward to it), and
 // withdraws it while the index is rebuilt (a broker reset). A stopping
 // controller keeps it until it leaves the pool: it still takes requests
 // during its drain delay, and once its listener has closed a forward is
@@ -698,7 +710,7 @@ func (c *Controller) advertise(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		addr := ""
-		if c.Ingester.CaughtUp() {
+		if c.Ingester.CaughtUp() && !c.Server.behindPeers() {
 			addr = c.PublicURL()
 		}
 		if err := c.mr.gossip.SetForwardAddr(addr); err != nil {

@@ -260,16 +260,19 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 func (s *Server) relay(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, p *parsed, url string, add, out http.Header, who string, lim limits, firstByte func(status int)) (res attempt) {
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	timer := time.AfterFunc(lim.firstByte, cancel)
-	defer timer.Stop()
+	var timer *time.Timer // the first-byte timer
 	var ct *connectTimer
 	if lim.connect > 0 && lim.connect < lim.firstByte {
 		// The connection (TCP and TLS) must be up within lim.connect: a
 		// peer whose packets are blackholed is given up on in a few RTTs.
-		ct = startConnectTimer(lim.connect, cancel)
+		// The first-byte bound runs from then on (startTryTimers).
+		ct, timer = startTryTimers(lim, cancel)
 		defer ct.t.Stop()
 		uctx = httptrace.WithClientTrace(uctx, &httptrace.ClientTrace{GotConn: ct.gotConn})
+	} else {
+		timer = time.AfterFunc(lim.firstByte, cancel)
 	}
+	defer timer.Stop()
 
 	ureq, err := http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw))
 	if err != nil {
@@ -403,19 +406,46 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	return res
 }
 
-// connectTimer cancels a try whose connection is not up in time.
+// connectTimer cancels a try whose connection is not up in time, and
+// starts the first-byte timer once it is.
 type connectTimer struct {
 	t     *time.Timer
 	fired atomic.Bool
+	// firstByte is the try's first-byte timer, armed at the start for the
+	// longest the try may take (connect + firstByte, within its budget)
+	// and re-armed for lim.firstByte when the connection is up.
+	firstByte *time.Timer
+	lim       limits
+	start     time.Time
 }
 
-func startConnectTimer(d time.Duration, cancel context.CancelFunc) *connectTimer {
-	c := &connectTimer{}
-	c.t = time.AfterFunc(d, func() { c.fired.Store(true); cancel() })
-	return c
+// startTryTimers starts the timers of a try whose connection is bounded
+// (lim.connect): cancel runs when the connection is not up within
+// lim.connect, or when no first byte came within lim.firstByte of the
+// connection, or when lim.within is over.
+func startTryTimers(lim limits, cancel context.CancelFunc) (*connectTimer, *time.Timer) {
+	c := &connectTimer{lim: lim, start: time.Now()}
+	longest := lim.connect + lim.firstByte
+	if lim.within > 0 {
+		longest = min(longest, lim.within)
+	}
+	c.firstByte = time.AfterFunc(longest, cancel)
+	c.t = time.AfterFunc(lim.connect, func() { c.fired.Store(true); cancel() })
+	return c, c.firstByte
 }
 
-func (c *connectTimer) gotConn(httptrace.GotConnInfo) { c.t.Stop() }
+func (c *connectTimer) gotConn(httptrace.GotConnInfo) {
+	if !c.t.Stop() {
+		return // too late: the try is cancelled
+	}
+	d := c.lim.firstByte
+	if c.lim.within > 0 {
+		d = min(d, c.lim.within-time.Since(c.start))
+	}
+	if c.firstByte.Stop() {
+		c.firstByte.Reset(max(d, 0))
+	}
+}
 
 // sseError is an OpenAI-style error event for a stream that cannot go on.
 func sseError(err error) []byte {

@@ -27,16 +27,23 @@ import (
 //     pins go into the session table (route.Sessions.NotePeer); a replica
 //     that leaves or is declared dead is forgotten.
 //
-// Payload (version 1, little-endian): u8 version, u64 epoch (the sender's
+// Payload (version 2, little-endian): u8 version, u64 epoch (the sender's
 // start, unix ns), uvarint seq, uvarint pods, per pod {uvarint name length,
 // name, uvarint in flight, uvarint pending prefill tokens}, uvarint pins,
-// per pin {u64 session key, uvarint pod length, pod}.
+// per pin {u64 session key, uvarint pod length, pod}, then uvarint serving:
+// the pods the sender sees able to take a request, which a replica that
+// sees none compares with before it calls itself ready (Server.serveReady).
+// Version 1 (no serving count) is still read, from replicas not yet
+// upgraded; a replica of version 1 drops version 2 reports as malformed
+// until it is upgraded too (its load sharing pauses for the rollout).
 type replicaShare struct {
 	reg      *route.Registry
 	sessions *route.Sessions
 	now      func() time.Time
 	log      *slog.Logger
 	epoch    uint64
+	// serving counts the pods this replica sees able to take a request.
+	serving func() int
 
 	mu   sync.Mutex // ReplicaState's scratch and sequence
 	seq  uint64
@@ -52,8 +59,8 @@ type replicaShare struct {
 // maxSharedPins bounds the pins queued between two rounds.
 const maxSharedPins = 1 << 16
 
-func newReplicaShare(reg *route.Registry, sessions *route.Sessions, now func() time.Time, log *slog.Logger, m prometheus.Registerer) (*replicaShare, error) {
-	r := &replicaShare{reg: reg, sessions: sessions, now: now, log: log, epoch: uint64(now().UnixNano())}
+func newReplicaShare(reg *route.Registry, sessions *route.Sessions, serving func() int, now func() time.Time, log *slog.Logger, m prometheus.Registerer) (*replicaShare, error) {
+	r := &replicaShare{reg: reg, sessions: sessions, serving: serving, now: now, log: log, epoch: uint64(now().UnixNano())}
 	sessions.ShareWithPeers(maxSharedPins)
 	r.received = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_router_replica_reports_total",
 		Help: "Reports of the region's other replicas' load and pins, by outcome (applied, late, malformed)."}, []string{"outcome"})
@@ -79,7 +86,7 @@ func (r *replicaShare) ReplicaState() ([]byte, bool) {
 	defer r.mu.Unlock()
 	r.seq++
 	r.pins, _ = r.sessions.TakePins(r.pins[:0])
-	b := append(r.buf[:0], 1)
+	b := append(r.buf[:0], replicaVersion)
 	b = binary.LittleEndian.AppendUint64(b, r.epoch)
 	b = binary.AppendUvarint(b, r.seq)
 	pods := r.reg.Pods()
@@ -106,6 +113,7 @@ func (r *replicaShare) ReplicaState() ([]byte, bool) {
 		b = binary.AppendUvarint(b, uint64(len(p.Pod)))
 		b = append(b, p.Pod...)
 	}
+	b = binary.AppendUvarint(b, uint64(max(r.serving(), 0)))
 	r.buf = b
 	r.pinsSent.Add(float64(len(r.pins)))
 	// The node sends (copies) the payload before the next round reuses it.
@@ -121,7 +129,7 @@ func (r *replicaShare) MergeReplicaState(from string, payload []byte) {
 		return
 	}
 	now := r.now()
-	if !r.reg.SetPeerLoads(from, rep.epoch, rep.seq, rep.loads, now) {
+	if !r.reg.SetPeerLoads(from, rep.epoch, rep.seq, rep.loads, rep.serving, now) {
 		r.received.WithLabelValues("late").Inc()
 	} else {
 		r.received.WithLabelValues("applied").Inc()
@@ -143,17 +151,22 @@ type replicaReport struct {
 	epoch, seq uint64
 	loads      []route.PeerLoad
 	pins       []route.Pin
+	serving    int // -1: a version 1 report, which does not say
 }
+
+// replicaVersion is the payload version sent.
+const replicaVersion = 2
 
 var errReplicaReport = errors.New("malformed replica report")
 
 // decodeReplicaReport reads a payload, bounded by its length: every count
 // is checked against the bytes left before anything is allocated.
 func decodeReplicaReport(b []byte) (replicaReport, error) {
-	var rep replicaReport
-	if len(b) < 9 || b[0] != 1 {
+	rep := replicaReport{serving: -1}
+	if len(b) < 9 || (b[0] != 1 && b[0] != 2) {
 		return rep, fmt.Errorf("%w: version or length", errReplicaReport)
 	}
+	version := b[0]
 	rep.epoch = binary.LittleEndian.Uint64(b[1:9])
 	b = b[9:]
 	uv := func() (uint64, bool) {
@@ -210,6 +223,13 @@ func decodeReplicaReport(b []byte) (replicaReport, error) {
 			return rep, fmt.Errorf("%w: pin pod", errReplicaReport)
 		}
 		rep.pins = append(rep.pins, p)
+	}
+	if version >= 2 {
+		n, ok := uv()
+		if !ok || n > 1<<20 {
+			return rep, fmt.Errorf("%w: serving pods", errReplicaReport)
+		}
+		rep.serving = int(n)
 	}
 	if len(b) != 0 {
 		return rep, fmt.Errorf("%w: %d trailing bytes", errReplicaReport, len(b))

@@ -41,7 +41,7 @@ func newReplica(t *testing.T, clock func() time.Time, pods ...string) replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	share, err := newReplicaShare(reg, dec.Sessions(), clock, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	share, err := newReplicaShare(reg, dec.Sessions(), func() int { return len(pods) }, clock, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
 		t.Fatal(err)
 	}

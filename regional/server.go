@@ -104,8 +104,16 @@ func (c ForwardConfig) Validate() error {
 
 // limits are the timeouts of one try.
 type limits struct {
-	connect   time.Duration // 0: none beyond the first-byte one
+	// connect bounds the connection (TCP and TLS); 0, or not below
+	// firstByte: none beyond the first-byte one.
+	connect time.Duration
+	// firstByte bounds the wait for the first byte: from the connection
+	// being up when connect bounds it (a handshake slowed by a busy CPU
+	// does not eat the remote's time to answer), else from the start.
 	firstByte time.Duration
+	// within bounds the whole try, from its start (0: connect plus
+	// firstByte): what is left of the request's budget.
+	within time.Duration
 }
 
 // limits are the timeouts of a forward to a region rttMs away whose
@@ -123,6 +131,7 @@ func (c ForwardConfig) limits(rttMs, expectedMs float64, capFirstByte, left time
 	}
 	l.firstByte = min(l.firstByte, left)
 	l.connect = min(l.connect, l.firstByte)
+	l.within = left
 	return l
 }
 
@@ -178,6 +187,9 @@ type Server struct {
 	// fwd is the prefill this controller forwarded to other regions that
 	// their summaries cannot show yet.
 	fwd route.Forwarded
+	// links orders a region's controllers for a forward and keeps the
+	// connections to them warm (peerlinks.go).
+	links *peerLinks
 }
 
 // ServerDeps is what a Server is given: the decision core, the prompt
@@ -242,6 +254,7 @@ func NewServer(cfg ServerConfig, deps ServerDeps) (*Server, error) {
 	s := &Server{cfg: cfg, dec: deps.Decider, reg: reg, prompts: deps.Prompts, calib: deps.Calibrator, log: log, m: m,
 		ready: deps.Ready, now: now, client: &http.Client{Transport: transport}, peerClient: &http.Client{Transport: peer},
 		auth: deps.Auth, mux: http.NewServeMux(), id: deps.ControllerID}
+	s.links = newPeerLinks(s.peerClient, now)
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })
 	s.mux.HandleFunc("POST /v1/route", s.serveRoute)
@@ -548,23 +561,21 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if s.ready != nil {
 		ready, detail = s.ready()
 	}
-	// Pods count only while they can take a request now: live in the
-	// index (announced, not shut down), with an endpoint, not lapsed (its
-	// announcement ran out and it does not answer), not ejected (a pod that
-	// refuses connections is ejected at its first refusal).
-	now := s.now()
-	pods := s.reg.Pods()
-	alive := 0
-	for _, p := range pods {
-		if s.dec.Alive(p) && p.Serving(now) {
-			alive++
-		}
-	}
-	detail["pods"], detail["pods_known"] = alive, len(pods)
+	alive, known := s.servingPods()
+	detail["pods"], detail["pods_known"] = alive, known
 	if s.topo.Audit != nil {
 		detail["audit"] = s.auditHealth.detail()
 	}
-	if alive == 0 && s.topo.Remotes == nil {
+	switch peers := s.peersServing(); {
+	case alive == 0 && peers > 0: // see behindPeers
+		// The region has pods and this replica does not see them yet (it
+		// is still reading their announcements after a start): a request
+		// sent here now would be refused with "no pod serves this region"
+		// while its replicas would serve it. Not ready, whatever other
+		// regions could take.
+		ready = false
+		detail["pods_note"] = fmt.Sprintf("the region's other replicas see %d pods; this one sees none yet", peers)
+	case alive == 0 && s.topo.Remotes == nil:
 		// Nothing can serve here, and there is nowhere to send it.
 		ready = false
 		detail["pods_note"] = "no pod can take a request"
@@ -575,6 +586,48 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 		status = http.StatusServiceUnavailable
 	}
 	writeJSON(w, status, detail)
+}
+
+// servingPods counts this region's pods that can take a request now (alive)
+// among those it knows: live in the index (announced, not shut down), with
+// an endpoint, not lapsed (its announcement ran out and it does not
+// answer), not ejected (a pod that refuses connections is ejected at its
+// first refusal).
+func (s *Server) servingPods() (alive, known int) {
+	now := s.now()
+	pods := s.reg.Pods()
+	for _, p := range pods {
+		if s.dec.Alive(p) && p.Serving(now) {
+			alive++
+		}
+	}
+	return alive, len(pods)
+}
+
+// behindPeers reports whether this replica sees no pod that can take a
+// request while another replica of the region sees some: it has not read
+// their announcements yet, and would refuse what its replicas serve.
+func (s *Server) behindPeers() bool {
+	alive, _ := s.servingPods()
+	return alive == 0 && s.peersServing() > 0
+}
+
+// peerReportFresh is how old a replica's report may be and still count
+// in peersServing: replicas report every gossip.replica_interval (200 ms
+// by default); one that has gone quiet without being declared dead (a
+// partition) must not keep this one unready on pods it saw long ago.
+const peerReportFresh = 10 * time.Second
+
+// peersServing is the most pods any other replica of the region reports,
+// in a fresh report, it sees serving (0: none, or no replica says).
+func (s *Server) peersServing() int {
+	n, now := 0, s.now()
+	for _, r := range s.reg.PeerReports() {
+		if now.Sub(r.At) <= peerReportFresh {
+			n = max(n, r.Serving)
+		}
+	}
+	return n
 }
 
 func newDecisionID() string {

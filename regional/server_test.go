@@ -72,6 +72,9 @@ type fixtureConfig struct {
 	// (serve), as a secure controller does.
 	auth *ClientAuth
 	tls  *tls.Config
+	// peer carries forwards to other regions' controllers (nil: the pod
+	// transport).
+	peer http.RoundTripper
 }
 
 func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtureConfig)) *serverFixture {
@@ -105,7 +108,7 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	f.ready.Store(true)
 	f.srv, err = NewServer(cfg, ServerDeps{Decider: f.dec, Prompts: prompts, Metrics: f.prom,
 		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: func() time.Time { return f.clock },
-		Auth: fc.auth})
+		Auth: fc.auth, PeerTransport: fc.peer})
 	if err != nil {
 		t.Fatal(err)
 	}

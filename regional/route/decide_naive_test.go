@@ -638,7 +638,7 @@ func TestDecideMatchesNaive(t *testing.T) {
 						}
 					}
 					peerSeq++
-					reg.SetPeerLoads(rapid.SampledFrom([]string{"r1", "r2"}).Draw(rt, "peer"), uint64(rapid.IntRange(1, 2).Draw(rt, "epoch")), peerSeq, loads, clock)
+					reg.SetPeerLoads(rapid.SampledFrom([]string{"r1", "r2"}).Draw(rt, "peer"), uint64(rapid.IntRange(1, 2).Draw(rt, "epoch")), peerSeq, loads, -1, clock)
 				case 1:
 					reg.ForgetPeer(rapid.SampledFrom([]string{"r1", "r2"}).Draw(rt, "peer"))
 				case 2:

@@ -349,20 +349,25 @@ type PeerLoad struct {
 }
 
 type peerReport struct {
-	epoch uint64
-	seq   uint64
-	at    time.Time
-	loads map[string]PeerLoad
+	epoch   uint64
+	seq     uint64
+	at      time.Time
+	loads   map[string]PeerLoad
+	serving int
 }
 
 // PeerReport describes the last report of one of the region's other
 // replicas.
 type PeerReport struct {
-	Peer     string    `json:"peer"`
-	Seq      uint64    `json:"seq"`
-	At       time.Time `json:"at"` // when it arrived, on this replica's clock
-	Pods     int       `json:"pods"`
-	InFlight int64     `json:"in_flight"`
+	Peer string    `json:"peer"`
+	Seq  uint64    `json:"seq"`
+	At   time.Time `json:"at"` // when it arrived, on this replica's clock
+	// Pods is the pods it has requests in flight on.
+	Pods     int   `json:"pods"`
+	InFlight int64 `json:"in_flight"`
+	// Serving is the pods it sees able to take a request (live, with an
+	// endpoint, not lapsed or ejected); -1: not said (an older replica).
+	Serving int `json:"serving"`
 }
 
 // NewRegistry builds an empty registry over the region's index.
@@ -387,12 +392,13 @@ func (r *Registry) describe(p *Pod, info PodInfo) {
 
 // SetPeerLoads replaces what the replica peer last reported of its own
 // accounting with loads (a pod it does not name carries none of its
-// requests), received at now. Reports are ordered by seq within one epoch
+// requests) and of the pods it sees serving (serving; -1: not said),
+// received at now. Reports are ordered by seq within one epoch
 // of the replica (a start of its process): a report of the same epoch
 // whose seq is not above the last one's is late and ignored (false); one
 // of another epoch (the replica restarted) replaces the last whatever its
 // seq.
-func (r *Registry) SetPeerLoads(peer string, epoch, seq uint64, loads []PeerLoad, now time.Time) bool {
+func (r *Registry) SetPeerLoads(peer string, epoch, seq uint64, loads []PeerLoad, serving int, now time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if old, ok := r.peers[peer]; ok && old.epoch == epoch && seq <= old.seq {
@@ -402,7 +408,7 @@ func (r *Registry) SetPeerLoads(peer string, epoch, seq uint64, loads []PeerLoad
 	for _, l := range loads {
 		m[l.Pod] = l
 	}
-	r.peers[peer] = &peerReport{epoch: epoch, seq: seq, at: now, loads: m}
+	r.peers[peer] = &peerReport{epoch: epoch, seq: seq, at: now, loads: m, serving: serving}
 	r.sumPeersLocked()
 	return true
 }
@@ -425,7 +431,7 @@ func (r *Registry) PeerReports() []PeerReport {
 	defer r.mu.Unlock()
 	out := make([]PeerReport, 0, len(r.peers))
 	for id, p := range r.peers {
-		pr := PeerReport{Peer: id, Seq: p.seq, At: p.at, Pods: len(p.loads)}
+		pr := PeerReport{Peer: id, Seq: p.seq, At: p.at, Pods: len(p.loads), Serving: p.serving}
 		for _, l := range p.loads {
 			pr.InFlight += l.InFlight
 		}

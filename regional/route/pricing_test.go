@@ -103,7 +103,7 @@ func drawRegion(rt *rapid.T) (*fixture, *Request) {
 			loads = append(loads, PeerLoad{Pod: name, InFlight: int64(n), PendingPrefill: int64(rapid.SampledFrom([]int{0, 1, 500}).Draw(rt, "peer_pending"))})
 		}
 	}
-	f.reg.SetPeerLoads("r2", 1, 1, loads, f.clock)
+	f.reg.SetPeerLoads("r2", 1, 1, loads, -1, f.clock)
 	if rapid.Bool().Draw(rt, "pinned") {
 		f.dec.sessions.Note("s", fmt.Sprintf("pod-%02d", rapid.IntRange(0, pods-1).Draw(rt, "pin")), f.clock)
 	}

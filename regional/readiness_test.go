@@ -1,0 +1,77 @@
+package regional
+
+import (
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meridian-llm/meridian/gorgo"
+)
+
+// staticRemotes is a RemoteSource of fixed forward addresses and no
+// candidates: enough for a server to count as connected to other regions.
+type staticRemotes map[string][]string
+
+func (s staticRemotes) Candidates(time.Time, string, []uint64, int, func(string) bool, []gorgo.Candidate) []gorgo.Candidate {
+	return nil
+}
+func (s staticRemotes) ForwardAddrs(region string) []string { return s[region] }
+func (s staticRemotes) Serves(string) (bool, bool)          { return true, true }
+
+// A replica that sees no pod while the region's other replicas see some is
+// not ready (it would refuse with "no pod serves this region" what they
+// serve), even though other regions could take its traffic; a region where
+// no replica sees a pod stays ready when other regions can serve. The
+// other replica's count travels in its real report.
+func TestReadyNeedsThePodsTheOtherReplicasSee(t *testing.T) {
+	f := newServerFixture(t, nil, nil)
+	f.srv.SetTopology(Topology{Region: "r", Remotes: staticRemotes{"other": {"http://127.0.0.1:1"}}})
+	clock := func() time.Time { return f.clock }
+	here, err := newReplicaShare(f.reg, f.dec.Sessions(), func() int { n, _ := f.srv.servingPods(); return n }, clock,
+		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := func(step string, want int, note string) {
+		t.Helper()
+		resp, b := get(t, f.url+"/readyz")
+		if resp.StatusCode != want || !strings.Contains(string(b), note) {
+			t.Fatalf("%s: readyz %d %s, want %d with %q", step, resp.StatusCode, b, want, note)
+		}
+	}
+	ready("no replica sees a pod, other regions can serve", http.StatusOK, `"pods":0`)
+
+	peer := newReplica(t, clock, "p1", "p2", "p3")
+	st, _ := peer.share.ReplicaState()
+	here.MergeReplicaState("peer", st)
+	ready("the other replica sees 3 pods", http.StatusServiceUnavailable, "the region's other replicas see 3 pods; this one sees none yet")
+
+	f.clock = f.clock.Add(peerReportFresh + time.Second)
+	ready("the other replica's report is stale", http.StatusOK, `"ready":true`)
+
+	gone := newReplica(t, func() time.Time { return f.clock.Add(time.Second) }) // restarted, sees none
+	st, _ = gone.share.ReplicaState()
+	here.MergeReplicaState("peer", st)
+	ready("no replica sees a pod again", http.StatusOK, `"ready":true`)
+}
+
+// A version 1 report (a replica not yet upgraded) is still read, and says
+// nothing of the pods its sender sees.
+func TestReplicaReportVersion1(t *testing.T) {
+	clock := func() time.Time { return time.Unix(1000, 0) }
+	a, b := newReplica(t, clock, "p1"), newReplica(t, clock, "p1")
+	v1 := []byte{1, 0, 0, 0, 0, 0, 0, 0, 7, 1, 0, 0} // epoch 7<<56, seq 1, no pods, no pins
+	a.share.MergeReplicaState("old", v1)
+	reps := a.reg.PeerReports()
+	if len(reps) != 1 || reps[0].Serving != -1 {
+		t.Fatalf("reports after a version 1 report: %+v", reps)
+	}
+	st, _ := b.share.ReplicaState()
+	if rep, err := decodeReplicaReport(st); err != nil || rep.serving != 1 {
+		t.Fatalf("a version 2 report: serving %d, %v", rep.serving, err)
+	}
+}
