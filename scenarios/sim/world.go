@@ -279,7 +279,11 @@ func (w *world) publishSummaries(now bool) {
 			}
 			ld := p.rp.Load()
 			l.Pods++
-			l.PendingPrefillTokens += ld.PendingPrefill
+			// As the controller's summary (regional/multiregion.go): the
+			// backlog in tokens at the profile's rate, attention included,
+			// the same measure a local candidate's queue is priced with.
+			rate, _ := r.dec.Model().Rate(p.spec.profile)
+			l.PendingPrefillTokens += int64(route.BacklogTokens(p.rp, w.wall(), rate))
 			l.Running += int(ld.InFlight)
 			l.Slots += p.spec.maxConc
 			l.FreeKVBlocks += int64(p.cache.Free())
