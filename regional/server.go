@@ -178,6 +178,10 @@ type Server struct {
 	// fwd is the prefill this controller forwarded to other regions that
 	// their summaries cannot show yet.
 	fwd route.Forwarded
+	// trend is this region's backlog over the recent past: a remote
+	// candidate is charged its growth since the candidate's summary was
+	// built (route.Trend).
+	trend route.Trend
 }
 
 // ServerDeps is what a Server is given: the decision core, the prompt
