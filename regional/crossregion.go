@@ -232,6 +232,9 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		if u, ok := t.Remotes.(unseenSource); ok {
 			s.fwd.Adjust(remotes, u.Unseen)
 		}
+		now := s.now()
+		s.trend.Note(now, s.dec.BacklogMs(now))
+		s.trend.Adjust(remotes, now, s.dec.Model())
 	}
 	if !localOK && len(remotes) == 0 {
 		// No routable region may serve it. The hold-down of a recovering

@@ -190,6 +190,10 @@ type Server struct {
 	// links orders a region's controllers for a forward and keeps the
 	// connections to them warm (peerlinks.go).
 	links *peerLinks
+	// trend is this region's backlog over the recent past: a remote
+	// candidate is charged its growth since the candidate's summary was
+	// built (route.Trend).
+	trend route.Trend
 }
 
 // ServerDeps is what a Server is given: the decision core, the prompt

@@ -73,7 +73,12 @@
 // region that the region's latest summary cannot show yet; Adjust adds it
 // to the remote candidates before Place, so requests placed between two
 // summaries do not all go to a region that looked idle when it last
-// published.
+// published. Trend does the same for what other origins and the region's
+// own users sent there: it remembers this region's backlog over the last
+// minute, and Trend.Adjust charges a remote candidate the growth of that
+// backlog since the candidate's summary was built (a rise here is the best
+// estimate of the unseen rise there; a fall is not credited, since moving
+// a session moves its later turns with its cache).
 //
 // # Invariants
 //

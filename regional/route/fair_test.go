@@ -278,7 +278,7 @@ func TestFairBaselinesCountOtherReplicas(t *testing.T) {
 	f := mixedFixture(t, nil, "h100", "b200", "h100")
 	// Idle, the b200 is taken first; with 5 of another replica's requests
 	// on it ((5+1)/2.28 > 1/1) an idle h100 is.
-	f.reg.SetPeerLoads("r2", 1, 1, []PeerLoad{{Pod: "pod-1", InFlight: 5}}, f.clock)
+	f.reg.SetPeerLoads("r2", 1, 1, []PeerLoad{{Pod: "pod-1", InFlight: 5}}, -1, f.clock)
 	if d := pickWith(t, f, req(chain(1, 2)), PolicyWeightedLeastLoaded); d.PodName == "pod-1" {
 		t.Fatal("weighted_least_loaded chose the b200 another replica holds 5 requests on")
 	}
@@ -291,7 +291,7 @@ func TestFairBaselinesCountOtherReplicas(t *testing.T) {
 	// its bound (ceil(1.25 x 5 x its share of the speed) is at most 3 < 5):
 	// the session overflows (the bounded-load filter before the ring and
 	// the ring's own walk both count the region's in flight).
-	g.reg.SetPeerLoads("r2", 1, 1, []PeerLoad{{Pod: home, InFlight: 4}}, g.clock)
+	g.reg.SetPeerLoads("r2", 1, 1, []PeerLoad{{Pod: home, InFlight: 4}}, -1, g.clock)
 	if d := pickWith(t, g, r, PolicyBoundedAffinity); d.PodName == home {
 		t.Fatalf("bounded_affinity kept the session on %s, which another replica loaded over its bound", home)
 	}

@@ -19,7 +19,10 @@
 // gossip.RegionsView.Candidates, so remote estimates are as stale as in
 // production; as the controller does, an origin adds the prefill it has
 // forwarded that a summary cannot show yet (route.Forwarded), and releases
-// it at the first byte. Residency is a real residency.Policy (ResidencyPolicy for the
+// it at the first byte, and charges each remote candidate its own
+// backlog's growth since the summary was built (route.Trend); a region's
+// summary reports its pods' backlog as the controller's does
+// (route.BacklogTokens). Residency is a real residency.Policy (ResidencyPolicy for the
 // default regions decides exactly as deploy/policies/example.yaml).
 //
 // Modelled: the network (a static RTT matrix; a forwarded request pays half

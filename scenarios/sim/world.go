@@ -34,6 +34,7 @@ type region struct {
 	pods   []*pod
 	view   *gossip.RegionsView // remote regions' summaries as received here
 	fwd    route.Forwarded     // prefill sent to remote regions, not yet landed
+	trend  route.Trend         // the region's own backlog over time
 	gen    uint64
 	failed bool // every pod down (Workload.FailRegion)
 }
@@ -279,7 +280,11 @@ func (w *world) publishSummaries(now bool) {
 			}
 			ld := p.rp.Load()
 			l.Pods++
-			l.PendingPrefillTokens += ld.PendingPrefill
+			// As the controller's summary (regional/multiregion.go): the
+			// backlog in tokens at the profile's rate, attention included,
+			// the same measure a local candidate's queue is priced with.
+			rate, _ := r.dec.Model().Rate(p.spec.profile)
+			l.PendingPrefillTokens += int64(route.BacklogTokens(p.rp, w.wall(), rate))
 			l.Running += int(ld.InFlight)
 			l.Slots += p.spec.maxConc
 			l.FreeKVBlocks += int64(p.cache.Free())
@@ -395,6 +400,10 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 		return name != origin.name && allowed.Allows(name)
 	}, nil)
 	origin.fwd.Adjust(remotes, origin.unseen)
+	if !origin.failed {
+		origin.trend.Note(w.wall(), origin.dec.BacklogMs(w.wall()))
+	}
+	origin.trend.Adjust(remotes, w.wall(), origin.dec.Model())
 	for i := range remotes {
 		remotes[i].EgressBytes = int64(float64(r.input) * w.cfg.PromptBytesPerToken)
 		if w.policy == AblationNoCache {
