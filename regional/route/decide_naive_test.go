@@ -194,7 +194,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 		chosen = naiveWeightedRoundRobin(d, s.pods)
 		dec.Reason = policy
 	case PolicyWeightedLeastLoaded:
-		chosen = naiveLeastCost(d, s.pods, func(p *Pod) float64 { return float64(p.inflight.Load()+1) * naiveRate(d, p) })
+		chosen = naiveLeastCost(d, s.pods, func(p *Pod) float64 { return float64(naiveInFlight(p)+1) * naiveRate(d, p) })
 		dec.Reason = policy
 	case PolicyLeastOutstandingTokens:
 		chosen = naiveLeastCost(d, s.pods, func(p *Pod) float64 {
@@ -455,7 +455,7 @@ func naiveBoundedAffinity(d *Decider, pods []*Pod, req *Request) int {
 	var total int64
 	var sum float64
 	for _, p := range pods {
-		total += p.inflight.Load()
+		total += naiveInFlight(p)
 		sum += naiveSpeed(d, p)
 	}
 	start := len(pts)
@@ -476,7 +476,7 @@ func naiveBoundedAffinity(d *Decider, pods []*Pod, req *Request) int {
 			first = i
 		}
 		bound := math.Ceil(d.Config().BoundedAffinity.LoadFactor * float64(total+1) * naiveSpeed(d, pt.pod) / sum)
-		if float64(pt.pod.inflight.Load()+1) <= bound {
+		if float64(naiveInFlight(pt.pod)+1) <= bound {
 			return i
 		}
 	}
