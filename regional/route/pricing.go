@@ -232,13 +232,24 @@ func (c *cycle) lowest(k int) []int {
 		for !c.rest && !(c.floor > limit) {
 			c.more()
 		}
+		// Each estimate that enters the k lowest lowers the limit at once,
+		// so the candidates after it are held to the tighter one: with
+		// bounds that equal the estimates (no pod saturated) this
+		// estimates about k ln(n/k) candidates, not every one under the
+		// first limit. The limit stays a k-th lowest estimate, so the
+		// argument above holds whenever it is taken.
 		more := false
 		for _, i := range c.prices {
 			if !c.isEvaluated(i) && !(c.bound[i] > limit) {
 				c.evaluate(i)
 				more = true
+				if c.estLess(i, sel[k-1]) {
+					sel = insertLowest(sel, k, i, c.estLess)
+					limit = c.est[sel[k-1]].TotalMs
+				}
 			}
 		}
+		c.sel = sel
 		if !more {
 			return sel
 		}
