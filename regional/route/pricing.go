@@ -88,7 +88,7 @@ func (c *cycle) priceAt(i int) {
 	*t = terms{
 		slot:    p.ID.Slot(),
 		prof:    prof,
-		rate:    c.profs[prof].rate * c.d.model.PodFactor(p.Name),
+		rate:    c.profs[prof].rate * c.podFactor(p),
 		running: int(p.InFlight()),
 		busy:    p.prefillBusy.Load(),
 		kv:      math.Float64frombits(p.kvUtil.Load()),
@@ -97,6 +97,18 @@ func (c *cycle) priceAt(i int) {
 	c.bound[i] = c.lowerBound(t)
 	c.priced[i] = c.gen
 	c.prices = append(c.prices, i)
+}
+
+// podFactor is the cost model's correction of p's rate: the one p keeps
+// from an earlier decision while the model has published none since, so
+// that pricing a pod costs no lookup by name.
+func (c *cycle) podFactor(p *Pod) float64 {
+	if f := p.factor.Load(); f != nil && f.gen == c.factorGen {
+		return f.factor
+	}
+	f := c.d.model.PodFactor(p.Name)
+	p.factor.Store(&podFactor{gen: c.factorGen, factor: f})
+	return f
 }
 
 // more prices the next group: the candidates of the next matched depth
