@@ -328,7 +328,13 @@ func (x *Index) Lookup(chain []uint64, dst []Match) []Match {
 		return dst
 	}
 	w := x.words
-	var cand, probe, atR [maxWords]uint64
+	// A probe loads into bufs[pi]; the bitmap at r is the buffer of the
+	// last probe that failed (atR points at it, or at none, all zeros),
+	// so no bitmap is ever copied.
+	var cand, none [maxWords]uint64
+	var bufs [2][maxWords]uint64
+	pi := 0
+	probe := &bufs[0]
 	x.load(chain[0], probe[:w])
 	total := 0
 	for i := 0; i < w; i++ {
@@ -357,13 +363,14 @@ func (x *Index) Lookup(chain []uint64, dst []Match) []Match {
 			sp--
 		}
 		l, r := lo, n
-		clear(atR[:w])
+		atR := &none
 		for sp > 0 {
 			m := int(failed[sp-1])
+			probe := &bufs[pi]
 			x.load(chain[m], probe[:w])
 			if !subset(cand[:w], probe[:w]) {
 				r = m
-				copy(atR[:w], probe[:w])
+				atR, pi = probe, pi^1
 				break
 			}
 			l = m // every pod left holds it: search beyond
@@ -371,13 +378,14 @@ func (x *Index) Lookup(chain []uint64, dst []Match) []Match {
 		}
 		for r-l > 1 {
 			m := int(uint(l+r) >> 1)
+			probe := &bufs[pi]
 			x.load(chain[m], probe[:w])
 			if subset(cand[:w], probe[:w]) {
 				l = m
 				continue
 			}
 			r = m
-			copy(atR[:w], probe[:w])
+			atR, pi = probe, pi^1
 			if sp < len(failed) {
 				failed[sp] = int32(m)
 				sp++
