@@ -128,6 +128,24 @@ func (c *cycle) more() {
 	c.priceAll()
 }
 
+// priceUntil prices the groups until the floor of the rest exceeds limit.
+// When even the highest floor, a group's at depth 0, does not exceed it,
+// every group would be priced one after the other, each with its floor
+// worked out (a region whose pods hold the prompt at many depths, with
+// an idle pod possible at any of them): they are priced at once.
+func (c *cycle) priceUntil(limit float64) {
+	if c.rest || c.floor > limit {
+		return
+	}
+	if !(c.floorOf(0) > limit) {
+		c.priceAll()
+		return
+	}
+	for !c.rest && !(c.floor > limit) {
+		c.more()
+	}
+}
+
 // priceAll prices every candidate not priced yet.
 func (c *cycle) priceAll() {
 	for i := range c.order {
@@ -147,6 +165,13 @@ func (c *cycle) floorAt() float64 {
 	if c.next < len(c.matches) {
 		depth = c.matches[c.next].Blocks
 	}
+	return c.floorOf(depth)
+}
+
+// floorOf is floorAt for a group at the given depth. It never grows with
+// the depth (more cached tokens, less prefill): floorOf(0) is the highest
+// floor of all.
+func (c *cycle) floorOf(depth int) float64 {
 	cached := 0
 	if s := c.scoring.prefix; s != nil {
 		cached = min(int(float64(min(depth*c.req.BlockSize, c.req.PromptTokens))*s.weight), c.req.PromptTokens)
@@ -241,9 +266,7 @@ func (c *cycle) lowest(k int) []int {
 			continue
 		}
 		limit := c.est[sel[k-1]].TotalMs
-		for !c.rest && !(c.floor > limit) {
-			c.more()
-		}
+		c.priceUntil(limit)
 		// Each estimate that enters the k lowest lowers the limit at once,
 		// so the candidates after it are held to the tighter one: with
 		// bounds that equal the estimates (no pod saturated) this
@@ -274,9 +297,7 @@ func (c *cycle) lowest(k int) []int {
 // A candidate left unestimated has an estimate above limit. Estimates
 // already made stand, as in lowest.
 func (c *cycle) within(limit float64) {
-	for !c.rest && !(c.floor > limit) {
-		c.more()
-	}
+	c.priceUntil(limit)
 	for _, i := range c.prices {
 		if !c.isEvaluated(i) && !(c.bound[i] > limit) {
 			c.evaluate(i)
