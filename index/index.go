@@ -328,13 +328,7 @@ func (x *Index) Lookup(chain []uint64, dst []Match) []Match {
 		return dst
 	}
 	w := x.words
-	// A probe loads into bufs[pi]; the bitmap at r is the buffer of the
-	// last probe that failed (atR points at it, or at none, all zeros),
-	// so no bitmap is ever copied.
-	var cand, none [maxWords]uint64
-	var bufs [2][maxWords]uint64
-	pi := 0
-	probe := &bufs[0]
+	var cand, probe, atR [maxWords]uint64
 	x.load(chain[0], probe[:w])
 	total := 0
 	for i := 0; i < w; i++ {
@@ -363,14 +357,13 @@ func (x *Index) Lookup(chain []uint64, dst []Match) []Match {
 			sp--
 		}
 		l, r := lo, n
-		atR := &none
+		clear(atR[:w])
 		for sp > 0 {
 			m := int(failed[sp-1])
-			probe := &bufs[pi]
 			x.load(chain[m], probe[:w])
 			if !subset(cand[:w], probe[:w]) {
 				r = m
-				atR, pi = probe, pi^1
+				copy(atR[:w], probe[:w])
 				break
 			}
 			l = m // every pod left holds it: search beyond
@@ -378,14 +371,13 @@ func (x *Index) Lookup(chain []uint64, dst []Match) []Match {
 		}
 		for r-l > 1 {
 			m := int(uint(l+r) >> 1)
-			probe := &bufs[pi]
 			x.load(chain[m], probe[:w])
 			if subset(cand[:w], probe[:w]) {
 				l = m
 				continue
 			}
 			r = m
-			atR, pi = probe, pi^1
+			copy(atR[:w], probe[:w])
 			if sp < len(failed) {
 				failed[sp] = int32(m)
 				sp++
