@@ -218,6 +218,9 @@ type podFactors struct {
 	// none published, 1): a lower bound of every pod's rate is its
 	// profile's times it.
 	low atomic.Uint64
+	// gen counts publications; it moves after the factor it publishes is
+	// readable (see PodFactorGen).
+	gen atomic.Uint64
 }
 
 // min is the smallest factor of any pod, at most 1.
@@ -241,6 +244,7 @@ func (p *podFactors) get(pod string) float64 {
 func (p *podFactors) set(pod string, f float64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	defer p.gen.Add(1)
 	v, had := p.m.Swap(pod, f)
 	switch low := p.min(); {
 	case f < low:
@@ -322,6 +326,13 @@ func (m *Model) RateFor(profile, pod string) (prefillMsPerToken, overheadMs floa
 // PodFactor is the pod's published correction of its profile's rate (1:
 // none).
 func (m *Model) PodFactor(pod string) float64 { return m.pods.get(pod) }
+
+// PodFactorGen counts the PodFactor publications so far. A factor read
+// after PodFactorGen returned g is at least as new as the g-th
+// publication, so a caller may keep it, labelled g, for as long as
+// PodFactorGen still returns g (a decision reads one per pod it prices,
+// and a lookup by name costs a hash).
+func (m *Model) PodFactorGen() uint64 { return m.pods.gen.Load() }
 
 // MinPodFactor is the smallest PodFactor of any pod, at most 1: every pod's
 // rate is at least its profile's times it (a decision bounds the estimates

@@ -42,8 +42,10 @@
 //
 // Lookup exploits prefix closure — a pod that holds H_i holds H_0..H_{i-1} —
 // by a binary search for each drop-off depth: O(K log N) probes for a chain of
-// N blocks whose pods drop out at K distinct depths, not O(pods x N). Results
-// are ranked by matched blocks. Eviction can break closure (a middle block
+// N blocks whose pods drop out at K distinct depths, not O(pods x N). Chains
+// of 256 blocks or more run those searches side by side, in rounds whose
+// probes are loaded together so their cache misses overlap. Results are
+// ranked by matched blocks. Eviction can break closure (a middle block
 // evicted while its descendants are still announced); the answer d for a pod
 // is then a "drop point" — the pod holds H_{d-1} and not H_d — at or beyond
 // the consecutive-scan answer c, so it over-reports only across such a hole,

@@ -187,12 +187,19 @@ func TestLookupDoesNotAllocate(t *testing.T) {
 // once (run it under -race) and checks the invariants: a lookup started after
 // RemovePod returned never returns that pod; no pod incarnation ever matches
 // blocks only another incarnation registered; counts add up at quiescence.
+// TestConcurrentStress runs with chains short enough for the sequential
+// search and long enough for the parallel rounds.
 func TestConcurrentStress(t *testing.T) {
+	for _, n := range []int{24, lookupParallelFrom + 44} {
+		t.Run(fmt.Sprint("chain=", n), func(t *testing.T) { testConcurrentStress(t, n) })
+	}
+}
+
+func testConcurrentStress(t *testing.T, chainLen int) {
 	const (
 		capacity = 64
 		pods     = 48
 		rounds   = 300
-		chainLen = 24
 	)
 	x := mustIndex(t, capacity)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -209,7 +216,7 @@ func TestConcurrentStress(t *testing.T) {
 	chainOf := func(id PodID) []uint64 {
 		c := make([]uint64, chainLen)
 		for i := range c {
-			c[i] = splitmix(uint64(id)<<8 | uint64(i))
+			c[i] = splitmix(uint64(id)<<16 | uint64(i))
 		}
 		return c
 	}

@@ -37,6 +37,7 @@ type cycle struct {
 	// minFactor is the smallest correction of any pod's rate (at most 1):
 	// a pod not priced yet runs at least at its profile's rate times it.
 	minFactor float64
+	factorGen uint64 // the model's PodFactorGen, read before any factor
 	cat       *catalog
 
 	// The ttft picker's working set, by position in order (the candidates
@@ -129,6 +130,7 @@ func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time) {
 		c.profs[i] = pt
 	}
 	c.minFactor = d.model.MinPodFactor()
+	c.factorGen = d.model.PodFactorGen()
 }
 
 // speculated is the speculation's callback: a pod that recently computed

@@ -59,6 +59,7 @@ type Pod struct {
 	lapsed atomic.Bool // its announcement ran out and it does not answer
 
 	info           atomic.Pointer[PodInfo]
+	factor         atomic.Pointer[podFactor] // the cost model's correction of its rate, as last read
 	Name           string
 	pendingPrefill atomic.Int64 // uncached prompt tokens of requests before their first byte
 	peerPending    atomic.Int64 // the other replicas' pendingPrefill here, as last reported, summed
@@ -80,8 +81,15 @@ type Pod struct {
 	_ [podPad]byte
 }
 
+// podFactor is a pod's gorgo.Model.PodFactor as read when the model's
+// PodFactorGen was gen.
+type podFactor struct {
+	gen    uint64
+	factor float64
+}
+
 // podPad rounds Pod up to whole cache lines (TestPodLayout).
-const podPad = 8
+const podPad = 64
 
 // Info returns the pod's current description.
 func (p *Pod) Info() PodInfo { return *p.info.Load() }

@@ -88,7 +88,7 @@ func (c *cycle) priceAt(i int) {
 	*t = terms{
 		slot:    p.ID.Slot(),
 		prof:    prof,
-		rate:    c.profs[prof].rate * c.d.model.PodFactor(p.Name),
+		rate:    c.profs[prof].rate * c.podFactor(p),
 		running: int(p.InFlight()),
 		busy:    p.prefillBusy.Load(),
 		kv:      math.Float64frombits(p.kvUtil.Load()),
@@ -97,6 +97,18 @@ func (c *cycle) priceAt(i int) {
 	c.bound[i] = c.lowerBound(t)
 	c.priced[i] = c.gen
 	c.prices = append(c.prices, i)
+}
+
+// podFactor is the cost model's correction of p's rate: the one p keeps
+// from an earlier decision while the model has published none since, so
+// that pricing a pod costs no lookup by name.
+func (c *cycle) podFactor(p *Pod) float64 {
+	if f := p.factor.Load(); f != nil && f.gen == c.factorGen {
+		return f.factor
+	}
+	f := c.d.model.PodFactor(p.Name)
+	p.factor.Store(&podFactor{gen: c.factorGen, factor: f})
+	return f
 }
 
 // more prices the next group: the candidates of the next matched depth
@@ -114,6 +126,24 @@ func (c *cycle) more() {
 		return
 	}
 	c.priceAll()
+}
+
+// priceUntil prices the groups until the floor of the rest exceeds limit.
+// When even the highest floor, a group's at depth 0, does not exceed it,
+// every group would be priced one after the other, each with its floor
+// worked out (a region whose pods hold the prompt at many depths, with
+// an idle pod possible at any of them): they are priced at once.
+func (c *cycle) priceUntil(limit float64) {
+	if c.rest || c.floor > limit {
+		return
+	}
+	if !(c.floorOf(0) > limit) {
+		c.priceAll()
+		return
+	}
+	for !c.rest && !(c.floor > limit) {
+		c.more()
+	}
 }
 
 // priceAll prices every candidate not priced yet.
@@ -135,6 +165,13 @@ func (c *cycle) floorAt() float64 {
 	if c.next < len(c.matches) {
 		depth = c.matches[c.next].Blocks
 	}
+	return c.floorOf(depth)
+}
+
+// floorOf is floorAt for a group at the given depth. It never grows with
+// the depth (more cached tokens, less prefill): floorOf(0) is the highest
+// floor of all.
+func (c *cycle) floorOf(depth int) float64 {
 	cached := 0
 	if s := c.scoring.prefix; s != nil {
 		cached = min(int(float64(min(depth*c.req.BlockSize, c.req.PromptTokens))*s.weight), c.req.PromptTokens)
@@ -229,16 +266,25 @@ func (c *cycle) lowest(k int) []int {
 			continue
 		}
 		limit := c.est[sel[k-1]].TotalMs
-		for !c.rest && !(c.floor > limit) {
-			c.more()
-		}
+		c.priceUntil(limit)
+		// Each estimate that enters the k lowest lowers the limit at once,
+		// so the candidates after it are held to the tighter one: with
+		// bounds that equal the estimates (no pod saturated) this
+		// estimates about k ln(n/k) candidates, not every one under the
+		// first limit. The limit stays a k-th lowest estimate, so the
+		// argument above holds whenever it is taken.
 		more := false
 		for _, i := range c.prices {
 			if !c.isEvaluated(i) && !(c.bound[i] > limit) {
 				c.evaluate(i)
 				more = true
+				if c.estLess(i, sel[k-1]) {
+					sel = insertLowest(sel, k, i, c.estLess)
+					limit = c.est[sel[k-1]].TotalMs
+				}
 			}
 		}
+		c.sel = sel
 		if !more {
 			return sel
 		}
@@ -251,9 +297,7 @@ func (c *cycle) lowest(k int) []int {
 // A candidate left unestimated has an estimate above limit. Estimates
 // already made stand, as in lowest.
 func (c *cycle) within(limit float64) {
-	for !c.rest && !(c.floor > limit) {
-		c.more()
-	}
+	c.priceUntil(limit)
 	for _, i := range c.prices {
 		if !c.isEvaluated(i) && !(c.bound[i] > limit) {
 			c.evaluate(i)

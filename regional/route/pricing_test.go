@@ -327,3 +327,50 @@ func TestDecideAllocs(t *testing.T) {
 		t.Fatal("no estimate")
 	}
 }
+
+// TestPodFactorRefresh: pods keep the rate correction they read, labelled
+// with the model's PodFactorGen; a factor published after one decision
+// must be the one the next decision prices with (a stale one would make
+// the bounds wrong, and the pruning with them).
+func TestPodFactorRefresh(t *testing.T) {
+	f := newFixture(t, 8, nil)
+	model := f.dec.Model()
+	r := req(chain(1, 40))
+	price := func() map[string]float64 {
+		c := newCycle(f.idx.PodCapacity())
+		c.begin(f.dec, r, f.reg.Pods(), f.clock)
+		defer c.end()
+		tp := f.dec.pipe.Load().pickers[PolicyTTFT].(*ttftPicker)
+		c.layout(&tp.scoring)
+		c.priceAll()
+		rates := map[string]float64{}
+		for i, p := range c.order {
+			rates[p.Name] = c.terms[i].rate
+		}
+		return rates
+	}
+	check := func(when string) {
+		t.Helper()
+		for name, got := range price() {
+			want, _ := model.RateFor("h100", name)
+			if got != want {
+				t.Fatalf("%s: %s priced at %v ms/token, want %v", when, name, got, want)
+			}
+		}
+	}
+	check("before any factor")
+	cal := gorgo.NewCalibrator(model, gorgo.CalibratorConfig{MinSamples: 3, MaxStep: 1, RateBand: [2]float64{0.5, 2}, MaxRelSE: 1})
+	for round, factor := range []float64{1.3, 0.7} {
+		before := model.PodFactorGen()
+		nominal := model.Nominal("h100")
+		for i := 1; i <= 40; i++ {
+			u := 500 * i
+			cal.Observe(gorgo.Observation{Profile: "h100", Pod: "pod-3", UncachedTokens: u,
+				TTFTMs: nominal.OverheadMs + model.PrefillMs("h100", "", 0, u)*factor})
+		}
+		if model.PodFactorGen() == before || model.PodFactor("pod-3") == 1 {
+			t.Fatalf("round %d: the calibrator published nothing for pod-3", round)
+		}
+		check(fmt.Sprintf("after publishing %v", factor))
+	}
+}

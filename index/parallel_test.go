@@ -1,0 +1,129 @@
+package index
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+)
+
+// The parallel-round lookup (lookup) against the naive consecutive scan
+// and against the sequential search, on chains long enough for Lookup to
+// use it (the model's property tests draw short chains): many pods at few
+// or many distinct depths, some removed, scratch space from plenty down to
+// too little (the fallback). With closure kept, all three answer alike;
+// with middle blocks evicted, every answer is a drop point at or beyond
+// the consecutive one.
+func TestParallelLookupMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		capacity := rapid.SampledFrom([]int{64, 256, 1024}).Draw(t, "capacity")
+		x, err := New(Config{PodCapacity: capacity})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref := newNaive()
+		seed := rapid.Uint64().Draw(t, "seed")
+		n := rapid.IntRange(1, 1500).Draw(t, "blocks")
+		chain := make([]uint64, n)
+		for i := range chain {
+			chain[i] = splitmix(seed+uint64(i)) | 1
+		}
+		// A few distinct depths, or any.
+		depths := rapid.SliceOfN(rapid.IntRange(0, n), 1, 40).Draw(t, "depths")
+		pods := rapid.IntRange(1, min(capacity, 300)).Draw(t, "pods")
+		broken := rapid.Bool().Draw(t, "broken")
+		var live []string
+		for p := 0; p < pods; p++ {
+			name := fmt.Sprint("pod-", p)
+			id, err := x.AddPod(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref.addPod(name)
+			d := depths[rapid.IntRange(0, len(depths)-1).Draw(t, "depth")]
+			_ = x.Register(id, TierGPU, chain[:d])
+			ref.register(name, TierGPU, chain[:d])
+			if broken && d > 2 && rapid.Bool().Draw(t, "hole") {
+				h := chain[rapid.IntRange(1, d-2).Draw(t, "holeAt")]
+				_ = x.Evict(id, TierGPU, []uint64{h})
+				ref.evict(name, TierGPU, []uint64{h})
+			}
+			if rapid.IntRange(0, 9).Draw(t, "remove") == 0 {
+				_ = x.RemovePod(id)
+				ref.removePod(name)
+				continue
+			}
+			live = append(live, name)
+		}
+		w := x.words
+		scratch := make([]uint64, rapid.SampledFrom([]int{lookupScratchWords, 2 * w, 3 * w, 16 * w}).Draw(t, "scratch"))
+		named := func(res []Match) []namedMatch {
+			out := make([]namedMatch, 0, len(res))
+			for i, m := range res {
+				name, ok := x.PodName(m.Pod)
+				if !ok {
+					t.Fatalf("lookup returned %v, which is not live", m.Pod)
+				}
+				if i > 0 {
+					p := res[i-1]
+					if p.Blocks < m.Blocks || (p.Blocks == m.Blocks && p.Pod.Slot() >= m.Pod.Slot()) {
+						t.Fatalf("result not ranked at %d: %v then %v", i, p, m)
+					}
+				}
+				out = append(out, namedMatch{name, m.Blocks})
+			}
+			sortNamed(out)
+			return out
+		}
+		got := named(x.lookup(chain, nil, scratch))
+		want := ref.lookup(chain)
+		if !broken {
+			if !slices.Equal(got, want) {
+				t.Fatalf("parallel lookup of %d blocks:\n index %v\n naive %v", n, got, want)
+			}
+			if seq := named(x.lookupSequential(chain, nil)); !slices.Equal(seq, want) {
+				t.Fatalf("sequential lookup of %d blocks:\n index %v\n naive %v", n, seq, want)
+			}
+			if all := named(x.Lookup(chain, make([]Match, 0, capacity))); !slices.Equal(all, want) {
+				t.Fatalf("Lookup of %d blocks:\n index %v\n naive %v", n, all, want)
+			}
+			return
+		}
+		if len(got) != len(want) {
+			t.Fatalf("lookup pods differ:\n index %v\n naive %v", got, want)
+		}
+		c := map[string]int{}
+		for _, m := range want {
+			c[m.Name] = m.Blocks
+		}
+		for _, g := range got {
+			cd, ok := c[g.Name]
+			d := g.Blocks
+			if !ok || d < cd || d > n || !ref.holds(g.Name, chain[d-1]) || (d < n && ref.holds(g.Name, chain[d])) {
+				t.Fatalf("pod %q: index depth %d, consecutive depth %d: not a drop point", g.Name, d, cd)
+			}
+		}
+	})
+}
+
+// A long chain's lookup (the parallel rounds) allocates nothing either.
+func TestLongLookupDoesNotAllocate(t *testing.T) {
+	x := mustIndex(t, 256)
+	chain := make([]uint64, 1024)
+	for i := range chain {
+		chain[i] = splitmix(uint64(i) + 1)
+	}
+	for p := 0; p < 256; p++ {
+		id, _ := x.AddPod(fmt.Sprint(p))
+		_ = x.Register(id, TierGPU, chain[:64*(1+p%16)])
+	}
+	buf := make([]Match, 0, x.PodCapacity())
+	allocs := testing.AllocsPerRun(200, func() { buf = x.Lookup(chain, buf) })
+	if allocs != 0 {
+		t.Fatalf("Lookup allocates %.1f times per call", allocs)
+	}
+	if len(buf) != 256 || buf[0].Blocks != 1024 || buf[255].Blocks != 64 {
+		t.Fatalf("unexpected result: %d matches, first %v last %v", len(buf), buf[0], buf[len(buf)-1])
+	}
+}
