@@ -53,9 +53,18 @@ func newBlackhole(t *testing.T, target string) *blackhole {
 
 func (b *blackhole) addr() string { return b.ln.Addr().String() }
 
-// refuse closes the listener: from then on connections to its address are
-// refused, as to a host where nothing listens any more.
-func (b *blackhole) refuse() { b.ln.Close() }
+// refuse closes the listener and every connection through it: from then on
+// connections to its address are refused and those open are gone, as with
+// a process that died (a peer's kept-alive connections to it end too).
+func (b *blackhole) refuse() {
+	b.ln.Close()
+	b.mu.Lock()
+	for c := range b.conns {
+		c.Close()
+	}
+	b.conns = nil
+	b.mu.Unlock()
+}
 
 func (b *blackhole) track(c net.Conn) bool {
 	b.mu.Lock()
