@@ -59,9 +59,10 @@ type IngestConfig struct {
 	KVBlocksPerPod int `yaml:"kv_blocks_per_pod"`
 	// CommitInterval batches offset commits. Default 200ms.
 	CommitInterval time.Duration `yaml:"commit_interval"`
-	// MaxWait is how long the broker holds a fetch while it has no data
-	// for it. Default 100ms. The consumer waits fetchRoundTrip (1s) longer
-	// for the answer before it gives up on the connection.
+	// MaxWait bounds how long the broker holds a fetch while it has no
+	// data for it (kafka-go asks for three quarters of it). Default 100ms.
+	// The consumer waits fetchRoundTrip (5s) longer for the answer before
+	// it gives up on the connection.
 	MaxWait time.Duration `yaml:"max_wait"`
 	// FetchMaxBytes bounds one fetch response (kafka-go's MaxBytes). It
 	// must exceed the largest message (the bridge's max_message_bytes,
@@ -833,20 +834,6 @@ func (g *Ingester) probe(ctx context.Context) {
 	}
 }
 
-// fetchRoundTrip is how long the answer to a fetch may take beyond the
-// broker's wait (MaxWait). kafka-go's Reader takes its MaxWait as the
-// deadline of the whole fetch (the request, the broker holding it, the
-// answer) and asks the broker to wait that long less 1s (less a quarter
-// under 1s). Given MaxWait alone, an answer more than 25ms late (a loaded
-// host, a distant broker) ended in an i/o timeout: the connection was
-// closed and the partition fetched again from the same offset, so a
-// partition with a backlog could go unread for minutes, and a controller
-// rebuilding its index never saw the PodUps in it. Given MaxWait plus
-// this, the broker still waits MaxWait and the answer has 1s. A Close
-// waits for a fetch in flight: up to MaxWait, or this much more if the
-// broker answers late.
-const fetchRoundTrip = time.Second
-
 // errRestart: the consumer stopped to start over in a fresh group after a
 // reset.
 var errRestart = errors.New("consumer restarts after a reset")
@@ -874,16 +861,18 @@ func (g *Ingester) consume(ctx context.Context) error {
 	g.mu.Lock()
 	group := g.groupID()
 	g.mu.Unlock()
+	dialer := g.sec.Dialer(5 * time.Second)
+	dialer.DialFunc = lenientDial(fetchRoundTrip)
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        g.cfg.Brokers,
 		GroupID:        group,
 		Topic:          g.cfg.Topic,
 		MinBytes:       1,
 		MaxBytes:       g.cfg.FetchMaxBytes,
-		MaxWait:        g.cfg.MaxWait + fetchRoundTrip,
+		MaxWait:        g.cfg.MaxWait,
 		StartOffset:    kafka.FirstOffset,
 		CommitInterval: g.cfg.CommitInterval,
-		Dialer:         g.sec.Dialer(5 * time.Second),
+		Dialer:         dialer,
 		// Group session and rebalance timeouts short enough that a
 		// restarted consumer takes over quickly.
 		SessionTimeout:         10 * time.Second,

@@ -117,11 +117,11 @@ func TestIngestOverKafka(t *testing.T) {
 
 // A controller rebuilding its index from a broker whose answers to fetches
 // come late (a loaded host, a distant broker): every pod's PodUp and events
-// are still read. kafka-go took the broker's wait (MaxWait, 100ms) as the
-// deadline of the whole fetch, so an answer more than 25ms late was cut off
-// by an i/o timeout and the partition fetched again from the same offset,
-// for ever: the fleet's restarted replicas counted "1 of 2 pods registered"
-// until their deadline.
+// are still read. kafka-go takes MaxWait (100ms) as the deadline of the
+// whole fetch, so an answer more than 25ms late was cut off by an i/o
+// timeout and the partition fetched again from the same offset, for ever:
+// the fleet's restarted replicas counted "1 of 2 pods registered" until
+// their deadline.
 func TestIngestRebuildsThroughLateFetchAnswers(t *testing.T) {
 	msgs, engines := workload(12, 3)
 	g, idx, reg, _, _ := newTestIngester(t)
@@ -129,9 +129,10 @@ func TestIngestRebuildsThroughLateFetchAnswers(t *testing.T) {
 	g.cfg.Brokers = cluster.ListenAddrs()
 	produce(t, w, msgs)
 
-	// Every fetch is answered late: held for three times the broker's
-	// wait, well past the old deadline and well within the new one.
-	late := 3 * g.cfg.MaxWait
+	// Every fetch is answered late: held for 2s, past kafka-go's deadline
+	// (MaxWait) and its own allowance for the round trip (1s), and well
+	// within fetchRoundTrip.
+	late := 2 * time.Second
 	cluster.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
 		cluster.KeepControl()
 		cluster.SleepControl(func() { <-time.After(late) })
