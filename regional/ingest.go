@@ -59,7 +59,10 @@ type IngestConfig struct {
 	KVBlocksPerPod int `yaml:"kv_blocks_per_pod"`
 	// CommitInterval batches offset commits. Default 200ms.
 	CommitInterval time.Duration `yaml:"commit_interval"`
-	// MaxWait is how long a fetch waits for data. Default 100ms.
+	// MaxWait bounds how long the broker holds a fetch while it has no
+	// data for it (kafka-go asks for three quarters of it). Default 100ms.
+	// The consumer waits fetchRoundTrip (5s) longer for the answer before
+	// it gives up on the connection.
 	MaxWait time.Duration `yaml:"max_wait"`
 	// FetchMaxBytes bounds one fetch response (kafka-go's MaxBytes). It
 	// must exceed the largest message (the bridge's max_message_bytes,
@@ -858,6 +861,8 @@ func (g *Ingester) consume(ctx context.Context) error {
 	g.mu.Lock()
 	group := g.groupID()
 	g.mu.Unlock()
+	dialer := g.sec.Dialer(5 * time.Second)
+	dialer.DialFunc = lenientDial(fetchRoundTrip)
 	r := kafka.NewReader(kafka.ReaderConfig{
 		Brokers:        g.cfg.Brokers,
 		GroupID:        group,
@@ -867,7 +872,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		MaxWait:        g.cfg.MaxWait,
 		StartOffset:    kafka.FirstOffset,
 		CommitInterval: g.cfg.CommitInterval,
-		Dialer:         g.sec.Dialer(5 * time.Second),
+		Dialer:         dialer,
 		// Group session and rebalance timeouts short enough that a
 		// restarted consumer takes over quickly.
 		SessionTimeout:         10 * time.Second,

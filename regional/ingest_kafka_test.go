@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/segmentio/kafka-go"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/kvevents"
@@ -111,6 +112,56 @@ func TestIngestOverKafka(t *testing.T) {
 	}
 	if got := fmt.Sprint(g.Lag()); got != "0" {
 		t.Errorf("lag %s after the last message", got)
+	}
+}
+
+// A controller rebuilding its index from a broker whose answers to fetches
+// come late (a loaded host, a distant broker): every pod's PodUp and events
+// are still read. kafka-go takes MaxWait (100ms) as the deadline of the
+// whole fetch, so an answer more than 25ms late was cut off by an i/o
+// timeout and the partition fetched again from the same offset, for ever:
+// the fleet's restarted replicas counted "1 of 2 pods registered" until
+// their deadline.
+func TestIngestRebuildsThroughLateFetchAnswers(t *testing.T) {
+	msgs, engines := workload(12, 3)
+	g, idx, reg, _, _ := newTestIngester(t)
+	cluster, w := startKafka(t, 1, kvevents.TopicFor("test"))
+	g.cfg.Brokers = cluster.ListenAddrs()
+	produce(t, w, msgs)
+
+	// Every fetch is answered late: held for 2s, past kafka-go's deadline
+	// (MaxWait) and its own allowance for the round trip (1s), and well
+	// within fetchRoundTrip.
+	late := 2 * time.Second
+	cluster.ControlKey(kmsg.Fetch.Int16(), func(kmsg.Request) (kmsg.Response, error, bool) {
+		cluster.KeepControl()
+		cluster.SleepControl(func() { <-time.After(late) })
+		return nil, nil, false // then answered as usual
+	})
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	rctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(len(msgs)) }); err != nil {
+		t.Fatalf("waiting for all %d messages: %v (applied %d, offsets %v)", len(msgs), err, applied(g), g.Applied())
+	}
+	for _, e := range engines {
+		p, ok := reg.Get(e.name)
+		if !ok || p.Info().Endpoint == "" {
+			t.Errorf("pod %s not registered with its endpoint", e.name)
+		}
+	}
+	checkIndex(t, idx, reg, engines)
+	if !g.CaughtUp() {
+		t.Error("not caught up after applying everything")
 	}
 }
 
