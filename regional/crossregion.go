@@ -86,6 +86,9 @@ type Topology struct {
 	HopToken string
 	// Shares is the state of the remote-share guardrail.
 	Shares *gorgo.ShareTracker
+	// Replicas lists the other live controllers of this region (their
+	// ids, as their replica reports name them); nil: none known.
+	Replicas func() []string
 }
 
 // SetTopology connects the server to the other regions; call it before

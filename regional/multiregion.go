@@ -574,6 +574,7 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	}
 	if mr.gossip != nil {
 		topo.Remotes = gossipRemotes{mr.gossip}
+		topo.Replicas = mr.gossip.Replicas
 	}
 	c.Server.SetTopology(topo)
 
@@ -710,7 +711,7 @@ func (c *Controller) advertise(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		addr := ""
-		if c.Ingester.CaughtUp() && !c.Server.behindPeers() {
+		if behind, _ := c.Server.behindPeers(); c.Ingester.CaughtUp() && !behind {
 			addr = c.PublicURL()
 		}
 		if err := c.mr.gossip.SetForwardAddr(addr); err != nil {

@@ -75,3 +75,48 @@ func TestReplicaReportVersion1(t *testing.T) {
 		t.Fatalf("a version 2 report: serving %d, %v", rep.serving, err)
 	}
 }
+
+// A replica just started that sees no pod waits for its live replicas'
+// first reports before it calls itself ready: until one arrives it cannot
+// tell a region without pods from pods it has not read yet. Once a replica
+// said it sees none, or peerReportFresh after the start (a replica that
+// never reports must not hold it for ever), it is ready.
+func TestReadyWaitsForTheReplicasFirstReports(t *testing.T) {
+	f := newServerFixture(t, nil, nil)
+	f.srv.SetTopology(Topology{Region: "r", Remotes: staticRemotes{"other": {"http://127.0.0.1:1"}},
+		Replicas: func() []string { return []string{"peer"} }})
+	clock := func() time.Time { return f.clock }
+	here, err := newReplicaShare(f.reg, f.dec.Sessions(), func() int { n, _ := f.srv.servingPods(); return n }, clock,
+		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ready := func(step string, want int, note string) {
+		t.Helper()
+		resp, b := get(t, f.url+"/readyz")
+		if resp.StatusCode != want || !strings.Contains(string(b), note) {
+			t.Fatalf("%s: readyz %d %s, want %d with %q", step, resp.StatusCode, b, want, note)
+		}
+	}
+	ready("no report from the live replica yet", http.StatusServiceUnavailable, "has not heard yet which pods replica peer sees")
+	if behind, _ := f.srv.behindPeers(); !behind {
+		t.Fatal("forward address would be advertised before the replica's first report")
+	}
+
+	none := newReplica(t, clock) // the region has no pod
+	st, _ := none.share.ReplicaState()
+	here.MergeReplicaState("peer", st)
+	ready("the replica sees no pod either", http.StatusOK, `"ready":true`)
+
+	g := newServerFixture(t, nil, nil)
+	g.srv.SetTopology(Topology{Region: "r", Remotes: staticRemotes{"other": {"http://127.0.0.1:1"}},
+		Replicas: func() []string { return []string{"silent"} }})
+	resp, b := get(t, g.url+"/readyz")
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("silent replica, just started: readyz %d %s", resp.StatusCode, b)
+	}
+	g.clock = g.clock.Add(peerReportFresh + time.Second)
+	if resp, b := get(t, g.url+"/readyz"); resp.StatusCode != http.StatusOK {
+		t.Fatalf("a replica silent since the start held this one past peerReportFresh: readyz %d %s", resp.StatusCode, b)
+	}
+}

@@ -175,6 +175,7 @@ type Server struct {
 	m          *routerMetrics
 	ready      ReadinessFunc
 	now        func() time.Time
+	started    time.Time // when NewServer ran, on now's clock
 	mux        *http.ServeMux
 	topo       Topology
 	id         string // this controller's id (X-Meridian-Controller)
@@ -256,7 +257,7 @@ func NewServer(cfg ServerConfig, deps ServerDeps) (*Server, error) {
 		peer = transport
 	}
 	s := &Server{cfg: cfg, dec: deps.Decider, reg: reg, prompts: deps.Prompts, calib: deps.Calibrator, log: log, m: m,
-		ready: deps.Ready, now: now, client: &http.Client{Transport: transport}, peerClient: &http.Client{Transport: peer},
+		ready: deps.Ready, now: now, started: now(), client: &http.Client{Transport: transport}, peerClient: &http.Client{Transport: peer},
 		auth: deps.Auth, mux: http.NewServeMux(), id: deps.ControllerID}
 	s.links = newPeerLinks(s.peerClient, now)
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
@@ -570,15 +571,16 @@ func (s *Server) serveReady(w http.ResponseWriter, _ *http.Request) {
 	if s.topo.Audit != nil {
 		detail["audit"] = s.auditHealth.detail()
 	}
-	switch peers := s.peersServing(); {
-	case alive == 0 && peers > 0: // see behindPeers
+	behind, why := s.behindPeers()
+	switch {
+	case behind:
 		// The region has pods and this replica does not see them yet (it
 		// is still reading their announcements after a start): a request
 		// sent here now would be refused with "no pod serves this region"
 		// while its replicas would serve it. Not ready, whatever other
 		// regions could take.
 		ready = false
-		detail["pods_note"] = fmt.Sprintf("the region's other replicas see %d pods; this one sees none yet", peers)
+		detail["pods_note"] = why
 	case alive == 0 && s.topo.Remotes == nil:
 		// Nothing can serve here, and there is nowhere to send it.
 		ready = false
@@ -611,9 +613,32 @@ func (s *Server) servingPods() (alive, known int) {
 // behindPeers reports whether this replica sees no pod that can take a
 // request while another replica of the region sees some: it has not read
 // their announcements yet, and would refuse what its replicas serve.
-func (s *Server) behindPeers() bool {
-	alive, _ := s.servingPods()
-	return alive == 0 && s.peersServing() > 0
+//
+// A replica just started may not have heard from its replicas yet: while
+// a live replica of the region (Topology.Replicas) has never reported, for
+// at most peerReportFresh after the start, one that sees no pod counts as
+// behind too (it cannot tell a region without pods from pods it has not
+// read yet). A replica that reported once and went quiet does not hold it.
+func (s *Server) behindPeers() (bool, string) {
+	if alive, _ := s.servingPods(); alive > 0 {
+		return false, ""
+	}
+	if peers := s.peersServing(); peers > 0 {
+		return true, fmt.Sprintf("the region's other replicas see %d pods; this one sees none yet", peers)
+	}
+	if s.topo.Replicas == nil || s.now().Sub(s.started) > peerReportFresh {
+		return false, ""
+	}
+	heard := map[string]bool{}
+	for _, r := range s.reg.PeerReports() {
+		heard[r.Peer] = true
+	}
+	for _, id := range s.topo.Replicas() {
+		if !heard[id] {
+			return true, fmt.Sprintf("this replica sees no pod and has not heard yet which pods replica %s sees", id)
+		}
+	}
+	return false, ""
 }
 
 // peerReportFresh is how old a replica's report may be and still count

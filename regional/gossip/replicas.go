@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"slices"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -54,6 +55,19 @@ func (n *Node) replicasLocked() []memberlist.Node {
 			out = append(out, p.node)
 		}
 	}
+	return out
+}
+
+// Replicas returns the names of the other controllers of this region
+// that are not dead, sorted.
+func (n *Node) Replicas() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for _, p := range n.replicasLocked() {
+		out = append(out, p.Name)
+	}
+	slices.Sort(out)
 	return out
 }
 
