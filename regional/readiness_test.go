@@ -72,7 +72,7 @@ func TestReplicaReportVersion1(t *testing.T) {
 	}
 	st, _ := b.share.ReplicaState()
 	if rep, err := decodeReplicaReport(st); err != nil || rep.serving != 1 {
-		t.Fatalf("a version 2 report: serving %d, %v", rep.serving, err)
+		t.Fatalf("a current report: serving %d, %v", rep.serving, err)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -27,15 +28,18 @@ import (
 //     pins go into the session table (route.Sessions.NotePeer); a replica
 //     that leaves or is declared dead is forgotten.
 //
-// Payload (version 2, little-endian): u8 version, u64 epoch (the sender's
+// Payload (version 3, little-endian): u8 version, u64 epoch (the sender's
 // start, unix ns), uvarint seq, uvarint pods, per pod {uvarint name length,
 // name, uvarint in flight, uvarint pending prefill tokens}, uvarint pins,
-// per pin {u64 session key, uvarint pod length, pod}, then uvarint serving:
-// the pods the sender sees able to take a request, which a replica that
-// sees none compares with before it calls itself ready (Server.serveReady).
-// Version 1 (no serving count) is still read, from replicas not yet
-// upgraded; a replica of version 1 drops version 2 reports as malformed
-// until it is upgraded too (its load sharing pauses for the rollout).
+// per pin {u64 session key, u64 stamp, uvarint pod length, pod}, then
+// uvarint serving: the pods the sender sees able to take a request, which
+// a replica that sees none compares with before it calls itself ready
+// (Server.serveReady). The stamp (route.Pin.Stamp) lets two replicas that
+// pinned a session at once to different pods settle on the same one.
+// Versions 1 (no serving count) and 2 (no stamps: their pins are taken as
+// the latest, as before) are still read, from replicas not yet upgraded;
+// a replica of an older version drops newer reports as malformed until it
+// is upgraded too (its load sharing pauses for the rollout).
 type replicaShare struct {
 	reg      *route.Registry
 	sessions *route.Sessions
@@ -110,6 +114,7 @@ func (r *replicaShare) ReplicaState() ([]byte, bool) {
 	b = binary.AppendUvarint(b, uint64(len(r.pins)))
 	for _, p := range r.pins {
 		b = binary.LittleEndian.AppendUint64(b, p.Key)
+		b = binary.LittleEndian.AppendUint64(b, uint64(max(p.Stamp, 0)))
 		b = binary.AppendUvarint(b, uint64(len(p.Pod)))
 		b = append(b, p.Pod...)
 	}
@@ -136,7 +141,7 @@ func (r *replicaShare) MergeReplicaState(from string, payload []byte) {
 	}
 	// Pins apply even from a late report: each is a session placed then.
 	for _, p := range rep.pins {
-		r.sessions.NotePeer(p.Key, p.Pod, now)
+		r.sessions.NotePeer(p, now)
 	}
 	r.pinsIn.Add(float64(len(rep.pins)))
 }
@@ -155,7 +160,7 @@ type replicaReport struct {
 }
 
 // replicaVersion is the payload version sent.
-const replicaVersion = 2
+const replicaVersion = 3
 
 var errReplicaReport = errors.New("malformed replica report")
 
@@ -163,7 +168,7 @@ var errReplicaReport = errors.New("malformed replica report")
 // is checked against the bytes left before anything is allocated.
 func decodeReplicaReport(b []byte) (replicaReport, error) {
 	rep := replicaReport{serving: -1}
-	if len(b) < 9 || (b[0] != 1 && b[0] != 2) {
+	if len(b) < 9 || b[0] < 1 || b[0] > 3 {
 		return rep, fmt.Errorf("%w: version or length", errReplicaReport)
 	}
 	version := b[0]
@@ -208,8 +213,12 @@ func decodeReplicaReport(b []byte) (replicaReport, error) {
 		l.InFlight, l.PendingPrefill = int64(in), int64(pend)
 		rep.loads = append(rep.loads, l)
 	}
+	pinSize := uint64(10) // key, pod length, a pod name of one byte
+	if version >= 3 {
+		pinSize += 8 // stamp
+	}
 	n, ok = uv()
-	if !ok || n > uint64(len(b))/10 {
+	if !ok || n > uint64(len(b))/pinSize {
 		return rep, fmt.Errorf("%w: pin count", errReplicaReport)
 	}
 	rep.pins = make([]route.Pin, 0, n)
@@ -219,6 +228,17 @@ func decodeReplicaReport(b []byte) (replicaReport, error) {
 		}
 		p := route.Pin{Key: binary.LittleEndian.Uint64(b[:8])}
 		b = b[8:]
+		if version >= 3 {
+			if len(b) < 8 {
+				return rep, fmt.Errorf("%w: pin stamp", errReplicaReport)
+			}
+			stamp := binary.LittleEndian.Uint64(b[:8])
+			if stamp > math.MaxInt64 {
+				return rep, fmt.Errorf("%w: pin stamp", errReplicaReport)
+			}
+			p.Stamp = int64(stamp)
+			b = b[8:]
+		}
 		if p.Pod, ok = str(); !ok {
 			return rep, fmt.Errorf("%w: pin pod", errReplicaReport)
 		}

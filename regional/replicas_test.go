@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"encoding/binary"
 	"fmt"
 	"log/slog"
 	"testing"
@@ -159,5 +160,43 @@ func TestReplicaReportMalformed(t *testing.T) {
 	}
 	if _, err := decodeReplicaReport(append(append([]byte(nil), good...), 0)); err == nil {
 		t.Error("a report with a trailing byte decoded")
+	}
+}
+
+// Two replicas that place a session at once on different pods (both asked
+// by /v1/route, say) pin it to the same pod after one exchange of reports,
+// the later placement's; before stamps each took the other's pod and they
+// stayed crossed, each sending the session's next turn elsewhere.
+func TestReplicaSharePinsConverge(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newReplica(t, func() time.Time { return t0 }, "p1", "p2")
+	b := newReplica(t, func() time.Time { return t0 }, "p1", "p2")
+	a.dec.Sessions().Note("s", "p1", t0)
+	b.dec.Sessions().Note("s", "p2", t0.Add(time.Millisecond))
+	sa, _ := a.share.ReplicaState()
+	sb, _ := b.share.ReplicaState()
+	a.share.MergeReplicaState("b", sb)
+	b.share.MergeReplicaState("a", sa)
+	pa, _, _ := a.dec.Sessions().Pinned("s", t0)
+	pb, _, _ := b.dec.Sessions().Pinned("s", t0)
+	if pa != "p2" || pb != "p2" {
+		t.Errorf("after the exchange a pins s to %q, b to %q; want both p2", pa, pb)
+	}
+}
+
+// A version 2 report's pins (no stamps) still apply.
+func TestReplicaReportVersion2Pins(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	a := newReplica(t, func() time.Time { return t0 }, "p1", "p2")
+	a.dec.Sessions().Note("s", "p1", t0)
+	v2 := []byte{2, 0, 0, 0, 0, 0, 0, 0, 7, 1, 0, 1} // epoch, seq 1, no pods, one pin
+	v2 = binary.LittleEndian.AppendUint64(v2, route.SessionKey("s"))
+	v2 = append(v2, 2, 'p', '2', 2) // pod p2; 2 pods serving
+	if rep, err := decodeReplicaReport(v2); err != nil || len(rep.pins) != 1 || rep.pins[0].Stamp != 0 {
+		t.Fatalf("a version 2 report: %+v, %v", rep, err)
+	}
+	a.share.MergeReplicaState("old", v2)
+	if p, _, _ := a.dec.Sessions().Pinned("s", t0); p != "p2" {
+		t.Errorf("after a version 2 pin: %q, want p2", p)
 	}
 }

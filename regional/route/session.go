@@ -20,6 +20,15 @@ import (
 // begun here is queued as a Pin (TakePins drains the queue for the other
 // replicas) and NotePeer takes theirs, so that the next turn of a session
 // finds its pod whichever replica it reaches.
+//
+// The pins of two replicas converge: each pin carries a stamp (the unix
+// nanoseconds of the placement, at least one past the stamp of the pin it
+// replaced here), and of two pins of a session the later stamp wins, equal
+// stamps the lower pod name. Two replicas that place a session at once on
+// different pods (two dry runs of /v1/route, a client retrying through the
+// other replica) therefore agree on one of the two pods after one exchange,
+// instead of each taking the other's and staying crossed; and a pin that
+// arrives after a newer one does not undo it.
 type Sessions struct {
 	mu  sync.Mutex
 	m   map[uint64]*session
@@ -35,6 +44,10 @@ type Sessions struct {
 type Pin struct {
 	Key uint64 // SessionKey of the session id
 	Pod string
+	// Stamp orders the pins of a session (see Sessions): unix ns of the
+	// placement, or more. 0: unknown (a replica of an older version), the
+	// pin is taken as the latest.
+	Stamp int64
 }
 
 // SessionKey is the key a session id is kept (and exchanged) by.
@@ -44,6 +57,7 @@ type session struct {
 	pod      string
 	inflight int
 	last     time.Time
+	stamp    int64 // of the pin that set pod (Pin.Stamp)
 }
 
 // NewSessions makes a table with the given TTL and size bound.
@@ -122,7 +136,7 @@ func (s *Sessions) Begin(id, pod string, now time.Time) {
 			s.dropped += int64(len(s.out) - n)
 			s.out = s.out[:n]
 		}
-		s.out = append(s.out, Pin{Key: SessionKey(id), Pod: e.pod})
+		s.out = append(s.out, Pin{Key: SessionKey(id), Pod: e.pod, Stamp: e.stamp})
 	}
 }
 
@@ -140,17 +154,35 @@ func (s *Sessions) beginLocked(key uint64, pod string, now time.Time) *session {
 	}
 	e.inflight++
 	e.last = now
+	e.stamp = max(now.UnixNano(), e.stamp+1)
 	return e
 }
 
 // NotePeer takes a pin from another replica of the region: the session
-// is pinned to pod, unless it has requests in flight here on another pod.
-// It is not queued for the peers again.
-func (s *Sessions) NotePeer(key uint64, pod string, now time.Time) {
+// is pinned to its pod, unless the pin here is later (a greater stamp, or
+// an equal stamp and a lower pod name) or the session has requests in
+// flight here on another pod. It is not queued for the peers again.
+func (s *Sessions) NotePeer(p Pin, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := s.beginLocked(key, pod, now)
-	e.inflight--
+	e, ok := s.m[p.Key]
+	if !ok {
+		if len(s.m) >= s.max {
+			s.evictLocked(now)
+		}
+		e = &session{}
+		s.m[p.Key] = e
+	}
+	e.last = now
+	switch {
+	case e.pod == "":
+	case p.Stamp == 0: // unstamped: the latest, as it is the last heard
+	case p.Stamp < e.stamp || (p.Stamp == e.stamp && p.Pod >= e.pod):
+		return // the pin here is the later one
+	}
+	if e.inflight == 0 || e.pod == "" {
+		e.pod, e.stamp = p.Pod, p.Stamp
+	}
 }
 
 // Note pins the session to pod without counting a request, unless it has
