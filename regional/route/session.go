@@ -161,7 +161,10 @@ func (s *Sessions) beginLocked(key uint64, pod string, now time.Time) *session {
 // NotePeer takes a pin from another replica of the region: the session
 // is pinned to its pod, unless the pin here is later (a greater stamp, or
 // an equal stamp and a lower pod name) or the session has requests in
-// flight here on another pod. It is not queued for the peers again.
+// flight here on another pod. It is not queued for the peers again; but a
+// later pin refused for requests in flight here is answered with this
+// pod, stamped after it, so that the peers follow the session's requests
+// instead of each keeping its own pod.
 func (s *Sessions) NotePeer(p Pin, now time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -180,8 +183,13 @@ func (s *Sessions) NotePeer(p Pin, now time.Time) {
 	case p.Stamp < e.stamp || (p.Stamp == e.stamp && p.Pod >= e.pod):
 		return // the pin here is the later one
 	}
-	if e.inflight == 0 || e.pod == "" {
+	if e.inflight == 0 || e.pod == "" || e.pod == p.Pod {
 		e.pod, e.stamp = p.Pod, p.Stamp
+		return
+	}
+	e.stamp = max(e.stamp, p.Stamp) + 1
+	if s.outMax > 0 && len(s.out) < s.outMax {
+		s.out = append(s.out, Pin{Key: p.Key, Pod: e.pod, Stamp: e.stamp})
 	}
 }
 

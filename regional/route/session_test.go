@@ -93,10 +93,18 @@ func TestSessionsUnstampedAndBusyPins(t *testing.T) {
 	if p, _, _ := s.Pinned("s", t0); p != "pod-2" {
 		t.Errorf("after an unstamped pin: %q, want pod-2", p)
 	}
+	s.TakePins(nil)
 	s.Begin("busy", "pod-1", t0)
-	s.NotePeer(Pin{Key: SessionKey("busy"), Pod: "pod-2", Stamp: t0.Add(time.Hour).UnixNano()}, t0)
+	s.TakePins(nil)
+	later := t0.Add(time.Hour).UnixNano()
+	s.NotePeer(Pin{Key: SessionKey("busy"), Pod: "pod-2", Stamp: later}, t0)
 	if p, n, _ := s.Pinned("busy", t0); p != "pod-1" || n != 1 {
 		t.Errorf("a busy session after a later pin: %q with %d in flight, want pod-1 with 1", p, n)
+	}
+	// The peer is told the pod of the requests in flight, stamped after
+	// its own pin, so that both end on it.
+	if pins, _ := s.TakePins(nil); len(pins) != 1 || pins[0].Pod != "pod-1" || pins[0].Stamp <= later {
+		t.Errorf("after refusing a later pin for requests in flight, queued %+v", pins)
 	}
 	// A pin of a session not known here creates it.
 	for i := range 3 {
