@@ -556,7 +556,6 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		mr.gossipRef.Store(node)
 		mr.regionGen = node.RegionGeneration
 		c.goRun("summary", func() error { return c.runSummaries(run, cfg.SummaryInterval) })
-		c.goRun("advertise", func() error { return c.advertise(run) })
 	}
 
 	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken, HopByCertificate: c.tls != nil}
@@ -577,6 +576,11 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		topo.Replicas = mr.gossip.Replicas
 	}
 	c.Server.SetTopology(topo)
+	if mr.gossip != nil {
+		// After SetTopology: whether to advertise reads the topology
+		// (Server.behindPeers).
+		c.goRun("advertise", func() error { return c.advertise(run) })
+	}
 
 	if mr.node != nil && cfg.AutoFailover.Enabled {
 		acfg := global.DefaultAutoFailoverConfig()
