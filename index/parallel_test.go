@@ -33,7 +33,6 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 		depths := rapid.SliceOfN(rapid.IntRange(0, n), 1, 40).Draw(t, "depths")
 		pods := rapid.IntRange(1, min(capacity, 300)).Draw(t, "pods")
 		broken := rapid.Bool().Draw(t, "broken")
-		var live []string
 		for p := 0; p < pods; p++ {
 			name := fmt.Sprint("pod-", p)
 			id, err := x.AddPod(name)
@@ -54,7 +53,6 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 				ref.removePod(name)
 				continue
 			}
-			live = append(live, name)
 		}
 		w := x.words
 		scratch := make([]uint64, rapid.SampledFrom([]int{lookupScratchWords, 2 * w, 3 * w, 16 * w}).Draw(t, "scratch"))
