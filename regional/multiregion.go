@@ -548,6 +548,16 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 		gcfg.Registerer, gcfg.Logger = c.Metrics, c.log
 		gcfg.Now, gcfg.WrapTransport = c.now, c.deps.WrapGossipTransport
 		gcfg.Rejoin = c.rejoinAddrs
+		if n := mr.node; n != nil {
+			gcfg.OtherRegions = func() bool {
+				for _, m := range n.State().Members() {
+					if m.Region != cfg.Region {
+						return true
+					}
+				}
+				return false
+			}
+		}
 		node, err := gossip.Open(ctx, gcfg)
 		if err != nil {
 			return fmt.Errorf("gossip: %w", err)

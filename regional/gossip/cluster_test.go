@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -409,4 +410,42 @@ func TestRejoinThroughEveryKnownAddress(t *testing.T) {
 	waitFor(t, 20*time.Second, "the restarted controller rejoins through Rejoin's addresses", func() error {
 		return errors.Join(sees(c2, "us-east-1", true), sees(c2, "us-west-2", true), sees(a, "eu-west-1", true))
 	})
+}
+
+// TestOneRegionPoolIsNotIsolated: the replicas of the only region are not
+// isolated from other regions (there are none): no rejoin every interval,
+// no gauge, no "isolated" in /readyz. Once the controller knows other
+// regions exist (OtherRegions: the Raft configuration has some) and sees
+// none of their controllers, it is.
+func TestOneRegionPoolIsNotIsolated(t *testing.T) {
+	key := newKey(t)
+	var others atomic.Bool
+	cfgA := testConfig(t, "a", "us-east-1", key)
+	cfgA.OtherRegions = others.Load
+	a := open(t, cfgA)
+	if !a.Isolated() {
+		t.Fatal("a node that has seen no controller at all is not isolated (its seeds may come up later)")
+	}
+	cfgB := testConfig(t, "b", "us-east-1", key)
+	cfgB.Join = []string{a.Addr()}
+	b := open(t, cfgB)
+	waitFor(t, 15*time.Second, "the replicas see each other", func() error {
+		if len(a.livePeers()) != 1 || len(b.livePeers()) != 1 {
+			return fmt.Errorf("live peers: a %d, b %d", len(a.livePeers()), len(b.livePeers()))
+		}
+		return nil
+	})
+	waitFor(t, 15*time.Second, "neither replica isolated", func() error {
+		if a.Isolated() || b.Isolated() {
+			return fmt.Errorf("isolated: a %v, b %v", a.Isolated(), b.Isolated())
+		}
+		return nil
+	})
+	others.Store(true)
+	if !a.Isolated() {
+		t.Fatal("a knows other regions exist and sees none of their controllers, yet it is not isolated")
+	}
+	if b.Isolated() {
+		t.Fatal("b, told of no other region, is isolated")
+	}
 }

@@ -49,6 +49,13 @@ type Config struct {
 	// at most once per RetryJoinInterval, and only while isolated; it must
 	// return within RetryJoinInterval.
 	Rejoin func(ctx context.Context) []string
+	// OtherRegions, if set, reports whether controllers of other regions
+	// exist (the Raft configuration has some): a node that has seen only
+	// its own region's is isolated then. Without it, or when it says no,
+	// only a node that has seen another region's controllers, or none at
+	// all, can be isolated (a single-region pool of replicas is not). It
+	// is called with the node's lock held and must not call back into it.
+	OtherRegions func() bool
 
 	// Label tags every packet and stream (bound into the encryption as
 	// additional data): pools with different labels never talk. Default

@@ -547,13 +547,22 @@ func (n *Node) rejoinAddrs() []string {
 // isolatedLocked reports whether no controller of another region is alive
 // for this node (declared dead or never seen; a suspect one still counts:
 // memberlist has not given up on it).
+//
+// A pool of one region (its replicas, and no other region ever seen or
+// expected by OtherRegions) is not isolated: there is no other region to
+// be isolated from. A node that has seen no controller at all is (its seeds
+// may not have been up yet).
 func (n *Node) isolatedLocked() bool {
+	other := false
 	for _, p := range n.peers {
-		if !p.dead && p.digestOK && p.digest.Region != n.cfg.Region {
-			return false
+		if p.digestOK && p.digest.Region != n.cfg.Region {
+			if !p.dead {
+				return false
+			}
+			other = true
 		}
 	}
-	return true
+	return other || len(n.peers) == 0 || (n.cfg.OtherRegions != nil && n.cfg.OtherRegions())
 }
 
 // Isolated reports whether this controller is isolated from every other
