@@ -326,13 +326,24 @@ func (g *Ingester) Lag() int64 { return g.lagMsgs.Load() }
 // skipped, so redeliveries after a consumer restart or a rebalance leave the
 // index exactly as it was. A malformed message is counted by reason, logged
 // once per reason per minute, and skipped; it never stops ingestion.
-func (g *Ingester) Apply(msg Message) {
+func (g *Ingester) Apply(msg Message) { g.apply(msg, -1) }
+
+// apply applies msg, fetched by the consumer of group generation gen (-1:
+// not from a consumer). A message fetched before a reset that reaches here
+// after it is dropped (skipped "superseded"): the reset forgot the
+// partition's offsets, so it would apply as new, and the fresh group's
+// re-read of the messages before it would then be skipped as replays.
+func (g *Ingester) apply(msg Message, gen int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	defer func() {
 		close(g.notify)
 		g.notify = make(chan struct{})
 	}()
+	if gen >= 0 && gen != g.groupGen {
+		g.m.skipped.WithLabelValues("superseded").Inc()
+		return
+	}
 	if last, ok := g.applied[msg.Partition]; ok && msg.Offset <= last {
 		if msg.HighWaterMark <= 0 || msg.HighWaterMark > last {
 			g.m.skipped.WithLabelValues("replay").Inc()
@@ -859,7 +870,7 @@ func (g *Ingester) consume(ctx context.Context) error {
 		}
 	}()
 	g.mu.Lock()
-	group := g.groupID()
+	group, gen := g.groupID(), g.groupGen
 	g.mu.Unlock()
 	dialer := g.sec.Dialer(5 * time.Second)
 	dialer.DialFunc = lenientDial(fetchRoundTrip)
@@ -898,8 +909,8 @@ func (g *Ingester) consume(ctx context.Context) error {
 		g.brokerUp()
 		g.lastFetch.Store(g.now().UnixNano())
 		g.lagMsgs.Store(max(m.HighWaterMark-m.Offset-1, 0))
-		g.Apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
-			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time})
+		g.apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
+			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time}, gen)
 		if err := r.CommitMessages(ctx, m); err != nil {
 			if ctx.Err() != nil && outer.Err() == nil {
 				return errRestart
@@ -998,7 +1009,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		decodeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_decode_errors_total",
 			Help: "Messages or events skipped as malformed, by reason."}, []string{"reason"}),
 		skipped: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_messages_skipped_total",
-			Help: "Messages skipped without error, by reason (replay: offset already applied; duplicate_seq: batch already applied)."}, []string{"reason"}),
+			Help: "Messages skipped without error, by reason (replay: offset already applied; duplicate_seq: batch already applied; superseded: fetched before a reset, applied after it)."}, []string{"reason"}),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meridian_ingest_pod_clears_total",
 			Help: "Pods whose blocks were cleared, by cause (engine restart, pod down)."}, []string{"cause"}),
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "meridian_ingest_reconnects_total",
@@ -1029,7 +1040,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
 		m.events.WithLabelValues(k.String())
 	}
-	for _, reason := range []string{"replay", "duplicate_seq"} {
+	for _, reason := range []string{"replay", "duplicate_seq", "superseded"} {
 		m.skipped.WithLabelValues(reason)
 	}
 	for _, cause := range []string{"restart", "pod_up_new_epoch", "pod_down", "rewritten"} {

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -190,12 +192,32 @@ func newTestIngester(t *testing.T) (*Ingester, *index.Index, *route.Registry, *p
 	cfg := DefaultIngestConfig()
 	cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "test", routerBlockSize
 	clock := time.Unix(1000, 0)
-	g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Metrics: pr, Clock: func() time.Time { return clock },
+	lw := &lockedWriter{w: &logs}
+	g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Logger: slog.New(slog.NewTextHandler(lw, nil)), Metrics: pr, Clock: func() time.Time { return clock },
 		Announcements: newPodGate(PodsConfig{AllowedEndpoints: []string{"pod-*"}}).check})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			lw.mu.Lock()
+			defer lw.mu.Unlock()
+			t.Logf("the ingester's log:\n%s", logs.String())
+		}
+	})
 	return g, idx, reg, pr, &logs
+}
+
+// lockedWriter serialises writes with the read of a failed test's log.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // workload produces messages from a few engines: prompts sharing prefixes,
@@ -601,4 +623,41 @@ func testPrompt(seed int) []uint32 {
 		out[i] = uint32(seed*1000 + i + 1)
 	}
 	return out
+}
+
+// TestMessageFetchedBeforeAResetIsSuperseded: the consumer may hand over a
+// message it fetched before a reset (found by the probe, on another
+// goroutine) after the reset forgot the partition's offsets. Applied, it
+// would count as new, and the fresh group's re-read of the messages
+// before it would be skipped as replays: the index would hold only the
+// tail. It is dropped; the re-read applies everything.
+func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
+	g, idx, reg, _, _ := newTestIngester(t)
+	e := newTestEngine("pod-0", 1)
+	evs := []kvevents.Event{e.podUp()}
+	for i := range 4 {
+		evs = append(evs, e.store(testPrompt(i)))
+	}
+	msgs := make([]Message, len(evs))
+	for i, ev := range evs {
+		msgs[i] = Message{Partition: 0, Offset: int64(i), HighWaterMark: int64(len(evs)), Key: []byte(e.name), Headers: e.headers(), Value: e.batch(ev)}
+	}
+	for _, m := range msgs[:3] {
+		g.apply(m, 0)
+	}
+	g.mu.Lock()
+	g.resetLocked([]int{0}, map[int]int64{0: int64(len(msgs))}, "rewritten")
+	gen := g.groupGen
+	g.mu.Unlock()
+	g.apply(msgs[3], gen-1) // fetched by the old group, handed over late
+	if got := testutil.ToFloat64(g.m.skipped.WithLabelValues("superseded")); got != 1 {
+		t.Fatalf("superseded messages: %v, want 1", got)
+	}
+	if _, ok := g.Applied()[0]; ok {
+		t.Fatalf("a message of the superseded group moved the offsets: %v", g.Applied())
+	}
+	for _, m := range msgs { // the fresh group reads the partition from its start
+		g.apply(m, gen)
+	}
+	checkIndex(t, idx, reg, []*testEngine{e})
 }
