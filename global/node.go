@@ -28,6 +28,7 @@ type Node struct {
 	fsm     *fsm
 	raft    *raft.Raft
 	wal     *wal.WAL
+	logs    raft.LogStore // the WAL behind Raft's log cache
 	trans   *raft.NetworkTransport
 	layer   raft.StreamLayer // the transport's network, also for reachability checks
 	stable  *stableStore     // Raft's view of the WAL as its stable store
@@ -46,6 +47,9 @@ type Node struct {
 	err    error
 
 	hadState bool // Raft state existed when the node opened
+	openedAt time.Time
+	openLast uint64      // the log's last index when the node opened
+	caughtUp atomic.Bool // see CaughtUp; latches
 
 	mu       sync.Mutex
 	leaderCh chan struct{} // closed and replaced on every leader change
@@ -128,6 +132,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n.m.setState(n.State()) // the gauges hold the restored state from the first scrape
+	n.openedAt, n.openLast = time.Now(), n.raft.LastIndex()
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	n.obsCh = make(chan raft.Observation, 64)
 	n.obs = raft.NewObserver(n.obsCh, false, func(o *raft.Observation) bool {
@@ -179,7 +184,7 @@ func (n *Node) openRaft() error {
 	if err != nil {
 		return fmt.Errorf("open global node: raft-wal in %s: %w", walDir, err)
 	}
-	n.wal = w
+	n.wal, n.logs = w, w
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, n.cfg.SnapshotRetain, newHCLog(n.log, "raft-snapshot"))
 	if err != nil {
 		return fmt.Errorf("open global node: snapshot store in %s: %w", raftDir, err)
@@ -369,6 +374,85 @@ func (n *Node) Health() Health {
 		h.Stale = true
 	}
 	return h
+}
+
+// CatchUpGrace is how long a node that hears from no leader after opening
+// waits before CaughtUp takes what it restored as its state.
+const CatchUpGrace = 30 * time.Second
+
+// CaughtUp reports whether this node's state is known to be current. A
+// node opens with its last snapshot as its state: the entries its log
+// holds beyond it are applied only once a leader says they are committed,
+// and what was committed while it was down arrives from the leader after
+// that. Until then its state can lack members, region states and policy
+// versions the others act on. It is caught up when it leads, or when it
+// has heard from a leader and applied everything that leader told it was
+// committed, at least every entry its log held when it opened. A node that
+// finds no leader within CatchUpGrace (the quorum is lost) is taken as
+// caught up on what it restored, and says so in its log; so is one
+// whose log's tail at open was never committed, once it has applied what
+// the leader commits. Once true it stays true.
+func (n *Node) CaughtUp() bool {
+	if n.caughtUp.Load() {
+		return true
+	}
+	// Raft's applied index: configuration changes and a new leader's
+	// no-op are committed entries the state machine never sees. It moves
+	// when a batch is queued to the machine, a moment before State holds
+	// it: the machine's own index must reach the last command committed.
+	applied := n.raft.AppliedIndex()
+	commit := n.raft.CommitIndex()
+	switch {
+	case n.raft.State() == raft.Leader:
+	case n.Leader() != "" && commit > 0 && applied >= commit && applied >= n.openLast &&
+		n.fsm.applied.Load() >= n.lastCommandAtOrBefore(commit):
+	case time.Since(n.openedAt) > CatchUpGrace && n.Leader() == "":
+		n.log.Warn("no raft leader since the node opened: serving on the state it restored, which may be behind the cluster's",
+			"grace", CatchUpGrace, "applied_index", applied)
+	case time.Since(n.openedAt) > CatchUpGrace && applied >= commit:
+		// The tail its log held at open was never committed (a new leader
+		// replaced it) and nothing has been written since.
+	default:
+		return false
+	}
+	if n.caughtUp.CompareAndSwap(false, true) {
+		n.log.Info("raft state caught up", "applied_index", applied, "commit_index", commit, "log_index_at_open", n.openLast)
+	}
+	return true
+}
+
+// lastCommandAtOrBefore returns the index of the last entry at or before
+// idx that the state machine applies (a command, not a configuration
+// change or a no-op), looking back a bounded way; 0 when there is none
+// there, or the log no longer holds it (a snapshot does, and restoring it
+// applied it).
+func (n *Node) lastCommandAtOrBefore(idx uint64) uint64 {
+	for i := idx; i > 0 && idx-i < 256; i-- {
+		var l raft.Log
+		if err := n.logs.GetLog(i, &l); err != nil {
+			return 0
+		}
+		if l.Type == raft.LogCommand {
+			return i
+		}
+	}
+	return 0
+}
+
+// InConfiguration reports whether id is a server of the latest Raft
+// configuration this node knows (which, unlike State's members, includes
+// the changes its log holds that it has not applied yet).
+func (n *Node) InConfiguration(id string) bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
 }
 
 // LeaderChanged returns a channel closed at the next leader change seen by

@@ -351,7 +351,9 @@ func (n *Node) onLeader(ctx context.Context, hop bool, local func(context.Contex
 		select {
 		case <-hold.Done():
 			if ctx.Err() != nil {
-				return fmt.Errorf("%w (last error: %v)", ctx.Err(), lastErr)
+				// No leader took it before the caller gave up: that is
+				// what ErrNoLeader says, whoever's deadline ended first.
+				return fmt.Errorf("%w: %w (last error: %v)", ErrNoLeader, ctx.Err(), lastErr)
 			}
 			return fmt.Errorf("%w within %v: %v; %s", ErrNoLeader, n.cfg.HoldTimeout, lastErr, n.quorumReport())
 		case <-changed:

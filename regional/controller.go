@@ -771,6 +771,13 @@ func (c *Controller) readiness() (bool, map[string]any) {
 		detail["draining"] = true
 		return false, detail
 	}
+	if !c.raftCaughtUp() {
+		// Restarted, its state is its last snapshot until the leader
+		// says what was committed: members, region states and policy
+		// versions may be missing.
+		detail["raft_caught_up"] = false
+		return false, detail
+	}
 	if c.Gossip() != nil && !c.advertised.Load() {
 		// Caught up, but the other regions do not know yet that they may
 		// forward here.
@@ -778,6 +785,13 @@ func (c *Controller) readiness() (bool, map[string]any) {
 		return false, detail
 	}
 	return g.CaughtUp(), detail
+}
+
+// raftCaughtUp reports whether the global tier's state is current
+// (global.Node.CaughtUp); true without one.
+func (c *Controller) raftCaughtUp() bool {
+	n := c.Global()
+	return n == nil || n.CaughtUp()
 }
 
 // Close stops the HTTP server (letting requests in flight finish until ctx

@@ -571,8 +571,10 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	topo := Topology{Region: cfg.Region, Control: mr.control, HopToken: cfg.HopToken, HopByCertificate: c.tls != nil}
 	if n := mr.node; n != nil {
 		topo.IsMember = func(id string) bool {
+			// The Raft configuration too: it knows a member whose
+			// record this node has not applied yet.
 			_, ok := n.State().Member(id)
-			return ok
+			return ok || n.InConfiguration(id)
 		}
 	}
 	if mr.audit != nil {
@@ -725,7 +727,7 @@ func (c *Controller) advertise(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		addr := ""
-		if behind, _ := c.Server.behindPeers(); c.Ingester.CaughtUp() && !behind {
+		if behind, _ := c.Server.behindPeers(); c.Ingester.CaughtUp() && !behind && c.raftCaughtUp() {
 			addr = c.PublicURL()
 		}
 		if err := c.mr.gossip.SetForwardAddr(addr); err != nil {
@@ -866,9 +868,11 @@ func (c *Controller) closeMulti(ctx context.Context) error {
 	}
 	if mr.audit != nil {
 		if err := mr.audit.Close(); err != nil {
-			if mr.node != nil && mr.node.Health().Leader == "" {
-				// The cluster is going away too: the segment is sealed and
-				// verifiable; only its last checkpoint has nowhere to go.
+			if mr.node != nil && (errors.Is(err, global.ErrNoLeader) || mr.node.Health().Leader == "") {
+				// The cluster is going away too (no leader took the
+				// checkpoint before the close's deadline): the segment is
+				// sealed and verifiable; only its last checkpoint has
+				// nowhere to go.
 				c.log.Warn("final audit checkpoint not published: the raft tier has no leader", "err", err)
 			} else {
 				errs = append(errs, err)
