@@ -395,6 +395,7 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	}
 	out := http.Header{"X-Meridian-Forwarded-To": {region}}
 	var res attempt
+	var tried []string // what each failed controller came to, for the answer
 	for i, addr := range addrs {
 		left := s.cfg.Forward.Budget - s.now().Sub(p.started)
 		if i > 0 && left <= 0 {
@@ -421,6 +422,12 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 			return res
 		}
 		s.m.upstreamErrors.WithLabelValues(res.kind).Inc()
+		tried = append(tried, fmt.Sprintf("%s: %v", addr, res.err))
+	}
+	if len(tried) > 1 {
+		// The last failure alone would hide why the ones before it
+		// failed (a dead controller tried last hides the live one's).
+		res.err = fmt.Errorf("%w (%d controllers tried: %s)", res.err, len(tried), strings.Join(tried, "; "))
 	}
 	return res
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,6 +68,20 @@ func TestForwardTriesAnsweringControllersFirst(t *testing.T) {
 	}
 	if n := accepts.Load(); n != 1 {
 		t.Fatalf("the dead controller was tried %d times, want once", n)
+	}
+
+	// When every controller fails, the answer says what each came to,
+	// not only the last one tried.
+	dead2, _ := hangUp(t)
+	f.srv.SetTopology(Topology{Region: "here", HopToken: "t", Remotes: staticRemotes{"x": {dead, dead2}}})
+	res, _ := forwardOnce(t, f)
+	if res.err == nil {
+		t.Fatal("a forward to two dead controllers succeeded")
+	}
+	for _, want := range []string{"2 controllers tried", dead, dead2} {
+		if !strings.Contains(res.err.Error(), want) {
+			t.Errorf("the forward's error %q does not say %q", res.err, want)
+		}
 	}
 }
 
