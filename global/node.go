@@ -204,6 +204,15 @@ func (n *Node) openRaft() error {
 		MaxPool: 3,
 		Timeout: timeout,
 		Logger:  newHCLog(n.log, "raft-net"),
+		// No pipelined replication (1 RPC in flight per follower). With
+		// raft v1.8.0's pipeline, a follower answering an append with a
+		// failure ends the pipeline's reader while its sender may still
+		// park on the pipeline's channel: replication to that follower
+		// stops for good while heartbeats go on (no election heals it),
+		// and the node's Shutdown never returns (TestLinearizable's
+		// cluster close hung on it under CPU load). HashiCorp measured
+		// pipelining to gain little at our rates (raft PR #541).
+		MaxRPCsInFlight: 1,
 	})
 	logs := raft.LogStore(w)
 	if cache, err := raft.NewLogCache(512, w); err == nil {
