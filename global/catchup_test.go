@@ -1,9 +1,11 @@
 package global_test
 
 import (
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/global/globaltest"
 )
 
@@ -55,4 +57,33 @@ func TestRestartedNodeIsNotCurrentUntilTheLeaderSaysSo(t *testing.T) {
 	c.Net.Reconnect(c.Nodes[f].Name)
 	c.WaitFor(20*time.Second, "the restarted node to catch up", n.CaughtUp)
 	checkAcked(t, n, writes)
+}
+
+// TestWriteWithoutQuorumEndsNoLeader: a write whose caller's deadline ends
+// before any leader commits it (the quorum is gone: the leader waits for
+// followers that are down, and a follower's forward waits for the leader)
+// ends with ErrNoLeader, whichever step the deadline caught, so that a
+// caller tells "the cluster could not take it" from a refusal. A
+// controller's close relies on it to tell a cluster going away from a
+// failure.
+func TestWriteWithoutQuorumEndsNoLeader(t *testing.T) {
+	c := globaltest.NewCluster(t, 5, globaltest.Options{Voters: 5})
+	leader, err := c.WaitLeader(10 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	follower := (leader + 1) % 5
+	for i := range c.Nodes {
+		if i != leader && i != follower {
+			c.Kill(i)
+		}
+	}
+	for _, at := range []int{follower, leader} {
+		for _, d := range []time.Duration{50 * time.Millisecond, 2 * time.Second} {
+			_, err := c.Nodes[at].Node.ApplyPolicy(ctxT(t, d), "p.yaml", []byte("zones: {} # no quorum"), "", global.WriteOptions{})
+			if !errors.Is(err, global.ErrNoLeader) {
+				t.Fatalf("a write without quorum through %s, deadline %v: %v, want ErrNoLeader", c.Nodes[at].Name, d, err)
+			}
+		}
+	}
 }

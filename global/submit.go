@@ -343,6 +343,15 @@ func (n *Node) onLeader(ctx context.Context, hop bool, local func(context.Contex
 				n.m.forwarded.WithLabelValues("error").Inc()
 			}
 		}
+		if err != nil && errors.Is(err, context.DeadlineExceeded) && hold.Err() != nil {
+			// The deadline ended during the attempt (a leader that could
+			// not commit, or a forward it did not answer in time): no
+			// leader took the write, and its outcome is unknown.
+			if ctx.Err() != nil {
+				return fmt.Errorf("%w: %w", ErrNoLeader, err)
+			}
+			return fmt.Errorf("%w within %v: %w; %s", ErrNoLeader, n.cfg.HoldTimeout, err, n.quorumReport())
+		}
 		if err == nil || !retryable(err) {
 			return err
 		}
