@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -36,6 +35,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/meridian-llm/meridian/regional/gossip/gossiptest"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 )
 
@@ -81,20 +81,7 @@ func waitUntil(t *testing.T, limit time.Duration, what string, cond func() bool)
 // (gossip listens on both).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	for range 50 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if u, err := net.ListenPacket("udp", addr); err == nil {
-			u.Close()
-			return addr
-		}
-	}
-	t.Fatal("no free TCP and UDP port on loopback")
-	return ""
+	return gossiptest.FreeAddr(t)
 }
 
 // process is a meridian process the test started.
