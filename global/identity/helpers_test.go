@@ -63,10 +63,11 @@ func openSource(t testing.TB, cfg identity.TLSConfig, deps identity.Deps) *ident
 // that completes a handshake with the peer's identity (or "-") and the
 // serial of the certificate it served, and records failed handshakes.
 type echoServer struct {
-	ln     net.Listener
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	failed []error
+	ln      net.Listener
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	failed  []error
+	changed chan struct{} // closed and replaced at each failure recorded
 }
 
 func newEchoServer(t testing.TB, cfg *tls.Config) *echoServer {
@@ -75,7 +76,7 @@ func newEchoServer(t testing.TB, cfg *tls.Config) *echoServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &echoServer{ln: ln}
+	s := &echoServer{ln: ln, changed: make(chan struct{})}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -93,6 +94,8 @@ func newEchoServer(t testing.TB, cfg *tls.Config) *echoServer {
 				if err := tc.Handshake(); err != nil {
 					s.mu.Lock()
 					s.failed = append(s.failed, err)
+					close(s.changed)
+					s.changed = make(chan struct{})
 					s.mu.Unlock()
 					return
 				}
@@ -115,6 +118,28 @@ func (s *echoServer) failures() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.failed)
+}
+
+// failuresAtLeast returns the failures recorded once there are at least n,
+// or after 10 s. With TLS 1.3 the client's handshake can end (and the
+// client see the server's alert) before the server's Handshake returns and
+// the failure is recorded.
+func (s *echoServer) failuresAtLeast(n int) int {
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	for {
+		s.mu.Lock()
+		got, ch := len(s.failed), s.changed
+		s.mu.Unlock()
+		if got >= n {
+			return got
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			return got
+		}
+	}
 }
 
 // result of one client connection.
