@@ -1,7 +1,6 @@
 package regional_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -9,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,23 +19,7 @@ import (
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
-// lockedBuffer is a log sink the controller's goroutines write to.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+type lockedBuffer = regional.LockedBuffer
 
 // openKafkaController opens a controller on loopback that consumes brokers
 // with sec; mut adjusts the rest. Logs go to the returned buffer.

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -180,7 +179,7 @@ func checkIndex(t *testing.T, idx *index.Index, reg *route.Registry, engines []*
 	}
 }
 
-func newTestIngester(t *testing.T) (*Ingester, *index.Index, *route.Registry, *prometheus.Registry, *bytes.Buffer) {
+func newTestIngester(t *testing.T) (*Ingester, *index.Index, *route.Registry, *prometheus.Registry, *lockedBuffer) {
 	t.Helper()
 	idx, err := index.New(index.DefaultConfig())
 	if err != nil {
@@ -188,36 +187,42 @@ func newTestIngester(t *testing.T) (*Ingester, *index.Index, *route.Registry, *p
 	}
 	reg := route.NewRegistry(idx)
 	pr := prometheus.NewRegistry()
-	var logs bytes.Buffer
+	logs := &lockedBuffer{}
 	cfg := DefaultIngestConfig()
 	cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "test", routerBlockSize
 	clock := time.Unix(1000, 0)
-	lw := &lockedWriter{w: &logs}
-	g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Logger: slog.New(slog.NewTextHandler(lw, nil)), Metrics: pr, Clock: func() time.Time { return clock },
+	g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Logger: slog.New(slog.NewTextHandler(logs, nil)), Metrics: pr, Clock: func() time.Time { return clock },
 		Announcements: newPodGate(PodsConfig{AllowedEndpoints: []string{"pod-*"}}).check})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
-			lw.mu.Lock()
-			defer lw.mu.Unlock()
 			t.Logf("the ingester's log:\n%s", logs.String())
 		}
 	})
-	return g, idx, reg, pr, &logs
+	return g, idx, reg, pr, logs
 }
 
-// lockedWriter serialises writes with the read of a failed test's log.
-type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+// lockedBuffer is a log sink goroutines write to while a test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
+// LockedBuffer is lockedBuffer for the external tests (package regional_test).
+type LockedBuffer = lockedBuffer
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // workload produces messages from a few engines: prompts sharing prefixes,
