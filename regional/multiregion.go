@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -586,6 +587,11 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 	if mr.gossip != nil {
 		topo.Remotes = gossipRemotes{mr.gossip}
 		topo.Replicas = mr.gossip.Replicas
+		if n := mr.node; n != nil {
+			topo.Replicas = func() []string {
+				return regionReplicas(mr.gossip.Replicas(), n.State().Members(), cfg.Region, cfg.ControllerID)
+			}
+		}
 	}
 	c.Server.SetTopology(topo)
 	if mr.gossip != nil {
@@ -961,4 +967,23 @@ func (mr *multiRegion) liveness(id string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// regionReplicas is the other controllers of region, by id, sorted: those
+// gossip counts as live replicas, and the Raft members of the region. A
+// controller just started has not yet received its replicas' gossip
+// digests (it does not know they are replicas of its region): without the
+// Raft members it would know of none, see no pod because it has not read
+// their announcements yet, and call itself ready with an empty registry
+// (Server.behindPeers). A member that is gone holds a replica that sees no
+// pod unready for at most peerReportFresh after its start.
+func regionReplicas(live []string, members []global.Member, region, self string) []string {
+	out := slices.Clone(live)
+	for _, m := range members {
+		if m.Region == region && m.ID != self {
+			out = append(out, m.ID)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }

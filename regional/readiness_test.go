@@ -3,12 +3,14 @@ package regional
 import (
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-llm/meridian/global"
 	"github.com/meridian-llm/meridian/gorgo"
 )
 
@@ -118,5 +120,34 @@ func TestReadyWaitsForTheReplicasFirstReports(t *testing.T) {
 	g.clock = g.clock.Add(peerReportFresh + time.Second)
 	if resp, b := get(t, g.url+"/readyz"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a replica silent since the start held this one past peerReportFresh: readyz %d %s", resp.StatusCode, b)
+	}
+}
+
+// A replica just started knows its region's other controllers from the
+// Raft members before gossip has told it which live peers are replicas of
+// its region: with neither their reports nor their digests yet, it sees
+// no pod and is not ready (found by a rolling restart under load: one
+// replica, ready with an empty registry, refused a pinned request 503
+// "no pod serves this region" while its replica served).
+func TestAReplicaJustStartedCountsItsRegionsRaftMembers(t *testing.T) {
+	members := []global.Member{
+		{ID: "ctl-eu-1", Region: "eu"}, {ID: "ctl-eu-2", Region: "eu"}, {ID: "ctl-us-1", Region: "us"},
+	}
+	if got := regionReplicas(nil, members, "eu", "ctl-eu-1"); !slices.Equal(got, []string{"ctl-eu-2"}) {
+		t.Fatalf("no gossip digests yet: replicas %v, want [ctl-eu-2]", got)
+	}
+	if got := regionReplicas([]string{"ctl-eu-3", "ctl-eu-2"}, members, "eu", "ctl-eu-1"); !slices.Equal(got, []string{"ctl-eu-2", "ctl-eu-3"}) {
+		t.Fatalf("gossip and raft: replicas %v, want [ctl-eu-2 ctl-eu-3]", got)
+	}
+	if got := regionReplicas(nil, members[:1], "eu", "ctl-eu-1"); len(got) != 0 {
+		t.Fatalf("alone in its region: replicas %v", got)
+	}
+
+	f := newServerFixture(t, nil, nil)
+	f.srv.SetTopology(Topology{Region: "eu", Remotes: staticRemotes{"us": {"http://127.0.0.1:1"}},
+		Replicas: func() []string { return regionReplicas(nil, members, "eu", "ctl-eu-1") }})
+	resp, b := get(t, f.url+"/readyz")
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), "replica ctl-eu-2 sees") {
+		t.Fatalf("just started, no pod, replica known only from raft: readyz %d %s", resp.StatusCode, b)
 	}
 }
