@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -27,6 +28,17 @@ func startFleet(t *testing.T, cfg Config) *Fleet {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cfg.Dir = t.TempDir()
+	if cfg.Logger == nil {
+		// The controllers' log, shown when the test fails: what the
+		// replicas saw is most of what a flake leaves to go on.
+		var buf syncBuffer
+		cfg.Logger = slog.New(slog.NewTextHandler(&buf, nil))
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("controllers' log (warnings, then the last %d lines):\n%s", logTail, failureLog(buf.Bytes()))
+			}
+		})
+	}
 	f, err := Start(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -49,6 +61,25 @@ type answer struct {
 	cached     int
 	prompt     int
 	body       string
+}
+
+// logTail is how many of the controllers' last log lines a failed fleet
+// test prints.
+const logTail = 300
+
+// failureLog is the warnings and errors of a log (at most 200, the last),
+// then its last logTail lines.
+func failureLog(b []byte) string {
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	tail := lines[max(0, len(lines)-logTail):]
+	var warn []string
+	for _, l := range lines[:len(lines)-len(tail)] {
+		if strings.Contains(l, "level=WARN") || strings.Contains(l, "level=ERROR") {
+			warn = append(warn, l)
+		}
+	}
+	warn = warn[max(0, len(warn)-200):]
+	return strings.Join(warn, "\n") + "\n---- last lines ----\n" + strings.Join(tail, "\n")
 }
 
 // ask sends a non-streaming chat request with the given headers.
