@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/gossip/gossiptest"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
@@ -36,10 +37,12 @@ func TestE2EBrokerResetPredictionsMatchAgain(t *testing.T) {
 		}
 		return c
 	}
-	broker := newBroker(0)
-	addr := broker.ListenAddrs()[0]
-	_, port, _ := net.SplitHostPort(addr)
+	// A port below the ephemeral range: free again for the broker that
+	// comes back, whatever connections open meanwhile.
+	_, port, _ := net.SplitHostPort(gossiptest.FreeAddr(t))
 	portN, _ := strconv.Atoi(port)
+	broker := newBroker(portN)
+	addr := broker.ListenAddrs()[0]
 	var engines []*enginesim.Engine
 	for i := range 2 {
 		cfg := enginesim.DefaultConfig()

@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/meridian-llm/meridian/regional"
+	"github.com/meridian-llm/meridian/regional/gossip/gossiptest"
 	"github.com/meridian-llm/meridian/scenarios/enginesim"
 )
 
@@ -22,13 +23,13 @@ import (
 // their repeated announcements and serves them within one re-announce
 // period: at most the announcement in flight and the next one.
 func TestControllerRebuiltWithoutPodUpServesAfterReannounce(t *testing.T) {
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
+	_, port, _ := net.SplitHostPort(gossiptest.FreeAddr(t)) // below the ephemeral range: free again for the restart
+	portN, _ := strconv.Atoi(port)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portN), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(2))
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := cluster.ListenAddrs()[0]
-	_, port, _ := net.SplitHostPort(addr)
-	portN, _ := strconv.Atoi(port)
 	const every = time.Second
 	var engines []*enginesim.Engine
 	for i := range 2 {

@@ -17,15 +17,23 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/meridian-llm/meridian/index"
+	"github.com/meridian-llm/meridian/regional/gossip/gossiptest"
 	"github.com/meridian-llm/meridian/regional/kvevents"
 	"github.com/meridian-llm/meridian/regional/route"
 )
 
 // startKafka runs an in-process Kafka-protocol broker cluster (franz-go's
 // kfake) on loopback and a kafka-go writer keyed by pod (Hash balancer).
+//
+// Its ports are below the kernel's ephemeral range (restartPort): a test
+// may stop it and start another on the same addresses.
 func startKafka(t testing.TB, brokers int, topic string) (*kfake.Cluster, *kafka.Writer) {
 	t.Helper()
-	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
+	ports := make([]int, brokers)
+	for i := range ports {
+		ports[i] = restartPort(t)
+	}
+	c, err := kfake.NewCluster(kfake.NumBrokers(brokers), kfake.Ports(ports...), kfake.AllowAutoTopicCreation(), kfake.DefaultNumPartitions(4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,6 +46,20 @@ func startKafka(t testing.TB, brokers int, topic string) (*kfake.Cluster, *kafka
 		c.Close()
 	})
 	return c, w
+}
+
+// restartPort is a loopback port for a broker a test stops and starts
+// again on the same address: free now, and below the ephemeral range, so
+// that no outgoing connection takes it as its source port in between
+// (gossiptest.FreeAddr).
+func restartPort(t testing.TB) int {
+	t.Helper()
+	_, port, _ := net.SplitHostPort(gossiptest.FreeAddr(t))
+	n, err := strconv.Atoi(port)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func produce(t testing.TB, w *kafka.Writer, msgs []Message) {
@@ -315,13 +337,12 @@ func blockEventMessages(more func(msgs, blocks int) bool) ([]Message, int) {
 // true again as soon as it is back, before any event.
 func TestIngestConnectedFollowsTheBrokers(t *testing.T) {
 	g, _, _, _, _ := newTestIngester(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.AllowAutoTopicCreation())
+	portN := restartPort(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.Ports(portN), kfake.AllowAutoTopicCreation())
 	if err != nil {
 		t.Fatal(err)
 	}
 	addr := cluster.ListenAddrs()[0]
-	_, port, _ := net.SplitHostPort(addr)
-	portN, _ := strconv.Atoi(port)
 	g.cfg.Brokers, g.cfg.ProbeInterval = []string{addr}, 20*time.Millisecond
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

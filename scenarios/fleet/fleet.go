@@ -14,8 +14,12 @@
 // enginesim.Config), so that what runs on it is the production code.
 //
 // Invariants:
-//   - Every port is ephemeral (127.0.0.1:0), every secret (admin and hop
-//     token, gossip key, audit HMAC key) is random per fleet, and state
+//   - Every port is on loopback: the engines' and the broker's ephemeral
+//     (127.0.0.1:0), the controllers' picked free below the kernel's
+//     ephemeral range (a replica started again binds them again, and no
+//     outgoing connection can have taken one as its source port); every
+//     secret (admin and hop token, gossip key, audit HMAC key) is random
+//     per fleet, and state
 //     lives under Config.Dir (a fresh temporary directory by default), so
 //     fleets in one process do not collide.
 //   - Start returns only once every controller is ready (the Raft cluster
@@ -366,7 +370,16 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 		for _, id := range identity.ControllerIDs(spec.Name, maxReplicas)[:spec.Replicas] {
 			rc := regional.DefaultConfig()
 			rc.Region, rc.ControllerID = spec.Name, id
-			rc.Listen, rc.AdminListen = "127.0.0.1:0", "127.0.0.1:0"
+			// Addresses picked free below the kernel's ephemeral range: a
+			// replica started again binds them again, and an ephemeral port
+			// could meanwhile be any outgoing connection's source port.
+			var addrs [4]string
+			for i := range addrs {
+				if addrs[i], err = pickAddr(); err != nil {
+					return f, fmt.Errorf("controller %s: %w", id, err)
+				}
+			}
+			rc.Listen, rc.AdminListen = addrs[0], addrs[1]
 			rc.Kafka.Brokers = f.Broker.ListenAddrs()
 			rc.Models = []regional.ModelConfig{{Name: cfg.Model, Tokenizer: enginesim.DefaultConfig().Tokenizer}}
 			rc.PolicyFile = policyFile
@@ -376,9 +389,9 @@ func Start(ctx context.Context, cfg Config) (f *Fleet, err error) {
 			if maxReplicas > 1 {
 				dataDir = filepath.Join(f.Dir, spec.Name, id, "raft")
 			}
-			rc.Raft = regional.RaftConfig{DataDir: dataDir, Bind: "127.0.0.1:0", Bootstrap: first, Voters: 3,
+			rc.Raft = regional.RaftConfig{DataDir: dataDir, Bind: addrs[2], Bootstrap: first, Voters: 3,
 				ElectionTimeout: cfg.ElectionTimeout}
-			rc.Gossip = regional.GossipConfig{Bind: "127.0.0.1:0", Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
+			rc.Gossip = regional.GossipConfig{Bind: addrs[3], Keys: []string{gossipKey}, Label: "meridian-fleet", Fast: true,
 				StaticRTT: map[string]map[string]time.Duration{}, StaticRTTOverride: true}
 			if !first {
 				rc.Raft.Join, rc.Gossip.Join = f.joinAddrs(nil)

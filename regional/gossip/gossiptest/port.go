@@ -1,12 +1,14 @@
 package gossiptest
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -24,10 +26,35 @@ import (
 // listener can take it.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
+	addr, err := PickAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// picked is every port PickAddr returned in this process: two nodes of one
+// test, each given a free port before either binds, must not get the same.
+var picked = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// PickAddr is FreeAddr returning its error. It never returns the same
+// port twice in a process. (scenarios/fleet, which is not a test and may
+// not import test scaffolding, picks its controllers' ports the same way.)
+func PickAddr() (string, error) {
 	lo := ephemeralLow() - 1
 	const floor = 10000
 	for range 200 {
 		port := floor + rand.IntN(lo-floor)
+		picked.Lock()
+		taken := picked.ports[port]
+		picked.ports[port] = true
+		picked.Unlock()
+		if taken {
+			continue
+		}
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 		tl, err := net.Listen("tcp", addr)
 		if err != nil {
@@ -39,10 +66,9 @@ func FreeAddr(t testing.TB) string {
 			continue // its UDP twin is taken
 		}
 		ul.Close()
-		return addr
+		return addr, nil
 	}
-	t.Fatal("no loopback port free for both TCP and UDP in 200 tries")
-	return ""
+	return "", errors.New("no loopback port free for both TCP and UDP in 200 tries")
 }
 
 // ephemeralLow is the first port of the kernel's ephemeral range (Linux's
