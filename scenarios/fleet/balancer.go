@@ -26,8 +26,10 @@ const BalancerProbeInterval = 250 * time.Millisecond
 // answering a byte (the race every keep-alive client has with a server
 // going away; Go's transport retries it itself for requests it may
 // replay, and an inference request that got no byte of its answer is one:
-// Meridian's proxy retries the same way between pods). With no replica of
-// the region ready it tries any two.
+// Meridian's proxy retries the same way between pods). The retry goes to
+// another ready replica, or, with none, to one whose probe failed (as
+// Envoy's retry of a refused connection may); with no replica of the
+// region ready it tries any two.
 type Balancer struct {
 	f      *Fleet
 	hc     *http.Client
@@ -99,28 +101,30 @@ func (b *Balancer) Ready(rep *Replica) bool {
 }
 
 // pick returns the replicas of region to try, in order: a ready one (round
-// robin), then another ready one for a refused retry; with none ready,
-// every replica in turn.
+// robin), then another one for a refused retry (ready if one is, else any
+// other: a probe that timed out on a loaded machine must not leave a
+// refused request nowhere to go); with none ready, any two in turn.
 func (b *Balancer) pick(region string) []*Replica {
 	r := b.f.Region(region)
 	if r == nil || len(r.Replicas) == 0 {
 		return nil
 	}
 	b.mu.Lock()
-	var ready []*Replica
+	var ready, rest []*Replica
 	for _, rep := range r.Replicas {
 		if b.ready[rep] {
 			ready = append(ready, rep)
+		} else {
+			rest = append(rest, rep)
 		}
 	}
 	b.mu.Unlock()
-	if len(ready) == 0 {
-		ready = r.Replicas
-	}
 	n := b.next.Add(1)
 	out := make([]*Replica, 0, 2)
-	for i := range min(2, len(ready)) {
-		out = append(out, ready[(n+uint64(i))%uint64(len(ready))])
+	for _, set := range [][]*Replica{ready, rest} {
+		for i := range min(2-len(out), len(set)) {
+			out = append(out, set[(n+uint64(i))%uint64(len(set))])
+		}
 	}
 	return out
 }

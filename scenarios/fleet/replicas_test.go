@@ -214,16 +214,21 @@ func (g *loadgen) violations() []outcome {
 	return out
 }
 
-// inFlightOn reports whether o was in flight on the replica id when it
-// was killed at kill: sent to it, or answered by one of its pods, before
-// the kill, and not finished before it.
-func inFlightOn(o outcome, id string, kill time.Time) bool {
-	return (o.entry == id || o.servedBy == id) && o.start.Before(kill) && !o.end.Before(kill)
+// killWindow is when a replica was killed: from just before Kill was
+// called to just after it returned. Until its listener and connections
+// are closed, inside Kill, the replica still takes requests.
+type killWindow struct{ from, to time.Time }
+
+// inFlightOn reports whether o was in flight on the replica id at its
+// kill: sent to it, or answered by one of its pods, before the kill ended,
+// and not finished before it began.
+func inFlightOn(o outcome, id string, kill killWindow) bool {
+	return (o.entry == id || o.servedBy == id) && o.start.Before(kill.to) && !o.end.Before(kill.from)
 }
 
 // checkKill fails the test for any failure in [from, to) other than a
 // request in flight on the killed replica, and returns how many were.
-func checkKill(t *testing.T, g *loadgen, from time.Time, id string, kill time.Time) (lost, served int) {
+func checkKill(t *testing.T, g *loadgen, from time.Time, id string, kill killWindow) (lost, served int) {
 	t.Helper()
 	for _, o := range g.since(from) {
 		switch {
@@ -232,7 +237,7 @@ func checkKill(t *testing.T, g *loadgen, from time.Time, id string, kill time.Ti
 		case inFlightOn(o, id, kill):
 			lost++
 		default:
-			t.Errorf("request failed that was not in flight on %s at its kill: %+v", id, o)
+			t.Errorf("request failed that was not in flight on %s at its kill (%v): %+v", id, kill, o)
 		}
 	}
 	return lost, served
@@ -306,11 +311,12 @@ func TestReplicasSurviveKillsAndRollingRestart(t *testing.T) {
 		}
 	}
 	phase := time.Now()
-	kill := time.Now()
+	kill := killWindow{from: time.Now()}
 	if err := victim.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	g.waitServed(t, kill, 20, time.Minute)
+	kill.to = time.Now()
+	g.waitServed(t, kill.to, 20, time.Minute)
 	if err := victim.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -348,10 +354,11 @@ func TestReplicasSurviveKillsAndRollingRestart(t *testing.T) {
 		t.Fatal("no raft leader")
 	}
 	phase = time.Now()
-	kill = time.Now()
+	kill = killWindow{from: time.Now()}
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	kill.to = time.Now()
 	var elected time.Duration
 	for elected == 0 {
 		agreed, id := true, ""
@@ -364,17 +371,17 @@ func TestReplicasSurviveKillsAndRollingRestart(t *testing.T) {
 			id = l
 		}
 		if agreed {
-			elected = time.Since(kill)
+			elected = time.Since(kill.from)
 			break
 		}
-		if time.Since(kill) > time.Minute {
+		if time.Since(kill.from) > time.Minute {
 			t.Fatal("no new raft leader within a minute of killing the leader")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 	servedDuring := 0
-	for _, o := range g.since(kill) {
-		if !o.failed() && o.end.Before(kill.Add(elected)) {
+	for _, o := range g.since(kill.from) {
+		if !o.failed() && o.end.Before(kill.from.Add(elected)) {
 			servedDuring++
 		}
 	}
@@ -384,7 +391,7 @@ func TestReplicasSurviveKillsAndRollingRestart(t *testing.T) {
 	if elected > 30*time.Second {
 		t.Errorf("new leader after %v", elected)
 	}
-	g.waitServed(t, kill, 20, time.Minute)
+	g.waitServed(t, kill.to, 20, time.Minute)
 	if err := leader.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
