@@ -253,6 +253,9 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	}
 	pl, err := s.dec.Place(&p.req, t.Region, localOK, remotes, t.Shares)
 	if err != nil {
+		if s.refuseNotReady(w, api, err) {
+			return pr, false
+		}
 		if !localOK || errors.Is(err, route.ErrNoRegion) {
 			s.m.residencyNoRegion.Inc()
 			s.fail(w, api, http.StatusServiceUnavailable, "residency_no_healthy_region",

@@ -151,3 +151,27 @@ func TestAReplicaJustStartedCountsItsRegionsRaftMembers(t *testing.T) {
 		t.Fatalf("just started, no pod, replica known only from raft: readyz %d %s", resp.StatusCode, b)
 	}
 }
+
+// A request that reaches a replica which has not read its region's pods
+// yet, while its replicas serve them (a load balancer that sends to every
+// replica when it believes none ready), is refused 503 replica_not_ready
+// with Retry-After, saying another replica can serve it: not 503
+// residency_no_healthy_region, which says no region can.
+func TestAReplicaNotReadyRefusesSayingSo(t *testing.T) {
+	f := newServerFixture(t, nil, nil)
+	f.srv.SetTopology(Topology{Region: "r", Remotes: staticRemotes{"other": {"http://127.0.0.1:1"}},
+		Replicas: func() []string { return []string{"peer"} }})
+	resp, b := post(t, f.url+"/v1/chat/completions", chatBody)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(b), `"code":"replica_not_ready"`) ||
+		!strings.Contains(string(b), "has not heard yet which pods replica peer sees") || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("replica without pods, its replica unheard: %d %s (Retry-After %q)", resp.StatusCode, b, resp.Header.Get("Retry-After"))
+	}
+
+	g := newServerFixture(t, nil, nil) // a replica alone in its region: no pod is no pod
+	g.srv.SetTopology(Topology{Region: "r", Remotes: staticRemotes{"other": {"http://127.0.0.1:1"}}})
+	resp, b = post(t, g.url+"/v1/chat/completions", chatBody)
+	if resp.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(b), "replica_not_ready") {
+		t.Fatalf("replica alone, no pod: %d %s", resp.StatusCode, b)
+	}
+	t.Logf("alone: %d %s", resp.StatusCode, b)
+}

@@ -466,12 +466,35 @@ func (s *Server) decide(p *parsed) (*route.Decision, error) {
 }
 
 func (s *Server) decisionError(w http.ResponseWriter, api string, err error) {
+	if s.refuseNotReady(w, api, err) {
+		return
+	}
 	switch {
 	case errors.Is(err, route.ErrNoPod), errors.Is(err, route.ErrNoHealthyPod):
 		s.fail(w, api, http.StatusServiceUnavailable, "no_healthy_pod", "%v", err)
 	default:
 		s.fail(w, api, http.StatusInternalServerError, "decision_failed", "%v", err)
 	}
+}
+
+// refuseNotReady answers a decision that found no pod (err is
+// route.ErrNoPod, alone or from a placement) 503 replica_not_ready when
+// this replica has not read its region's pods yet while its replicas serve
+// them (it has just started; Server.behindPeers), and reports whether it
+// did. It says another replica can serve the request, not that none can:
+// nothing was done, so a client or load balancer may send it to another
+// replica at once.
+func (s *Server) refuseNotReady(w http.ResponseWriter, api string, err error) bool {
+	if !errors.Is(err, route.ErrNoPod) {
+		return false
+	}
+	behind, why := s.behindPeers()
+	if !behind {
+		return false
+	}
+	s.fail(w, api, http.StatusServiceUnavailable, "replica_not_ready",
+		"this controller cannot serve yet, another replica of region %s can: %s", s.topo.Region, why)
+	return true
 }
 
 // RouteResponse is the body of POST /v1/route: where the request should

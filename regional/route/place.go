@@ -71,7 +71,7 @@ func (d *Decider) PlaceInto(req *Request, region string, local bool, remotes []g
 	d.model.Choose(dst.Candidates, view, now, &dst.Cost)
 	if dst.Cost.Winner < 0 {
 		if localErr != nil {
-			return fmt.Errorf("%w: local: %v", ErrNoRegion, localErr)
+			return fmt.Errorf("%w: local: %w", ErrNoRegion, localErr)
 		}
 		return ErrNoRegion
 	}

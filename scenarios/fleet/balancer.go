@@ -1,8 +1,10 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"sync"
@@ -14,6 +16,11 @@ import (
 // BalancerProbeInterval is how often a Balancer asks each replica's
 // /readyz, as a load balancer's health check would.
 const BalancerProbeInterval = 250 * time.Millisecond
+
+// balancerMisses is how many probes in a row must go unanswered (timed
+// out) before a replica that was ready leaves the rotation; one that
+// answers "not ready", or refuses the connection, leaves at once.
+const balancerMisses = 3
 
 // Balancer spreads requests over a region's replicas as a load balancer in
 // front of them would (a Kubernetes Service, the compose file's region
@@ -36,6 +43,7 @@ type Balancer struct {
 	next   atomic.Uint64
 	mu     sync.Mutex
 	ready  map[*Replica]bool
+	misses map[*Replica]int // probes in a row with no answer
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 }
@@ -45,7 +53,7 @@ type Balancer struct {
 // probes.
 func (f *Fleet) NewBalancer(hc *http.Client) *Balancer {
 	ctx, cancel := context.WithCancel(context.Background())
-	b := &Balancer{f: f, hc: hc, ready: map[*Replica]bool{}, cancel: cancel}
+	b := &Balancer{f: f, hc: hc, ready: map[*Replica]bool{}, misses: map[*Replica]int{}, cancel: cancel}
 	b.probe(ctx)
 	b.wg.Go(func() {
 		t := time.NewTicker(BalancerProbeInterval)
@@ -74,19 +82,34 @@ func (b *Balancer) probe(ctx context.Context) {
 	for _, r := range b.f.Regions {
 		for _, rep := range r.Replicas {
 			wg.Go(func() {
-				ok := false
+				ok, answered := false, false
 				pctx, cancel := context.WithTimeout(ctx, BalancerProbeInterval)
 				defer cancel()
 				req, err := http.NewRequestWithContext(pctx, http.MethodGet, rep.URL()+"/readyz", nil)
 				if err == nil {
-					if resp, err := b.hc.Do(req); err == nil {
-						ok = resp.StatusCode == http.StatusOK
+					var resp *http.Response
+					if resp, err = b.hc.Do(req); err == nil {
+						ok, answered = resp.StatusCode == http.StatusOK, true
 						resp.Body.Close()
 					}
 				}
 				b.mu.Lock()
-				b.ready[rep] = ok
-				b.mu.Unlock()
+				defer b.mu.Unlock()
+				switch {
+				case ok:
+					b.ready[rep], b.misses[rep] = true, 0
+				case answered || Refused(err):
+					// It said it is not ready, or nothing listens: out at once.
+					b.ready[rep] = false
+				default:
+					// No answer in time (a loaded machine): out after
+					// balancerMisses in a row, as a load balancer's
+					// failure threshold.
+					b.misses[rep]++
+					if b.misses[rep] >= balancerMisses {
+						b.ready[rep] = false
+					}
+				}
 			})
 		}
 	}
@@ -136,7 +159,8 @@ func (b *Balancer) pick(region string) []*Replica {
 func (b *Balancer) Do(region string, newReq func(base string) (*http.Request, error)) (*http.Response, *Replica, error) {
 	var last *Replica
 	var err error
-	for _, rep := range b.pick(region) {
+	reps := b.pick(region)
+	for i, rep := range reps {
 		last = rep
 		var req *http.Request
 		if req, err = newReq(rep.URL()); err != nil {
@@ -148,6 +172,16 @@ func (b *Balancer) Do(region string, newReq func(base string) (*http.Request, er
 		}))
 		var resp *http.Response
 		resp, err = b.hc.Do(req)
+		if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+			// A replica that has not read its pods yet says so
+			// (replica_not_ready): nothing was done, another may serve.
+			body, rerr := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			resp.Body = io.NopCloser(bytes.NewReader(body))
+			if rerr == nil && bytes.Contains(body, []byte(`"replica_not_ready"`)) && i+1 < len(reps) {
+				continue
+			}
+		}
 		if err == nil || !(Refused(err) || reused) || req.Context().Err() != nil {
 			return resp, rep, err
 		}
