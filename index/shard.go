@@ -332,6 +332,9 @@ func (s *shard) growStep(k int) bool {
 	if uint64(k) < end-s.cursor {
 		end = s.cursor + uint64(k)
 	}
+	if end-s.cursor <= maxTouchSlots {
+		touchStep(t, nt, s.cursor, end)
+	}
 	for i := s.cursor; i < end; i++ {
 		if v := t.slots[i].Load(); v != 0 {
 			nt.place(v)
@@ -346,6 +349,34 @@ func (s *shard) growStep(k int) bool {
 	s.tab.Store(&table{slots: nt.slots, bits: nt.bits, chunks: t.chunks})
 	s.next, s.cursor = nil, 0
 	return true
+}
+
+// maxTouchSlots bounds the steps touchStep prepares: a settle copies the
+// whole rest of the table, whose lines would not all stay in the cache.
+const maxTouchSlots = 4096
+
+// touchStep loads one word of every cache line that copying the published
+// slots [from, to) into the growing table reads or writes: those slots, and
+// the growing table's slots from 2*from to 2*to, where their home positions
+// lie (a slot's home doubles with the table, and few slots sit far from
+// home). Neither range is likely to be cached: the growing table was zeroed
+// when it was allocated, long before, and the published one is read at
+// random. These loads do not depend on each other, so the CPU overlaps
+// their misses, where the copy would take them one at a time (each placing
+// probe waits for its line, and a probe that finds the slot taken ends in a
+// mispredicted branch that discards the loads issued past it).
+func touchStep(t, nt *table, from, to uint64) {
+	const perLine = 8 // slots in a 64-byte line
+	var acc uint64
+	for i := from &^ (perLine - 1); i < to; i += perLine {
+		acc += t.slots[i].Load()
+	}
+	for j := (2 * from) &^ (perLine - 1); j < 2*to && j < uint64(len(nt.slots)); j += perLine {
+		acc += *plain(&nt.slots[j])
+	}
+	if acc == 1 {
+		prefetchSink.Store(acc)
+	}
 }
 
 // settle finishes a growth in progress at once and reports whether there
