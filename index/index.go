@@ -21,6 +21,11 @@ type Index struct {
 	// offloaded[slot] counts the pod's (block, pod) pairs held in a non-GPU
 	// tier; when it is 0 TierProfile answers without touching the shards.
 	offloaded []atomic.Int64
+	// counts[slot<<shardBits | i] is the number of shard i's blocks whose
+	// bit for slot is set, guarded by shard i's mutex. A pod's counts are
+	// contiguous, so writers for different pods never share a line of
+	// them (see count).
+	counts []int32
 
 	sweepMu sync.Mutex
 	sweep   sweepState
@@ -38,18 +43,24 @@ func New(cfg Config) (*Index, error) {
 		shards:    new([numShards]shard),
 		pods:      newPods(cfg.PodCapacity),
 		offloaded: make([]atomic.Int64, cfg.PodCapacity),
+		counts:    make([]int32, cfg.PodCapacity<<shardBits),
 	}
 	presize := tableBitsFor((cfg.ExpectedBlocks + numShards - 1) / numShards)
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.details = make(map[detailKey]tierCounts)
-		s.counts = make([]int32, cfg.PodCapacity)
 		if cfg.ExpectedBlocks > 0 {
 			s.tab.Store(&table{slots: make([]atomic.Uint64, 1<<presize), bits: presize})
 		}
 	}
 	x.sweep.mask = make([]uint64, x.words)
 	return x, nil
+}
+
+// count is the number of shard si's blocks whose bit for slot is set.
+// Requires that shard's mutex.
+func (x *Index) count(si uint64, slot int) *int32 {
+	return &x.counts[uint64(slot)<<shardBits|si]
 }
 
 // tableBitsFor is the smallest table size (log2) holding n entries within
@@ -84,7 +95,8 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 		if h == 0 {
 			continue // never a chain hash (see Extend); ignore rather than corrupt
 		}
-		s := &x.shards[shardOf(h)]
+		si := shardOf(h)
+		s := &x.shards[si]
 		s.mu.Lock()
 		// Checked under the shard lock: a sweep of this shard either ran
 		// before (and we see the pod dying) or runs after and clears our bit.
@@ -92,13 +104,13 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 			s.mu.Unlock()
 			return fmt.Errorf("register %v: %w", pod, ErrUnknownPod)
 		}
-		x.registerLocked(s, h, slot, word, bit, tier)
+		x.registerLocked(s, si, h, slot, word, bit, tier)
 		s.mu.Unlock()
 	}
 	return nil
 }
 
-func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, tier Tier) {
+func (x *Index) registerLocked(s *shard, si, h uint64, slot, word int, bit uint64, tier Tier) {
 	t := s.tab.Load()
 	i, e, ok := t.find(h, x.stride)
 	if !ok {
@@ -106,7 +118,7 @@ func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, t
 			x.insertDetail(s, h, slot, tierCounts{}, tier)
 		}
 		s.insertEntry(t, i, h, x.stride, word, bit, x.growStep)
-		s.counts[slot]++
+		*x.count(si, slot)++
 		return
 	}
 	w := t.word(e, x.stride, 1+word)
@@ -116,7 +128,7 @@ func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, t
 			x.insertDetail(s, h, slot, tierCounts{}, tier)
 		}
 		w.Store(cur | bit)
-		s.counts[slot]++
+		*x.count(si, slot)++
 		return
 	}
 	k := detailKey{h, uint16(slot)}
@@ -166,15 +178,16 @@ func (x *Index) Evict(pod PodID, tier Tier, hashes []uint64) error {
 	slot := pod.Slot()
 	word, bit := slot/64, uint64(1)<<(slot%64)
 	for _, h := range hashes {
-		s := &x.shards[shardOf(h)]
+		si := shardOf(h)
+		s := &x.shards[si]
 		s.mu.Lock()
-		x.evictLocked(s, h, slot, word, bit, tier)
+		x.evictLocked(s, si, h, slot, word, bit, tier)
 		s.mu.Unlock()
 	}
 	return nil
 }
 
-func (x *Index) evictLocked(s *shard, h uint64, slot, word int, bit uint64, tier Tier) {
+func (x *Index) evictLocked(s *shard, si, h uint64, slot, word int, bit uint64, tier Tier) {
 	t := s.tab.Load()
 	i, e, ok := t.find(h, x.stride)
 	if !ok {
@@ -199,7 +212,7 @@ func (x *Index) evictLocked(s *shard, h uint64, slot, word int, bit uint64, tier
 	if !c.empty() {
 		return
 	}
-	s.counts[slot]--
+	*x.count(si, slot)--
 	w.Store(cur &^ bit)
 	if cur&^bit == 0 && x.bitmapEmpty(t, e) {
 		s.deleteEntry(t, i, e, x.stride)
@@ -229,8 +242,8 @@ func (x *Index) ClearPod(pod PodID) error {
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.Lock()
-		if s.counts[slot] != 0 {
-			x.clearSlots(s, mask[:x.words], 0, ^uint32(0))
+		if *x.count(uint64(i), slot) != 0 {
+			x.clearSlots(s, uint64(i), mask[:x.words], 0, ^uint32(0))
 		}
 		s.mu.Unlock()
 	}
@@ -238,9 +251,10 @@ func (x *Index) ClearPod(pod PodID) error {
 }
 
 // clearSlots clears the bits of the slots in mask from the slab entries
-// [from, to) of s, deletes entries left empty, drops their tier details and
-// fixes the per-slot counts. It returns where it stopped. Requires s.mu.
-func (x *Index) clearSlots(s *shard, mask []uint64, from, to uint32) uint32 {
+// [from, to) of s, shard si, deletes entries left empty, drops their tier
+// details and fixes the per-slot counts. It returns where it stopped.
+// Requires s.mu.
+func (x *Index) clearSlots(s *shard, si uint64, mask []uint64, from, to uint32) uint32 {
 	t := s.tab.Load()
 	if t == nil {
 		return s.used
@@ -268,7 +282,7 @@ func (x *Index) clearSlots(s *shard, mask []uint64, from, to uint32) uint32 {
 			if cleared := v & mask[w]; cleared != 0 {
 				forEachBit([]uint64{cleared}, func(b int) {
 					slot := w*64 + b
-					s.counts[slot]--
+					*x.count(si, slot)--
 					k := detailKey{h, uint16(slot)}
 					if c, ok := s.details[k]; ok {
 						x.setDetail(s, k, c, tierCounts{})

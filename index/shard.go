@@ -67,11 +67,18 @@ type shard struct {
 const cacheLine = 128
 
 type shardState struct {
-	mu  sync.Mutex
+	// Read by every lookup. Writers change them rarely (a deletion, a
+	// published growth, a new slab chunk), so they share no cache line
+	// with the writer state below, which every insertion writes: a writer
+	// does not take the line away from the readers of its shard.
 	seq atomic.Uint64
 	tab atomic.Pointer[table]
+	_   [64 - 16]byte
 
-	// Writer-only state, guarded by mu.
+	// Writer-only state, guarded by mu. What an insertion touches fills
+	// exactly the next 64-byte line, the one line two writers of the
+	// shard pass between them.
+	mu   sync.Mutex
 	n    int      // entries in use
 	used uint32   // slab high-water mark
 	free []uint32 // freed slab entries, reused before used grows
@@ -80,11 +87,10 @@ type shardState struct {
 	// See startGrow.
 	next   *table
 	cursor uint64
+
 	// details holds the tier reference counts of (block, pod) pairs that are
 	// not in the default state "held once, on GPU" (the bit alone says that).
 	details map[detailKey]tierCounts
-	// counts[slot] is the number of this shard's blocks whose bit for slot is set.
-	counts []int32
 }
 
 type detailKey struct {

@@ -71,8 +71,8 @@ func (x *Index) Stats() Stats {
 			st.Bytes += int64(len(s.next.slots)) * 8 // a growth in progress
 		}
 		st.Bytes += int64(cap(s.free))*4 + int64(len(s.details))*detailBytes
-		for slot, c := range s.counts {
-			st.PodBlocks[slot] += int(c)
+		for slot := range st.PodBlocks {
+			st.PodBlocks[slot] += int(*x.count(uint64(i), slot))
 		}
 		s.mu.Unlock()
 	}
