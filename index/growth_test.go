@@ -60,7 +60,7 @@ func checkShard(t fataler, x *Index, si int) {
 			t.Fatalf("shard %d slot %d: entry %d holds key %#x, which does not belong there", si, j, e, key)
 		}
 	}
-	if len(seen) != s.n {
+	if len(seen) != int(s.n) {
 		t.Fatalf("shard %d: %d slots in use, n = %d", si, len(seen), s.n)
 	}
 	free := 0

@@ -708,19 +708,32 @@ func subset(a, b []uint64) bool {
 // prefetchSink keeps the prefetch loads from being optimized away.
 var prefetchSink atomic.Uint64
 
-// prefetch touches the home slot of each hash before the batch is applied.
-// The loads are independent, so the CPU overlaps their cache misses instead
-// of taking them one at a time inside the locked section. Reading the table
-// without the lock is safe: every access is atomic.
+// prefetch loads, for each hash of a batch about to be registered, the
+// lines its insertion will need: the home slot and the slot four further
+// on (in the next line when the home is in the second half of its own,
+// where a probe run often continues), and the slab entry the shard will
+// give a new block (nextEntry). The loads are independent, so the CPU
+// overlaps their cache misses instead of taking them one at a time inside
+// the locked section, where each insertion's atomic slot store waits for
+// its writes to reach the cache. Reading without the lock is safe: every
+// access is atomic, and a stale nextEntry or table only loads a line in
+// vain.
 func (x *Index) prefetch(hashes []uint64) {
 	if len(hashes) < 8 {
 		return
 	}
 	var acc uint64
 	for _, h := range hashes {
-		if t := x.shards[shardOf(h)].tab.Load(); t != nil {
-			fp := fingerprint(h)
-			acc += t.slots[uint64(fp>>(32-t.bits))&uint64(len(t.slots)-1)].Load()
+		s := &x.shards[shardOf(h)]
+		t := s.tab.Load()
+		if t == nil {
+			continue
+		}
+		mask := uint64(len(t.slots) - 1)
+		i := uint64(fingerprint(h)>>(32-t.bits)) & mask
+		acc += t.slots[i].Load() + t.slots[(i+4)&mask].Load()
+		if e := s.nextEntry.Load(); int(e>>chunkShift) < len(t.chunks) {
+			acc += t.word(e, x.stride, 0).Load()
 		}
 	}
 	if acc == 1 {

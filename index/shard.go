@@ -79,9 +79,13 @@ type shardState struct {
 	// exactly the next 64-byte line, the one line two writers of the
 	// shard pass between them.
 	mu   sync.Mutex
-	n    int      // entries in use
+	n    uint32   // entries in use
 	used uint32   // slab high-water mark
 	free []uint32 // freed slab entries, reused before used grows
+	// nextEntry is the slab entry the next insertion will take (the top
+	// of free, or used), for Index.prefetch, which reads it without the
+	// lock to load that entry's line before the insertion writes it.
+	nextEntry atomic.Uint32
 	// next is the table being grown into, not yet published (nil: none);
 	// it holds exactly the slots of the published table before cursor.
 	// See startGrow.
@@ -267,8 +271,11 @@ func (s *shard) insertEntry(t *table, slot uint64, key uint64, stride, word int,
 			t = nt
 		}
 		// A never-used entry is unreachable until the slot store below
-		// publishes it, so plain stores suffice (and cost no bus lock).
-		*plain(t.word(e, stride, 0)) = key
+		// publishes it, so a plain store suffices for its bitmap word.
+		// Its hash is stored atomically all the same: Index.prefetch
+		// loads it, without the lock, to bring the line in (and then
+		// this store, whose line is at hand, costs little).
+		t.word(e, stride, 0).Store(key)
 		*plain(t.word(e, stride, 1+word)) = bit
 	}
 	v := uint64(fingerprint(key))<<32 | uint64(e+1)
@@ -277,6 +284,16 @@ func (s *shard) insertEntry(t *table, slot uint64, key uint64, stride, word int,
 		s.next.place(v) // the growth has copied this part of the table
 	}
 	s.n++
+	s.setNextEntry()
+}
+
+// setNextEntry publishes the entry the next insertion will take.
+func (s *shard) setNextEntry() {
+	e := s.used
+	if n := len(s.free); n > 0 {
+		e = s.free[n-1]
+	}
+	s.nextEntry.Store(e)
 }
 
 // Growth is incremental, so that no insertion holds the shard's writer lock
@@ -467,6 +484,7 @@ func (s *shard) deleteEntry(t *table, i uint64, e uint32, stride int) {
 	t.word(e, stride, 0).Store(0)
 	s.free = append(s.free, e)
 	s.n--
+	s.setNextEntry()
 }
 
 // asAtomic views a freshly built []uint64 as atomics (same size and

@@ -61,7 +61,7 @@ func (x *Index) Stats() Stats {
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.Lock()
-		st.Blocks += s.n
+		st.Blocks += int(s.n)
 		st.Details += len(s.details)
 		if t := s.tab.Load(); t != nil {
 			st.Bytes += int64(len(t.slots))*8 + int64(len(t.chunks))*chunkLen*int64(x.stride)*8
