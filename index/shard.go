@@ -55,11 +55,12 @@ type table struct {
 // its own short window, so a long writer operation (a sweep of the shard)
 // never stalls readers for long.
 //
-// shard is padded to a multiple of two cache lines so that two hot shards
-// never share one.
+// A shard is two 64-byte lines, the readers' and the writers' (see
+// shardState), a multiple of cacheLine so that two hot shards never share
+// one (TestShardLayout checks both). No padding field makes it so: a
+// trailing one of size 0 would add 8 bytes.
 type shard struct {
 	shardState
-	_ [(cacheLine - unsafe.Sizeof(shardState{})%cacheLine) % cacheLine]byte
 }
 
 // cacheLine is the padding unit: two 64-byte lines, as adjacent-line
@@ -73,7 +74,11 @@ type shardState struct {
 	// does not take the line away from the readers of its shard.
 	seq atomic.Uint64
 	tab atomic.Pointer[table]
-	_   [64 - 16]byte
+	// details holds the tier reference counts of (block, pod) pairs that are
+	// not in the default state "held once, on GPU" (the bit alone says that).
+	// Guarded by mu; the map header never changes, so it can sit here.
+	details map[detailKey]tierCounts
+	_       [64 - 24]byte
 
 	// Writer-only state, guarded by mu. What an insertion touches fills
 	// exactly the next 64-byte line, the one line two writers of the
@@ -91,10 +96,6 @@ type shardState struct {
 	// See startGrow.
 	next   *table
 	cursor uint64
-
-	// details holds the tier reference counts of (block, pod) pairs that are
-	// not in the default state "held once, on GPU" (the bit alone says that).
-	details map[detailKey]tierCounts
 }
 
 type detailKey struct {
