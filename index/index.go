@@ -90,8 +90,10 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 	}
 	slot := pod.Slot()
 	word, bit := slot/64, uint64(1)<<(slot%64)
-	x.prefetch(hashes)
-	for _, h := range hashes {
+	for i, h := range hashes {
+		if i%prefetchBatch == 0 {
+			x.prefetch(hashes[i:min(i+prefetchBatch, len(hashes))])
+		}
 		if h == 0 {
 			continue // never a chain hash (see Extend); ignore rather than corrupt
 		}
@@ -707,6 +709,11 @@ func subset(a, b []uint64) bool {
 
 // prefetchSink keeps the prefetch loads from being optimized away.
 var prefetchSink atomic.Uint64
+
+// prefetchBatch is how many hashes of a Register call prefetch prepares at
+// a time, so that their lines are still in the cache when they are
+// inserted (a long chain's would not all stay).
+const prefetchBatch = 64
 
 // prefetch loads, for each hash of a batch about to be registered, the
 // lines its insertion will need: the home slot and the slot four further
