@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Index is the block index of one region. All methods are safe for
@@ -710,40 +711,47 @@ func subset(a, b []uint64) bool {
 // prefetchSink keeps the prefetch loads from being optimized away.
 var prefetchSink atomic.Uint64
 
-// prefetchBatch is how many hashes of a Register call prefetch prepares at
-// a time, so that their lines are still in the cache when they are
-// inserted (a long chain's would not all stay).
+// prefetchBatch is how many hashes of a Register call prefetch prepares
+// at a time: their lines stay in the cache until they are inserted.
 const prefetchBatch = 64
 
-// prefetch loads, for each hash of a batch about to be registered, the
-// lines its insertion will need: the home slot and the slot four further
+// prefetch brings in, for each hash of a batch about to be registered (at
+// most prefetchBatch), the cache lines its insertion will write: the
+// shard's writer line (its mutex), the home slot and the slot four further
 // on (in the next line when the home is in the second half of its own,
 // where a probe run often continues), and the slab entry the shard will
-// give a new block (nextEntry). The loads are independent, so the CPU
+// give a new block (nextEntry). The prefetches do not wait, so the CPU
 // overlaps their cache misses instead of taking them one at a time inside
 // the locked section, where each insertion's atomic slot store waits for
-// its writes to reach the cache. Reading without the lock is safe: every
-// access is atomic, and a stale nextEntry or table only loads a line in
-// vain.
+// its writes to reach the cache; and a prefetch for writing (see
+// prefetchLines) takes the line from the other cores at once, so the
+// insertion need not ask for it again. Reading nextEntry and the table
+// without the lock is safe (atomic loads), and a stale one only brings a
+// line in vain.
 func (x *Index) prefetch(hashes []uint64) {
-	if len(hashes) < 8 {
-		return
+	hashes = hashes[:min(len(hashes), prefetchBatch)]
+	var lines [4 * prefetchBatch]unsafe.Pointer
+	n := 0
+	// Slots first: where prefetchLines cannot prefetch, it loads them.
+	for _, h := range hashes {
+		if t := x.shards[shardOf(h)].tab.Load(); t != nil {
+			mask := uint64(len(t.slots) - 1)
+			i := uint64(fingerprint(h)>>(32-t.bits)) & mask
+			lines[n], lines[n+1] = unsafe.Pointer(&t.slots[i]), unsafe.Pointer(&t.slots[(i+4)&mask])
+			n += 2
+		}
 	}
-	var acc uint64
+	slots := n
 	for _, h := range hashes {
 		s := &x.shards[shardOf(h)]
-		t := s.tab.Load()
-		if t == nil {
-			continue
-		}
-		mask := uint64(len(t.slots) - 1)
-		i := uint64(fingerprint(h)>>(32-t.bits)) & mask
-		acc += t.slots[i].Load() + t.slots[(i+4)&mask].Load()
-		if e := s.nextEntry.Load(); int(e>>chunkShift) < len(t.chunks) {
-			acc += t.word(e, x.stride, 0).Load()
+		lines[n] = unsafe.Pointer(&s.mu)
+		n++
+		if t := s.tab.Load(); t != nil {
+			if e := s.nextEntry.Load(); int(e>>chunkShift) < len(t.chunks) {
+				lines[n] = unsafe.Pointer(t.word(e, x.stride, 0))
+				n++
+			}
 		}
 	}
-	if acc == 1 {
-		prefetchSink.Store(acc)
-	}
+	prefetchLines(lines[:n], slots)
 }

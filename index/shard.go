@@ -272,11 +272,8 @@ func (s *shard) insertEntry(t *table, slot uint64, key uint64, stride, word int,
 			t = nt
 		}
 		// A never-used entry is unreachable until the slot store below
-		// publishes it, so a plain store suffices for its bitmap word.
-		// Its hash is stored atomically all the same: Index.prefetch
-		// loads it, without the lock, to bring the line in (and then
-		// this store, whose line is at hand, costs little).
-		t.word(e, stride, 0).Store(key)
+		// publishes it, so plain stores suffice (and cost no bus lock).
+		*plain(t.word(e, stride, 0)) = key
 		*plain(t.word(e, stride, 1+word)) = bit
 	}
 	v := uint64(fingerprint(key))<<32 | uint64(e+1)
