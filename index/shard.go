@@ -89,7 +89,7 @@ type shardState struct {
 	free []uint32 // freed slab entries, reused before used grows
 	// nextEntry is the slab entry the next insertion will take (the top
 	// of free, or used), for Index.prefetch, which reads it without the
-	// lock to load that entry's line before the insertion writes it.
+	// lock to prefetch that entry's line before the insertion writes it.
 	nextEntry atomic.Uint32
 	// next is the table being grown into, not yet published (nil: none);
 	// it holds exactly the slots of the published table before cursor.
