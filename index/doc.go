@@ -34,9 +34,13 @@
 // Readers take no lock: a per-shard seqlock. Inserts and bit changes are
 // single atomic stores that keep the table consistent at every instant;
 // only deletions (which move slots and free entries for reuse) run in a
-// write window that makes overlapping readers retry. Writers of a shard
-// serialize on its mutex; a batch first touches the home slots of all its
-// hashes so their cache misses overlap.
+// write window that makes overlapping readers retry. What readers read of
+// a shard (the seqlock, the table pointer) and what every insertion writes
+// lie in different cache lines. Writers of a shard serialize on its mutex;
+// before a batch takes any, it prefetches the lines its insertions will
+// write (each shard's writer line, each hash's home slot and the line
+// after it, the slab entry each shard will hand out next), for writing
+// where the CPU can, so their cache misses overlap.
 //
 // # Lookup
 //

@@ -60,7 +60,7 @@ func checkShard(t fataler, x *Index, si int) {
 			t.Fatalf("shard %d slot %d: entry %d holds key %#x, which does not belong there", si, j, e, key)
 		}
 	}
-	if len(seen) != s.n {
+	if len(seen) != int(s.n) {
 		t.Fatalf("shard %d: %d slots in use, n = %d", si, len(seen), s.n)
 	}
 	free := 0
@@ -129,7 +129,14 @@ type growthModel struct {
 	ref      *naive
 	gen      keyGen
 	keys     []uint64 // every key ever registered, in order
-	buf      [maxWords]uint64
+	// chains are the query chains: each is new keys a pod registered in
+	// one or more calls, continuing its own earlier ones (owner[c] is
+	// the pod), so they stay prefix-closed until an eviction, a clear or
+	// another pod's registration of some of their keys breaks that.
+	chains  [][]uint64
+	owner   []int
+	buf     [maxWords]uint64
+	matches [2][]Match
 }
 
 func newGrowthModel(t *rapid.T) *growthModel {
@@ -182,12 +189,37 @@ func (m *growthModel) someKeys(t *rapid.T) []uint64 {
 }
 
 func (m *growthModel) registerNew(t *rapid.T) {
+	m.registerChain(t, rapid.IntRange(1, 96).Draw(t, "new"))
+}
+
+// registerLong registers a chain long enough for Lookup to search it in
+// parallel rounds (lookupParallelFrom blocks or more).
+func (m *growthModel) registerLong(t *rapid.T) {
+	m.registerChain(t, rapid.IntRange(lookupParallelFrom, 2*lookupParallelFrom).Draw(t, "long"))
+}
+
+// registerChain has a pod register n new keys, continuing one of its
+// chains or starting a new one.
+func (m *growthModel) registerChain(t *rapid.T, n int) {
 	p := m.pod(t)
-	ks := make([]uint64, rapid.IntRange(1, 96).Draw(t, "new"))
+	ks := make([]uint64, n)
 	for i := range ks {
 		ks[i] = m.gen.key()
 	}
 	m.keys = append(m.keys, ks...)
+	var mine []int
+	for c, o := range m.owner {
+		if o == p {
+			mine = append(mine, c)
+		}
+	}
+	if len(mine) > 0 && rapid.Bool().Draw(t, "extend") {
+		c := rapid.SampledFrom(mine).Draw(t, "chain")
+		m.chains[c] = append(m.chains[c], ks...)
+	} else {
+		m.chains = append(m.chains, ks)
+		m.owner = append(m.owner, p)
+	}
 	m.register(t, p, ks)
 }
 
@@ -251,11 +283,34 @@ func (m *growthModel) check(t *rapid.T) {
 		checkShard(t, m.inc, si)
 		checkShard(t, m.stw, si)
 	}
+	for _, c := range m.chains {
+		m.checkLookup(t, c)
+		m.checkLookup(t, c[:(len(c)+1)/2])
+	}
 }
 
-// Incremental growth answers every read exactly as stop-the-world growth
-// and the naive reference do, through registrations, evictions and clears
-// that start, advance and finish growths (and, at steps below 4, fill the
+// checkLookup looks q up in both indexes, which must answer identically,
+// and checks the answer against the naive scan (see checkNaiveLookup).
+func (m *growthModel) checkLookup(t *rapid.T, q []uint64) {
+	var got [2][]namedMatch
+	for k, x := range []*Index{m.inc, m.stw} {
+		m.matches[k] = x.Lookup(q, m.matches[k][:0])
+		for _, r := range m.matches[k] {
+			got[k] = append(got[k], namedMatch{m.names[r.Pod.Slot()], r.Blocks})
+		}
+	}
+	if !slices.Equal(got[0], got[1]) {
+		t.Fatalf("lookup of %d blocks (growth step %d): %v, stop-the-world growth %v", len(q), m.inc.growStep, got[0], got[1])
+	}
+	sortNamed(got[0])
+	checkNaiveLookup(t, m.ref, q, got[0])
+}
+
+// Incremental growth answers every read and every lookup exactly as
+// stop-the-world growth does, and as the naive reference does (lookups:
+// exactly where the chain is prefix-closed, by the drop-point property
+// where not), after every registration, eviction and clear, while they
+// start, advance and finish growths (and, at steps below 4, fill the
 // table before a growth completes), with the tables well formed throughout.
 func TestPropertyGrowthMatchesStopTheWorld(t *testing.T) {
 	rapid.Check(t, growthProperty)
@@ -264,11 +319,12 @@ func TestPropertyGrowthMatchesStopTheWorld(t *testing.T) {
 func growthProperty(t *rapid.T) {
 	m := newGrowthModel(t)
 	t.Repeat(map[string]func(*rapid.T){
-		"registerNew": m.registerNew,
-		"registerOld": m.registerOld,
-		"evict":       m.evict,
-		"clearPod":    m.clearPod,
-		"":            m.check,
+		"registerNew":  m.registerNew,
+		"registerLong": m.registerLong,
+		"registerOld":  m.registerOld,
+		"evict":        m.evict,
+		"clearPod":     m.clearPod,
+		"":             m.check,
 	})
 }
 
@@ -323,12 +379,46 @@ func TestLookupsDuringGrowth(t *testing.T) {
 	}
 }
 
+// lookupWriterChain looks up a piece of a writer's keys, keys[a:b] with a
+// drawn from the held ones (up to 2*lookupParallelFrom blocks, so both
+// Lookup's searches run), while the writer goes on. The writer registers
+// its keys in order and evicts from the front, moving lo before it evicts
+// and hi after each batch, so along keys[a:b] its pod holds a prefix that
+// only grows: from at least min(b, hi)-a blocks when the lookup starts to
+// at most min(b, hi+batch)-a when it ends, if a >= lo after it (else
+// keys were evicted meanwhile and the answer is not checked). Binary
+// searches over a prefix that grows meanwhile still end at a depth within
+// those bounds, and no other pod holds those keys.
+func lookupWriterChain(x *Index, id PodID, keys []uint64, lo, hi *atomic.Int64, batch int, n uint64, res *[]Match) error {
+	lo1, hi1 := lo.Load(), hi.Load()
+	if hi1 <= lo1 {
+		return nil
+	}
+	r := splitmix(n ^ 0x5bd1e995)
+	a := lo1 + int64(r%uint64(hi1-lo1))
+	b := min(a+1+int64((r>>32)%(2*lookupParallelFrom)), int64(len(keys)))
+	*res = x.Lookup(keys[a:b], *res)
+	lo2, hi2 := lo.Load(), hi.Load()
+	if a < lo2 {
+		return nil
+	}
+	minD, maxD := int(min(b, hi1)-a), int(min(b, hi2+int64(batch))-a)
+	if got := *res; len(got) != 1 || got[0].Pod != id || got[0].Blocks < minD || got[0].Blocks > maxD {
+		return fmt.Errorf("writer %v keys [%d, %d) answered %v, want %d to %d blocks (held [%d, %d) before, [%d, %d) after)",
+			id, a, b, got, minD, maxD, lo1, hi1, lo2, hi2)
+	}
+	return nil
+}
+
 // TestGrowthUnderConcurrentWriters runs writers that register and evict
 // in one shard (so its table grows, and shrinks its load, all the time)
 // against readers that check, without locks, that every key registered
 // before their read and not evicted until after it is found, that keys
-// never registered are not, and that a stable chain keeps its answer. Run
-// under -race it also checks the publication of the growing table.
+// never registered are not, that a stable chain keeps its answer, and that
+// lookups of the writers' own chains, which grow and shrink as the readers
+// search them, answer within what the writers held from the start to the
+// end of the lookup (lookupWriterChain). Run under -race it also checks
+// the publication of the growing table.
 func TestGrowthUnderConcurrentWriters(t *testing.T) {
 	for _, step := range []int{2, 32, defaultGrowStep} {
 		t.Run(fmt.Sprint("step=", step), func(t *testing.T) {
@@ -433,6 +523,12 @@ func concurrentGrowth(t *testing.T, step int) {
 					res = x.Lookup(chain, res)
 					if len(res) != 1 || res[0].Pod != stable || res[0].Blocks != len(chain) {
 						errs <- fmt.Errorf("stable chain answered %v", res)
+						return
+					}
+				}
+				if n%16 == 8 {
+					if err := lookupWriterChain(x, w.id, w.keys, &w.lo, &w.hi, batch, n, &res); err != nil {
+						errs <- err
 						return
 					}
 				}

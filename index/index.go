@@ -5,6 +5,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Index is the block index of one region. All methods are safe for
@@ -21,6 +22,11 @@ type Index struct {
 	// offloaded[slot] counts the pod's (block, pod) pairs held in a non-GPU
 	// tier; when it is 0 TierProfile answers without touching the shards.
 	offloaded []atomic.Int64
+	// counts[slot<<shardBits | i] is the number of shard i's blocks whose
+	// bit for slot is set, guarded by shard i's mutex. A pod's counts are
+	// contiguous, so writers for different pods never share a line of
+	// them (see count).
+	counts []int32
 
 	sweepMu sync.Mutex
 	sweep   sweepState
@@ -38,18 +44,24 @@ func New(cfg Config) (*Index, error) {
 		shards:    new([numShards]shard),
 		pods:      newPods(cfg.PodCapacity),
 		offloaded: make([]atomic.Int64, cfg.PodCapacity),
+		counts:    make([]int32, cfg.PodCapacity<<shardBits),
 	}
 	presize := tableBitsFor((cfg.ExpectedBlocks + numShards - 1) / numShards)
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.details = make(map[detailKey]tierCounts)
-		s.counts = make([]int32, cfg.PodCapacity)
 		if cfg.ExpectedBlocks > 0 {
 			s.tab.Store(&table{slots: make([]atomic.Uint64, 1<<presize), bits: presize})
 		}
 	}
 	x.sweep.mask = make([]uint64, x.words)
 	return x, nil
+}
+
+// count is the number of shard si's blocks whose bit for slot is set.
+// Requires that shard's mutex.
+func (x *Index) count(si uint64, slot int) *int32 {
+	return &x.counts[uint64(slot)<<shardBits|si]
 }
 
 // tableBitsFor is the smallest table size (log2) holding n entries within
@@ -79,12 +91,15 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 	}
 	slot := pod.Slot()
 	word, bit := slot/64, uint64(1)<<(slot%64)
-	x.prefetch(hashes)
-	for _, h := range hashes {
+	for i, h := range hashes {
+		if i%prefetchBatch == 0 {
+			x.prefetch(hashes[i:min(i+prefetchBatch, len(hashes))])
+		}
 		if h == 0 {
 			continue // never a chain hash (see Extend); ignore rather than corrupt
 		}
-		s := &x.shards[shardOf(h)]
+		si := shardOf(h)
+		s := &x.shards[si]
 		s.mu.Lock()
 		// Checked under the shard lock: a sweep of this shard either ran
 		// before (and we see the pod dying) or runs after and clears our bit.
@@ -92,13 +107,13 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 			s.mu.Unlock()
 			return fmt.Errorf("register %v: %w", pod, ErrUnknownPod)
 		}
-		x.registerLocked(s, h, slot, word, bit, tier)
+		x.registerLocked(s, si, h, slot, word, bit, tier)
 		s.mu.Unlock()
 	}
 	return nil
 }
 
-func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, tier Tier) {
+func (x *Index) registerLocked(s *shard, si, h uint64, slot, word int, bit uint64, tier Tier) {
 	t := s.tab.Load()
 	i, e, ok := t.find(h, x.stride)
 	if !ok {
@@ -106,7 +121,7 @@ func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, t
 			x.insertDetail(s, h, slot, tierCounts{}, tier)
 		}
 		s.insertEntry(t, i, h, x.stride, word, bit, x.growStep)
-		s.counts[slot]++
+		*x.count(si, slot)++
 		return
 	}
 	w := t.word(e, x.stride, 1+word)
@@ -116,7 +131,7 @@ func (x *Index) registerLocked(s *shard, h uint64, slot, word int, bit uint64, t
 			x.insertDetail(s, h, slot, tierCounts{}, tier)
 		}
 		w.Store(cur | bit)
-		s.counts[slot]++
+		*x.count(si, slot)++
 		return
 	}
 	k := detailKey{h, uint16(slot)}
@@ -166,15 +181,16 @@ func (x *Index) Evict(pod PodID, tier Tier, hashes []uint64) error {
 	slot := pod.Slot()
 	word, bit := slot/64, uint64(1)<<(slot%64)
 	for _, h := range hashes {
-		s := &x.shards[shardOf(h)]
+		si := shardOf(h)
+		s := &x.shards[si]
 		s.mu.Lock()
-		x.evictLocked(s, h, slot, word, bit, tier)
+		x.evictLocked(s, si, h, slot, word, bit, tier)
 		s.mu.Unlock()
 	}
 	return nil
 }
 
-func (x *Index) evictLocked(s *shard, h uint64, slot, word int, bit uint64, tier Tier) {
+func (x *Index) evictLocked(s *shard, si, h uint64, slot, word int, bit uint64, tier Tier) {
 	t := s.tab.Load()
 	i, e, ok := t.find(h, x.stride)
 	if !ok {
@@ -199,7 +215,7 @@ func (x *Index) evictLocked(s *shard, h uint64, slot, word int, bit uint64, tier
 	if !c.empty() {
 		return
 	}
-	s.counts[slot]--
+	*x.count(si, slot)--
 	w.Store(cur &^ bit)
 	if cur&^bit == 0 && x.bitmapEmpty(t, e) {
 		s.deleteEntry(t, i, e, x.stride)
@@ -229,8 +245,8 @@ func (x *Index) ClearPod(pod PodID) error {
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.Lock()
-		if s.counts[slot] != 0 {
-			x.clearSlots(s, mask[:x.words], 0, ^uint32(0))
+		if *x.count(uint64(i), slot) != 0 {
+			x.clearSlots(s, uint64(i), mask[:x.words], 0, ^uint32(0))
 		}
 		s.mu.Unlock()
 	}
@@ -238,9 +254,10 @@ func (x *Index) ClearPod(pod PodID) error {
 }
 
 // clearSlots clears the bits of the slots in mask from the slab entries
-// [from, to) of s, deletes entries left empty, drops their tier details and
-// fixes the per-slot counts. It returns where it stopped. Requires s.mu.
-func (x *Index) clearSlots(s *shard, mask []uint64, from, to uint32) uint32 {
+// [from, to) of s, shard si, deletes entries left empty, drops their tier
+// details and fixes the per-slot counts. It returns where it stopped.
+// Requires s.mu.
+func (x *Index) clearSlots(s *shard, si uint64, mask []uint64, from, to uint32) uint32 {
 	t := s.tab.Load()
 	if t == nil {
 		return s.used
@@ -268,7 +285,7 @@ func (x *Index) clearSlots(s *shard, mask []uint64, from, to uint32) uint32 {
 			if cleared := v & mask[w]; cleared != 0 {
 				forEachBit([]uint64{cleared}, func(b int) {
 					slot := w*64 + b
-					s.counts[slot]--
+					*x.count(si, slot)--
 					k := detailKey{h, uint16(slot)}
 					if c, ok := s.details[k]; ok {
 						x.setDetail(s, k, c, tierCounts{})
@@ -694,22 +711,47 @@ func subset(a, b []uint64) bool {
 // prefetchSink keeps the prefetch loads from being optimized away.
 var prefetchSink atomic.Uint64
 
-// prefetch touches the home slot of each hash before the batch is applied.
-// The loads are independent, so the CPU overlaps their cache misses instead
-// of taking them one at a time inside the locked section. Reading the table
-// without the lock is safe: every access is atomic.
+// prefetchBatch is how many hashes of a Register call prefetch prepares
+// at a time: their lines stay in the cache until they are inserted.
+const prefetchBatch = 64
+
+// prefetch brings in, for each hash of a batch about to be registered (at
+// most prefetchBatch), the cache lines its insertion will write: the
+// shard's writer line (its mutex), the home slot and the slot four further
+// on (in the next line when the home is in the second half of its own,
+// where a probe run often continues), and the slab entry the shard will
+// give a new block (nextEntry). The prefetches do not wait, so the CPU
+// overlaps their cache misses instead of taking them one at a time inside
+// the locked section, where each insertion's atomic slot store waits for
+// its writes to reach the cache; and a prefetch for writing (see
+// prefetchLines) takes the line from the other cores at once, so the
+// insertion need not ask for it again. Reading nextEntry and the table
+// without the lock is safe (atomic loads), and a stale one only brings a
+// line in vain.
 func (x *Index) prefetch(hashes []uint64) {
-	if len(hashes) < 8 {
-		return
-	}
-	var acc uint64
+	hashes = hashes[:min(len(hashes), prefetchBatch)]
+	var lines [4 * prefetchBatch]unsafe.Pointer
+	n := 0
+	// Slots first: where prefetchLines cannot prefetch, it loads them.
 	for _, h := range hashes {
 		if t := x.shards[shardOf(h)].tab.Load(); t != nil {
-			fp := fingerprint(h)
-			acc += t.slots[uint64(fp>>(32-t.bits))&uint64(len(t.slots)-1)].Load()
+			mask := uint64(len(t.slots) - 1)
+			i := uint64(fingerprint(h)>>(32-t.bits)) & mask
+			lines[n], lines[n+1] = unsafe.Pointer(&t.slots[i]), unsafe.Pointer(&t.slots[(i+4)&mask])
+			n += 2
 		}
 	}
-	if acc == 1 {
-		prefetchSink.Store(acc)
+	slots := n
+	for _, h := range hashes {
+		s := &x.shards[shardOf(h)]
+		lines[n] = unsafe.Pointer(&s.mu)
+		n++
+		if t := s.tab.Load(); t != nil {
+			if e := s.nextEntry.Load(); int(e>>chunkShift) < len(t.chunks) {
+				lines[n] = unsafe.Pointer(t.word(e, x.stride, 0))
+				n++
+			}
+		}
 	}
+	prefetchLines(lines[:n], slots)
 }

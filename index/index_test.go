@@ -42,8 +42,17 @@ func TestConfigValidate(t *testing.T) {
 }
 
 func TestShardLayout(t *testing.T) {
-	if sz := unsafe.Sizeof(shard{}); sz%cacheLine != 0 {
-		t.Fatalf("shard is %d bytes, not a multiple of %d", sz, cacheLine)
+	if sz := unsafe.Sizeof(shard{}); sz%cacheLine != 0 || sz > 2*cacheLine {
+		t.Fatalf("shard is %d bytes, not a multiple of %d (at most two)", sz, cacheLine)
+	}
+	// The fields lookups read and the writer state an insertion writes
+	// lie in different 64-byte lines, the latter in one line.
+	var s shardState
+	if off := unsafe.Offsetof(s.tab) + unsafe.Sizeof(s.tab); off > 64 {
+		t.Fatalf("the fields lookups read end at byte %d, past the first line", off)
+	}
+	if lo, hi := unsafe.Offsetof(s.mu), unsafe.Offsetof(s.cursor)+unsafe.Sizeof(s.cursor); lo != 64 || hi != 128 {
+		t.Fatalf("the writer state is bytes [%d, %d), want [64, 128)", lo, hi)
 	}
 	x := mustIndex(t, 256)
 	if addr := uintptr(unsafe.Pointer(&x.shards[0])); addr%64 != 0 {

@@ -1,6 +1,9 @@
 package index
 
-import "sort"
+import (
+	"slices"
+	"sort"
+)
 
 // naive is the reference the index is tested against: block -> pod -> tier
 // reference counts in plain maps, pods by name, and a lookup that scans every
@@ -123,4 +126,54 @@ func sortNamed(m []namedMatch) {
 		}
 		return m[i].Name < m[j].Name
 	})
+}
+
+// closed reports whether every pod's blocks along q are a prefix of it:
+// then Lookup must answer exactly what lookup does.
+func (n *naive) closed(q []uint64) bool {
+	for name := range n.live {
+		gap := false
+		for _, h := range q {
+			switch held := n.holds(name, h); {
+			case held && gap:
+				return false
+			case !held:
+				gap = true
+			}
+		}
+	}
+	return true
+}
+
+// checkNaiveLookup checks an index's answer for q, named and sorted as
+// lookup sorts, against the reference: equal to the consecutive scan when
+// every pod's blocks along q are a prefix of it, and otherwise the
+// documented weaker answer: the same pods, each at a depth d with c <= d
+// (c its consecutive-scan depth), holding H_{d-1} and not holding H_d.
+func checkNaiveLookup(t fataler, ref *naive, q []uint64, got []namedMatch) {
+	t.Helper()
+	want := ref.lookup(q)
+	if ref.closed(q) {
+		if !slices.Equal(got, want) {
+			t.Fatalf("lookup of %d blocks, prefix-closed:\n index %v\n naive %v", len(q), got, want)
+		}
+		return
+	}
+	if len(got) != len(want) {
+		t.Fatalf("lookup of %d blocks, pods differ:\n index %v\n naive %v", len(q), got, want)
+	}
+	c := map[string]int{}
+	for _, w := range want {
+		c[w.Name] = w.Blocks
+	}
+	for _, g := range got {
+		cd, ok := c[g.Name]
+		if !ok {
+			t.Fatalf("index returned %q, which the naive scan does not", g.Name)
+		}
+		d := g.Blocks
+		if d < cd || d > len(q) || !ref.holds(g.Name, q[d-1]) || (d < len(q) && ref.holds(g.Name, q[d])) {
+			t.Fatalf("pod %q: index depth %d, consecutive depth %d: not a drop point", g.Name, d, cd)
+		}
+	}
 }

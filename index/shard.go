@@ -55,11 +55,12 @@ type table struct {
 // its own short window, so a long writer operation (a sweep of the shard)
 // never stalls readers for long.
 //
-// shard is padded to a multiple of two cache lines so that two hot shards
-// never share one.
+// A shard is two 64-byte lines, the readers' and the writers' (see
+// shardState), a multiple of cacheLine so that two hot shards never share
+// one (TestShardLayout checks both). No padding field makes it so: a
+// trailing one of size 0 would add 8 bytes.
 type shard struct {
 	shardState
-	_ [(cacheLine - unsafe.Sizeof(shardState{})%cacheLine) % cacheLine]byte
 }
 
 // cacheLine is the padding unit: two 64-byte lines, as adjacent-line
@@ -67,24 +68,34 @@ type shard struct {
 const cacheLine = 128
 
 type shardState struct {
-	mu  sync.Mutex
+	// Read by every lookup. Writers change them rarely (a deletion, a
+	// published growth, a new slab chunk), so they share no cache line
+	// with the writer state below, which every insertion writes: a writer
+	// does not take the line away from the readers of its shard.
 	seq atomic.Uint64
 	tab atomic.Pointer[table]
+	// details holds the tier reference counts of (block, pod) pairs that are
+	// not in the default state "held once, on GPU" (the bit alone says that).
+	// Guarded by mu; the map header never changes, so it can sit here.
+	details map[detailKey]tierCounts
+	_       [64 - 24]byte
 
-	// Writer-only state, guarded by mu.
-	n    int      // entries in use
+	// Writer-only state, guarded by mu. What an insertion touches fills
+	// exactly the next 64-byte line, the one line two writers of the
+	// shard pass between them.
+	mu   sync.Mutex
+	n    uint32   // entries in use
 	used uint32   // slab high-water mark
 	free []uint32 // freed slab entries, reused before used grows
+	// nextEntry is the slab entry the next insertion will take (the top
+	// of free, or used), for Index.prefetch, which reads it without the
+	// lock to prefetch that entry's line before the insertion writes it.
+	nextEntry atomic.Uint32
 	// next is the table being grown into, not yet published (nil: none);
 	// it holds exactly the slots of the published table before cursor.
 	// See startGrow.
 	next   *table
 	cursor uint64
-	// details holds the tier reference counts of (block, pod) pairs that are
-	// not in the default state "held once, on GPU" (the bit alone says that).
-	details map[detailKey]tierCounts
-	// counts[slot] is the number of this shard's blocks whose bit for slot is set.
-	counts []int32
 }
 
 type detailKey struct {
@@ -271,6 +282,16 @@ func (s *shard) insertEntry(t *table, slot uint64, key uint64, stride, word int,
 		s.next.place(v) // the growth has copied this part of the table
 	}
 	s.n++
+	s.setNextEntry()
+}
+
+// setNextEntry publishes the entry the next insertion will take.
+func (s *shard) setNextEntry() {
+	e := s.used
+	if n := len(s.free); n > 0 {
+		e = s.free[n-1]
+	}
+	s.nextEntry.Store(e)
 }
 
 // Growth is incremental, so that no insertion holds the shard's writer lock
@@ -332,6 +353,9 @@ func (s *shard) growStep(k int) bool {
 	if uint64(k) < end-s.cursor {
 		end = s.cursor + uint64(k)
 	}
+	if end-s.cursor <= maxTouchSlots {
+		touchStep(t, nt, s.cursor, end)
+	}
 	for i := s.cursor; i < end; i++ {
 		if v := t.slots[i].Load(); v != 0 {
 			nt.place(v)
@@ -346,6 +370,34 @@ func (s *shard) growStep(k int) bool {
 	s.tab.Store(&table{slots: nt.slots, bits: nt.bits, chunks: t.chunks})
 	s.next, s.cursor = nil, 0
 	return true
+}
+
+// maxTouchSlots bounds the steps touchStep prepares: a settle copies the
+// whole rest of the table, whose lines would not all stay in the cache.
+const maxTouchSlots = 4096
+
+// touchStep loads one word of every cache line that copying the published
+// slots [from, to) into the growing table reads or writes: those slots, and
+// the growing table's slots from 2*from to 2*to, where their home positions
+// lie (a slot's home doubles with the table, and few slots sit far from
+// home). Neither range is likely to be cached: the growing table was zeroed
+// when it was allocated, long before, and the published one is read at
+// random. These loads do not depend on each other, so the CPU overlaps
+// their misses, where the copy would take them one at a time (each placing
+// probe waits for its line, and a probe that finds the slot taken ends in a
+// mispredicted branch that discards the loads issued past it).
+func touchStep(t, nt *table, from, to uint64) {
+	const perLine = 8 // slots in a 64-byte line
+	var acc uint64
+	for i := from &^ (perLine - 1); i < to; i += perLine {
+		acc += t.slots[i].Load()
+	}
+	for j := (2 * from) &^ (perLine - 1); j < 2*to && j < uint64(len(nt.slots)); j += perLine {
+		acc += *plain(&nt.slots[j])
+	}
+	if acc == 1 {
+		prefetchSink.Store(acc)
+	}
 }
 
 // settle finishes a growth in progress at once and reports whether there
@@ -430,6 +482,7 @@ func (s *shard) deleteEntry(t *table, i uint64, e uint32, stride int) {
 	t.word(e, stride, 0).Store(0)
 	s.free = append(s.free, e)
 	s.n--
+	s.setNextEntry()
 }
 
 // asAtomic views a freshly built []uint64 as atomics (same size and

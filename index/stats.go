@@ -61,7 +61,7 @@ func (x *Index) Stats() Stats {
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.Lock()
-		st.Blocks += s.n
+		st.Blocks += int(s.n)
 		st.Details += len(s.details)
 		if t := s.tab.Load(); t != nil {
 			st.Bytes += int64(len(t.slots))*8 + int64(len(t.chunks))*chunkLen*int64(x.stride)*8
@@ -71,8 +71,8 @@ func (x *Index) Stats() Stats {
 			st.Bytes += int64(len(s.next.slots)) * 8 // a growth in progress
 		}
 		st.Bytes += int64(cap(s.free))*4 + int64(len(s.details))*detailBytes
-		for slot, c := range s.counts {
-			st.PodBlocks[slot] += int(c)
+		for slot := range st.PodBlocks {
+			st.PodBlocks[slot] += int(*x.count(uint64(i), slot))
 		}
 		s.mu.Unlock()
 	}

@@ -55,7 +55,7 @@ func (x *Index) SweepStep(budget int) SweepProgress {
 		if stop < sw.cursor { // overflow
 			stop = ^uint32(0)
 		}
-		next := x.clearSlots(s, sw.mask, sw.cursor, stop)
+		next := x.clearSlots(s, uint64(sw.shard), sw.mask, sw.cursor, stop)
 		budget -= int(next-sw.cursor) + 1
 		sw.cursor = next
 		if next >= s.used {

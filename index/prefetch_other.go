@@ -1,0 +1,21 @@
+//go:build !amd64
+
+package index
+
+import (
+	"sync/atomic"
+	"unsafe"
+)
+
+// prefetchLines loads the table slots of lines[:slots] (see the amd64
+// version, which prefetches every line for writing): the loads do not
+// depend on each other, so the CPU overlaps their misses.
+func prefetchLines(lines []unsafe.Pointer, slots int) {
+	var acc uint64
+	for _, p := range lines[:slots] {
+		acc += (*atomic.Uint64)(p).Load()
+	}
+	if acc == 1 {
+		prefetchSink.Store(acc)
+	}
+}
