@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -43,10 +44,37 @@ func TestPromptsCachedExact(t *testing.T) {
 			if err != nil {
 				rt.Fatal(err)
 			}
-			if !slices.Equal(got.IDs, want.IDs) || !slices.Equal(got.Chain, want.Chain) {
+			if !slices.Equal(got.AppendIDs(nil), want.AppendIDs(nil)) || !slices.Equal(got.Chain, want.Chain) {
 				rt.Fatalf("session %q, %d messages: reused %d, ids differ from a whole encoding", session, len(msgs), got.Reused)
 			}
 			histories[session] = append(msgs, tokenize.Message{Role: "assistant", Content: "answer"})
 		}
 	})
+}
+
+// TestChainParts: hashing ids held in parts gives index.ChainHashes of the
+// ids in one slice (the naive reference), wherever the parts split the
+// blocks, for blocks smaller and larger than chainParts' buffer.
+func TestChainParts(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ns := index.Namespace{Model: "m", BlockSize: rapid.SampledFrom([]int{1, 3, 16, 64, 300}).Draw(rt, "block")}
+		var parts [][]uint32
+		var ids []uint32
+		for range rapid.IntRange(0, 6).Draw(rt, "parts") {
+			part := rapid.SliceOfN(rapid.Uint32(), 0, 700).Draw(rt, "part")
+			parts, ids = append(parts, part), append(ids, part...)
+		}
+		got := chainParts(ns, parts, nil)
+		if want := index.ChainHashes(ns, ids, nil); !slices.Equal(got, want) {
+			rt.Fatalf("%d ids in parts of %v: chain %x, want %x", len(ids), partLens(parts), got, want)
+		}
+	})
+}
+
+func partLens(parts [][]uint32) []int {
+	lens := make([]int, len(parts))
+	for i, p := range parts {
+		lens[i] = len(p)
+	}
+	return lens
 }
