@@ -2,6 +2,7 @@ package regional
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -77,4 +78,50 @@ func partLens(parts [][]uint32) []int {
 		lens[i] = len(p)
 	}
 	return lens
+}
+
+// TestPromptsHitAllocs is the allocation budget of a chat prompt whose
+// 2k-token system prompt is in the prefix cache: the rendered text, and a
+// bounded rest; the reused ids are not copied.
+func TestPromptsHitAllocs(t *testing.T) {
+	p, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 64, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := systemPrompt2k()
+	reqs := make([]*tokenize.Request, 202) // each asked once
+	for i := range reqs {
+		reqs[i] = &tokenize.Request{Messages: []tokenize.Message{{Role: "system", Content: system},
+			{Role: "user", Content: fmt.Sprintf("Question %d: what is the capital of France?", i)}}}
+	}
+	text, err := p.fallback.RenderChat(reqs[0].Messages, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Encode("m", tokenize.Chat, reqs[0], ""); err != nil { // fills the cache
+		t.Fatal(err)
+	}
+	i := 1
+	hit := func() {
+		got, err := p.Encode("m", tokenize.Chat, reqs[i], "")
+		i++
+		if err != nil || got.Reused < 2000 {
+			t.Fatalf("reused %d ids, err %v", got.Reused, err)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, hit)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		hit()
+	}
+	runtime.ReadMemStats(&after)
+	bytes := (after.TotalAlloc - before.TotalAlloc) / 100
+	t.Logf("a hit: %.0f allocations, %d bytes (text %d bytes)", allocs, bytes, len(text))
+	if bytes > uint64(len(text))+4096 {
+		t.Errorf("a hit allocates %d bytes: more than its text (%d) and 4 KiB: the reused ids are copied", bytes, len(text))
+	}
+	if !raceEnabled && allocs > 11 {
+		t.Errorf("a hit allocates %.0f times, budget 11", allocs)
+	}
 }
