@@ -159,7 +159,7 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		// The reused ids are the caches' own, in parts: hashed where they
 		// lie, not gathered into one slice.
 		out.enc, out.Tokens = enc, enc.Len()
-		var buf [4][]uint32
+		var buf [8][]uint32 // an encoding has at most 8 parts
 		out.Chain = chainParts(ns, enc.AppendParts(buf[:0]), make([]uint64, 0, enc.Len()/p.blockSize))
 		return out, nil
 	}

@@ -36,8 +36,8 @@ type restart struct {
 // Len returns the number of ids.
 func (e *Encoding) Len() int { return e.n }
 
-// AppendParts appends the ids to dst in consecutive pieces, at most
-// maxParts of them, and returns the extended slice. The pieces are shared
+// AppendParts appends the ids to dst in consecutive pieces, at most 8
+// (maxParts) of them, and returns the extended slice. The pieces are shared
 // with other encodings and caches: read them, never modify them (they
 // have no spare capacity, so appending to one copies it).
 func (e *Encoding) AppendParts(dst [][]uint32) [][]uint32 {
