@@ -58,8 +58,8 @@ func BenchmarkTokenizeAndDecide(b *testing.B) {
 					b.Fatal(err)
 				}
 				i++
-				n = len(p.IDs)
-				r := &route.Request{Model: "m", Chain: p.Chain, BlockSize: 64, PromptTokens: len(p.IDs)}
+				n = p.Tokens
+				r := &route.Request{Model: "m", Chain: p.Chain, BlockSize: 64, PromptTokens: p.Tokens}
 				if _, err := dec.Decide(r); err != nil {
 					b.Fatal(err)
 				}
@@ -93,9 +93,9 @@ func chatOfTokens(tb testing.TB, prompts *Prompts, tokens int, seed uint64) *tok
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if len(p.IDs) >= tokens-256 {
+		if p.Tokens >= tokens-256 {
 			// Each word is one token: pad with the rest.
-			for k := len(p.IDs); k < tokens; k++ {
+			for k := p.Tokens; k < tokens; k++ {
 				sb.WriteString(vocab[rng.IntN(len(vocab))])
 				sb.WriteByte(' ')
 			}

@@ -104,12 +104,25 @@ func (p *Prompts) SetPrefixCache(maxBytes int64) {
 // PrefixCacheStats reports the cache of chat prompts' encodings.
 func (p *Prompts) PrefixCacheStats() tokenize.PrefixCacheStats { return p.prefixes.Stats() }
 
-// Prompt is a tokenized request. IDs are shared with the caches: read
-// them, never modify them.
+// Prompt is a tokenized request.
 type Prompt struct {
-	IDs    []uint32
+	Tokens int // how many ids
 	Chain  []uint64
 	Reused int // ids taken from the session's previous turn or the prefix cache
+
+	// The ids: a chat prompt's encoding, whose ids are shared with the
+	// caches (never modified), or the ids of any other prompt.
+	enc *tokenize.Encoding
+	ids []uint32
+}
+
+// AppendIDs appends the prompt's token ids to dst and returns the extended
+// slice.
+func (p *Prompt) AppendIDs(dst []uint32) []uint32 {
+	if p.enc != nil {
+		return p.enc.AppendIDs(dst)
+	}
+	return append(dst, p.ids...)
 }
 
 // Encode tokenizes r (of kind k, for model) and hashes its full blocks.
@@ -120,6 +133,9 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		m = p.fallback
 	}
 	out := &Prompt{}
+	// A salted request matches only blocks stored under its salt, from any
+	// engine (the re-keyer seeds their chains the same way).
+	ns := index.Namespace{Model: model, CacheSalt: r.CacheSalt, BlockSize: p.blockSize}
 	if k == tokenize.Chat && len(r.Messages) > 0 {
 		gen := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
 		text, err := m.RenderChat(r.Messages, gen)
@@ -140,19 +156,55 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		if sessionID != "" {
 			p.remember(key, enc)
 		}
-		out.IDs = enc.IDs
-	} else {
-		ids, err := m.AppendRequest(nil, k, r)
-		if err != nil {
-			return nil, err
-		}
-		out.IDs = ids
+		// The reused ids are the caches' own, in parts: hashed where they
+		// lie, not gathered into one slice.
+		out.enc, out.Tokens = enc, enc.Len()
+		var buf [8][]uint32 // an encoding has at most 8 parts
+		out.Chain = chainParts(ns, enc.AppendParts(buf[:0]), make([]uint64, 0, enc.Len()/p.blockSize))
+		return out, nil
 	}
-	// A salted request matches only blocks stored under its salt, from any
-	// engine (the re-keyer seeds their chains the same way).
-	ns := index.Namespace{Model: model, CacheSalt: r.CacheSalt, BlockSize: p.blockSize}
-	out.Chain = index.ChainHashes(ns, out.IDs, make([]uint64, 0, len(out.IDs)/p.blockSize))
+	ids, err := m.AppendRequest(nil, k, r)
+	if err != nil {
+		return nil, err
+	}
+	out.ids, out.Tokens = ids, len(ids)
+	out.Chain = index.ChainHashes(ns, ids, make([]uint64, 0, len(ids)/p.blockSize))
 	return out, nil
+}
+
+// chainParts is index.ChainHashes of ids held in consecutive parts: a
+// block that spans parts is gathered into a buffer, the others are hashed
+// where they lie. TestChainParts compares it with ChainHashes.
+func chainParts(ns index.Namespace, parts [][]uint32, dst []uint64) []uint64 {
+	bs := ns.BlockSize
+	if bs <= 0 {
+		return dst
+	}
+	var stack [256]uint32
+	carry := stack[:0] // the start of a block that spans parts
+	if bs > len(stack) {
+		carry = make([]uint32, 0, bs)
+	}
+	h := ns.Seed()
+	for _, part := range parts {
+		if len(carry) > 0 {
+			k := min(bs-len(carry), len(part))
+			carry, part = append(carry, part[:k]...), part[k:]
+			if len(carry) < bs {
+				continue
+			}
+			h = index.Extend(h, carry)
+			dst = append(dst, h)
+			carry = carry[:0]
+		}
+		full := len(part) / bs * bs
+		if full > 0 {
+			dst = index.ChainFrom(h, bs, part[:full], dst)
+			h = dst[len(dst)-1]
+		}
+		carry = append(carry, part[full:]...)
+	}
+	return dst
 }
 
 func (p *Prompts) session(key string) *tokenize.Encoding {

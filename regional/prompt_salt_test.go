@@ -32,10 +32,10 @@ func TestPromptCacheSalt(t *testing.T) {
 	plain := chain(`{` + prompt + `}`)
 	a := chain(`{` + prompt + `, "cache_salt": "tenant-a"}`)
 	b := chain(`{` + prompt + `, "cache_salt": "tenant-b"}`)
-	if !slices.Equal(plain.IDs, a.IDs) || len(a.Chain) != 2 {
-		t.Fatalf("the salt changed the tokens: %v %v", plain.IDs, a.IDs)
+	if !slices.Equal(plain.AppendIDs(nil), a.AppendIDs(nil)) || len(a.Chain) != 2 {
+		t.Fatalf("the salt changed the tokens: %v %v", plain.AppendIDs(nil), a.AppendIDs(nil))
 	}
-	want := index.ChainHashes(index.Namespace{Model: "m", CacheSalt: "tenant-a", BlockSize: 16}, a.IDs, nil)
+	want := index.ChainHashes(index.Namespace{Model: "m", CacheSalt: "tenant-a", BlockSize: 16}, a.AppendIDs(nil), nil)
 	if !slices.Equal(a.Chain, want) {
 		t.Fatalf("salted chain %x, want %x", a.Chain, want)
 	}

@@ -2,12 +2,14 @@ package regional
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 
 	"pgregory.net/rapid"
 
+	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
 
@@ -43,10 +45,83 @@ func TestPromptsCachedExact(t *testing.T) {
 			if err != nil {
 				rt.Fatal(err)
 			}
-			if !slices.Equal(got.IDs, want.IDs) || !slices.Equal(got.Chain, want.Chain) {
+			if !slices.Equal(got.AppendIDs(nil), want.AppendIDs(nil)) || !slices.Equal(got.Chain, want.Chain) {
 				rt.Fatalf("session %q, %d messages: reused %d, ids differ from a whole encoding", session, len(msgs), got.Reused)
 			}
 			histories[session] = append(msgs, tokenize.Message{Role: "assistant", Content: "answer"})
 		}
 	})
+}
+
+// TestChainParts: hashing ids held in parts gives index.ChainHashes of the
+// ids in one slice (the naive reference), wherever the parts split the
+// blocks, for blocks smaller and larger than chainParts' buffer.
+func TestChainParts(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ns := index.Namespace{Model: "m", BlockSize: rapid.SampledFrom([]int{1, 3, 16, 64, 300}).Draw(rt, "block")}
+		var parts [][]uint32
+		var ids []uint32
+		for range rapid.IntRange(0, 6).Draw(rt, "parts") {
+			part := rapid.SliceOfN(rapid.Uint32(), 0, 700).Draw(rt, "part")
+			parts, ids = append(parts, part), append(ids, part...)
+		}
+		got := chainParts(ns, parts, nil)
+		if want := index.ChainHashes(ns, ids, nil); !slices.Equal(got, want) {
+			rt.Fatalf("%d ids in parts of %v: chain %x, want %x", len(ids), partLens(parts), got, want)
+		}
+	})
+}
+
+func partLens(parts [][]uint32) []int {
+	lens := make([]int, len(parts))
+	for i, p := range parts {
+		lens[i] = len(p)
+	}
+	return lens
+}
+
+// TestPromptsHitAllocs is the allocation budget of a chat prompt whose
+// 2k-token system prompt is in the prefix cache: the rendered text, and a
+// bounded rest; the reused ids are not copied.
+func TestPromptsHitAllocs(t *testing.T) {
+	p, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 64, 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	system := systemPrompt2k()
+	reqs := make([]*tokenize.Request, 202) // each asked once
+	for i := range reqs {
+		reqs[i] = &tokenize.Request{Messages: []tokenize.Message{{Role: "system", Content: system},
+			{Role: "user", Content: fmt.Sprintf("Question %d: what is the capital of France?", i)}}}
+	}
+	text, err := p.fallback.RenderChat(reqs[0].Messages, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Encode("m", tokenize.Chat, reqs[0], ""); err != nil { // fills the cache
+		t.Fatal(err)
+	}
+	i := 1
+	hit := func() {
+		got, err := p.Encode("m", tokenize.Chat, reqs[i], "")
+		i++
+		if err != nil || got.Reused < 2000 {
+			t.Fatalf("reused %d ids, err %v", got.Reused, err)
+		}
+	}
+	allocs := testing.AllocsPerRun(100, hit)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		hit()
+	}
+	runtime.ReadMemStats(&after)
+	bytes := (after.TotalAlloc - before.TotalAlloc) / 100
+	t.Logf("a hit: %.0f allocations, %d bytes (text %d bytes)", allocs, bytes, len(text))
+	if bytes > uint64(len(text))+4096 {
+		t.Errorf("a hit allocates %d bytes: more than its text (%d) and 4 KiB: the reused ids are copied", bytes, len(text))
+	}
+	if !raceEnabled && allocs > 11 {
+		t.Errorf("a hit allocates %.0f times, budget 11", allocs)
+	}
 }

@@ -52,14 +52,6 @@ type attempt struct {
 // it costs nothing of the request's retry budget.
 func (a attempt) notSent() bool { return a.kind == "refused" }
 
-// usage is the part of an OpenAI usage object the router checks.
-type usage struct {
-	PromptTokens        int `json:"prompt_tokens"`
-	PromptTokensDetails *struct {
-		CachedTokens int `json:"cached_tokens"`
-	} `json:"prompt_tokens_details"`
-}
-
 func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokenize.Kind) {
 	api := "chat"
 	if k == tokenize.Completion {
@@ -361,7 +353,11 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	res.wrote = true
 	flusher, _ := w.(http.Flusher)
 	if len(held) > 0 {
-		sniff.write(held)
+		if whole {
+			sniff.keep(held) // held is not written again: no copy
+		} else {
+			sniff.write(held)
+		}
 		if _, werr := w.Write(held); werr != nil {
 			res.err, res.kind = werr, ""
 			return res
@@ -491,70 +487,6 @@ func withoutAddress(err error) error {
 		err = oe.Err
 	}
 	return err
-}
-
-// usageSniffer finds the usage object in a response as it passes: the last
-// SSE data chunk carrying "usage", or the whole JSON body (bounded).
-type usageSniffer struct {
-	sse     bool
-	line    []byte
-	body    []byte
-	found   *usage
-	tooLong bool
-}
-
-const maxSniff = 4 << 20
-
-func newUsageSniffer(sse bool) *usageSniffer { return &usageSniffer{sse: sse} }
-
-func (u *usageSniffer) write(b []byte) {
-	if !u.sse {
-		if len(u.body)+len(b) > maxSniff {
-			u.tooLong = true
-			return
-		}
-		u.body = append(u.body, b...)
-		return
-	}
-	for len(b) > 0 {
-		i := bytes.IndexByte(b, '\n')
-		if i < 0 {
-			if len(u.line)+len(b) <= maxSniff {
-				u.line = append(u.line, b...)
-			}
-			return
-		}
-		u.line = append(u.line, b[:i]...)
-		u.sseLine(u.line)
-		u.line = u.line[:0]
-		b = b[i+1:]
-	}
-}
-
-func (u *usageSniffer) sseLine(line []byte) {
-	data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:"))
-	if !ok || !bytes.Contains(data, []byte(`"usage"`)) {
-		return
-	}
-	var chunk struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(bytes.TrimSpace(data), &chunk) == nil && chunk.Usage != nil {
-		u.found = chunk.Usage
-	}
-}
-
-func (u *usageSniffer) result() *usage {
-	if u.sse || u.tooLong {
-		return u.found
-	}
-	var body struct {
-		Usage *usage `json:"usage"`
-	}
-	if json.Unmarshal(u.body, &body) == nil {
-		return body.Usage
-	}
-	return nil
 }
 
 // trackWriter records whether anything of the answer was written.

@@ -399,9 +399,9 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 	}
 	p.prompt = prompt
 	s.m.tokensReused.Add(float64(prompt.Reused))
-	s.m.tokensEncoded.Add(float64(len(prompt.IDs)))
+	s.m.tokensEncoded.Add(float64(prompt.Tokens))
 	p.req = route.Request{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
-		PromptTokens: len(prompt.IDs), SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id"), Salted: p.body.CacheSalt != ""}
+		PromptTokens: prompt.Tokens, SessionID: sessionID, RequestID: r.Header.Get("X-Request-Id"), Salted: p.body.CacheSalt != ""}
 	if s.cfg.AllowPolicyOverride {
 		if pol := r.Header.Get("X-Meridian-Policy"); pol != "" {
 			if !slices.Contains(route.Policies, pol) {

@@ -65,6 +65,10 @@
 //     the new text would: it reuses the previous ids only up to a point where
 //     tokenization restarts (the end of a special token far enough inside the
 //     common prefix), so no byte-pair merge can cross the reuse boundary.
+//   - An Encoding is immutable. Extend and EncodeCached (the prefix cache)
+//     share the ids they reuse with the encoding they take them from,
+//     holding them in parts rather than copying them; a reader gets them
+//     through Len, AppendParts and AppendIDs.
 //
 // It imports nothing of ours, nor anything that pulls in net/http, Kafka or
 // Prometheus (the root's deps_test.go checks both): the engine simulator

@@ -3,6 +3,7 @@ package tokenize
 import (
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -19,7 +20,7 @@ func mustModel(t testing.TB, cfg Config) *Model {
 }
 
 func sameEncoding(a, b *Encoding) bool {
-	return a.Text == b.Text && reflect.DeepEqual(a.IDs, b.IDs) && reflect.DeepEqual(a.restarts, b.restarts)
+	return a.Text == b.Text && reflect.DeepEqual(a.AppendIDs(nil), b.AppendIDs(nil)) && reflect.DeepEqual(a.restarts, b.restarts)
 }
 
 // Extend must equal a full encode for any pair of texts: an extension of
@@ -50,10 +51,10 @@ func TestExtendEqualsFullEncode(t *testing.T) {
 		got, reused := tk.Extend(prev, b)
 		want := tk.EncodeText(b)
 		if !sameEncoding(got, want) {
-			rt.Fatalf("Extend(%q -> %q) = %v %v, full encode %v %v", a, b, got.IDs, got.restarts, want.IDs, want.restarts)
+			rt.Fatalf("Extend(%q -> %q) = %v %v, full encode %v %v", a, b, got.AppendIDs(nil), got.restarts, want.AppendIDs(nil), want.restarts)
 		}
-		if reused > len(want.IDs) {
-			rt.Fatalf("reused %d of %d ids", reused, len(want.IDs))
+		if reused > want.Len() {
+			rt.Fatalf("reused %d of %d ids", reused, want.Len())
 		}
 	})
 }
@@ -94,7 +95,7 @@ func TestExtendChatEqualsEncodeChat(t *testing.T) {
 			rt.Fatal(err)
 		}
 		if !sameEncoding(got, want) {
-			rt.Fatalf("ExtendChat differs from EncodeChat:\n got %v\nwant %v", got.IDs, want.IDs)
+			rt.Fatalf("ExtendChat differs from EncodeChat:\n got %v\nwant %v", got.AppendIDs(nil), want.AppendIDs(nil))
 		}
 	})
 }
@@ -140,11 +141,54 @@ func TestExtendChatReusesHistory(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if prev != nil && reused != len(prev.IDs)-tail {
-			t.Fatalf("turn %d: reused %d ids, want %d (all but %q)", turn, reused, len(prev.IDs)-tail, "assistant\n")
+		if prev != nil && reused != prev.Len()-tail {
+			t.Fatalf("turn %d: reused %d ids, want %d (all but %q)", turn, reused, prev.Len()-tail, "assistant\n")
 		}
 		prev = got
 	}
+}
+
+// A session extended turn by turn shares its history's ids instead of
+// copying them: every turn still equals encoding its text whole, its parts
+// hold exactly its ids and stay within maxParts (a long session is copied
+// into one array now and then), and the earlier turns it shares ids with
+// are left as they were.
+func TestExtendSharesAndStaysExact(t *testing.T) {
+	tk := mustTokenizer(t, Cl100kBase, map[string]uint32{"<|im_start|>x": 300000, "[BOS]": 300001})
+	rapid.Check(t, func(rt *rapid.T) {
+		var encs []*Encoding
+		var snapshots [][]uint32
+		text := ""
+		var prev *Encoding
+		for turn := rapid.IntRange(1, 3*maxParts).Draw(rt, "turns"); turn > 0; turn-- {
+			if prev != nil && rapid.IntRange(0, 4).Draw(rt, "cut") == 0 {
+				text = text[:rapid.IntRange(0, len(text)).Draw(rt, "at")]
+			}
+			text += "<|im_start|>" + genText(rt, "turn") + "<|im_end|>"
+			got, reused := tk.Extend(prev, text)
+			want := tk.EncodeText(text)
+			if !sameEncoding(got, want) {
+				rt.Fatalf("turn %q: Extend = %v, full encode %v", text, got.AppendIDs(nil), want.AppendIDs(nil))
+			}
+			var flat []uint32
+			for _, p := range got.AppendParts(nil) {
+				flat = append(flat, p...)
+			}
+			if !slices.Equal(flat, want.AppendIDs(nil)) || got.Len() != len(flat) {
+				rt.Fatalf("parts %v (len %d), want %v", flat, got.Len(), want.AppendIDs(nil))
+			}
+			if len(got.parts) > maxParts || reused > got.Len() {
+				rt.Fatalf("%d parts, reused %d of %d", len(got.parts), reused, got.Len())
+			}
+			encs, snapshots = append(encs, got), append(snapshots, flat)
+			prev = got
+		}
+		for i, e := range encs {
+			if !slices.Equal(e.AppendIDs(nil), snapshots[i]) {
+				rt.Fatalf("turn %d changed after later turns shared it", i)
+			}
+		}
+	})
 }
 
 // BenchmarkSession20Turns tokenizes a 20-turn session (system prompt, then
@@ -168,7 +212,7 @@ func BenchmarkSession20Turns(b *testing.B) {
 		for b.Loop() {
 			tokens = 0
 			for _, text := range texts {
-				tokens += len(tk.EncodeText(text).IDs)
+				tokens += tk.EncodeText(text).Len()
 			}
 		}
 		b.ReportMetric(float64(tokens), "tokens/session")
@@ -182,8 +226,8 @@ func BenchmarkSession20Turns(b *testing.B) {
 			var prev *Encoding
 			for _, text := range texts {
 				e, reused := tk.Extend(prev, text)
-				tokens += len(e.IDs)
-				encoded += len(e.IDs) - reused
+				tokens += e.Len()
+				encoded += e.Len() - reused
 				prev = e
 			}
 		}
@@ -199,9 +243,9 @@ func TestExtendSpecialTokenExtendedAcrossBoundary(t *testing.T) {
 	prev := tk.EncodeText("hi<|im_start|>")
 	got, _ := tk.Extend(prev, "hi<|im_start|>x")
 	if want := tk.EncodeText("hi<|im_start|>x"); !sameEncoding(got, want) {
-		t.Fatalf("got %v, want %v", got.IDs, want.IDs)
+		t.Fatalf("got %v, want %v", got.AppendIDs(nil), want.AppendIDs(nil))
 	}
-	if got.IDs[len(got.IDs)-1] != 300000 {
-		t.Fatalf("want the longer special token last, got %v", got.IDs)
+	if got.AppendIDs(nil)[got.Len()-1] != 300000 {
+		t.Fatalf("want the longer special token last, got %v", got.AppendIDs(nil))
 	}
 }

@@ -29,6 +29,10 @@ import (
 // keyed by the hash of text[:e] and confirmed by comparing the bytes (a
 // hash collision can cost a lookup, never a wrong id).
 // TestPrefixCacheExact checks it against encoding the whole text.
+//
+// A hit shares the cached encoding's ids up to the reused point instead of
+// copying them (encodings are immutable), so its cost does not grow with
+// the prefix (TestPrefixCacheHitSharesPrefix).
 type PrefixCache struct {
 	max int64 // bytes
 
@@ -117,8 +121,9 @@ func prefixSums(text string, points []int, dst []uint64) []uint64 {
 
 // EncodeCached returns the encoding of text, as EncodeText does, reusing
 // the longest cached prefix that ends at a special token, and the number
-// of ids it reused; then it caches text's own encoding. A nil cache
-// encodes in full.
+// of ids it reused; then it caches text's own encoding. The reused ids
+// are shared with the cached encoding, not copied. A nil cache encodes in
+// full.
 func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 	if c == nil || c.max <= 0 {
 		return t.EncodeText(text), 0
@@ -147,16 +152,10 @@ func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 	var e *Encoding
 	reused := 0
 	if found {
-		prev, r := hit.rec.enc, hit.rec.enc.restarts[hit.i]
-		e = &Encoding{
-			Text:     text,
-			IDs:      make([]uint32, r.tokens, r.tokens+(len(text)-r.end)/3+16),
-			restarts: make([]restart, hit.i+1, hit.i+1+len(points)-hit.i),
-		}
-		copy(e.IDs, prev.IDs[:r.tokens])
-		copy(e.restarts, prev.restarts[:hit.i+1])
-		e.IDs, _ = t.appendSegments(e.IDs, text[r.end:], &e.restarts, r.end)
-		reused = r.tokens
+		// The cached encoding is immutable: its ids up to the hit are
+		// shared, not copied.
+		e = t.encodeAfter(hit.rec.enc, hit.i, text)
+		reused = hit.rec.enc.restarts[hit.i].tokens
 	} else {
 		e = t.EncodeText(text)
 	}
@@ -168,7 +167,7 @@ func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 // taking them over from the records that held them.
 func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused int) {
 	n := min(len(sums), len(e.restarts))
-	size := int64(len(e.Text)) + int64(cap(e.IDs))*4 + int64(cap(e.restarts))*int64(unsafe.Sizeof(restart{})) + int64(n)*(prefixKeyBytes+8)
+	size := int64(len(e.Text)) + e.idBytes() + int64(cap(e.restarts))*int64(unsafe.Sizeof(restart{})) + int64(n)*(prefixKeyBytes+8)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if reused > 0 {
@@ -194,6 +193,17 @@ func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused in
 	for c.used > c.max && c.lru.Len() > 1 {
 		c.evict(c.lru.Back().Value.(*prefixRecord))
 	}
+}
+
+// idBytes is what e's ids keep from being collected: every backing array
+// a part of e is in, whole. Arrays shared with other records are charged
+// to each, so the cache's bytes bound what it holds from above.
+func (e *Encoding) idBytes() int64 {
+	var n int64
+	for _, p := range e.parts {
+		n += int64(cap(p)) * 4
+	}
+	return n
 }
 
 // evict removes a record and the keys that still lead to it.

@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -36,6 +37,8 @@ func TestPrefixCacheExact(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		c := NewPrefixCache(int64(rapid.SampledFrom([]int{1 << 10, 1 << 14, 1 << 20}).Draw(rt, "bytes")))
 		var texts []string
+		var encs []*Encoding
+		var snapshots [][]uint32
 		for step := rapid.IntRange(1, 30).Draw(rt, "steps"); step > 0; step-- {
 			var text string
 			if len(texts) > 0 && rapid.IntRange(0, 3).Draw(rt, "fresh") > 0 {
@@ -46,17 +49,24 @@ func TestPrefixCacheExact(t *testing.T) {
 			texts = append(texts, text)
 			got, reused := tok.EncodeCached(c, text)
 			want := tok.EncodeText(text)
-			if !slices.Equal(got.IDs, want.IDs) {
-				rt.Fatalf("EncodeCached(%q) reused %d:\n got  %v\n want %v", text, reused, got.IDs, want.IDs)
+			if !slices.Equal(got.AppendIDs(nil), want.AppendIDs(nil)) {
+				rt.Fatalf("EncodeCached(%q) reused %d:\n got  %v\n want %v", text, reused, got.AppendIDs(nil), want.AppendIDs(nil))
 			}
 			if !slices.Equal(got.restarts, want.restarts) || got.Text != text {
 				rt.Fatalf("EncodeCached(%q): restarts %v, want %v", text, got.restarts, want.restarts)
 			}
-			if reused > len(want.IDs) {
-				rt.Fatalf("reused %d of %d ids", reused, len(want.IDs))
+			if reused > want.Len() {
+				rt.Fatalf("reused %d of %d ids", reused, want.Len())
 			}
 			if st := c.Stats(); st.Bytes > st.MaxBytes && st.Records > 1 {
 				rt.Fatalf("cache holds %d bytes, bound %d", st.Bytes, st.MaxBytes)
+			}
+			encs, snapshots = append(encs, got), append(snapshots, want.AppendIDs(nil))
+		}
+		// Hits share the cached ids: none of them was written since.
+		for i, e := range encs {
+			if !slices.Equal(e.AppendIDs(nil), snapshots[i]) {
+				rt.Fatalf("encoding %d (%q) changed after later hits shared it", i, e.Text)
 			}
 		}
 	})
@@ -85,8 +95,8 @@ func TestPrefixCacheReuses(t *testing.T) {
 	}
 	turn2 := render(system, Message{Role: "user", Content: "Hi"}, Message{Role: "assistant", Content: "Hello"}, Message{Role: "user", Content: "More"})
 	_, reused = m.Tokenizer().EncodeCached(c, turn2)
-	if reused < len(first.IDs)-4 {
-		t.Fatalf("next turn reused %d of the previous turn's %d ids", reused, len(first.IDs))
+	if reused < first.Len()-4 {
+		t.Fatalf("next turn reused %d of the previous turn's %d ids", reused, first.Len())
 	}
 	if st := c.Stats(); st.Hits != 2 || st.Lookups != 3 {
 		t.Fatalf("stats %+v", st)
@@ -107,7 +117,7 @@ func TestPrefixCacheConcurrent(t *testing.T) {
 			for i := range 50 {
 				text += fmt.Sprintf("<|im_start|>user\nturn %d of %d<|im_end|>", i, g)
 				got, _ := tok.EncodeCached(c, text)
-				if want := tok.EncodeText(text); !slices.Equal(got.IDs, want.IDs) {
+				if want := tok.EncodeText(text); !slices.Equal(got.AppendIDs(nil), want.AppendIDs(nil)) {
 					t.Errorf("goroutine %d turn %d: ids differ", g, i)
 					return
 				}
@@ -115,4 +125,47 @@ func TestPrefixCacheConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestPrefixCacheHitSharesPrefix: a hit does not copy the cached prefix's
+// ids; what it allocates is the same for a prefix of 2,000 tokens and of
+// 20,000, and far less than the prefix.
+func TestPrefixCacheHitSharesPrefix(t *testing.T) {
+	tok := mustModel(t, DefaultConfig()).Tokenizer()
+	perHit := func(words int) (bytes, allocs float64, prefixIDs int) {
+		system := "<|im_start|>system\n" + strings.Repeat("You are a careful assistant. ", words/5) + "<|im_end|>\n<|im_start|>user\n"
+		c := NewPrefixCache(1 << 30)
+		_, _ = tok.EncodeCached(c, system+"The first question.<|im_end|>\n<|im_start|>assistant\n")
+		texts := make([]string, 201) // each asked once
+		for i := range texts {
+			texts[i] = system + fmt.Sprintf("Question %d.<|im_end|>\n<|im_start|>assistant\n", i)
+		}
+		// Reused up to the end of the system prompt's last special token.
+		prefixIDs = len(tok.Encode(system[:strings.LastIndex(system, "<|im_start|>")+len("<|im_start|>")]))
+		i := 0
+		hit := func() {
+			_, reused := tok.EncodeCached(c, texts[i%len(texts)])
+			i++
+			if reused != prefixIDs {
+				t.Fatalf("reused %d ids, want the system prompt's %d", reused, prefixIDs)
+			}
+		}
+		allocs = testing.AllocsPerRun(100, hit)
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		for range 100 {
+			hit()
+		}
+		runtime.ReadMemStats(&after)
+		return float64(after.TotalAlloc-before.TotalAlloc) / 100, allocs, prefixIDs
+	}
+	smallBytes, smallAllocs, smallIDs := perHit(2000)
+	bigBytes, bigAllocs, bigIDs := perHit(20000)
+	t.Logf("a hit on %d ids: %.0f bytes in %.0f allocations; on %d ids: %.0f bytes in %.0f", smallIDs, smallBytes, smallAllocs, bigIDs, bigBytes, bigAllocs)
+	if bigBytes > 2*smallBytes || bigBytes > float64(bigIDs*4)/8 {
+		t.Errorf("a hit on a %d-id prefix allocates %.0f bytes (on %d ids %.0f): the prefix is copied", bigIDs, bigBytes, smallIDs, smallBytes)
+	}
+	if !raceEnabled && (smallAllocs > 8 || bigAllocs > 8) {
+		t.Errorf("a hit allocates %.0f and %.0f times, budget 8", smallAllocs, bigAllocs)
+	}
 }

@@ -160,14 +160,15 @@ func (t *Tokenizer) Encode(text string) []uint32 {
 // not allocate (TestFastEncodeAllocs); other encodings, and text that is not
 // valid UTF-8, go through github.com/tiktoken-go/tokenizer, which allocates.
 func (t *Tokenizer) AppendEncode(dst []uint32, text string) []uint32 {
-	dst, _ = t.appendSegments(dst, text, nil, 0)
+	dst, _ = t.appendSegments(dst, text, nil, 0, 0)
 	return dst
 }
 
 // appendSegments encodes text, splitting it at special tokens. For each
 // special token it appends a restart point (offsets relative to text plus
-// base) to restarts when restarts is non-nil.
-func (t *Tokenizer) appendSegments(dst []uint32, text string, restarts *[]restart, base int) ([]uint32, *[]restart) {
+// base, ids counted from the start of dst plus before) to restarts when
+// restarts is non-nil.
+func (t *Tokenizer) appendSegments(dst []uint32, text string, restarts *[]restart, base, before int) ([]uint32, *[]restart) {
 	pos := 0
 	for pos < len(text) {
 		start, end, id, found := t.nextSpecial(text, pos)
@@ -178,7 +179,7 @@ func (t *Tokenizer) appendSegments(dst []uint32, text string, restarts *[]restar
 		dst = t.appendBPE(dst, text[pos:start])
 		dst = append(dst, id)
 		if restarts != nil {
-			*restarts = append(*restarts, restart{start: base + start, end: base + end, tokens: len(dst)})
+			*restarts = append(*restarts, restart{start: base + start, end: base + end, tokens: before + len(dst)})
 		}
 		pos = end
 	}

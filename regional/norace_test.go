@@ -1,0 +1,5 @@
+//go:build !race
+
+package regional
+
+const raceEnabled = false
