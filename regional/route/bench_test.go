@@ -29,7 +29,9 @@ func BenchmarkDecide(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			b.StopTimer()
 			routetest.ReportPercentiles(b, lat, "")
+			routetest.ReportMachineFloor(b, lat)
 		})
 	}
 }
@@ -77,7 +79,9 @@ func BenchmarkPlace(b *testing.B) {
 				pl.Record(shares, now)
 				lat = append(lat, time.Since(t0))
 			}
+			b.StopTimer()
 			routetest.ReportPercentiles(b, lat, "")
+			routetest.ReportMachineFloor(b, lat)
 		})
 	}
 }
