@@ -6,19 +6,28 @@ import (
 	"sync"
 )
 
-// Calibrator corrects the model's prefill speed of each pod online from
-// observed TTFTs, by exponentially weighted least squares of
+// Calibrator corrects the model's prefill speed online from observed
+// TTFTs, by exponentially weighted least squares of
 //
 //	ttft - rtt = overhead + rate x work
 //
 // where work is the request's prefill in token equivalents (its uncached
 // tokens, with attention when the profile has AttnTokens) plus the pending
-// prefill ahead of it. A fit is kept per pod (per profile for observations
-// that name none) and moves the model only under four rules, so that it can
-// correct a model that is off without ever steering decisions by noise or
-// load (at load the observed TTFT holds queueing the model does not see, and
-// an unbounded fit chases it: GORGO's online fit ran away to 77 ms/token,
-// and ours made short prompts at load 0.9 3-6x worse):
+// prefill ahead of it. Fits are kept at two levels: one pooled per profile,
+// fed every observation of the profile, which sets the profile's rate; and
+// one per pod, which sets the pod's correction of that pooled rate. A pod
+// publishes only what its own fit proves: its departure from the pool is
+// shrunk by ShrinkZ of its standard errors, so pods of one profile that
+// merely saw different luck (a burst of long contexts decoding beside
+// their prefills) keep the same rate and a decision does not move a
+// session off the pod that caches it for a difference that is noise, while
+// a pod that is really off its profile (a throttled GPU, a different
+// engine build) gets its own rate. Each fit moves the model only under four
+// rules, so that it can correct a model that is off without ever steering
+// decisions by noise or load (at load the observed TTFT holds queueing the
+// model does not see, and an unbounded fit chases it: GORGO's online fit
+// ran away to 77 ms/token, and ours made short prompts at load 0.9 3-6x
+// worse):
 //
 //   - Outlier rejection: once a fit has MinSamples, an observation whose
 //     residual exceeds OutlierK x its robust scale (1.4826 x the weighted
@@ -27,15 +36,15 @@ import (
 //   - Confidence: a fit counts in proportion to its effective samples and
 //     to how well the slope is determined: 0 at a relative standard error
 //     of MaxRelSE or more, 1 when exact.
-//   - A band: the published factor (fitted rate / the profile's) stays in
-//     [RateBand[0], RateBand[1]].
-//   - Bounded steps: the published factor moves at most MaxStep (relative)
-//     per observation toward 1 + confidence x (the banded factor - 1).
+//   - A band: each published factor (the pool's against the profile's
+//     nominal rate, a pod's against the pool's) stays in [RateBand[0],
+//     RateBand[1]].
+//   - Bounded steps: a published factor moves at most MaxStep (relative)
+//     per observation of its fit toward 1 + confidence x (the banded
+//     factor - 1).
 //
-// A pod's factor is published to the model as its own correction
-// (Model.RateFor); a profile's (observations with no pod) as the profile's
-// rate. The overhead is not calibrated: it is small and its fit absorbs
-// whatever the slope does not explain.
+// The overhead is not calibrated: it is small and its fit absorbs whatever
+// the slope does not explain.
 type Calibrator struct {
 	model *Model
 	cfg   CalibratorConfig
@@ -53,17 +62,22 @@ type CalibratorConfig struct {
 	MaxStep    float64    // largest relative move of a published factor per observation; default 0.01
 	OutlierK   float64    // rejection threshold in robust scales; default 4
 	MaxRelSE   float64    // relative standard error of the slope at which confidence is 0; default 0.25
+	// ShrinkZ is how many of its standard errors a pod's fitted rate must
+	// be from its profile's pooled rate before any of the difference is
+	// published; default 2 (negative: no shrinkage).
+	ShrinkZ float64
 }
 
 // DefaultCalibratorConfig returns the defaults documented on CalibratorConfig.
 func DefaultCalibratorConfig() CalibratorConfig {
-	return CalibratorConfig{HalfLife: 500, MinSamples: 30, RateBand: [2]float64{0.67, 1.5}, MaxStep: 0.01, OutlierK: 4, MaxRelSE: 0.25}
+	return CalibratorConfig{HalfLife: 500, MinSamples: 30, RateBand: [2]float64{0.67, 1.5}, MaxStep: 0.01, OutlierK: 4, MaxRelSE: 0.25, ShrinkZ: 2}
 }
 
 type fit struct {
 	n, rejected               int
 	sw, sx, sy, sxx, sxy, syy float64
 	absDev                    float64 // weighted mean absolute residual
+	se                        float64 // standard error of the fitted rate
 	rate, overhead            float64 // the current fit
 	valid                     bool
 	confidence                float64
@@ -90,6 +104,9 @@ func NewCalibrator(m *Model, cfg CalibratorConfig) *Calibrator {
 	}
 	if !(cfg.MaxRelSE > 0) {
 		cfg.MaxRelSE = d.MaxRelSE
+	}
+	if cfg.ShrinkZ == 0 || math.IsNaN(cfg.ShrinkZ) {
+		cfg.ShrinkZ = d.ShrinkZ
 	}
 	return &Calibrator{model: m, cfg: cfg, fits: map[fitKey]*fit{}}
 }
@@ -122,26 +139,48 @@ func (c *Calibrator) Observe(o Observation) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	key := fitKey{profile: p.Name, pod: o.Pod}
+	// The profile's pooled fit takes every observation of the profile,
+	// with a pod or without, and sets the profile's rate.
+	pool := c.fit(fitKey{profile: p.Name})
+	if pool.observe(c.cfg, x, y) {
+		pool.publish(c.cfg, p.PrefillMsPerToken, 0)
+		p.rate.Store(math.Float64bits(p.PrefillMsPerToken * pool.factor))
+	}
+	if o.Pod == "" {
+		return
+	}
+	// A pod's own fit sets its correction of the profile's rate: its
+	// fitted rate against the pooled one, less what its own standard
+	// error leaves unproven.
+	f := c.fit(fitKey{profile: p.Name, pod: o.Pod})
+	if f.observe(c.cfg, x, y) {
+		f.publish(c.cfg, p.PrefillMsPerToken*pool.factor, c.cfg.ShrinkZ)
+		c.model.pods.set(o.Pod, f.factor)
+	}
+}
+
+// fit returns the fit under key, made on first use.
+func (c *Calibrator) fit(key fitKey) *fit {
 	f := c.fits[key]
 	if f == nil {
 		f = &fit{factor: 1}
 		c.fits[key] = f
 	}
-	if !f.accept(c.cfg, x, y) {
-		return
+	return f
+}
+
+// observe applies the outlier rule and folds the observation in; it
+// reports whether the fit has enough samples to publish.
+func (f *fit) observe(cfg CalibratorConfig, x, y float64) bool {
+	if !f.accept(cfg, x, y) {
+		return false
 	}
-	f.add(c.cfg, x, y)
-	if f.n < c.cfg.MinSamples {
-		return
+	f.add(cfg, x, y)
+	if f.n < cfg.MinSamples {
+		return false
 	}
-	f.solve(c.cfg)
-	f.publish(c.cfg, p.PrefillMsPerToken)
-	if o.Pod != "" {
-		c.model.pods.set(o.Pod, f.factor)
-	} else {
-		p.rate.Store(math.Float64bits(p.PrefillMsPerToken * f.factor))
-	}
+	f.solve(cfg)
+	return true
 }
 
 // scale is the robust scale of the fit's residuals at prediction pred.
@@ -200,6 +239,7 @@ func (f *fit) solve(cfg CalibratorConfig) {
 	}
 	s2 := max(f.sse(rate, overhead), 0) / (neff - 2)
 	se := math.Sqrt(s2 * f.sw / den)
+	f.se = se
 	rel := se / rate
 	f.confidence = neff / (neff + float64(cfg.MinSamples)) * max(0, 1-rel/cfg.MaxRelSE)
 }
@@ -211,11 +251,17 @@ func (f *fit) sse(rate, overhead float64) float64 {
 }
 
 // publish moves the published factor one bounded step toward the
-// confident, banded fit.
-func (f *fit) publish(cfg CalibratorConfig, nominal float64) {
+// confident, banded fit against ref (the rate the factor multiplies). With
+// z > 0 the fit's departure from ref is first shrunk by z standard
+// errors: a difference the fit cannot tell from noise publishes nothing.
+func (f *fit) publish(cfg CalibratorConfig, ref float64, z float64) {
 	target := 1.0
 	if f.valid && f.rate > 0 {
-		banded := min(max(f.rate/nominal, cfg.RateBand[0]), cfg.RateBand[1])
+		d := f.rate/ref - 1
+		if z > 0 {
+			d = math.Copysign(max(math.Abs(d)-z*f.se/ref, 0), d)
+		}
+		banded := min(max(1+d, cfg.RateBand[0]), cfg.RateBand[1])
 		target = 1 + f.confidence*(banded-1)
 	}
 	step := min(max(target/f.factor, 1-cfg.MaxStep), 1+cfg.MaxStep)

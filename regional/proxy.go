@@ -237,7 +237,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 			s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
 			if s.calib != nil && status == http.StatusOK {
-				s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached,
+				s.calib.Observe(gorgo.Observation{Profile: info.Profile, Pod: pod.Name, UncachedTokens: d.Uncached, CachedTokens: d.CachedTokens,
 					PendingPrefillTokens: pendingAhead, TTFTMs: float64(ttft) / float64(time.Millisecond)})
 			}
 		})

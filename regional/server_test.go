@@ -61,6 +61,7 @@ type serverFixture struct {
 	prom  *prometheus.Registry
 	pods  []*fakePod
 	ready atomic.Bool
+	calib *gorgo.Calibrator // with fixtureConfig.calibrate
 }
 
 // fixtureConfig is what a server test may change before the fixture starts.
@@ -75,6 +76,8 @@ type fixtureConfig struct {
 	// peer carries forwards to other regions' controllers (nil: the pod
 	// transport).
 	peer http.RoundTripper
+	// calibrate feeds served requests to a Calibrator (serverFixture.calib).
+	calibrate bool
 }
 
 func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtureConfig)) *serverFixture {
@@ -103,12 +106,15 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	if err != nil {
 		t.Fatal(err)
 	}
+	if fc.calibrate {
+		f.calib = gorgo.NewCalibrator(model, gorgo.CalibratorConfig{MinSamples: 3})
+	}
 	cfg := fc.server
 	f.prom = prometheus.NewRegistry()
 	f.ready.Store(true)
 	f.srv, err = NewServer(cfg, ServerDeps{Decider: f.dec, Prompts: prompts, Metrics: f.prom,
 		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: func() time.Time { return f.clock },
-		Auth: fc.auth, PeerTransport: fc.peer})
+		Auth: fc.auth, PeerTransport: fc.peer, Calibrator: f.calib})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,6 +229,34 @@ func TestServerRouteAPIAndModels(t *testing.T) {
 	r.Body.Close()
 	if r.StatusCode != 503 {
 		t.Fatalf("readyz while not ready: %d", r.StatusCode)
+	}
+}
+
+// Each answered request feeds the calibrator as an observation of the pod
+// that served it (its own fit beside its profile's pooled one), with the
+// cached tokens its decision predicted.
+func TestServerCalibratesThePodThatServed(t *testing.T) {
+	f := newServerFixture(t, []http.HandlerFunc{okJSON, okJSON}, func(fc *fixtureConfig) { fc.calibrate = true })
+	served := map[string]int{}
+	for i := range 12 {
+		body := fmt.Sprintf(`{"model":"m","messages":[{"role":"user","content":"%s"}]}`, strings.Repeat("word ", 20*(i+1)))
+		resp, b := post(t, f.url+"/v1/chat/completions", body)
+		if resp.StatusCode != 200 {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+		served[resp.Header.Get("X-Meridian-Pod")]++
+	}
+	fits := map[string]int{}
+	for _, fit := range f.calib.Fits() {
+		fits[fit.Pod] = fit.Samples
+	}
+	if fits[""] != 12 {
+		t.Errorf("the profile's pooled fit has %d samples, want 12 (fits %v)", fits[""], fits)
+	}
+	for pod, n := range served {
+		if n >= 3 && fits[pod] != n {
+			t.Errorf("pod %s served %d requests, its fit has %d samples (fits %v)", pod, n, fits[pod], fits)
+		}
 	}
 }
 
