@@ -332,14 +332,14 @@ type Match struct {
 // so there are at most K of them, K the number of distinct depths.
 //
 // The probes of a round do not depend on each other, so they are loaded
-// in two passes over all of them (loadBatch) and the CPU overlaps their
+// in passes over all of them (loadBatch) and the CPU overlaps their
 // cache misses: a lookup waits for about log(n) rounds of misses, however
 // many depths, instead of one pair of misses per probe of the sequential
 // search (K log n of them). The bookkeeping costs more instructions, so
 // on a chain whose blocks are all in the CPU caches it is slower (about
 // 1.3x at 1,024 blocks, 1.7x at 128 with 4 depths), and faster as soon as
-// they are not: at 1,024 blocks and 16 depths, 0.8-0.9x on
-// BenchmarkLookupRotating's index and 0.5x with the caches flushed first.
+// they are not: at 1,024 blocks and 16 depths, 0.3-0.5x on
+// BenchmarkLookupRotating's index.
 // Short chains, whose few probes leave little to overlap, stay sequential.
 //
 // When evictions have broken prefix closure (a middle block evicted while its
@@ -543,45 +543,102 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 
 // loadBatch loads the pod bitmaps of the blocks at the given positions of
 // chain into out (x.words words each), as load does one at a time, but in
-// two passes over them: the first reads each block's shard header and home
-// slot, the second probes the table and copies the bitmap. The loads of a
-// pass do not depend on each other, so the CPU overlaps their cache misses
-// (and page walks), where one load after another would wait for each. Each
-// read is checked against the seqlock count taken in the first pass;
-// one that raced a writer is done again by load.
+// three passes over them, each of which only issues loads that do not
+// depend on each other, so the CPU overlaps their cache misses (and page
+// walks) where one load after another would wait for each:
+//
+//  1. prefetch each block's home slot (the shard and table headers it
+//     needs to find it are read by every lookup and stay cached);
+//  2. scan each probe run for the block's fingerprint and prefetch the
+//     slab entry it names (both lines when the entry straddles two);
+//  3. check each entry's hash and copy its bitmap.
+//
+// So a batch waits for about two cache misses, not two per block. Each
+// read is checked against the seqlock count taken in pass 1; one that
+// raced a writer, or whose entry turned out to hold another key (a
+// fingerprint collision), is done again by load.
 func (x *Index) loadBatch(chain []uint64, pos []int32, out []uint64) {
-	w := x.words
+	w, stride := x.words, x.stride
 	var seqs [lookupMaxRoundProbes]uint64
 	var tabs [lookupMaxRoundProbes]*table
-	var acc uint64
+	// found[j] is 1 + the slab entry the fingerprint of probe j names, or
+	// 0 if its probe run ended without one; seqs[j] odd sends probe j to
+	// load.
+	var found [lookupMaxRoundProbes]uint32
+	var lines [2 * lookupMaxRoundProbes]unsafe.Pointer
+	n := 0
 	for j, p := range pos {
 		h := chain[p]
 		s := &x.shards[shardOf(h)]
-		v := s.seq.Load()
+		seqs[j] = s.seq.Load()
 		t := s.tab.Load()
-		seqs[j], tabs[j] = v, t
+		tabs[j] = t
 		if t != nil {
-			acc += t.slots[uint64(fingerprint(h)>>(32-t.bits))&uint64(len(t.slots)-1)].Load()
+			lines[n] = unsafe.Pointer(&t.slots[uint64(fingerprint(h)>>(32-t.bits))&uint64(len(t.slots)-1)])
+			n++
 		}
 	}
+	prefetchRead(lines[:n])
+	n = 0
+	for j, p := range pos {
+		found[j] = 0
+		t := tabs[j]
+		if t == nil {
+			continue
+		}
+		mask := uint64(len(t.slots) - 1)
+		fp := fingerprint(chain[p])
+		for i, k := uint64(fp>>(32-t.bits))&mask, uint64(0); k <= mask; i, k = (i+1)&mask, k+1 {
+			v := t.slots[i].Load()
+			if v == 0 {
+				break
+			}
+			if uint32(v>>32) == fp {
+				e := uint32(v) - 1
+				if int(e>>chunkShift) >= len(t.chunks) {
+					// Mid-update (see table.read): leave it to load.
+					seqs[j] = 1
+					break
+				}
+				first := t.word(e, stride, 0)
+				lines[n] = unsafe.Pointer(first)
+				n++
+				// The entry's last word, when it lies in the next line.
+				if off := uintptr(stride-1) * 8; (uintptr(unsafe.Pointer(first))+off)&63 < off {
+					lines[n] = unsafe.Add(unsafe.Pointer(first), off)
+					n++
+				}
+				found[j] = e + 1
+				break
+			}
+		}
+	}
+	prefetchRead(lines[:n])
 	for j, p := range pos {
 		h := chain[p]
 		s := &x.shards[shardOf(h)]
 		d := out[j*w : (j+1)*w]
 		if v, t := seqs[j], tabs[j]; v&1 == 0 {
-			if t == nil {
+			switch e := found[j]; {
+			case t == nil || e == 0:
 				clear(d)
 				if s.seq.Load() == v {
 					continue
 				}
-			} else if _, consistent := t.read(h, x.stride, d); consistent && s.seq.Load() == v {
-				continue
+			default:
+				c := t.chunks[(e-1)>>chunkShift]
+				base := int((e-1)&chunkMask) * stride
+				if c[base].Load() == h {
+					for q := range d {
+						d[q] = c[base+1+q].Load()
+					}
+					if s.seq.Load() == v {
+						continue
+					}
+				}
 			}
 		}
-		s.load(h, x.stride, d)
-	}
-	if acc == 1 {
-		prefetchSink.Store(acc)
+		s.load(h, stride, d)
 	}
 }
 

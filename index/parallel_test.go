@@ -31,7 +31,24 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 		}
 		// A few distinct depths, or any.
 		depths := rapid.SliceOfN(rapid.IntRange(0, n), 1, 40).Draw(t, "depths")
-		pods := rapid.IntRange(1, min(capacity, 300)).Draw(t, "pods")
+		pods := rapid.IntRange(1, min(capacity-1, 300)).Draw(t, "pods")
+		// Decoys: blocks with the fingerprint (and shard) of chain blocks
+		// but another hash, registered first so that they come first in
+		// the probe runs, held by a pod that holds nothing of the chain.
+		if rapid.Bool().Draw(t, "decoys") {
+			id, err := x.AddPod("decoy")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ref.addPod("decoy")
+			for i := range chain {
+				if rapid.IntRange(0, 3).Draw(t, "decoy") == 0 {
+					d := fingerprintTwin(chain[i])
+					_ = x.Register(id, TierGPU, []uint64{d})
+					ref.register("decoy", TierGPU, []uint64{d})
+				}
+			}
+		}
 		broken := rapid.Bool().Draw(t, "broken")
 		for p := 0; p < pods; p++ {
 			name := fmt.Sprint("pod-", p)
@@ -123,5 +140,30 @@ func TestLongLookupDoesNotAllocate(t *testing.T) {
 	}
 	if len(buf) != 256 || buf[0].Blocks != 1024 || buf[255].Blocks != 64 {
 		t.Fatalf("unexpected result: %d matches, first %v last %v", len(buf), buf[0], buf[len(buf)-1])
+	}
+}
+
+// fingerprintTwin is a key other than h with h's shard and fingerprint:
+// key*fib differs from h*fib only in its lowest bits, which neither keeps.
+func fingerprintTwin(h uint64) uint64 {
+	// inv is the inverse of fib modulo 2^64 (Newton's iteration).
+	inv := uint64(fib)
+	for range 5 {
+		inv *= 2 - fib*inv
+	}
+	t := h + inv
+	if fingerprint(t) != fingerprint(h) || shardOf(t) != shardOf(h) {
+		t = h - inv
+	}
+	return t
+}
+
+func TestFingerprintTwin(t *testing.T) {
+	for i := uint64(1); i < 1000; i++ {
+		h := splitmix(i)
+		d := fingerprintTwin(h)
+		if d == h || fingerprint(d) != fingerprint(h) || shardOf(d) != shardOf(h) {
+			t.Fatalf("twin of %#x: %#x", h, d)
+		}
 	}
 }

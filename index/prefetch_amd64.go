@@ -27,3 +27,7 @@ func prefetchw(lines []unsafe.Pointer)
 
 //go:noescape
 func prefetcht0(lines []unsafe.Pointer)
+
+// prefetchRead prefetches the cache line of each address in lines into
+// every cache level, for reading, without waiting for any.
+func prefetchRead(lines []unsafe.Pointer) { prefetcht0(lines) }
