@@ -13,21 +13,22 @@ import (
 //
 // where work is the request's prefill in token equivalents (its uncached
 // tokens, with attention when the profile has AttnTokens) plus the pending
-// prefill ahead of it. Fits are kept at two levels: one pooled per profile,
-// fed every observation of the profile, which sets the profile's rate; and
-// one per pod, which sets the pod's correction of that pooled rate. A pod
-// publishes only what its own fit proves: its departure from the pool is
-// shrunk by ShrinkZ of its standard errors, so pods of one profile that
+// prefill ahead of it. An observation that names its pod feeds two fits:
+// the pod's own and the pool of its profile's pods. A pod's published
+// correction is the pool's factor times the pod's own departure from the
+// pool, shrunk by ShrinkZ of its standard errors: pods of one profile that
 // merely saw different luck (a burst of long contexts decoding beside
-// their prefills) keep the same rate and a decision does not move a
-// session off the pod that caches it for a difference that is noise, while
-// a pod that is really off its profile (a throttled GPU, a different
-// engine build) gets its own rate. Each fit moves the model only under four
-// rules, so that it can correct a model that is off without ever steering
-// decisions by noise or load (at load the observed TTFT holds queueing the
-// model does not see, and an unbounded fit chases it: GORGO's online fit
-// ran away to 77 ms/token, and ours made short prompts at load 0.9 3-6x
-// worse):
+// their prefills) keep one rate, so a decision does not move a session off
+// the pod that caches it for a difference that is noise, while a pod that
+// is really off its profile (a throttled GPU, a different engine build)
+// gets its own. The pool sets no rate of its own: the profile's rate also
+// prices other regions' pods (whose load this controller's observations
+// do not show); only observations that name no pod move it. Each fit moves
+// the model only under four rules, so that it can correct a model that is
+// off without ever steering decisions by noise or load (at load the
+// observed TTFT holds queueing the model does not see, and an unbounded
+// fit chases it: GORGO's online fit ran away to 77 ms/token, and ours made
+// short prompts at load 0.9 3-6x worse):
 //
 //   - Outlier rejection: once a fit has MinSamples, an observation whose
 //     residual exceeds OutlierK x its robust scale (1.4826 x the weighted
@@ -36,12 +37,13 @@ import (
 //   - Confidence: a fit counts in proportion to its effective samples and
 //     to how well the slope is determined: 0 at a relative standard error
 //     of MaxRelSE or more, 1 when exact.
-//   - A band: each published factor (the pool's against the profile's
-//     nominal rate, a pod's against the pool's) stays in [RateBand[0],
+//   - A band: each factor (the pool's, a pod's departure from it, and
+//     their product, which is published) stays in [RateBand[0],
 //     RateBand[1]].
-//   - Bounded steps: a published factor moves at most MaxStep (relative)
-//     per observation of its fit toward 1 + confidence x (the banded
-//     factor - 1).
+//   - Bounded steps: a fit's factor moves at most MaxStep (relative) per
+//     observation it takes, toward 1 + confidence x (the banded factor -
+//     1), so a pod's published factor moves at most that per observation
+//     of its profile.
 //
 // The overhead is not calibrated: it is small and its fit absorbs whatever
 // the slope does not explain.
@@ -52,7 +54,12 @@ type Calibrator struct {
 	fits  map[fitKey]*fit
 }
 
-type fitKey struct{ profile, pod string }
+// fitKey names a fit: a pod's (pod set), the pool of a profile's pods
+// (pooled), or the profile's from observations that name no pod.
+type fitKey struct {
+	profile, pod string
+	pooled       bool
+}
 
 // CalibratorConfig tunes the fit and its rules.
 type CalibratorConfig struct {
@@ -128,8 +135,8 @@ func work(p *profileState, o Observation) float64 {
 	return prefillMs(p.AttnTokens, 1, o.CachedTokens, o.UncachedTokens) + float64(max(o.PendingPrefillTokens, 0))
 }
 
-// Observe adds one observation and republishes its pod's (or profile's)
-// correction.
+// Observe adds one observation and republishes its pod's correction (or,
+// with no pod, the profile's rate).
 func (c *Calibrator) Observe(o Observation) {
 	p := c.model.profile(o.Profile)
 	x := work(p, o)
@@ -139,23 +146,32 @@ func (c *Calibrator) Observe(o Observation) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	// The profile's pooled fit takes every observation of the profile,
-	// with a pod or without, and sets the profile's rate.
-	pool := c.fit(fitKey{profile: p.Name})
-	if pool.observe(c.cfg, x, y) {
-		pool.publish(c.cfg, p.PrefillMsPerToken, 0)
-		p.rate.Store(math.Float64bits(p.PrefillMsPerToken * pool.factor))
-	}
 	if o.Pod == "" {
+		// No pod: the profile's own fit sets the profile's rate.
+		f := c.fit(fitKey{profile: p.Name})
+		if f.observe(c.cfg, x, y) {
+			f.publish(c.cfg, p.PrefillMsPerToken, 0)
+			p.rate.Store(math.Float64bits(p.PrefillMsPerToken * f.factor))
+		}
 		return
 	}
-	// A pod's own fit sets its correction of the profile's rate: its
-	// fitted rate against the pooled one, less what its own standard
-	// error leaves unproven.
+	// The pool of the profile's pods takes every observation with a pod;
+	// it is the reference of each pod's own fit, and sets no rate itself:
+	// the profile's rate also prices other regions' pods, whose load this
+	// controller's observations do not show.
+	pool := c.fit(fitKey{profile: p.Name, pooled: true})
+	if pool.observe(c.cfg, x, y) {
+		pool.publish(c.cfg, p.PrefillMsPerToken, 0)
+	}
+	// A pod's correction is the pool's times its own departure from the
+	// pool, less what its own standard error leaves unproven; the product
+	// stays in the band.
 	f := c.fit(fitKey{profile: p.Name, pod: o.Pod})
 	if f.observe(c.cfg, x, y) {
 		f.publish(c.cfg, p.PrefillMsPerToken*pool.factor, c.cfg.ShrinkZ)
-		c.model.pods.set(o.Pod, f.factor)
+	}
+	if f.n >= c.cfg.MinSamples || pool.n >= c.cfg.MinSamples {
+		c.model.pods.set(o.Pod, min(max(pool.factor*f.factor, c.cfg.RateBand[0]), c.cfg.RateBand[1]))
 	}
 }
 
@@ -273,6 +289,7 @@ func (f *fit) publish(cfg CalibratorConfig, ref float64, z float64) {
 type Fitted struct {
 	Profile           string  `json:"profile"`
 	Pod               string  `json:"pod,omitempty"`
+	Pooled            bool    `json:"pooled,omitempty"` // the pool of the profile's pods, each pod's reference
 	PrefillMsPerToken float64 `json:"prefill_ms_per_token"`
 	Factor            float64 `json:"factor"`
 	FittedMsPerToken  float64 `json:"fitted_ms_per_token"`
@@ -293,13 +310,20 @@ func (c *Calibrator) Fits() []Fitted {
 			continue
 		}
 		p := c.model.profiles[k.profile]
-		out = append(out, Fitted{Profile: k.profile, Pod: k.pod, PrefillMsPerToken: p.PrefillMsPerToken * f.factor, Factor: f.factor,
+		factor := f.factor
+		if k.pod != "" {
+			factor = c.model.PodFactor(k.pod)
+		}
+		out = append(out, Fitted{Profile: k.profile, Pod: k.pod, Pooled: k.pooled, PrefillMsPerToken: p.PrefillMsPerToken * factor, Factor: factor,
 			FittedMsPerToken: f.rate, OverheadMs: f.overhead, DefaultRate: p.PrefillMsPerToken, Confidence: f.confidence,
 			Samples: f.n, Rejected: f.rejected})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Profile != out[j].Profile {
 			return out[i].Profile < out[j].Profile
+		}
+		if out[i].Pooled != out[j].Pooled {
+			return !out[i].Pooled
 		}
 		return out[i].Pod < out[j].Pod
 	})

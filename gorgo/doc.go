@@ -20,10 +20,10 @@
 // the requests behind it (Config.ColdWorkWeight). Within a region it is off.
 //
 // rate(c) is the prefill time per token of c's hardware profile (measured
-// by the operator: Config.Profiles, else DefaultProfiles, corrected by a
-// Calibrator's fit pooled over the profile's pods from observed TTFTs),
-// times the pod's own correction where its own fit proves it differs from
-// the pool. The Calibrator moves a rate only within a band, by bounded
+// by the operator: Config.Profiles, else DefaultProfiles), times the pod's
+// correction when a Calibrator has learnt one from observed TTFTs: the
+// fit pooled over the profile's pods, times the pod's own departure from
+// it where its own fit proves one. The Calibrator moves a rate only within a band, by bounded
 // steps, with outliers rejected and in proportion to its confidence, so
 // noise or load cannot send traffic somewhere (GORGO's autotune blew up to
 // 77 ms/token for one replica; see Calibrator).
