@@ -231,6 +231,44 @@ func BenchmarkIngestKafka(b *testing.B) {
 	b.ReportMetric(float64(len(msgs))*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
 
+// BenchmarkIngestApply is BenchmarkIngestKafka's consumer side alone: the
+// same messages handed to Ingester.Apply on one goroutine (decode, re-key,
+// index), no broker and no Kafka client. It is the ingester's critical
+// path: the consumer applies messages one at a time. It reports block
+// events per second of wall clock (events/s) and of the thread's CPU time
+// (cpu-events/s: the cost on one core, little affected by other load on a
+// shared machine).
+func BenchmarkIngestApply(b *testing.B) {
+	msgs, blocks := blockEventMessages(func(msgs, _ int) bool { return msgs < 2000 })
+	for i := range msgs {
+		msgs[i].Offset = int64(i)
+	}
+	b.ReportAllocs()
+	lockThread()
+	defer unlockThread()
+	cpu0, cpuOK := threadCPU()
+	for b.Loop() {
+		idx, _ := index.New(index.DefaultConfig())
+		reg := route.NewRegistry(idx)
+		cfg := DefaultIngestConfig()
+		cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "bench", routerBlockSize
+		g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range msgs {
+			g.Apply(m)
+		}
+		if applied(g) != int64(len(msgs)) {
+			b.Fatalf("applied %d of %d messages", applied(g), len(msgs))
+		}
+	}
+	b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if cpu1, ok := threadCPU(); cpuOK && ok && cpu1 > cpu0 {
+		b.ReportMetric(float64(blocks)*float64(b.N)/(cpu1-cpu0).Seconds(), "cpu-events/s")
+	}
+}
+
 // BenchmarkCatchUp is how long a new replica takes to become ready: a
 // topic retaining about a million block events (eight pods storing and
 // evicting prompts of 1,024 tokens), a new ingester (its own consumer
