@@ -395,26 +395,52 @@ func (g *Ingester) apply(msg Message, gen int) {
 		return
 	}
 	ps.lastAt, ps.partition = g.now(), msg.Partition
-	for _, ev := range batch.Events {
-		g.m.events.WithLabelValues(ev.Kind().String()).Inc()
-		switch e := ev.(type) {
+	evs := batch.Events
+	for len(evs) > 0 {
+		switch e := evs[0].(type) {
 		case *kvevents.PodUp:
+			g.m.events.WithLabelValues(e.Kind().String()).Inc()
+			evs = evs[1:]
 			if why := g.gate(name, e, header(msg.Headers, kvevents.HeaderAnnounceMAC)); why != "" {
 				g.rejectPodUp(name, e, why)
 				continue
 			}
 			g.podUp(e, ps)
 		case *kvevents.PodDown:
+			g.m.events.WithLabelValues(e.Kind().String()).Inc()
+			evs = evs[1:]
 			g.podDown(e)
 			ps = nil
 		default:
-			if ps == nil { // events after a PodDown in the same batch
-				ps = g.stream(name, msg.Headers)
+			// A run of block events up to the next lifecycle event, re-keyed
+			// in one call: the index gets their ops merged.
+			n := 1
+			for n < len(evs) && !lifecycle(evs[n]) {
+				n++
 			}
-			g.ops = ps.rekey.ApplyEvent(g.ops[:0], rank, ev)
+			for _, ev := range evs[:n] {
+				g.m.events.WithLabelValues(ev.Kind().String()).Inc()
+			}
+			if ps == nil { // events after a PodDown in the same batch
+				if ps = g.stream(name, msg.Headers); ps == nil {
+					return // counted and logged by stream
+				}
+			}
+			g.ops = ps.rekey.ApplyEvents(g.ops[:0], rank, evs[:n])
 			g.applyOps(name, g.ops)
+			evs = evs[n:]
 		}
 	}
+}
+
+// lifecycle reports whether ev is a PodUp or PodDown (the ingester's, not
+// a re-keyer's).
+func lifecycle(ev kvevents.Event) bool {
+	switch ev.(type) {
+	case *kvevents.PodUp, *kvevents.PodDown:
+		return true
+	}
+	return false
 }
 
 func (g *Ingester) reject(reason string, err error) {

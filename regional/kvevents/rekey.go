@@ -367,6 +367,19 @@ func (r *Rekeyer) ApplyEvent(dst []Op, rank int64, ev Event) []Op {
 	return r.finish(dst)
 }
 
+// ApplyEvents is Apply for a run of events published by data-parallel
+// rank (lifecycle events among them are skipped, as Apply skips them). The
+// ops are those of ApplyEvent called on each event in turn, concatenated,
+// with adjacent ops of the same kind and tier merged: the index gets fewer,
+// longer calls, whose cache misses it overlaps.
+func (r *Rekeyer) ApplyEvents(dst []Op, rank int64, evs []Event) []Op {
+	r.begin()
+	for _, ev := range evs {
+		r.event(rank, ev)
+	}
+	return r.finish(dst)
+}
+
 // Reset forgets everything (the engine restarted, or the caller lost track)
 // and appends the OpClearPod that says so.
 func (r *Rekeyer) Reset(dst []Op) []Op {
