@@ -66,9 +66,12 @@ type IngestConfig struct {
 	MaxWait time.Duration `yaml:"max_wait"`
 	// FetchMaxBytes bounds one fetch response (kafka-go's MaxBytes). It
 	// must exceed the largest message (the bridge's max_message_bytes,
-	// default 1 MiB), which a broker may truncate to fit. Default 4 MiB: a
-	// few hundred engine batches per fetch; larger fetches did not ingest
-	// faster and cost the broker more to assemble (BenchmarkIngestKafka).
+	// default 1 MiB), which a broker may truncate to fit. Default 2 MiB: a
+	// few dozen engine batches per fetch. Larger fetches cost the broker
+	// and the consumer more per byte (a fetch of each partition in flight
+	// no longer fits in the cache while it is copied: 4 MiB took the
+	// in-process broker of BenchmarkIngestKafka 1.8x the CPU of 2 MiB) and
+	// delay the first message of a partition by the whole fetch.
 	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
@@ -93,7 +96,7 @@ type IngestConfig struct {
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
 func DefaultIngestConfig() IngestConfig {
 	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 18, CommitInterval: 200 * time.Millisecond,
-		MaxWait: 100 * time.Millisecond, FetchMaxBytes: 4 << 20, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
+		MaxWait: 100 * time.Millisecond, FetchMaxBytes: 2 << 20, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
 		ProbeInterval: 2 * time.Second}
 }
 
