@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -134,6 +135,57 @@ func TestIngestOverKafka(t *testing.T) {
 	}
 	if got := fmt.Sprint(g.Lag()); got != "0" {
 		t.Errorf("lag %s after the last message", got)
+	}
+}
+
+// Malformed messages among good ones, through the broker and the
+// consumer (which decodes ahead of applying): each is counted and skipped,
+// and the index ends up holding exactly what the engines hold.
+func TestIngestOverKafkaSkipsMalformed(t *testing.T) {
+	msgs, engines := workload(13, 3)
+	g, idx, reg, _, _ := newTestIngester(t)
+	cluster, w := startKafka(t, 1, kvevents.TopicFor("test"))
+	g.cfg.Brokers = cluster.ListenAddrs()
+	rng := rand.New(rand.NewPCG(6, 6))
+	var mixed []Message
+	bad := 0
+	for _, m := range msgs {
+		for rng.IntN(3) == 0 {
+			switch rng.IntN(3) {
+			case 0:
+				mixed = append(mixed, Message{Key: m.Key, Value: []byte{0x93, 0xcb}}) // truncated
+			case 1:
+				mixed = append(mixed, Message{Key: m.Key, Value: []byte("not msgpack at all")})
+			case 2:
+				mixed = append(mixed, Message{Key: m.Key, Value: bytes.Repeat([]byte{0xc1}, 10)})
+			}
+			bad++
+		}
+		mixed = append(mixed, m)
+	}
+	produce(t, w, mixed)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(len(mixed)) }); err != nil {
+		t.Fatalf("waiting for all %d messages: %v (applied %d)", len(mixed), err, applied(g))
+	}
+	checkIndex(t, idx, reg, engines)
+	total := 0.0
+	for _, reason := range kvevents.Reasons() {
+		total += testutil.ToFloat64(g.m.decodeErrors.WithLabelValues(string(reason)))
+	}
+	if int(total) != bad {
+		t.Fatalf("counted %v malformed messages, sent %d", total, bad)
 	}
 }
 

@@ -697,13 +697,13 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		msgs[i] = Message{Partition: 0, Offset: int64(i), HighWaterMark: int64(len(evs)), Key: []byte(e.name), Headers: e.headers(), Value: e.batch(ev)}
 	}
 	for _, m := range msgs[:3] {
-		g.apply(m, 0)
+		g.apply(m, 0, nil)
 	}
 	g.mu.Lock()
 	g.resetLocked([]int{0}, map[int]int64{0: int64(len(msgs))}, "rewritten")
 	gen := g.groupGen
 	g.mu.Unlock()
-	g.apply(msgs[3], gen-1) // fetched by the old group, handed over late
+	g.apply(msgs[3], gen-1, nil) // fetched by the old group, handed over late
 	if got := testutil.ToFloat64(g.m.skipped.WithLabelValues("superseded")); got != 1 {
 		t.Fatalf("superseded messages: %v, want 1", got)
 	}
@@ -711,7 +711,7 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		t.Fatalf("a message of the superseded group moved the offsets: %v", g.Applied())
 	}
 	for _, m := range msgs { // the fresh group reads the partition from its start
-		g.apply(m, gen)
+		g.apply(m, gen, nil)
 	}
 	checkIndex(t, idx, reg, []*testEngine{e})
 }
