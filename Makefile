@@ -36,7 +36,7 @@ bench: ## run the benchmarks behind every published target and print a table (ab
 	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place)$$' -benchmem -count $(BENCH_COUNT) ./regional/route/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkProxyOverhead/' -benchtime 3000x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
-	$(GO) test -run '^$$' -bench 'BenchmarkIngestKafka$$' -benchtime 3x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(IngestKafka|IngestApply)$$' -benchtime 3x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkE2ESharedPrefixTTFT$$' -benchtime 1x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkReadPath$$' -benchmem -count $(BENCH_COUNT) ./global/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(PolicyApply|FailoverPropagation)$$' -benchtime 200x -count $(BENCH_COUNT) ./global/ | tee -a bin/bench.txt

@@ -66,9 +66,12 @@ type IngestConfig struct {
 	MaxWait time.Duration `yaml:"max_wait"`
 	// FetchMaxBytes bounds one fetch response (kafka-go's MaxBytes). It
 	// must exceed the largest message (the bridge's max_message_bytes,
-	// default 1 MiB), which a broker may truncate to fit. Default 4 MiB: a
-	// few hundred engine batches per fetch; larger fetches did not ingest
-	// faster and cost the broker more to assemble (BenchmarkIngestKafka).
+	// default 1 MiB), which a broker may truncate to fit. Default 2 MiB: a
+	// few dozen engine batches per fetch. Larger fetches cost the broker
+	// and the consumer more per byte (a fetch of each partition in flight
+	// no longer fits in the cache while it is copied: 4 MiB took the
+	// in-process broker of BenchmarkIngestKafka 1.8x the CPU of 2 MiB) and
+	// delay the first message of a partition by the whole fetch.
 	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
@@ -93,7 +96,7 @@ type IngestConfig struct {
 // DefaultIngestConfig returns the defaults documented on IngestConfig.
 func DefaultIngestConfig() IngestConfig {
 	return IngestConfig{BlockSize: 64, MaxEntriesPerPod: 1 << 18, CommitInterval: 200 * time.Millisecond,
-		MaxWait: 100 * time.Millisecond, FetchMaxBytes: 4 << 20, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
+		MaxWait: 100 * time.Millisecond, FetchMaxBytes: 2 << 20, BackoffMin: 100 * time.Millisecond, BackoffMax: 5 * time.Second,
 		ProbeInterval: 2 * time.Second}
 }
 
@@ -151,10 +154,13 @@ type Ingester struct {
 	reg  *route.Registry
 	log  *slog.Logger
 	now  func() time.Time
-	dec  *kvevents.Decoder
+	dec  *kvevents.Decoder // Apply's; the consumer's fetch goroutine has its own
 	m    *ingestMetrics
 	warn *kvevents.WarnLimiter
 	gate func(key string, u *kvevents.PodUp, mac string) string
+
+	decCfg kvevents.DecoderConfig // of every decoder
+
 	// rejectedPods: the (pod, reason) pairs whose refused PodUp was logged,
 	// so each is logged once (bounded: past maxRejectedLogged, rate-limited).
 	rejectedPods map[string]bool
@@ -251,11 +257,12 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ingest: %w", err)
 	}
-	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+	decCfg := kvevents.DefaultDecoderConfig()
+	dec, err := kvevents.NewDecoder(decCfg)
 	if err != nil {
 		return nil, err
 	}
-	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, gate: gate,
+	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, decCfg: decCfg, gate: gate,
 		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
 		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, marks: map[int]logMark{}, anchors: map[int]logMark{},
 		restart: make(chan struct{}, 1)}
@@ -326,14 +333,23 @@ func (g *Ingester) Lag() int64 { return g.lagMsgs.Load() }
 // skipped, so redeliveries after a consumer restart or a rebalance leave the
 // index exactly as it was. A malformed message is counted by reason, logged
 // once per reason per minute, and skipped; it never stops ingestion.
-func (g *Ingester) Apply(msg Message) { g.apply(msg, -1) }
+func (g *Ingester) Apply(msg Message) { g.apply(msg, -1, nil) }
+
+// decoded is a message's value decoded ahead of apply (by the consumer's
+// fetch goroutine): the batch, valid until its decoder is given back, or
+// the decoding error.
+type decoded struct {
+	batch *kvevents.Batch
+	err   error
+}
 
 // apply applies msg, fetched by the consumer of group generation gen (-1:
-// not from a consumer). A message fetched before a reset that reaches here
-// after it is dropped (skipped "superseded"): the reset forgot the
-// partition's offsets, so it would apply as new, and the fresh group's
-// re-read of the messages before it would then be skipped as replays.
-func (g *Ingester) apply(msg Message, gen int) {
+// not from a consumer), its value decoded already (pre) or not (nil). A
+// message fetched before a reset that reaches here after it is dropped
+// (skipped "superseded"): the reset forgot the partition's offsets, so it
+// would apply as new, and the fresh group's re-read of the messages before
+// it would then be skipped as replays.
+func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	defer func() {
@@ -375,7 +391,13 @@ func (g *Ingester) apply(msg Message, gen int) {
 		g.reject("no_pod_key", fmt.Errorf("message at partition %d offset %d has no key and no pod header", msg.Partition, msg.Offset))
 		return
 	}
-	batch, err := g.dec.Decode(msg.Value)
+	var batch *kvevents.Batch
+	var err error
+	if pre != nil {
+		batch, err = pre.batch, pre.err
+	} else {
+		batch, err = g.dec.Decode(msg.Value)
+	}
 	if err != nil {
 		g.reject(string(kvevents.ReasonOf(err)), fmt.Errorf("pod %s, partition %d offset %d: %w", name, msg.Partition, msg.Offset, err))
 		return
@@ -395,26 +417,52 @@ func (g *Ingester) apply(msg Message, gen int) {
 		return
 	}
 	ps.lastAt, ps.partition = g.now(), msg.Partition
-	for _, ev := range batch.Events {
-		g.m.events.WithLabelValues(ev.Kind().String()).Inc()
-		switch e := ev.(type) {
+	evs := batch.Events
+	for len(evs) > 0 {
+		switch e := evs[0].(type) {
 		case *kvevents.PodUp:
+			g.m.events.WithLabelValues(e.Kind().String()).Inc()
+			evs = evs[1:]
 			if why := g.gate(name, e, header(msg.Headers, kvevents.HeaderAnnounceMAC)); why != "" {
 				g.rejectPodUp(name, e, why)
 				continue
 			}
 			g.podUp(e, ps)
 		case *kvevents.PodDown:
+			g.m.events.WithLabelValues(e.Kind().String()).Inc()
+			evs = evs[1:]
 			g.podDown(e)
 			ps = nil
 		default:
-			if ps == nil { // events after a PodDown in the same batch
-				ps = g.stream(name, msg.Headers)
+			// A run of block events up to the next lifecycle event, re-keyed
+			// in one call: the index gets their ops merged.
+			n := 1
+			for n < len(evs) && !lifecycle(evs[n]) {
+				n++
 			}
-			g.ops = ps.rekey.ApplyEvent(g.ops[:0], rank, ev)
+			for _, ev := range evs[:n] {
+				g.m.events.WithLabelValues(ev.Kind().String()).Inc()
+			}
+			if ps == nil { // events after a PodDown in the same batch
+				if ps = g.stream(name, msg.Headers); ps == nil {
+					return // counted and logged by stream
+				}
+			}
+			g.ops = ps.rekey.ApplyEvents(g.ops[:0], rank, evs[:n])
 			g.applyOps(name, g.ops)
+			evs = evs[n:]
 		}
 	}
+}
+
+// lifecycle reports whether ev is a PodUp or PodDown (the ingester's, not
+// a re-keyer's).
+func lifecycle(ev kvevents.Event) bool {
+	switch ev.(type) {
+	case *kvevents.PodUp, *kvevents.PodDown:
+		return true
+	}
+	return false
 }
 
 func (g *Ingester) reject(reason string, err error) {
@@ -898,9 +946,16 @@ func (g *Ingester) consume(ctx context.Context) error {
 		ErrorLogger:            kafkaErrorLogger(g.warn, g.log),
 	})
 	defer r.Close()
+	fetched := g.fetchAhead(ctx, r)
+	defer func() {
+		cancel()
+		for range fetched { // until the fetch goroutine has stopped
+		}
+	}()
 	for {
-		m, err := r.FetchMessage(ctx)
-		if err != nil {
+		f := <-fetched
+		m := f.msg
+		if err := f.fetchErr; err != nil {
 			if ctx.Err() != nil && outer.Err() == nil {
 				return errRestart
 			}
@@ -910,7 +965,8 @@ func (g *Ingester) consume(ctx context.Context) error {
 		g.lastFetch.Store(g.now().UnixNano())
 		g.lagMsgs.Store(max(m.HighWaterMark-m.Offset-1, 0))
 		g.apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
-			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time}, gen)
+			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time}, gen, &f.decoded)
+		f.done()
 		if err := r.CommitMessages(ctx, m); err != nil {
 			if ctx.Err() != nil && outer.Err() == nil {
 				return errRestart
@@ -918,6 +974,64 @@ func (g *Ingester) consume(ctx context.Context) error {
 			return fmt.Errorf("commit: %w", err)
 		}
 	}
+}
+
+// fetchDepth is how many messages the consumer's fetch goroutine fetches
+// and decodes ahead of the one being applied.
+const fetchDepth = 4
+
+// fetchedMsg is a message the fetch goroutine handed over, with its value
+// decoded, or the error that stopped it (fetchErr, the last one sent).
+// done gives its decoder back once the message is applied.
+type fetchedMsg struct {
+	msg kafka.Message
+	decoded
+	fetchErr error
+	done     func()
+}
+
+// fetchAhead starts the goroutine that fetches r's messages and decodes
+// their values, fetchDepth ahead of apply, off the goroutine that applies
+// them in order (decoding a message does not depend on the ones before
+// it). It sends them, in order, on the channel it returns, then the error
+// that stops it (ctx done, or the reader's), and closes the channel when it
+// has stopped.
+func (g *Ingester) fetchAhead(ctx context.Context, r *kafka.Reader) <-chan fetchedMsg {
+	free := make(chan *kvevents.Decoder, fetchDepth)
+	for range fetchDepth {
+		d, err := kvevents.NewDecoder(g.decCfg)
+		if err != nil {
+			panic(err) // the configuration NewIngester validated
+		}
+		free <- d
+	}
+	out := make(chan fetchedMsg, fetchDepth)
+	go func() {
+		defer close(out)
+		for {
+			var d *kvevents.Decoder
+			select {
+			case d = <-free:
+			case <-ctx.Done():
+				out <- fetchedMsg{fetchErr: ctx.Err()}
+				return
+			}
+			m, err := r.FetchMessage(ctx)
+			if err != nil {
+				out <- fetchedMsg{fetchErr: err}
+				return
+			}
+			f := fetchedMsg{msg: m, done: func() { free <- d }}
+			f.batch, f.err = d.Decode(m.Value)
+			select {
+			case out <- f:
+			case <-ctx.Done():
+				out <- fetchedMsg{fetchErr: ctx.Err()}
+				return
+			}
+		}
+	}()
+	return out
 }
 
 // highWaterMarks asks the broker for the current end offset of every

@@ -1,6 +1,7 @@
 package regional
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -137,6 +138,57 @@ func TestIngestOverKafka(t *testing.T) {
 	}
 }
 
+// Malformed messages among good ones, through the broker and the
+// consumer (which decodes ahead of applying): each is counted and skipped,
+// and the index ends up holding exactly what the engines hold.
+func TestIngestOverKafkaSkipsMalformed(t *testing.T) {
+	msgs, engines := workload(13, 3)
+	g, idx, reg, _, _ := newTestIngester(t)
+	cluster, w := startKafka(t, 1, kvevents.TopicFor("test"))
+	g.cfg.Brokers = cluster.ListenAddrs()
+	rng := rand.New(rand.NewPCG(6, 6))
+	var mixed []Message
+	bad := 0
+	for _, m := range msgs {
+		for rng.IntN(3) == 0 {
+			switch rng.IntN(3) {
+			case 0:
+				mixed = append(mixed, Message{Key: m.Key, Value: []byte{0x93, 0xcb}}) // truncated
+			case 1:
+				mixed = append(mixed, Message{Key: m.Key, Value: []byte("not msgpack at all")})
+			case 2:
+				mixed = append(mixed, Message{Key: m.Key, Value: bytes.Repeat([]byte{0xc1}, 10)})
+			}
+			bad++
+		}
+		mixed = append(mixed, m)
+	}
+	produce(t, w, mixed)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	defer func() {
+		stop()
+		if err := <-done; !errors.Is(err, context.Canceled) {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(len(mixed)) }); err != nil {
+		t.Fatalf("waiting for all %d messages: %v (applied %d)", len(mixed), err, applied(g))
+	}
+	checkIndex(t, idx, reg, engines)
+	total := 0.0
+	for _, reason := range kvevents.Reasons() {
+		total += testutil.ToFloat64(g.m.decodeErrors.WithLabelValues(string(reason)))
+	}
+	if int(total) != bad {
+		t.Fatalf("counted %v malformed messages, sent %d", total, bad)
+	}
+}
+
 // A controller rebuilding its index from a broker whose answers to fetches
 // come late (a loaded host, a distant broker): every pod's PodUp and events
 // are still read. kafka-go takes MaxWait (100ms) as the deadline of the
@@ -229,6 +281,44 @@ func BenchmarkIngestKafka(b *testing.B) {
 		b.ReportMetric(float64(blocks)*float64(b.N)/(cpu1-cpu0).Seconds(), "cpu-events/s")
 	}
 	b.ReportMetric(float64(len(msgs))*float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+// BenchmarkIngestApply is BenchmarkIngestKafka's consumer side alone: the
+// same messages handed to Ingester.Apply on one goroutine (decode, re-key,
+// index), no broker and no Kafka client. It is the ingester's critical
+// path: the consumer applies messages one at a time. It reports block
+// events per second of wall clock (events/s) and of the thread's CPU time
+// (cpu-events/s: the cost on one core, little affected by other load on a
+// shared machine).
+func BenchmarkIngestApply(b *testing.B) {
+	msgs, blocks := blockEventMessages(func(msgs, _ int) bool { return msgs < 2000 })
+	for i := range msgs {
+		msgs[i].Offset = int64(i)
+	}
+	b.ReportAllocs()
+	lockThread()
+	defer unlockThread()
+	cpu0, cpuOK := threadCPU()
+	for b.Loop() {
+		idx, _ := index.New(index.DefaultConfig())
+		reg := route.NewRegistry(idx)
+		cfg := DefaultIngestConfig()
+		cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "bench", routerBlockSize
+		g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, m := range msgs {
+			g.Apply(m)
+		}
+		if applied(g) != int64(len(msgs)) {
+			b.Fatalf("applied %d of %d messages", applied(g), len(msgs))
+		}
+	}
+	b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
+	if cpu1, ok := threadCPU(); cpuOK && ok && cpu1 > cpu0 {
+		b.ReportMetric(float64(blocks)*float64(b.N)/(cpu1-cpu0).Seconds(), "cpu-events/s")
+	}
 }
 
 // BenchmarkCatchUp is how long a new replica takes to become ready: a

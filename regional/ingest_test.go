@@ -317,6 +317,55 @@ func TestIngestInterleavingsAgree(t *testing.T) {
 	}
 }
 
+// A batch that mixes block events with PodUp and PodDown (block events are
+// re-keyed in runs between them) leaves the index as the same events sent
+// one per message do.
+func TestIngestMixedBatchMatchesOneEventPerMessage(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 5))
+	e := newTestEngine("pod-0", 1)
+	prompts := make([][]uint32, 6)
+	for i := range prompts {
+		prompts[i] = slices.Clone(testPrompt(i % 3)) // 0-2 again from 3: shared prefixes
+		for j := rng.IntN(200); j > 0; j-- {
+			prompts[i] = append(prompts[i], uint32(rng.IntN(50000)))
+		}
+	}
+	events := []kvevents.Event{e.store(prompts[0]), e.podUp(), e.store(prompts[1]), e.store(prompts[2]),
+		e.evictLeaves(rng, 5), e.store(prompts[3]), &kvevents.PodDown{Pod: e.name, Epoch: 1}}
+	clear(e.held) // the pod went down: it starts again empty
+	events = append(events, e.store(prompts[4]), e.podUp(), e.store(prompts[5]), e.evictLeaves(rng, 3))
+	held := func(g *Ingester, idx *index.Index, reg *route.Registry) string {
+		p, ok := reg.Get(e.name)
+		if !ok {
+			return "not registered"
+		}
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "%d blocks:", idx.Stats().PodBlocks[p.ID.Slot()])
+		for _, pr := range prompts {
+			for _, m := range idx.Lookup(index.ChainHashes(index.Namespace{Model: testModel, BlockSize: routerBlockSize}, pr, nil), nil) {
+				if m.Pod == p.ID {
+					fmt.Fprintf(&sb, " %d", m.Blocks)
+				}
+			}
+		}
+		return sb.String()
+	}
+	g1, idx1, reg1, _, _ := newTestIngester(t)
+	g1.Apply(Message{Key: []byte(e.name), Headers: e.headers(), Value: e.batch(events...)})
+	g2, idx2, reg2, _, _ := newTestIngester(t)
+	for i, ev := range events {
+		g2.Apply(Message{Offset: int64(i), Key: []byte(e.name), Headers: e.headers(), Value: e.batch(ev)})
+	}
+	got, want := held(g1, idx1, reg1), held(g2, idx2, reg2)
+	if got != want {
+		t.Fatalf("one batch: %s; one event per message: %s", got, want)
+	}
+	if strings.HasPrefix(got, "0 ") || got == "not registered" {
+		t.Fatalf("the pod holds nothing after the batch: %s", got)
+	}
+	t.Log(got)
+}
+
 func TestIngestMalformedCountedAndSkipped(t *testing.T) {
 	g, idx, reg, pr, logs := newTestIngester(t)
 	msgs, engines := workload(3, 2)
@@ -648,13 +697,13 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		msgs[i] = Message{Partition: 0, Offset: int64(i), HighWaterMark: int64(len(evs)), Key: []byte(e.name), Headers: e.headers(), Value: e.batch(ev)}
 	}
 	for _, m := range msgs[:3] {
-		g.apply(m, 0)
+		g.apply(m, 0, nil)
 	}
 	g.mu.Lock()
 	g.resetLocked([]int{0}, map[int]int64{0: int64(len(msgs))}, "rewritten")
 	gen := g.groupGen
 	g.mu.Unlock()
-	g.apply(msgs[3], gen-1) // fetched by the old group, handed over late
+	g.apply(msgs[3], gen-1, nil) // fetched by the old group, handed over late
 	if got := testutil.ToFloat64(g.m.skipped.WithLabelValues("superseded")); got != 1 {
 		t.Fatalf("superseded messages: %v, want 1", got)
 	}
@@ -662,7 +711,7 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		t.Fatalf("a message of the superseded group moved the offsets: %v", g.Applied())
 	}
 	for _, m := range msgs { // the fresh group reads the partition from its start
-		g.apply(m, gen)
+		g.apply(m, gen, nil)
 	}
 	checkIndex(t, idx, reg, []*testEngine{e})
 }

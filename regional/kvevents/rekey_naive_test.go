@@ -506,7 +506,11 @@ func TestRekeyerMatchesNaive(t *testing.T) {
 				var ops []Op
 				for step := rapid.IntRange(1, 40).Draw(t, "steps"); step > 0; step-- {
 					b := gen.batch(t)
-					ops = r.Apply(ops[:0], b)
+					if rapid.Bool().Draw(t, "as a run?") {
+						ops = r.ApplyEvents(ops[:0], b.Rank(), b.Events) // what the ingester calls
+					} else {
+						ops = r.Apply(ops[:0], b)
+					}
 					idx.apply(t, ops)
 					naive.apply(b)
 					if want := naive.held(); !maps.Equal(idx.m, want) {
