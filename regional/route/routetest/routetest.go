@@ -7,6 +7,7 @@ package routetest
 import (
 	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -89,24 +90,23 @@ func ReportMachineFloor(b *testing.B, lat []time.Duration) {
 	n := min(len(lat), 100_000)
 	// Calibrate: the fastest of a few timings of a fixed count.
 	const probe = 1 << 16
+	var sink uint64
 	best := time.Duration(1<<63 - 1)
 	for range 5 {
 		t0 := time.Now()
-		spinSink += spin(probe)
+		sink += spin(probe)
 		best = min(best, time.Since(t0))
 	}
 	iters := int(float64(probe) * float64(sorted[len(sorted)/2]) / float64(max(best, 1)))
 	floor := make([]time.Duration, n)
 	for i := range floor {
 		t0 := time.Now()
-		spinSink += spin(iters)
+		sink += spin(iters)
 		floor[i] = time.Since(t0)
 	}
+	runtime.KeepAlive(sink)
 	ReportPercentiles(b, floor, "floor-")
 }
-
-// spinSink keeps spin's result alive.
-var spinSink uint64
 
 // spin is n steps of a linear congruential generator: pure arithmetic,
 // each step depending on the last.
