@@ -237,7 +237,11 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			}
 			s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
 			if s.calib != nil && status == http.StatusOK {
-				s.calib.Observe(gorgo.Observation{Profile: info.Profile, Pod: pod.Name, UncachedTokens: d.Uncached, CachedTokens: d.CachedTokens,
+				// Per profile, not per pod: a replica learns only from the
+				// requests it served, and per-pod rates learnt apart would
+				// make a region's replicas decide differently
+				// (TestReplicasDecideAlike).
+				s.calib.Observe(gorgo.Observation{Profile: info.Profile, UncachedTokens: d.Uncached, CachedTokens: d.CachedTokens,
 					PendingPrefillTokens: pendingAhead, TTFTMs: float64(ttft) / float64(time.Millisecond)})
 			}
 		})
