@@ -83,6 +83,27 @@ func produce(t testing.TB, w *kafka.Writer, msgs []Message) {
 	}
 }
 
+// runIngester runs g in the background until stop is called; stop waits
+// for Run to return and returns its error.
+func runIngester(ctx context.Context, g *Ingester) (stop func() error) {
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- g.Run(rctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// stopCleanly stops a run of runIngester and fails t unless Run returned
+// because it was stopped.
+func stopCleanly(t testing.TB, stop func() error) {
+	t.Helper()
+	if err := stop(); !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v", err)
+	}
+}
+
 func applied(g *Ingester) int64 {
 	var n int64
 	for _, off := range g.Applied() {
@@ -106,15 +127,8 @@ func TestIngestOverKafka(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	run := func() (stop func()) {
-		rctx, rcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- g.Run(rctx) }()
-		return func() {
-			rcancel()
-			if err := <-done; !errors.Is(err, context.Canceled) {
-				t.Errorf("Run: %v", err)
-			}
-		}
+		end := runIngester(ctx, g)
+		return func() { stopCleanly(t, end) }
 	}
 	stop := run()
 	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(half/2) }); err != nil {
@@ -167,15 +181,7 @@ func TestIngestOverKafkaSkipsMalformed(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(rctx) }()
-	defer func() {
-		stop()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer stopCleanly(t, runIngester(ctx, g))
 	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(len(mixed)) }); err != nil {
 		t.Fatalf("waiting for all %d messages: %v (applied %d)", len(mixed), err, applied(g))
 	}
@@ -215,15 +221,7 @@ func TestIngestRebuildsThroughLateFetchAnswers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	rctx, stop := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Run(rctx) }()
-	defer func() {
-		stop()
-		if err := <-done; !errors.Is(err, context.Canceled) {
-			t.Errorf("Run: %v", err)
-		}
-	}()
+	defer stopCleanly(t, runIngester(context.Background(), g))
 	if err := g.WaitFor(ctx, func() bool { return applied(g) >= int64(len(msgs)) }); err != nil {
 		t.Fatalf("waiting for all %d messages: %v (applied %d, offsets %v)", len(msgs), err, applied(g), g.Applied())
 	}
@@ -437,13 +435,7 @@ func TestIngestConnectedFollowsTheBrokers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(rctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	defer runIngester(ctx, g)() // a broker going away may end Run with its error
 	wait := func(what string, want bool) {
 		t.Helper()
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -493,13 +485,7 @@ func TestIngestFollowsABrokerReset(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- g.Run(rctx) }()
-	defer func() {
-		stop()
-		<-done
-	}()
+	defer runIngester(ctx, g)() // a broker going away may end Run with its error
 	holds := func() bool {
 		st := idx.Stats()
 		p, ok := reg.Get(e.name)
@@ -565,10 +551,8 @@ func TestIngestFollowsABrokerResetPastTheOffset(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	run := func() (stop func()) {
-		rctx, cancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- g.Run(rctx) }()
-		return func() { cancel(); <-done }
+		end := runIngester(ctx, g)
+		return func() { _ = end() }
 	}
 	holds := func(e *testEngine) func() bool {
 		return func() bool {
