@@ -274,7 +274,7 @@ func (f *fit) publish(cfg CalibratorConfig, ref float64, z float64) {
 	target := 1.0
 	if f.valid && f.rate > 0 {
 		d := f.rate/ref - 1
-		if z > 0 {
+		if z > 0 && f.se > 0 { // an exact fit (se 0) proves its departure, whatever z
 			d = math.Copysign(max(math.Abs(d)-z*f.se/ref, 0), d)
 		}
 		banded := min(max(1+d, cfg.RateBand[0]), cfg.RateBand[1])

@@ -234,3 +234,21 @@ func TestCalibratorWorkCountsAttention(t *testing.T) {
 		t.Fatalf("prefill %v ms, want 305", got)
 	}
 }
+
+// An exact fit has a standard error of 0: with ShrinkZ = +Inf ("publish
+// no departure from the pool") the shrinkage must not turn 0 x Inf into a
+// NaN factor.
+func TestCalibratorShrinkInfExactFit(t *testing.T) {
+	m := mustModel(t, DefaultConfig())
+	cfg := DefaultCalibratorConfig()
+	cfg.ShrinkZ = math.Inf(1)
+	c := NewCalibrator(m, cfg)
+	nominal, overhead := m.Rate("h100")
+	for i := range 200 {
+		u := 1000 * (1 + i%16)
+		c.Observe(Observation{Profile: "h100", Pod: "p", UncachedTokens: u, TTFTMs: overhead + 1.2*nominal*float64(u)})
+	}
+	if f := m.PodFactor("p"); math.IsNaN(f) || f < cfg.RateBand[0] || f > cfg.RateBand[1] {
+		t.Fatalf("pod factor %v", f)
+	}
+}
