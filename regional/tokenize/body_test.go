@@ -215,7 +215,6 @@ func TestParseBodyAllocs(t *testing.T) {
 	}
 }
 
-// FuzzParseBody compares ParseBody with json.Unmarshal on arbitrary bytes.
 // TestParseBodySharedShares: a message content without escapes is raw's
 // own bytes; one with escapes, the other strings and every string of
 // ParseBody are copies.
@@ -250,6 +249,8 @@ func TestParseBodySharedShares(t *testing.T) {
 	}
 }
 
+// FuzzParseBody compares ParseBody and ParseBodyShared with json.Unmarshal
+// on arbitrary bytes.
 func FuzzParseBody(f *testing.F) {
 	for _, c := range parseBodyCases {
 		f.Add([]byte(c))
