@@ -243,51 +243,54 @@ func (c *cycle) isEvaluated(i int) bool { return c.evaluated[i] == c.gen }
 // are the k lowest of all.
 func (c *cycle) lowest(k int) []int {
 	k = min(k, len(c.order))
-	for {
-		sel := c.sel[:0]
-		for _, i := range c.evals {
-			sel = insertLowest(sel, k, i, c.estLess)
+	sel := c.sel[:0]
+	for _, i := range c.evals {
+		sel = insertLowest(sel, k, i, c.estLess)
+	}
+	for len(sel) < k {
+		// Too few estimates: estimate the priced candidate with the
+		// lowest bound (any would do; this one is likely to stay), or
+		// price the next group when every priced one is estimated.
+		best := -1
+		for _, i := range c.prices {
+			if !c.isEvaluated(i) && (best < 0 || c.boundLess(i, best)) {
+				best = i
+			}
 		}
-		c.sel = sel
-		if len(sel) < k {
-			// Too few estimates: estimate the priced candidate with the
-			// lowest bound (any would do; this one is likely to stay).
-			best := -1
-			for _, i := range c.prices {
-				if !c.isEvaluated(i) && (best < 0 || c.boundLess(i, best)) {
-					best = i
-				}
-			}
-			if best < 0 {
-				c.more()
-			} else {
-				c.evaluate(best)
-			}
+		if best < 0 {
+			c.more()
 			continue
 		}
-		limit := c.est[sel[k-1]].TotalMs
-		c.priceUntil(limit)
-		// Each estimate that enters the k lowest lowers the limit at once,
-		// so the candidates after it are held to the tighter one: with
-		// bounds that equal the estimates (no pod saturated) this
-		// estimates about k ln(n/k) candidates, not every one under the
-		// first limit. The limit stays a k-th lowest estimate, so the
-		// argument above holds whenever it is taken.
-		more := false
-		for _, i := range c.prices {
-			if !c.isEvaluated(i) && !(c.bound[i] > limit) {
+		c.evaluate(best)
+		sel = insertLowest(sel, k, best, c.estLess)
+	}
+	// From here the limit only falls: each estimate that enters the k
+	// lowest lowers it at once, so the candidates after it are held to
+	// the tighter one (with bounds that equal the estimates, no pod
+	// saturated, this estimates about k ln(n/k) candidates, not every one
+	// under the first limit). A priced candidate checked once against it
+	// is never checked again, and the next group is priced only while its
+	// floor does not exceed it: a first limit set by loaded pods of the
+	// deepest groups, high enough to admit every group, falls as soon as
+	// a group brings an idle pod, and the shallower groups are never
+	// read. The limit stays a k-th lowest estimate, so the argument
+	// above holds whenever it is taken.
+	limit := c.est[sel[k-1]].TotalMs
+	for next := 0; ; {
+		for ; next < len(c.prices); next++ {
+			if i := c.prices[next]; !c.isEvaluated(i) && !(c.bound[i] > limit) {
 				c.evaluate(i)
-				more = true
 				if c.estLess(i, sel[k-1]) {
 					sel = insertLowest(sel, k, i, c.estLess)
 					limit = c.est[sel[k-1]].TotalMs
 				}
 			}
 		}
-		c.sel = sel
-		if !more {
+		if c.rest || c.floor > limit {
+			c.sel = sel
 			return sel
 		}
+		c.more()
 	}
 }
 
