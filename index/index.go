@@ -649,7 +649,8 @@ func (x *Index) loadBatch(chain []uint64, pos []int32, out []uint64) {
 // depths costs O(log n) probes, so a lookup costs O(K log n) probes, not
 // O(pods * n). Each search remembers where its probes found pods missing;
 // the next one starts from the nearest of those that still fails for the
-// pods left, so closely spaced depths cost a probe or two each. Its probes
+// pods left (its bitmap kept, so it is not probed again), so closely
+// spaced depths cost about a probe each. Its probes
 // depend on each other: each waits for its own cache misses (slot, then
 // entry) when the chain is not cached. Lookup uses it for short chains,
 // and lookup when its scratch space cannot hold the intervals.
@@ -683,6 +684,8 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 	// of cand missing, smallest on top: later searches, for fewer pods,
 	// start from them instead of from the whole rest of the chain.
 	var failed [lookupMemo]int32
+	var failedAt [lookupMemoWords]uint64 // the bitmap at failed[i], at [i*w, (i+1)*w)
+	memo := min(lookupMemo, len(failedAt)/w)
 	sp := 0
 	lo := 0
 	for {
@@ -695,11 +698,10 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 		l, r := lo, n
 		clear(atR[:w])
 		for sp > 0 {
-			m := int(failed[sp-1])
-			x.load(chain[m], probe[:w])
-			if !subset(cand[:w], probe[:w]) {
+			m, at := int(failed[sp-1]), failedAt[(sp-1)*w:sp*w]
+			if !subset(cand[:w], at) {
 				r = m
-				copy(atR[:w], probe[:w])
+				copy(atR[:w], at)
 				break
 			}
 			l = m // every pod left holds it: search beyond
@@ -714,8 +716,9 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 			}
 			r = m
 			copy(atR[:w], probe[:w])
-			if sp < len(failed) {
+			if sp < memo {
 				failed[sp] = int32(m)
+				copy(failedAt[sp*w:(sp+1)*w], probe[:w])
 				sp++
 			}
 		}
@@ -747,8 +750,12 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 }
 
 // lookupMemo is how many failed probes a lookup remembers for its later
-// searches.
-const lookupMemo = 48
+// searches, with their bitmaps in lookupMemoWords words (fewer when the
+// bitmaps are wide: 48 at 256 pods, 16 at 1,024).
+const (
+	lookupMemo      = 48
+	lookupMemoWords = 256
+)
 
 // load copies the pod bitmap of block h into dst (zeroed when absent).
 func (x *Index) load(h uint64, dst []uint64) bool {
