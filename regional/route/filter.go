@@ -96,31 +96,43 @@ func (f podFilters) apply(c *cycle) {
 	if m, ok := c.cat.models[c.req.Model]; ok {
 		model = m // else only pods that name no model serve it
 	}
+	// Every check is worked out for every pod, from one read of its
+	// description, and only those configured count: a pod that passes
+	// them all (the common case) costs no branch per check, and one that
+	// fails is dropped under the first configured check it fails.
+	var on uint
+	for _, k := range f {
+		on |= 1 << k
+	}
+	idx := c.d.idx
 	var total int64
 	var speeds float64
 	n := 0
-pods:
 	for _, p := range c.pods {
-		for _, k := range f {
-			var ok bool
-			switch k {
-			case checkAlive:
-				ok = c.d.idx.Alive(p.ID) && p.hasEndpoint() && !p.lapsed.Load()
-			case checkModel:
-				m := p.model()
-				ok = anyModel || m == 0 || m == model
-			case checkHealthy:
-				ok = now >= p.ejectedTo.Load()
+		d := p.desc.Load()
+		var fail uint
+		if !idx.Alive(p.ID) || d&descEndpoint == 0 || p.lapsed.Load() {
+			fail |= 1 << checkAlive
+		}
+		if m := int(d >> descBits & descMask); !anyModel && m != 0 && m != model {
+			fail |= 1 << checkModel
+		}
+		if now < p.ejectedTo.Load() {
+			fail |= 1 << checkHealthy
+		}
+		if fail&on != 0 {
+			for _, k := range f {
+				if fail&(1<<k) != 0 {
+					dropped[k]++
+					break
+				}
 			}
-			if !ok {
-				dropped[k]++
-				continue pods
-			}
+			continue
 		}
 		c.pods[n] = p
 		n++
 		total += p.InFlight()
-		speeds += c.speedOf(p)
+		speeds += c.profs[d&descMask].speed
 	}
 	for k, d := range dropped {
 		c.count(checkNames[k], d)
