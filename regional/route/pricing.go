@@ -184,6 +184,12 @@ func (c *cycle) floorOf(depth int) float64 {
 	return floor
 }
 
+// estimate is the cost model's estimate of candidate i.
+func (c *cycle) estimate(i int) gorgo.Estimate {
+	cand := c.candidate(i)
+	return c.d.model.EstimateAt(&cand, c.terms[i].rate)
+}
+
 // candidate is candidate i as the cost model sees it.
 func (c *cycle) candidate(i int) gorgo.Candidate {
 	t := &c.terms[i]
@@ -220,10 +226,12 @@ func prefillMs(attn, rate float64, cached, uncached int) float64 {
 	return u * rate * (1 + (float64(max(cached, 0))+u/2)/attn)
 }
 
-// evaluate estimates candidate i with the cost model.
+// evaluate estimates candidate i with the cost model, at the rate its
+// terms were priced at (the model's own for the pod: its profile's rate,
+// read once per decision, times the pod's factor, kept per PodFactorGen),
+// so that the model need not look the pod's factor up by name.
 func (c *cycle) evaluate(i int) {
-	cand := c.candidate(i)
-	c.est[i] = c.d.model.Estimate(&cand)
+	c.est[i] = c.estimate(i)
 	if c.evaluated[i] != c.gen {
 		c.evaluated[i] = c.gen
 		c.evals = append(c.evals, i)
