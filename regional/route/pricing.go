@@ -17,10 +17,13 @@ import (
 // first: a group's members are all at least a floor that depends only on
 // the depth (floorOf), and floors only grow as the depth falls, so once the
 // next group's floor exceeds the k-th lowest estimate no remaining
-// candidate is read at all. On a region whose pods hold prefixes of the
-// prompt at several depths, that prices the deepest group or two; on a
-// cold prompt (no pod holds any of it) it prices every candidate, as the
-// least loaded may be anywhere. The tie-break then needs every candidate
+// candidate is read at all. The k-th lowest estimate falls as groups are
+// priced (the first, from loaded pods of the deepest groups, may admit
+// every group, until a group brings an idle pod), so lowest prices one
+// group at a time and holds each to the limit of the moment. On a region
+// whose pods hold prefixes of the prompt at several depths, that prices
+// the deepest group or two; on a cold prompt (no pod holds any of it) it
+// prices every candidate, as the least loaded may be anywhere. The tie-break then needs every candidate
 // within tieMs of the best estimate, not only the best few: within
 // estimates every candidate whose bound (or floor) is at most the best
 // estimate + tieMs, so no candidate that could win the tie by its hash is
@@ -128,8 +131,10 @@ func (c *cycle) more() {
 	c.priceAll()
 }
 
-// priceUntil prices the groups until the floor of the rest exceeds limit.
-// When even the highest floor, a group's at depth 0, does not exceed it,
+// priceUntil prices the groups until the floor of the rest exceeds limit,
+// a limit that does not fall meanwhile (within's; lowest's does, and it
+// prices one group at a time). When even the highest floor, a group's at
+// depth 0, does not exceed it,
 // every group would be priced one after the other, each with its floor
 // worked out (a region whose pods hold the prompt at many depths, with
 // an idle pod possible at any of them): they are priced at once.
