@@ -374,6 +374,19 @@ func (m *Model) Estimate(c *Candidate) Estimate {
 	if !c.Remote {
 		rate *= m.pods.get(c.Pod)
 	}
+	return m.estimate(c, p, rate)
+}
+
+// EstimateAt is Estimate for a candidate whose prefill rate the caller
+// has read already: its profile's current rate (Rate) times, for a local
+// candidate, its pod's correction (PodFactor), multiplied in that order.
+// It does not look the pod's correction up by name; with the rate
+// Estimate would use, it returns what Estimate returns.
+func (m *Model) EstimateAt(c *Candidate, rate float64) Estimate {
+	return m.estimate(c, m.profile(c.Profile), rate)
+}
+
+func (m *Model) estimate(c *Candidate, p *profileState, rate float64) Estimate {
 	w, fresh := m.cacheWeight(c)
 	cached := int(math.Floor(float64(min(max(c.CachedTokens, 0), c.PromptTokens)) * w))
 	uncached := max(c.PromptTokens-cached, 0)

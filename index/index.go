@@ -649,7 +649,8 @@ func (x *Index) loadBatch(chain []uint64, pos []int32, out []uint64) {
 // depths costs O(log n) probes, so a lookup costs O(K log n) probes, not
 // O(pods * n). Each search remembers where its probes found pods missing;
 // the next one starts from the nearest of those that still fails for the
-// pods left, so closely spaced depths cost a probe or two each. Its probes
+// pods left (its bitmap kept, so it is not probed again), so closely
+// spaced depths cost about a probe each. Its probes
 // depend on each other: each waits for its own cache misses (slot, then
 // entry) when the chain is not cached. Lookup uses it for short chains,
 // and lookup when its scratch space cannot hold the intervals.
@@ -664,7 +665,9 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 		return dst
 	}
 	w := x.words
-	var cand, probe, atR [maxWords]uint64
+	// none is the bitmap at n: nobody holds chain[n]. spare holds the
+	// bitmap at r when the memo is full.
+	var cand, probe, none, spare, dropped [maxWords]uint64
 	x.load(chain[0], probe[:w])
 	total := 0
 	for i := 0; i < w; i++ {
@@ -681,8 +684,12 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 	end := total
 	// failed is a stack of positions beyond lo where a probe found some pod
 	// of cand missing, smallest on top: later searches, for fewer pods,
-	// start from them instead of from the whole rest of the chain.
+	// start from them instead of from the whole rest of the chain. A
+	// probe reads its bitmap into the stack's next free room, so one that
+	// fails is pushed without a copy.
 	var failed [lookupMemo]int32
+	var failedAt [lookupMemoWords]uint64 // the bitmap at failed[i], at [i*w, (i+1)*w)
+	memo := min(lookupMemo, len(failedAt)/w)
 	sp := 0
 	lo := 0
 	for {
@@ -693,13 +700,11 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 			sp--
 		}
 		l, r := lo, n
-		clear(atR[:w])
+		atR := none[:w]
 		for sp > 0 {
-			m := int(failed[sp-1])
-			x.load(chain[m], probe[:w])
-			if !subset(cand[:w], probe[:w]) {
-				r = m
-				copy(atR[:w], probe[:w])
+			m, at := int(failed[sp-1]), failedAt[(sp-1)*w:sp*w]
+			if !subset(cand[:w], at) {
+				r, atR = m, at
 				break
 			}
 			l = m // every pod left holds it: search beyond
@@ -707,20 +712,26 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 		}
 		for r-l > 1 {
 			m := int(uint(l+r) >> 1)
-			x.load(chain[m], probe[:w])
-			if subset(cand[:w], probe[:w]) {
+			at := probe[:w]
+			if sp < memo {
+				at = failedAt[sp*w : (sp+1)*w]
+			}
+			x.load(chain[m], at)
+			if subset(cand[:w], at) {
 				l = m
 				continue
 			}
 			r = m
-			copy(atR[:w], probe[:w])
-			if sp < len(failed) {
+			if sp < memo {
 				failed[sp] = int32(m)
 				sp++
+				atR = at
+			} else {
+				atR = spare[:w]
+				copy(atR, at)
 			}
 		}
 		// Pods of cand missing at r matched exactly r blocks.
-		var dropped [maxWords]uint64
 		k, remaining := 0, 0
 		for i := 0; i < w; i++ {
 			dropped[i] = cand[i] &^ atR[i]
@@ -747,8 +758,14 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 }
 
 // lookupMemo is how many failed probes a lookup remembers for its later
-// searches.
-const lookupMemo = 48
+// searches, with their bitmaps in lookupMemoWords words (fewer when the
+// bitmaps are wide: 32 at 256 pods, 8 at 1,024, where a search of a chain
+// shorter than lookupParallelFrom seldom needs more): 1 KB of stack, which
+// every lookup zeroes.
+const (
+	lookupMemo      = 48
+	lookupMemoWords = 128
+)
 
 // load copies the pod bitmap of block h into dst (zeroed when absent).
 func (x *Index) load(h uint64, dst []uint64) bool {

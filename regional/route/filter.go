@@ -96,37 +96,51 @@ func (f podFilters) apply(c *cycle) {
 	if m, ok := c.cat.models[c.req.Model]; ok {
 		model = m // else only pods that name no model serve it
 	}
-	var total int64
+	// Every check is worked out for every pod, from one read of its
+	// description, and only those configured count: a pod that passes
+	// them all (the common case) costs no branch per check, and one that
+	// fails is dropped under the first configured check it fails.
+	var on uint
+	for _, k := range f {
+		on |= 1 << k
+	}
+	idx := c.d.idx
+	var total, most int64
 	var speeds float64
 	n := 0
-pods:
 	for _, p := range c.pods {
-		for _, k := range f {
-			var ok bool
-			switch k {
-			case checkAlive:
-				ok = c.d.idx.Alive(p.ID) && p.hasEndpoint() && !p.lapsed.Load()
-			case checkModel:
-				m := p.model()
-				ok = anyModel || m == 0 || m == model
-			case checkHealthy:
-				ok = now >= p.ejectedTo.Load()
+		d := p.desc.Load()
+		var fail uint
+		if !idx.Alive(p.ID) || d&descEndpoint == 0 || p.lapsed.Load() {
+			fail |= 1 << checkAlive
+		}
+		if m := int(d >> descBits & descMask); !anyModel && m != 0 && m != model {
+			fail |= 1 << checkModel
+		}
+		if now < p.ejectedTo.Load() {
+			fail |= 1 << checkHealthy
+		}
+		if fail&on != 0 {
+			for _, k := range f {
+				if fail&(1<<k) != 0 {
+					dropped[k]++
+					break
+				}
 			}
-			if !ok {
-				dropped[k]++
-				continue pods
-			}
+			continue
 		}
 		c.pods[n] = p
 		n++
-		total += p.InFlight()
-		speeds += c.speedOf(p)
+		in := p.InFlight()
+		total += in
+		most = max(most, in)
+		speeds += c.profs[d&descMask].speed
 	}
 	for k, d := range dropped {
 		c.count(checkNames[k], d)
 	}
 	c.pods = c.pods[:n]
-	c.load = loadSums{pods: n, inflight: total, speeds: speeds}
+	c.load = loadSums{pods: n, inflight: total, most: most, speeds: speeds}
 }
 
 // aliveFilter, modelFilter and healthyFilter are the checks on their own.
@@ -148,6 +162,7 @@ func (healthyFilter) apply(c *cycle) { podFilters{checkHealthy}.apply(c) }
 type loadSums struct {
 	pods     int
 	inflight int64
+	most     int64 // the most in flight on any one candidate
 	speeds   float64
 }
 
@@ -160,22 +175,32 @@ type boundedLoadFilter struct{ factor float64 }
 
 func (f boundedLoadFilter) apply(c *cycle) {
 	if c.load.pods != len(c.pods) {
-		var total int64
+		var total, most int64
 		var speeds float64
 		for _, p := range c.pods {
-			total += p.InFlight()
+			in := p.InFlight()
+			total += in
+			most = max(most, in)
 			speeds += c.speedOf(p)
 		}
-		c.load = loadSums{pods: len(c.pods), inflight: total, speeds: speeds}
+		c.load = loadSums{pods: len(c.pods), inflight: total, most: most, speeds: speeds}
 	}
 	total, sum := c.load.inflight, c.load.speeds
 	if len(c.pods) == 0 || sum <= 0 {
 		return
 	}
 	// The bound depends on the pod only through its profile's speed.
+	least := int64(math.MaxInt64)
 	for i := range c.profs {
 		pt := &c.profs[i]
 		pt.limit = int64(f.factor*float64(total+1)*pt.speed/sum + 0.999999)
+		least = min(least, pt.limit)
+	}
+	if c.load.most+1 <= least {
+		// Every candidate is within the lowest bound of any profile (the
+		// common case: the bound binds only on a hot prefix): none is
+		// dropped, and the pods need not be read again.
+		return
 	}
 	n := 0
 	for _, p := range c.pods {

@@ -152,8 +152,7 @@ func (t *ttftPicker) pick(c *cycle, dec *Decision) int {
 			w += float64(k) * t.tierWeights[tier]
 		}
 		tm.cached = int(float64(tm.cached) * w / float64(matched))
-		cand := c.candidate(ci)
-		c.est[ci] = d.model.Estimate(&cand)
+		c.est[ci] = c.estimate(ci)
 	}
 	for _, ci := range order {
 		if c.est[ci].TotalMs < c.est[best].TotalMs {

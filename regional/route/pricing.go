@@ -17,10 +17,13 @@ import (
 // first: a group's members are all at least a floor that depends only on
 // the depth (floorOf), and floors only grow as the depth falls, so once the
 // next group's floor exceeds the k-th lowest estimate no remaining
-// candidate is read at all. On a region whose pods hold prefixes of the
-// prompt at several depths, that prices the deepest group or two; on a
-// cold prompt (no pod holds any of it) it prices every candidate, as the
-// least loaded may be anywhere. The tie-break then needs every candidate
+// candidate is read at all. The k-th lowest estimate falls as groups are
+// priced (the first, from loaded pods of the deepest groups, may admit
+// every group, until a group brings an idle pod), so lowest prices one
+// group at a time and holds each to the limit of the moment. On a region
+// whose pods hold prefixes of the prompt at several depths, that prices
+// the deepest group or two; on a cold prompt (no pod holds any of it) it
+// prices every candidate, as the least loaded may be anywhere. The tie-break then needs every candidate
 // within tieMs of the best estimate, not only the best few: within
 // estimates every candidate whose bound (or floor) is at most the best
 // estimate + tieMs, so no candidate that could win the tie by its hash is
@@ -128,8 +131,10 @@ func (c *cycle) more() {
 	c.priceAll()
 }
 
-// priceUntil prices the groups until the floor of the rest exceeds limit.
-// When even the highest floor, a group's at depth 0, does not exceed it,
+// priceUntil prices the groups until the floor of the rest exceeds limit,
+// a limit that does not fall meanwhile (within's; lowest's does, and it
+// prices one group at a time). When even the highest floor, a group's at
+// depth 0, does not exceed it,
 // every group would be priced one after the other, each with its floor
 // worked out (a region whose pods hold the prompt at many depths, with
 // an idle pod possible at any of them): they are priced at once.
@@ -184,6 +189,12 @@ func (c *cycle) floorOf(depth int) float64 {
 	return floor
 }
 
+// estimate is the cost model's estimate of candidate i.
+func (c *cycle) estimate(i int) gorgo.Estimate {
+	cand := c.candidate(i)
+	return c.d.model.EstimateAt(&cand, c.terms[i].rate)
+}
+
 // candidate is candidate i as the cost model sees it.
 func (c *cycle) candidate(i int) gorgo.Candidate {
 	t := &c.terms[i]
@@ -220,10 +231,12 @@ func prefillMs(attn, rate float64, cached, uncached int) float64 {
 	return u * rate * (1 + (float64(max(cached, 0))+u/2)/attn)
 }
 
-// evaluate estimates candidate i with the cost model.
+// evaluate estimates candidate i with the cost model, at the rate its
+// terms were priced at (the model's own for the pod: its profile's rate,
+// read once per decision, times the pod's factor, kept per PodFactorGen),
+// so that the model need not look the pod's factor up by name.
 func (c *cycle) evaluate(i int) {
-	cand := c.candidate(i)
-	c.est[i] = c.d.model.Estimate(&cand)
+	c.est[i] = c.estimate(i)
 	if c.evaluated[i] != c.gen {
 		c.evaluated[i] = c.gen
 		c.evals = append(c.evals, i)
@@ -243,51 +256,54 @@ func (c *cycle) isEvaluated(i int) bool { return c.evaluated[i] == c.gen }
 // are the k lowest of all.
 func (c *cycle) lowest(k int) []int {
 	k = min(k, len(c.order))
-	for {
-		sel := c.sel[:0]
-		for _, i := range c.evals {
-			sel = insertLowest(sel, k, i, c.estLess)
+	sel := c.sel[:0]
+	for _, i := range c.evals {
+		sel = insertLowest(sel, k, i, c.estLess)
+	}
+	for len(sel) < k {
+		// Too few estimates: estimate the priced candidate with the
+		// lowest bound (any would do; this one is likely to stay), or
+		// price the next group when every priced one is estimated.
+		best := -1
+		for _, i := range c.prices {
+			if !c.isEvaluated(i) && (best < 0 || c.boundLess(i, best)) {
+				best = i
+			}
 		}
-		c.sel = sel
-		if len(sel) < k {
-			// Too few estimates: estimate the priced candidate with the
-			// lowest bound (any would do; this one is likely to stay).
-			best := -1
-			for _, i := range c.prices {
-				if !c.isEvaluated(i) && (best < 0 || c.boundLess(i, best)) {
-					best = i
-				}
-			}
-			if best < 0 {
-				c.more()
-			} else {
-				c.evaluate(best)
-			}
+		if best < 0 {
+			c.more()
 			continue
 		}
-		limit := c.est[sel[k-1]].TotalMs
-		c.priceUntil(limit)
-		// Each estimate that enters the k lowest lowers the limit at once,
-		// so the candidates after it are held to the tighter one: with
-		// bounds that equal the estimates (no pod saturated) this
-		// estimates about k ln(n/k) candidates, not every one under the
-		// first limit. The limit stays a k-th lowest estimate, so the
-		// argument above holds whenever it is taken.
-		more := false
-		for _, i := range c.prices {
-			if !c.isEvaluated(i) && !(c.bound[i] > limit) {
+		c.evaluate(best)
+		sel = insertLowest(sel, k, best, c.estLess)
+	}
+	// From here the limit only falls: each estimate that enters the k
+	// lowest lowers it at once, so the candidates after it are held to
+	// the tighter one (with bounds that equal the estimates, no pod
+	// saturated, this estimates about k ln(n/k) candidates, not every one
+	// under the first limit). A priced candidate checked once against it
+	// is never checked again, and the next group is priced only while its
+	// floor does not exceed it: a first limit set by loaded pods of the
+	// deepest groups, high enough to admit every group, falls as soon as
+	// a group brings an idle pod, and the shallower groups are never
+	// read. The limit stays a k-th lowest estimate, so the argument
+	// above holds whenever it is taken.
+	limit := c.est[sel[k-1]].TotalMs
+	for next := 0; ; {
+		for ; next < len(c.prices); next++ {
+			if i := c.prices[next]; !c.isEvaluated(i) && !(c.bound[i] > limit) {
 				c.evaluate(i)
-				more = true
 				if c.estLess(i, sel[k-1]) {
 					sel = insertLowest(sel, k, i, c.estLess)
 					limit = c.est[sel[k-1]].TotalMs
 				}
 			}
 		}
-		c.sel = sel
-		if !more {
+		if c.rest || c.floor > limit {
+			c.sel = sel
 			return sel
 		}
+		c.more()
 	}
 }
 
