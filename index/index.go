@@ -697,6 +697,12 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 	// of cand missing, smallest on top: later searches, for fewer pods,
 	// start from them instead of from the whole rest of the chain.
 	var failed [lookupMemo]int32
+	// failedBits[i] is the bitmap the probe at failed[i] read, kept for
+	// the first lookupMemoBits entries when bitmaps are at most 4 words
+	// (256 pods): the next search starts from the nearest failure, which
+	// the search before it has just read, and need not load it again.
+	var failedBits [lookupMemoBits][4]uint64
+	memoBits := w <= len(failedBits[0])
 	sp := 0
 	lo := 0
 	for {
@@ -710,7 +716,11 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 		clear(atR[:w])
 		for sp > 0 {
 			m := int(failed[sp-1])
-			x.load(chain[m], probe[:w])
+			if memoBits && sp-1 < len(failedBits) {
+				copy(probe[:w], failedBits[sp-1][:w])
+			} else {
+				x.load(chain[m], probe[:w])
+			}
 			if !subset(cand[:w], probe[:w]) {
 				r = m
 				copy(atR[:w], probe[:w])
@@ -730,6 +740,9 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 			copy(atR[:w], probe[:w])
 			if sp < len(failed) {
 				failed[sp] = int32(m)
+				if memoBits && sp < len(failedBits) {
+					copy(failedBits[sp][:w], probe[:w])
+				}
 				sp++
 			}
 		}
@@ -763,6 +776,9 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 // lookupMemo is how many failed probes a lookup remembers for its later
 // searches.
 const lookupMemo = 48
+
+// lookupMemoBits is how many of those failed probes keep their bitmaps.
+const lookupMemoBits = 8
 
 // load copies the pod bitmap of block h into dst (zeroed when absent).
 func (x *Index) load(h uint64, dst []uint64) bool {
