@@ -329,7 +329,10 @@ type Match struct {
 // loads them, and splits each interval at its probes: a pod goes to the
 // piece ending at the first probe it does not hold. An interval (r-1, r]
 // is final: its pods matched r blocks. Intervals with no pod are dropped,
-// so there are at most K of them, K the number of distinct depths.
+// so there are at most K of them, K the number of distinct depths. The
+// first round loads H_0 along with its probes and only then fills the
+// first interval with the pods holding it, so H_0's cache misses overlap
+// the probes' instead of costing a round of their own.
 //
 // The probes of a round do not depend on each other, so they are loaded
 // in passes over all of them (loadBatch) and the CPU overlaps their
@@ -403,15 +406,6 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 	if len(scratch) < 2*w || n > 1<<30 {
 		return x.lookupSequential(chain, dst)
 	}
-	x.load(chain[0], scratch[:w])
-	total := 0
-	for i := 0; i < w; i++ {
-		scratch[i] &= x.pods.alive[i].Load()
-		total += bits.OnesCount64(scratch[i])
-	}
-	if total == 0 {
-		return dst
-	}
 	bitmaps := len(scratch) / w
 	used := 1 // bitmaps in scratch
 	var ivs [lookupMaxIntervals]interval
@@ -421,28 +415,36 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 	maxRound := min(lookupMaxRoundProbes, lookupBatchWords/w)
 	ivs[0] = interval{0, int32(n), 0}
 	m := 1
-	for {
+	total := 0
+	for first := true; ; first = false {
 		open := 0
 		for i := 0; i < m; i++ {
 			if ivs[i].hi-ivs[i].lo > 1 {
 				open++
 			}
 		}
-		if open == 0 {
+		if open == 0 && !first {
 			break
 		}
 		// Plan the round: each open interval gets per probes (fewer if
 		// narrower), as long as the pieces they make and their bitmaps
-		// fit.
-		budget := min(lookupMaxIntervals-m, bitmaps-used, maxRound)
+		// fit. The first round also loads H_0, whose holders are the
+		// pods of the first interval, so that its misses overlap the
+		// others'.
+		np := 0
+		if first {
+			pos[0] = 0
+			np = 1
+		}
+		budget := min(lookupMaxIntervals-m, bitmaps-used, maxRound-np)
 		if budget <= 0 {
 			return x.lookupSequential(chain, dst)
 		}
-		per := int32(max(lookupRoundProbes/open, 1))
-		np := 0
+		per := int32(max(lookupRoundProbes/max(open, 1), 1))
+		limit := np + budget
 		for i := 0; i < m; i++ {
 			l, r := ivs[i].lo, ivs[i].hi
-			ki := min(per, r-l-1, int32(budget-np))
+			ki := min(per, r-l-1, int32(limit-np))
 			k[i] = uint8(max(ki, 0))
 			if ki == 1 {
 				pos[np] = l + (r-l)>>1
@@ -455,6 +457,18 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 			}
 		}
 		x.loadBatch(chain, pos[:np], got[:np*w])
+		ps, gs := pos[:np], got[:np*w] // the probes to split at
+		if first {
+			for i := 0; i < w; i++ {
+				scratch[i] = got[i] & x.pods.alive[i].Load()
+				total += bits.OnesCount64(scratch[i])
+			}
+			if total == 0 {
+				return dst
+			}
+			ps, gs = ps[1:], gs[w:]
+			np--
+		}
 		// Split, from the last interval back, writing the pieces of
 		// interval i from i + (probes of the intervals before it) on: no
 		// interval is overwritten before it is split. A piece no pod
@@ -476,7 +490,7 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 			out := base
 			l := iv.lo
 			for j := 0; j < ki; j++ {
-				at := got[(pi+j)*w : (pi+j)*w+w]
+				at := gs[(pi+j)*w : (pi+j)*w+w]
 				d := scratch[used*w : used*w+w]
 				var any uint64
 				for q := range d {
@@ -485,7 +499,7 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 					any |= v
 					rest[q] &= at[q]
 				}
-				p := pos[pi+j]
+				p := ps[pi+j]
 				if any != 0 {
 					ivs[out] = interval{l, p, int32(used)}
 					used++
