@@ -373,7 +373,9 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		return nil
 	}
 	p.raw = dropReportingXargs(raw)
-	if err := tokenize.ParseBody(raw, &p.body); err != nil {
+	// raw is not changed after this: the messages' contents may share
+	// it (they are rendered into a new text and not kept).
+	if err := tokenize.ParseBodyShared(raw, &p.body); err != nil {
 		s.fail(w, api, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
 		return nil
 	}

@@ -43,8 +43,22 @@ const maxJSONDepth = 10000
 // and its content again, through reflection). The body itself is left as
 // it is, to be forwarded untouched.
 func ParseBody(raw []byte, b *Body) error {
+	return parseBody(raw, b, false)
+}
+
+// ParseBodyShared is ParseBody, but the contents of messages that need no
+// decoding (no escapes: the common case, and most of a chat body's bytes)
+// share raw's memory instead of being copied. raw must not change while b
+// is in use; the contents keep raw from being collected while they are
+// referenced. The other strings (model, roles, names) are copies, so a
+// value kept from b does not hold raw.
+func ParseBodyShared(raw []byte, b *Body) error {
+	return parseBody(raw, b, true)
+}
+
+func parseBody(raw []byte, b *Body, share bool) error {
 	*b = Body{}
-	p := bodyParser{data: raw}
+	p := bodyParser{data: raw, share: share}
 	p.ws()
 	if p.i >= len(p.data) {
 		return p.fail("unexpected end of input")
@@ -75,6 +89,9 @@ type bodyParser struct {
 	i     int
 	depth int
 	key   []byte // scratch for keys with escapes
+	// share: message contents without escapes are strings over data
+	// (ParseBodyShared).
+	share bool
 }
 
 func (p *bodyParser) fail(format string, args ...any) error {
@@ -539,6 +556,19 @@ func (p *bodyParser) commonRole() (string, bool) {
 func (p *bodyParser) content() (s string, bad, err error) {
 	switch p.peek() {
 	case '"':
+		if p.share {
+			b, plain, _, err := p.str()
+			if err == nil && plain {
+				if len(b) == 0 {
+					return "", nil, nil
+				}
+				return unsafe.String(&b[0], len(b)), nil, nil
+			}
+			if err != nil {
+				return "", nil, err
+			}
+			p.i -= len(b) + 2 // back to the opening quote: decode it
+		}
 		s, _, err := p.stringValue("")
 		return s, nil, err
 	case 'n':

@@ -1,12 +1,14 @@
 package tokenize
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -29,6 +31,16 @@ func checkParseBody(t interface {
 	}
 	if d := diffBody(&got, &want); d != "" {
 		t.Fatalf("%q: %s", raw, d)
+	}
+	// ParseBodyShared decodes the same values (from its own copy of raw:
+	// it keeps parts of it).
+	own := bytes.Clone(raw)
+	var shared Body
+	if err := ParseBodyShared(own, &shared); err != nil {
+		t.Fatalf("%q: ParseBodyShared: %v, ParseBody: no error", raw, err)
+	}
+	if d := diffBody(&shared, &want); d != "" {
+		t.Fatalf("%q: ParseBodyShared: %s", raw, d)
 	}
 }
 
@@ -204,6 +216,40 @@ func TestParseBodyAllocs(t *testing.T) {
 }
 
 // FuzzParseBody compares ParseBody with json.Unmarshal on arbitrary bytes.
+// TestParseBodySharedShares: a message content without escapes is raw's
+// own bytes; one with escapes, the other strings and every string of
+// ParseBody are copies.
+func TestParseBodySharedShares(t *testing.T) {
+	raw := []byte(`{"model":"m","messages":[{"role":"system","content":"plain text"},{"role":"user","content":"esc\naped"}]}`)
+	within := func(s string) bool {
+		if s == "" {
+			return false
+		}
+		p := uintptr(unsafe.Pointer(unsafe.StringData(s)))
+		lo := uintptr(unsafe.Pointer(&raw[0]))
+		return p >= lo && p < lo+uintptr(len(raw))
+	}
+	var b Body
+	if err := ParseBodyShared(raw, &b); err != nil {
+		t.Fatal(err)
+	}
+	if b.Messages[0].Content != "plain text" || !within(b.Messages[0].Content) {
+		t.Errorf("plain content %q: shared %v, want shared", b.Messages[0].Content, within(b.Messages[0].Content))
+	}
+	if b.Messages[1].Content != "esc\naped" || within(b.Messages[1].Content) {
+		t.Errorf("escaped content %q: shared %v, want a copy", b.Messages[1].Content, within(b.Messages[1].Content))
+	}
+	if within(b.Model) || within(b.Messages[0].Role) {
+		t.Error("model or role shares raw")
+	}
+	if err := ParseBody(raw, &b); err != nil {
+		t.Fatal(err)
+	}
+	if within(b.Messages[0].Content) {
+		t.Error("ParseBody: content shares raw")
+	}
+}
+
 func FuzzParseBody(f *testing.F) {
 	for _, c := range parseBodyCases {
 		f.Add([]byte(c))
