@@ -116,11 +116,243 @@ func decodeUsage(b []byte) *usage {
 	}
 	var u *usage
 	for _, sp := range spans {
+		if usageInto(b[sp.start:sp.end], &u) {
+			continue
+		}
 		if json.Unmarshal(b[sp.start:sp.end], &u) != nil {
 			return nil
 		}
 	}
 	return u
+}
+
+// usageInto is json.Unmarshal(v, u) for the usage values engines send (v
+// is valid JSON, scanUsage checked it): null, or an object whose keys
+// have no escapes and no bytes past ASCII, whose prompt_tokens and
+// cached_tokens are integers or null and prompt_tokens_details an object
+// or null, and whose other values nest at most a few levels. For those it
+// decodes v into *u as Unmarshal does, without reflection, and reports
+// true; for anything else it changes nothing and reports false (Unmarshal
+// then decides). decodeUsage's tests hold the two to the same answers.
+func usageInto(v []byte, u **usage) bool {
+	if string(v) == "null" {
+		*u = nil
+		return true
+	}
+	// Decoded into a copy first: an object that turns out to need
+	// Unmarshal leaves *u as it was.
+	var next usage
+	var details struct{ CachedTokens int }
+	hadDetails := false
+	if *u != nil {
+		next = **u
+		if next.PromptTokensDetails != nil {
+			details.CachedTokens, hadDetails = next.PromptTokensDetails.CachedTokens, true
+		}
+	}
+	ok := objectMembers(v, 0, func(key []byte, val []byte) bool {
+		switch {
+		case asciiFold(key, "prompt_tokens"):
+			return intValue(val, &next.PromptTokens)
+		case asciiFold(key, "prompt_tokens_details"):
+			if string(val) == "null" {
+				hadDetails = false
+				details.CachedTokens = 0
+				return true
+			}
+			if !hadDetails {
+				hadDetails, details.CachedTokens = true, 0
+			}
+			return objectMembers(val, 1, func(key []byte, val []byte) bool {
+				if asciiFold(key, "cached_tokens") {
+					return intValue(val, &details.CachedTokens)
+				}
+				return true
+			})
+		}
+		return true
+	})
+	if !ok {
+		return false
+	}
+	if *u == nil {
+		*u = new(usage)
+	}
+	(*u).PromptTokens = next.PromptTokens
+	switch {
+	case !hadDetails:
+		(*u).PromptTokensDetails = nil
+	case (*u).PromptTokensDetails == nil:
+		(*u).PromptTokensDetails = &struct {
+			CachedTokens int `json:"cached_tokens"`
+		}{details.CachedTokens}
+	default:
+		(*u).PromptTokensDetails.CachedTokens = details.CachedTokens
+	}
+	return true
+}
+
+// objectMembers calls member with each key (without its quotes) and value
+// of the JSON object v, in order, while it returns true, and reports
+// whether v was an object it could read so (keys without escapes or
+// non-ASCII bytes, values nested at most maxUsageNesting levels below v).
+// v is valid JSON.
+func objectMembers(v []byte, depth int, member func(key, val []byte) bool) bool {
+	if depth > maxUsageNesting || len(v) == 0 || v[0] != '{' {
+		return false
+	}
+	i := skipSpace(v, 1)
+	if i < len(v) && v[i] == '}' {
+		return true
+	}
+	for i < len(v) {
+		if v[i] != '"' {
+			return false
+		}
+		end, escaped, ok := scanString(v, i)
+		if !ok || escaped {
+			return false
+		}
+		key := v[i+1 : end-1]
+		for _, c := range key {
+			if c >= 0x80 {
+				return false
+			}
+		}
+		i = skipSpace(v, end)
+		if i >= len(v) || v[i] != ':' {
+			return false
+		}
+		i = skipSpace(v, i+1)
+		vend, ok := skipValue(v, i, depth+1)
+		if !ok || !member(key, v[i:vend]) {
+			return false
+		}
+		i = skipSpace(v, vend)
+		if i >= len(v) {
+			return false
+		}
+		switch v[i] {
+		case ',':
+			i = skipSpace(v, i+1)
+		case '}':
+			return true
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// maxUsageNesting bounds how deep usageInto follows a usage object.
+const maxUsageNesting = 4
+
+// skipValue returns the index after the JSON value at v[i].
+func skipValue(v []byte, i, depth int) (int, bool) {
+	if i >= len(v) {
+		return 0, false
+	}
+	switch c := v[i]; {
+	case c == '"':
+		end, _, ok := scanString(v, i)
+		return end, ok
+	case c == '-' || c >= '0' && c <= '9':
+		return scanNumber(v, i)
+	case c == 't':
+		return scanLiteral(v, i, "true")
+	case c == 'f':
+		return scanLiteral(v, i, "false")
+	case c == 'n':
+		return scanLiteral(v, i, "null")
+	case c == '{' || c == '[':
+		if depth > maxUsageNesting {
+			return 0, false
+		}
+		i = skipSpace(v, i+1)
+		if i < len(v) && v[i] == c+2 {
+			return i + 1, true
+		}
+		for i < len(v) {
+			if c == '{' {
+				end, _, ok := scanString(v, i)
+				if !ok {
+					return 0, false
+				}
+				i = skipSpace(v, end)
+				if i >= len(v) || v[i] != ':' {
+					return 0, false
+				}
+				i = skipSpace(v, i+1)
+			}
+			end, ok := skipValue(v, i, depth+1)
+			if !ok {
+				return 0, false
+			}
+			i = skipSpace(v, end)
+			if i >= len(v) {
+				return 0, false
+			}
+			switch v[i] {
+			case ',':
+				i = skipSpace(v, i+1)
+			case c + 2:
+				return i + 1, true
+			default:
+				return 0, false
+			}
+		}
+	}
+	return 0, false
+}
+
+// intValue sets *dst to the JSON integer val, leaves it for null, and
+// reports false for anything else (a fraction, an exponent, a number out
+// of int's range, another type: Unmarshal's errors).
+func intValue(val []byte, dst *int) bool {
+	if string(val) == "null" {
+		return true
+	}
+	if len(val) == 0 {
+		return false
+	}
+	neg := val[0] == '-'
+	digits := val
+	if neg {
+		digits = val[1:]
+	}
+	if len(digits) == 0 || len(digits) > 18 { // 18 digits cannot overflow
+		return false
+	}
+	n := 0
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+		n = n*10 + int(c-'0')
+	}
+	if neg {
+		n = -n
+	}
+	*dst = n
+	return true
+}
+
+// asciiFold reports whether the ASCII key equals name (lower case) under
+// ASCII case folding, as encoding/json matches an ASCII key.
+func asciiFold(key []byte, name string) bool {
+	if len(key) != len(name) {
+		return false
+	}
+	for i := range key {
+		c := key[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if c != name[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // span is a value's bytes, b[start:end].

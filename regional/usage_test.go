@@ -295,3 +295,23 @@ func BenchmarkUsageSniffer(b *testing.B) {
 		}
 	})
 }
+
+// TestUsageIntoCommon: the usage objects engines send are decoded without
+// encoding/json (usageInto reads them itself).
+func TestUsageIntoCommon(t *testing.T) {
+	for _, v := range []string{
+		`{"prompt_tokens":2048,"completion_tokens":1,"prompt_tokens_details":{"cached_tokens":1984}}`,
+		`{"prompt_tokens":2048,"total_tokens":2050,"completion_tokens":2,"prompt_tokens_details":null,"completion_tokens_details":{"reasoning_tokens":0,"accepted":[1,2]}}`,
+		`{ "prompt_tokens" : 7 , "prompt_tokens_details" : { "cached_tokens" : 0 } }`,
+		`null`,
+	} {
+		var u *usage
+		if !usageInto([]byte(v), &u) {
+			t.Errorf("%s: left to encoding/json", v)
+		}
+		var want *usage
+		if err := json.Unmarshal([]byte(v), &want); err != nil || !reflect.DeepEqual(u, want) {
+			t.Errorf("%s: %s, encoding/json %s (%v)", v, showUsage(u), showUsage(want), err)
+		}
+	}
+}
