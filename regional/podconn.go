@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -46,9 +47,29 @@ type podConns struct {
 // podConn is one connection to a pod.
 type podConn struct {
 	conn      net.Conn
-	br        *bufio.Reader
+	br        *bufio.Reader // reads conn through limit
 	addr      string
 	idleSince time.Time
+	// limit is how many more bytes br may read from conn: an answer's
+	// header may not be longer than the transport allows.
+	limit int64
+}
+
+// podReader reads a podConn's connection within its limit, as the
+// transport does.
+type podReader struct{ pc *podConn }
+
+func (r podReader) Read(p []byte) (int, error) {
+	pc := r.pc
+	if pc.limit <= 0 {
+		return 0, fmt.Errorf("read limit of %d bytes exhausted", maxResponseHeader)
+	}
+	if int64(len(p)) > pc.limit {
+		p = p[:pc.limit]
+	}
+	n, err := pc.conn.Read(p)
+	pc.limit -= int64(n)
+	return n, err
 }
 
 // newPodConns returns the client for pods reached through t, or nil when
@@ -71,7 +92,7 @@ func newPodConns(t *http.Transport) *podConns {
 }
 
 // maxResponseHeader is the transport's default limit on a response's
-// header (Transport.MaxResponseHeaderBytes).
+// header, 1xx answers included (Transport.MaxResponseHeaderBytes).
 const maxResponseHeader = 10 << 20
 
 // eligible reports whether roundTrip can send req: plain http, a body it
@@ -164,10 +185,16 @@ func (c *podConns) exchange(ctx context.Context, pc *podConn, req *http.Request,
 		}
 		return fail(err)
 	}
+	pc.limit = maxResponseHeader
 	resp, err := readResponse(pc.br, req)
+	if pc.limit <= 0 {
+		err = fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w",
+			fmt.Errorf("net/http: server response headers exceeded %d bytes; aborted", maxResponseHeader))
+	}
 	if err != nil {
 		return fail(err)
 	}
+	pc.limit = math.MaxInt64 // no limit on the body
 	resp.Body = &podBody{c: c, pc: pc, ctx: ctx, stop: stop, body: resp.Body, keep: !resp.Close}
 	return resp, nil
 }
@@ -267,7 +294,9 @@ func (c *podConns) get(ctx context.Context, addr string) (*podConn, bool, error)
 	if err != nil {
 		return nil, false, err
 	}
-	return &podConn{conn: conn, br: bufio.NewReaderSize(conn, 4<<10), addr: addr}, false, nil
+	pc := &podConn{conn: conn, addr: addr}
+	pc.br = bufio.NewReaderSize(podReader{pc}, 4<<10)
+	return pc, false, nil
 }
 
 // put keeps pc for the next request to its pod, within the pool's bounds.

@@ -351,3 +351,15 @@ func TestPodConnsEligible(t *testing.T) {
 		t.Error("a transport that decompresses: podConns used")
 	}
 }
+
+// TestPodConnsHeaderLimit: an answer whose header is longer than the
+// transport accepts fails as it does through the transport.
+func TestPodConnsHeaderLimit(t *testing.T) {
+	ref, fast := testServers(t)
+	raw := "HTTP/1.1 200 OK\r\nX-Big: " + strings.Repeat("a", 11<<20) + "\r\nContent-Length: 0\r\n\r\n"
+	want := roundTripOutcome(ref, newRawPod(t, func(int) (string, bool) { return raw, true }).url(), nil, "{}")
+	got := roundTripOutcome(fast, newRawPod(t, func(int) (string, bool) { return raw, true }).url(), nil, "{}")
+	if got.String() != want.String() || want.err == "" {
+		t.Errorf("got %v\nwant %v", got, want)
+	}
+}
