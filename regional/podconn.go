@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"sync"
 	"time"
 
@@ -139,6 +140,11 @@ func (c *podConns) roundTrip(req *http.Request) (*http.Response, error) {
 		pc, reused, err := c.get(ctx, addr)
 		if err != nil {
 			return nil, err
+		}
+		if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.GotConn != nil {
+			// What the transport tells its tracer (relay's connect
+			// timer listens for it).
+			tr.GotConn(httptrace.GotConnInfo{Conn: pc.conn, Reused: reused})
 		}
 		resp, err := c.exchange(ctx, pc, req, wire.Bytes())
 		if err == nil {

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -361,5 +362,37 @@ func TestPodConnsHeaderLimit(t *testing.T) {
 	got := roundTripOutcome(fast, newRawPod(t, func(int) (string, bool) { return raw, true }).url(), nil, "{}")
 	if got.String() != want.String() || want.err == "" {
 		t.Errorf("got %v\nwant %v", got, want)
+	}
+}
+
+// TestPodConnsTellTheTracer: as through the transport, a request's
+// httptrace GotConn hook hears of its connection, new then reused (relay's
+// connect timer arms the first-byte bound on it).
+func TestPodConnsTellTheTracer(t *testing.T) {
+	for _, name := range []string{"transport", "podConns"} {
+		t.Run(name, func(t *testing.T) {
+			ref, fast := testServers(t)
+			s := ref
+			if name == "podConns" {
+				s = fast
+			}
+			p := newRawPod(t, func(int) (string, bool) { return "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nhi", false })
+			var reused []bool
+			for i := 0; i < 2; i++ {
+				ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{
+					GotConn: func(info httptrace.GotConnInfo) { reused = append(reused, info.Reused) },
+				})
+				req, _ := http.NewRequestWithContext(ctx, http.MethodPost, p.url(), strings.NewReader("{}"))
+				resp, err := s.roundTrip(s.client, req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+			}
+			if fmt.Sprint(reused) != "[false true]" {
+				t.Errorf("GotConn heard reused=%v, want [false true]", reused)
+			}
+		})
 	}
 }
