@@ -31,6 +31,10 @@ import (
 // transport, a request the transport would refuse) goes through the
 // transport (Server.roundTrip).
 //
+// On Linux its connections are read and written with raw system calls
+// (rawIO, as the controller's client connections are), which keeps the
+// runtime's monitor thread asleep.
+//
 // A connection goes back to the pool only when its answer was read to the
 // end and the pod did not ask to close it; before reuse it is checked for
 // a close or stray bytes from the pod, as the transport's reader notices
@@ -48,6 +52,7 @@ type podConns struct {
 // podConn is one connection to a pod.
 type podConn struct {
 	conn      net.Conn
+	rw        io.ReadWriter // conn's I/O: rawReadWriter
 	br        *bufio.Reader // reads conn through limit
 	addr      string
 	idleSince time.Time
@@ -68,7 +73,7 @@ func (r podReader) Read(p []byte) (int, error) {
 	if int64(len(p)) > pc.limit {
 		p = p[:pc.limit]
 	}
-	n, err := pc.conn.Read(p)
+	n, err := pc.rw.Read(p)
 	pc.limit -= int64(n)
 	return n, err
 }
@@ -185,7 +190,7 @@ func (c *podConns) exchange(ctx context.Context, pc *podConn, req *http.Request,
 		}
 		return nil, err
 	}
-	if n, err := pc.conn.Write(wire); err != nil {
+	if n, err := pc.rw.Write(wire); err != nil {
 		if n == 0 {
 			err = nothingWritten{err}
 		}
@@ -300,7 +305,7 @@ func (c *podConns) get(ctx context.Context, addr string) (*podConn, bool, error)
 	if err != nil {
 		return nil, false, err
 	}
-	pc := &podConn{conn: conn, addr: addr}
+	pc := &podConn{conn: conn, rw: rawReadWriter(conn), addr: addr}
 	pc.br = bufio.NewReaderSize(podReader{pc}, 4<<10)
 	return pc, false, nil
 }

@@ -25,7 +25,7 @@ func connAlive(c net.Conn) bool {
 	alive := false
 	var b [1]byte
 	err = rc.Read(func(fd uintptr) bool {
-		_, _, rerr := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		rerr := peek(fd, b[:])
 		alive = rerr == syscall.EAGAIN || rerr == syscall.EWOULDBLOCK
 		return true // never wait
 	})
