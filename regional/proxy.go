@@ -374,7 +374,11 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 				res.err, res.kind = werr, ""
 				return res
 			}
-			if flusher != nil {
+			if flusher != nil && rerr != io.EOF {
+				// Not the last piece (read with the answer's end): that
+				// goes out with the response's end, in one write, as
+				// the handler returns (at once): a write fewer per
+				// streamed answer.
 				flusher.Flush()
 			}
 		}
