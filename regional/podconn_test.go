@@ -27,6 +27,7 @@ type rawPod struct {
 	got     [][]byte
 	answer  func(n int) (raw string, closeAfter bool)
 	wg      sync.WaitGroup
+	closed  chan struct{} // a value each time the pod has closed a connection
 }
 
 func newRawPod(t testing.TB, answer func(n int) (string, bool)) *rawPod {
@@ -35,7 +36,7 @@ func newRawPod(t testing.TB, answer func(n int) (string, bool)) *rawPod {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &rawPod{ln: ln, answer: answer}
+	p := &rawPod{ln: ln, answer: answer, closed: make(chan struct{}, 64)}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -68,7 +69,13 @@ func newRawPod(t testing.TB, answer func(n int) (string, bool)) *rawPod {
 }
 
 func (p *rawPod) serve(c net.Conn) {
-	defer c.Close()
+	defer func() {
+		_ = c.Close()
+		select {
+		case p.closed <- struct{}{}:
+		default:
+		}
+	}()
 	br := bufio.NewReader(c)
 	for {
 		var rec bytes.Buffer
@@ -236,6 +243,11 @@ func TestPodConnsReuse(t *testing.T) {
 			if o := roundTripOutcome(fast, p.url(), nil, "{}"); o.status != 200 || o.err != "" {
 				t.Fatalf("request %d: %v", i, o)
 			}
+			// The next request goes once the pod has closed (on
+			// loopback its FIN is here when close returns): sent
+			// before, it would race the close, through the
+			// transport as well.
+			<-p.closed
 		}
 		if n := p.accepts.Load(); n != 3 {
 			t.Errorf("%d connections, want 3", n)
