@@ -828,6 +828,9 @@ func (c *Controller) close(drain, ctx context.Context) error {
 		for _, t := range c.transports {
 			t.CloseIdleConnections()
 		}
+		if c.Server != nil {
+			c.Server.pods.CloseIdleConnections()
+		}
 		c.closeSecurity(ctx)
 		c.errMu.Lock()
 		err = errors.Join(append([]error{err}, c.errs...)...)
@@ -856,6 +859,9 @@ func (c *Controller) Kill() error {
 		c.wg.Wait()
 		for _, t := range c.transports {
 			t.CloseIdleConnections()
+		}
+		if c.Server != nil {
+			c.Server.pods.CloseIdleConnections()
 		}
 		c.closeSecurity(context.Background())
 	})

@@ -2,6 +2,7 @@ package regional
 
 import (
 	"context"
+	"io"
 	"net"
 	"time"
 )
@@ -31,7 +32,7 @@ func lenientDial(slack time.Duration) func(ctx context.Context, network, address
 		if err != nil {
 			return nil, err
 		}
-		return &lenientConn{Conn: c, slack: slack}, nil
+		return &lenientConn{Conn: c, rw: rawReadWriter(c), slack: slack}, nil
 	}
 }
 
@@ -39,8 +40,12 @@ func lenientDial(slack time.Duration) func(ctx context.Context, network, address
 // set; a zero deadline (none) stays none.
 type lenientConn struct {
 	net.Conn
+	rw    io.ReadWriter // c's I/O: rawReadWriter
 	slack time.Duration
 }
+
+func (c *lenientConn) Read(p []byte) (int, error)  { return c.rw.Read(p) }
+func (c *lenientConn) Write(p []byte) (int, error) { return c.rw.Write(p) }
 
 func (c *lenientConn) later(t time.Time) time.Time {
 	if t.IsZero() {

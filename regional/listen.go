@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -134,15 +135,19 @@ func (l *capListener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.open.Inc()
-		return &cappedConn{Conn: c, l: l}, nil
+		return &cappedConn{Conn: c, rw: rawReadWriter(c), l: l}, nil
 	}
 }
 
 type cappedConn struct {
 	net.Conn
+	rw   io.ReadWriter // c's I/O: rawReadWriter
 	l    *capListener
 	once sync.Once
 }
+
+func (c *cappedConn) Read(p []byte) (int, error)  { return c.rw.Read(p) }
+func (c *cappedConn) Write(p []byte) (int, error) { return c.rw.Write(p) }
 
 func (c *cappedConn) Close() error {
 	err := c.Conn.Close()

@@ -282,7 +282,7 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	for k, vs := range add {
 		ureq.Header[k] = vs
 	}
-	resp, err := client.Do(ureq)
+	resp, err := s.roundTrip(client, ureq)
 	if err != nil {
 		if ct != nil && ct.fired.Load() && ctx.Err() == nil {
 			timer.Stop()
@@ -374,7 +374,11 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 				res.err, res.kind = werr, ""
 				return res
 			}
-			if flusher != nil {
+			if flusher != nil && rerr != io.EOF {
+				// Not the last piece (read with the answer's end): that
+				// goes out with the response's end, in one write, as
+				// the handler returns (at once): a write fewer per
+				// streamed answer.
 				flusher.Flush()
 			}
 		}
@@ -404,6 +408,42 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	}
 	res.usage = sniff.result()
 	return res
+}
+
+// roundTrip sends req with client, or, when client is the pods' and the
+// request is one podConns sends as client's transport would, with
+// s.pods. Either way the answer is what client.Do would return.
+func (s *Server) roundTrip(client *http.Client, req *http.Request) (*http.Response, error) {
+	if client != s.client || !s.pods.eligible(req) {
+		return client.Do(req)
+	}
+	resp, err := s.pods.roundTrip(req)
+	if err != nil {
+		return nil, &url.Error{Op: "Post", URL: req.URL.Redacted(), Err: err}
+	}
+	if followsRedirect(resp) {
+		// client follows redirects (a pod that answers one has done no
+		// work): let it, from the start.
+		_ = resp.Body.Close()
+		body, gerr := req.GetBody()
+		if gerr != nil {
+			return nil, gerr
+		}
+		req.Body = body
+		return client.Do(req)
+	}
+	return resp, nil
+}
+
+// followsRedirect reports whether an http.Client (without CheckRedirect)
+// would follow resp, the answer to a POST with a replayable body.
+func followsRedirect(resp *http.Response) bool {
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		return resp.Header.Get("Location") != ""
+	}
+	return false
 }
 
 // connectTimer cancels a try whose connection is not up in time, and

@@ -168,6 +168,9 @@ type Server struct {
 	prompts *Prompts
 	calib   *gorgo.Calibrator
 	client  *http.Client // to the pods
+	// pods carries what goes to plain-http pods through client's
+	// transport, when it can (podconn.go); nil: client does.
+	pods *podConns
 	// peerClient forwards to other regions' controllers.
 	peerClient *http.Client
 	auth       *ClientAuth
@@ -259,6 +262,9 @@ func NewServer(cfg ServerConfig, deps ServerDeps) (*Server, error) {
 	s := &Server{cfg: cfg, dec: deps.Decider, reg: reg, prompts: deps.Prompts, calib: deps.Calibrator, log: log, m: m,
 		ready: deps.Ready, now: now, started: now(), client: &http.Client{Transport: transport}, peerClient: &http.Client{Transport: peer},
 		auth: deps.Auth, mux: http.NewServeMux(), id: deps.ControllerID}
+	if t, ok := transport.(*http.Transport); ok {
+		s.pods = newPodConns(t)
+	}
 	s.links = newPeerLinks(s.peerClient, now)
 	s.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Chat) })
 	s.mux.HandleFunc("POST /v1/completions", func(w http.ResponseWriter, r *http.Request) { s.serveInference(w, r, tokenize.Completion) })

@@ -1,0 +1,130 @@
+//go:build linux
+
+package regional
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+	"syscall"
+	"unsafe"
+)
+
+// rawIO reads and writes a TCP connection's socket with raw system calls
+// (syscall.RawSyscall), waiting for it through the runtime's poller as
+// net.Conn does. The socket is non-blocking, so a call never blocks; what
+// it saves is the runtime's bookkeeping around a blocking call: each
+// read or write that net.Conn makes tells the scheduler it may block,
+// which wakes the runtime's monitor thread (sysmon) from its sleep, and
+// sysmon then polls every 20 us while the process is busy, a thread wakeup
+// each time, and hands a P whose call lasts over 20 us (a loopback write
+// on these virtual CPUs) to another thread, another wakeup. Measured on
+// the proxied request path that was about 15% of the controller's CPU
+// (scripts/proxy-vs-nginx's load at 1k req/s, perf record). Sysmon still
+// wakes for timers, blocking calls elsewhere and the collector, and still
+// preempts goroutines that run long.
+//
+// What a caller sees is what net.Conn gives: the same bytes, io.EOF at the
+// end, *net.OpError for failures ("read"/"write", wrapping the system
+// call's error, os.ErrDeadlineExceeded past a deadline, net.ErrClosed on
+// a closed connection), deadlines and concurrent Close honoured (the
+// poller's, through syscall.RawConn).
+type rawIO struct {
+	c  net.Conn
+	rc syscall.RawConn
+}
+
+// rawReadWriter returns raw I/O for c when it is a TCP connection, or c.
+func rawReadWriter(c net.Conn) io.ReadWriter {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return c
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return c
+	}
+	return &rawIO{c: c, rc: rc}
+}
+
+func (r *rawIO) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var n int
+	var errno syscall.Errno
+	err := r.rc.Read(func(fd uintptr) bool {
+		for {
+			m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			switch e {
+			case syscall.EINTR:
+				continue
+			case syscall.EAGAIN:
+				return false // wait until readable
+			}
+			n, errno = int(m), e
+			return true
+		}
+	})
+	switch {
+	case err != nil:
+		return 0, r.opError("read", err)
+	case errno != 0:
+		return 0, r.opError("read", os.NewSyscallError("read", errno))
+	case n == 0:
+		return 0, io.EOF
+	}
+	return n, nil
+}
+
+func (r *rawIO) Write(p []byte) (int, error) {
+	var n int
+	var errno syscall.Errno
+	err := r.rc.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
+			switch e {
+			case 0:
+				n += int(m)
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return false // wait until writable
+			default:
+				errno = e
+				return true
+			}
+		}
+		return true
+	})
+	switch {
+	case err != nil:
+		return n, r.opError("write", err)
+	case errno != 0:
+		return n, r.opError("write", os.NewSyscallError("write", errno))
+	}
+	return n, nil
+}
+
+// opError is err as net.Conn reports it: an *net.OpError for op. The
+// errors of syscall.RawConn already are one (op "raw-read"/"raw-write").
+func (r *rawIO) opError(op string, err error) error {
+	var oe *net.OpError
+	if errors.As(err, &oe) {
+		oe.Op = op
+		return oe
+	}
+	return &net.OpError{Op: op, Net: "tcp", Source: r.c.LocalAddr(), Addr: r.c.RemoteAddr(), Err: err}
+}
+
+// peek reads what fd has without waiting or taking it (recv with MSG_PEEK
+// and MSG_DONTWAIT) and returns the call's error: EAGAIN when there is
+// nothing. A raw call, as rawIO's.
+func peek(fd uintptr, b []byte) error {
+	_, _, e := syscall.RawSyscall6(syscall.SYS_RECVFROM, fd, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)),
+		syscall.MSG_PEEK|syscall.MSG_DONTWAIT, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
