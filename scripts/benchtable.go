@@ -125,6 +125,8 @@ func main() {
 		{"decode+apply, 2 goroutines", "BenchmarkDecodeApplyParallel-2", "blocks/s", atLeast(2e6, "blocks/s")},
 		{"end to end through kfake", "BenchmarkIngestKafka", "events/s", atLeast(6e6, "events/s")},
 		{"  per second of CPU (broker included)", "BenchmarkIngestKafka", "cpu-events/s", nil},
+		{"  after the first message (steady)", "BenchmarkIngestKafka", "steady-events/s", nil},
+		{"  start: group join, first fetch", "BenchmarkIngestKafka", "start-ms", nil},
 		{"consumer alone (Apply), per CPU second", "BenchmarkIngestApply", "cpu-events/s", nil},
 		{"== regional router (issue 4)", "", "", nil},
 		{"decision, 256 pods, 16 depths: p50", "BenchmarkDecide/pods=256/blocks=128/depths=16", "p50-ns", atMost(50000, "ns")},
