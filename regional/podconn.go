@@ -83,6 +83,7 @@ func (r podReader) Read(p []byte) (int, error) {
 // keep-alives, compression, timeouts of its own) or the platform cannot
 // check an idle connection (see connAlive).
 func newPodConns(t *http.Transport) *podConns {
+	//lint:ignore SA1019 a transport with the deprecated Dial set dials its own way: podConns must not take its requests
 	if t.Proxy != nil || t.DialContext != nil || t.Dial != nil || t.DisableKeepAlives || !t.DisableCompression ||
 		t.ResponseHeaderTimeout != 0 || t.ExpectContinueTimeout != 0 || t.MaxConnsPerHost != 0 ||
 		t.MaxResponseHeaderBytes != 0 || t.OnProxyConnectResponse != nil || t.GetProxyConnectHeader != nil ||

@@ -102,9 +102,7 @@ const (
 	descEndpoint = 1 << (2 * descBits)
 )
 
-func (p *Pod) profile() int      { return int(p.desc.Load() & descMask) }
-func (p *Pod) hasEndpoint() bool { return p.desc.Load()&descEndpoint != 0 }
-func (p *Pod) model() int        { return int(p.desc.Load() >> descBits & descMask) }
+func (p *Pod) profile() int { return int(p.desc.Load() & descMask) }
 
 // describe publishes info as the pod's description.
 func (p *Pod) describe(cat *catalog, info PodInfo) {
