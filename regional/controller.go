@@ -123,6 +123,9 @@ type Config struct {
 	// Reload is how the controller follows changes to its files (see
 	// Controller.Reload for what changes live).
 	Reload ReloadConfig `yaml:"reload"`
+	// Runtime is how the Go runtime of the process runs (GOMAXPROCS);
+	// see RuntimeConfig.
+	Runtime RuntimeConfig `yaml:"runtime"`
 }
 
 // ShutdownConfig is the graceful stop of a controller (Controller.Shutdown).
@@ -348,6 +351,9 @@ func (c Config) Validate() error {
 	}
 	if c.Shutdown.Grace <= 0 || c.Shutdown.Grace > time.Hour {
 		return fmt.Errorf("config: shutdown.grace = %v: want > 0 and <= 1h", c.Shutdown.Grace)
+	}
+	if err := c.Runtime.Validate(); err != nil {
+		return err
 	}
 	if err := c.Reload.validate(); err != nil {
 		return err
@@ -895,8 +901,24 @@ func (c *Controller) Shutdown(ctx context.Context) error {
 }
 
 // Run runs a controller until ctx is done, then shuts it down gracefully
-// (Shutdown); each signal on deps.Reload reloads its configuration.
+// (Shutdown); each signal on deps.Reload reloads its configuration. It is
+// the binary's entry: it also applies cfg.Runtime to the process's Go
+// runtime (Open, for controllers that share a process, does not).
 func Run(ctx context.Context, cfg Config, deps Deps) error {
+	log := deps.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rctx, stopRuntime := context.WithCancel(ctx)
+	runtimeDone := make(chan struct{})
+	go func() {
+		defer close(runtimeDone)
+		runRuntime(rctx, cfg.Runtime, cfg.multiRegion(), log)
+	}()
+	defer func() {
+		stopRuntime()
+		<-runtimeDone
+	}()
 	c, err := Open(ctx, cfg, deps)
 	if err != nil {
 		return err

@@ -209,6 +209,13 @@ func (c Config) notedDefaults() map[string]string {
 			notes["policy_file"] = "not set: no residency decisions without a cross-region component"
 		}
 	}
+	if c.Runtime.MaxProcs == 0 {
+		if c.multiRegion() {
+			notes["runtime.max_procs"] = "the Go runtime's default (cross-region components are on; GOMAXPROCS in the environment wins)"
+		} else {
+			notes["runtime.max_procs"] = "adaptive: 1 while the process uses under 0.3 of a core, else the Go runtime's default (GOMAXPROCS in the environment wins)"
+		}
+	}
 	if len(c.Gossip.Keys) > 0 && c.Gossip.Advertise == "" {
 		notes["gossip.advertise"] = "default: the bind address (for 0.0.0.0, the host's private address)"
 	}
