@@ -15,9 +15,11 @@
 //	egress(c)   = bytes leaving the region x $/GB x (ms a dollar is worth)
 //
 // When remote regions are among the candidates, each one also pays
-// w_cold x (prefill(c) - the warmest candidate's prefill): work the fleet
-// would redo by sending the request where its prefix is not, which delays
-// the requests behind it (Config.ColdWorkWeight). Within a region it is off.
+// w_cold x the prefill at c of the tokens it computes beyond the warmest
+// candidate's: work the fleet would redo by sending the request where its
+// prefix is not, which delays the requests behind it
+// (Config.ColdWorkWeight). A faster pod computing as many tokens pays
+// nothing. Within a region it is off.
 //
 // rate(c) is the prefill time per token of c's hardware profile (measured
 // by the operator: Config.Profiles, else DefaultProfiles), times the pod's

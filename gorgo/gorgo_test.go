@@ -123,6 +123,32 @@ func TestColdWorkKeepsWarm(t *testing.T) {
 	}
 }
 
+// Cold work is tokens, not hardware: a remote pool of faster pods that
+// would compute as many tokens charges the slower local pod nothing, and
+// a colder candidate pays for its extra tokens at its own rate.
+func TestColdWorkIsTokens(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DefaultProfile = "slow"
+	m, err := New(cfg, Profile{Name: "slow", PrefillMsPerToken: 0.4, MaxConcurrency: 8}, Profile{Name: "fast", PrefillMsPerToken: 0.1, MaxConcurrency: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cands := []Candidate{
+		{Region: "home", Pod: "a", Profile: "slow", PromptTokens: 4000, CachedTokens: 1000},
+		{Region: "far", Remote: true, Profile: "fast", PromptTokens: 4000, CachedTokens: 1000, RTTMs: 60},
+		{Region: "farther", Remote: true, Profile: "fast", PromptTokens: 4000, RTTMs: 90},
+	}
+	var d Decision
+	m.Choose(cands, nil, time.Time{}, &d)
+	if d.Estimates[0].ColdWorkMs != 0 || d.Estimates[1].ColdWorkMs != 0 {
+		t.Fatalf("as warm, slower or faster, charged cold work: %+v", d.Estimates)
+	}
+	// 1,000 tokens more than the warmest, at 0.1 ms each.
+	if got := d.Estimates[2].ColdWorkMs; got != 100 {
+		t.Fatalf("cold work of the colder fast pool = %v ms, want 100", got)
+	}
+}
+
 func TestGuardrails(t *testing.T) {
 	m := mustModel(t, DefaultConfig())
 	now := time.Unix(1000, 0)
@@ -202,7 +228,19 @@ func TestGuardrails(t *testing.T) {
 func naiveChoose(cfg Config, profiles map[string]Profile, cands []Candidate, share func(string) float64) int {
 	// cost is the candidate's total; confirmed is false for a remote one
 	// with a stale summary (counted as holding nothing) or a suspect region.
-	cost := func(c Candidate) (total, prefill float64, confirmed bool) {
+	// pf is the prefill of u uncached tokens after cached ones at c.
+	pf := func(c Candidate, cached, u float64) float64 {
+		p, ok := profiles[c.Profile]
+		if !ok {
+			p = profiles[cfg.DefaultProfile]
+		}
+		prefill := u * p.PrefillMsPerToken
+		if p.AttnTokens > 0 {
+			prefill *= 1 + (cached+u/2)/p.AttnTokens
+		}
+		return prefill
+	}
+	cost := func(c Candidate) (total, uncached float64, confirmed bool) {
 		p, ok := profiles[c.Profile]
 		if !ok {
 			p = profiles[cfg.DefaultProfile]
@@ -222,34 +260,33 @@ func naiveChoose(cfg Config, profiles map[string]Profile, cands []Candidate, sha
 			q += float64(c.Running-p.MaxConcurrency+1) * (p.OverheadMs + float64(p.MeanOutputTokens)*p.DecodeMsPerToken) / float64(p.MaxConcurrency)
 		}
 		u := math.Max(float64(c.PromptTokens)-cached, 0)
-		prefill = u * p.PrefillMsPerToken
-		if p.AttnTokens > 0 {
-			prefill *= 1 + (cached+u/2)/p.AttnTokens
-		}
+		prefill := pf(c, cached, u)
 		total = cfg.QueueWeight*q + prefill + p.OverheadMs + cfg.RTTWeight*math.Max(c.RTTMs, 0) + c.ExtraMs
 		if c.Remote && c.EgressBytes > 0 {
 			total += float64(c.EgressBytes) / 1e9 * cfg.EgressUSDPerGB * cfg.MsPerUSD
 		}
-		return total, prefill, confirmed
+		return total, u, confirmed
 	}
 	type scored struct {
 		i     int
 		total float64
 	}
-	// With a remote candidate, every confirmed one pays for its prefill
-	// beyond the warmest confirmed one's.
-	anyRemote, warmest := false, math.Inf(1)
+	// With a remote candidate, every confirmed one pays for the prefill,
+	// at its own rate, of the tokens it computes beyond the warmest
+	// confirmed one's.
+	anyRemote, fewest := false, math.Inf(1)
 	for _, c := range cands {
 		anyRemote = anyRemote || c.Remote
-		if _, pf, ok := cost(c); ok {
-			warmest = math.Min(warmest, pf)
+		if _, u, ok := cost(c); ok {
+			fewest = math.Min(fewest, u)
 		}
 	}
 	var locals, remotes, unconfirmed []scored
 	for i, c := range cands {
-		t, pf, ok := cost(c)
-		if ok && anyRemote {
-			t += cfg.ColdWorkWeight * (pf - warmest)
+		t, u, ok := cost(c)
+		if ok && anyRemote && u > fewest {
+			prompt := float64(c.PromptTokens)
+			t += cfg.ColdWorkWeight * (pf(c, prompt-u, u) - pf(c, prompt-fewest, fewest))
 		}
 		if !ok {
 			unconfirmed = append(unconfirmed, scored{i, t})

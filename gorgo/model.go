@@ -72,8 +72,9 @@ type Config struct {
 	ShareWindow    time.Duration `yaml:"share_window"` // default 60s
 
 	// ColdWorkWeight: when remote regions are among the candidates, each
-	// candidate is charged for the prefill it would do beyond the warmest
-	// candidate's, times this weight; default 1, 0 turns it off. A request
+	// candidate is charged for the prefill, at its own rate, of the tokens
+	// it would compute beyond the warmest candidate's, times this weight;
+	// default 1, 0 turns it off. A request
 	// sent where its prefix is not cached redoes work that delays every
 	// request queued behind it there, which its own TTFT does not show:
 	// priced at its TTFT alone, requests left warm pods for cold regions
@@ -81,7 +82,11 @@ type Config struct {
 	// work for the same traffic (the simulator's coding workload at load
 	// 0.8: hit rate 80.5% against 89.0% in-region, TTFT p95 64.6 s against
 	// 39.4 s). Within a region the decision layer's own weights make the
-	// same trade (QueueWeight below 1).
+	// same trade (QueueWeight below 1). Tokens, not milliseconds: a
+	// faster pod computing the same tokens redoes nothing (charged the
+	// difference in prefill time, a local H100 paid 56% of its prefill
+	// again against a remote B200 pool, and every region's short prompts
+	// herded onto the others' B200s).
 	ColdWorkWeight float64 `yaml:"cold_work_weight"`
 
 	// A remote region's cached-token estimate has full weight while its
@@ -184,7 +189,7 @@ type Estimate struct {
 	RTTMs       float64 `json:"rtt_ms"`
 	EgressMs    float64 `json:"egress_ms"`
 	ExtraMs     float64 `json:"extra_ms"`
-	ColdWorkMs  float64 `json:"cold_work_ms,omitempty"` // weighted prefill beyond the warmest candidate's (with remote candidates)
+	ColdWorkMs  float64 `json:"cold_work_ms,omitempty"` // weighted prefill of the tokens beyond the warmest candidate's (with remote candidates)
 	TotalMs     float64 `json:"total_ms"`
 	Uncached    int     `json:"uncached_tokens"`
 	CacheWeight float64 `json:"cache_weight"`       // staleness weight on CachedTokens
@@ -468,17 +473,22 @@ func (m *Model) Choose(cands []Candidate, shares ShareView, now time.Time, dst *
 		dst.Estimates = append(dst.Estimates, e)
 	}
 	// Prefill beyond the warmest usable place is work the fleet need not
-	// do: with remote candidates, charge it (ColdWorkWeight).
+	// do: with remote candidates, charge it (ColdWorkWeight). What is
+	// charged is the tokens a candidate would compute beyond the warmest
+	// one's, at its own rate: a faster pod computing as many tokens redoes
+	// nothing, it only finishes sooner, and its prefill term says so.
 	if m.cfg.ColdWorkWeight > 0 && slices.ContainsFunc(cands, func(c Candidate) bool { return c.Remote }) {
-		warmest := math.Inf(1)
+		fewest := math.MaxInt
 		for i := range dst.Estimates {
 			if e := &dst.Estimates[i]; e.Excluded == "" {
-				warmest = min(warmest, e.PrefillMs)
+				fewest = min(fewest, e.Uncached)
 			}
 		}
 		for i := range dst.Estimates {
-			if e := &dst.Estimates[i]; e.Excluded == "" && e.PrefillMs > warmest {
-				e.ColdWorkMs = m.cfg.ColdWorkWeight * (e.PrefillMs - warmest)
+			if e := &dst.Estimates[i]; e.Excluded == "" && e.Uncached > fewest {
+				c := &cands[i]
+				warm := prefillMs(m.profile(c.Profile).AttnTokens, e.RateMs, c.PromptTokens-fewest, fewest)
+				e.ColdWorkMs = m.cfg.ColdWorkWeight * max(e.PrefillMs-warm, 0)
 				e.TotalMs += e.ColdWorkMs
 			}
 		}

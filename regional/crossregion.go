@@ -37,8 +37,9 @@ const (
 // gossip): cost-model candidates for the regions a filter allows, and where
 // to forward to each.
 type RemoteSource interface {
-	// Candidates are the regions that serve model and that allowed accepts.
-	Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate
+	// Candidates are the regions that serve model and that allowed accepts,
+	// priced by the cost model cost (gossip.RegionsView.Candidates).
+	Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(region string) bool, cost *gorgo.Model, dst []gorgo.Candidate) []gorgo.Candidate
 	ForwardAddrs(region string) []string
 	// Serves reports whether any other region says it serves model, and
 	// whether anything is known of the other regions' models at all.
@@ -231,7 +232,7 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 	if canForward {
 		remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 			return region != t.Region && rd.Allows(region) && ctl.Routable(region)
-		}, nil)
+		}, s.dec.Model(), nil)
 		if u, ok := t.Remotes.(unseenSource); ok {
 			s.fwd.Adjust(remotes, u.Unseen)
 		}
@@ -248,7 +249,7 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		if canForward {
 			remotes = t.Remotes.Candidates(s.now(), p.req.Model, p.req.Chain, p.req.PromptTokens, func(region string) bool {
 				return region != t.Region && rd.Allows(region) && ctl.LastResort(region)
-			}, nil)
+			}, s.dec.Model(), nil)
 		}
 	}
 	pl, err := s.dec.Place(&p.req, t.Region, localOK, remotes, t.Shares)

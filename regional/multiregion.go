@@ -289,8 +289,8 @@ func (s *checkpointSink) PublishCheckpoint(ctx context.Context, cp audit.Checkpo
 // gossipRemotes adapts the gossip view to RemoteSource.
 type gossipRemotes struct{ node *gossip.Node }
 
-func (g gossipRemotes) Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
-	return g.node.View().Candidates(now, model, chain, promptTokens, allowed, dst)
+func (g gossipRemotes) Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(string) bool, cost *gorgo.Model, dst []gorgo.Candidate) []gorgo.Candidate {
+	return g.node.View().Candidates(now, model, chain, promptTokens, allowed, cost, dst)
 }
 
 func (g gossipRemotes) Serves(model string) (serves, known bool) { return g.node.View().Serves(model) }

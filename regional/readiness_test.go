@@ -18,7 +18,7 @@ import (
 // candidates: enough for a server to count as connected to other regions.
 type staticRemotes map[string][]string
 
-func (s staticRemotes) Candidates(time.Time, string, []uint64, int, func(string) bool, []gorgo.Candidate) []gorgo.Candidate {
+func (s staticRemotes) Candidates(time.Time, string, []uint64, int, func(string) bool, *gorgo.Model, []gorgo.Candidate) []gorgo.Candidate {
 	return nil
 }
 func (s staticRemotes) ForwardAddrs(region string) []string { return s[region] }

@@ -11,7 +11,8 @@ import (
 
 // BenchmarkViewCandidates: the remote half of a routing decision — read
 // the view, estimate each remote region's cached prefix from its 64 KiB
-// summary of 1M blocks, fill its gorgo candidate — for a 100k-token chain
+// summary of 1M blocks, fill its gorgo candidate priced at its soonest
+// pool — for a 100k-token chain
 // (1,562 blocks), with 3 and 10 remote regions.
 func BenchmarkViewCandidates(b *testing.B) {
 	for _, regions := range []int{3, 10} {
@@ -37,9 +38,13 @@ func BenchmarkViewCandidates(b *testing.B) {
 			var n Node
 			n.view.Store(v)
 			dst := make([]gorgo.Candidate, 0, regions)
+			m, err := gorgo.New(gorgo.DefaultConfig())
+			if err != nil {
+				b.Fatal(err)
+			}
 			b.ReportAllocs()
 			for b.Loop() {
-				dst = n.View().Candidates(now, "", chain, 100_000, nil, dst[:0])
+				dst = n.View().Candidates(now, "", chain, 100_000, nil, m, dst[:0])
 			}
 			if len(dst) != regions {
 				b.Fatalf("%d candidates", len(dst))

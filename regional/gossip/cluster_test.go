@@ -188,7 +188,7 @@ func TestRestartWithHigherGeneration(t *testing.T) {
 			if r.Summary == nil || r.Summary.Generation != 100 {
 				return fmt.Errorf("%s dropped the last summary of a dead region", n.cfg.NodeName)
 			}
-			if _, ok := r.Candidate(time.Now(), []uint64{1}, 64); ok {
+			if _, ok := r.Candidate(time.Now(), []uint64{1}, 64, nil); ok {
 				return fmt.Errorf("%s: a dead region is a candidate", n.cfg.NodeName)
 			}
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/serf/coordinate"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/regional/summary"
 )
 
@@ -293,7 +294,7 @@ func TestRTTLadder(t *testing.T) {
 	if eu.RTTSource != RTTNone {
 		t.Fatalf("eu-west-1: %v %s", eu.RTT, eu.RTTSource)
 	}
-	if _, ok := eu.Candidate(now, nil, 10); ok {
+	if _, ok := eu.Candidate(now, nil, 10, nil); ok {
 		t.Fatal("a region of unknown RTT is a candidate")
 	}
 	if v.Regions[len(v.Regions)-1].Region != "eu-west-1" {
@@ -388,7 +389,7 @@ func TestRegionCandidate(t *testing.T) {
 	r := RegionView{Region: "us-west-2", Summary: s, ReceivedAt: recv, Live: true, Alive: 1, RTT: 65 * time.Millisecond, RTTSource: RTTDirect,
 		Controllers: []Controller{{Name: "ctl-us-west-2", State: StateAlive}}}
 	now := recv.Add(5 * time.Second)
-	c, ok := r.Candidate(now, hashesFor("us-west-2", 1000)[:10], 10*64)
+	c, ok := r.Candidate(now, hashesFor("us-west-2", 1000)[:10], 10*64, nil)
 	if !ok || c.RTTMs != 65 || c.SummaryAge != 5*time.Second || !c.Remote || c.Region != "us-west-2" {
 		t.Fatalf("candidate %+v ok %v", c, ok)
 	}
@@ -397,28 +398,52 @@ func TestRegionCandidate(t *testing.T) {
 	// on arrival, 7s old four seconds later. The build time is not read.
 	late := r
 	late.ReceivedAt, late.SentAge = s.BuiltAt.Add(90*time.Second), 3*time.Second
-	if c, _ := late.Candidate(late.ReceivedAt.Add(4*time.Second), nil, 10); c.SummaryAge != 7*time.Second {
+	if c, _ := late.Candidate(late.ReceivedAt.Add(4*time.Second), nil, 10, nil); c.SummaryAge != 7*time.Second {
 		t.Fatalf("age from the sender's report: %v", c.SummaryAge)
 	}
 	// It is never negative (now before receipt, under a clock step).
-	if c, _ := r.Candidate(recv.Add(-time.Second), nil, 10); c.SummaryAge != 0 {
+	if c, _ := r.Candidate(recv.Add(-time.Second), nil, 10, nil); c.SummaryAge != 0 {
 		t.Fatalf("age under skew: %v", c.SummaryAge)
 	}
+	// With a cost model, the candidate is priced at the region's soonest
+	// pool (summary.Summary.Price), after its age and RTT are set.
+	mixed := r
+	var err error
+	mixed.Summary, err = summary.Build(summary.Input{Region: "us-west-2", Generation: 2, BuiltAt: s.BuiltAt, BlockSize: 64,
+		Load: []summary.ProfileLoad{{Profile: "b200", Pods: 2, PendingPrefillTokens: 2000}, {Profile: "h100", Pods: 6, PendingPrefillTokens: 6000}}},
+		hashesFor("us-west-2", 100), summary.BuildConfig{MaxBytes: 16 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := gorgo.New(gorgo.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := mixed.Candidate(now, nil, 20_000, nil)
+	want := plain
+	mixed.Summary.Price(&want, m)
+	priced, _ := mixed.Candidate(now, nil, 20_000, m)
+	if priced != want || priced.Profile != "b200" || priced.PendingPrefillTokens != 1000 || priced.SummaryAge != 5*time.Second || priced.RTTMs != 65 {
+		t.Fatalf("priced candidate %+v, want %+v", priced, want)
+	}
+	if m.Estimate(&priced).TotalMs >= m.Estimate(&plain).TotalMs {
+		t.Fatalf("the b200 pool is not priced below the region's mean at h100: %+v against %+v", priced, plain)
+	}
 	v := &RegionsView{Regions: []RegionView{r}, byName: map[string]int{"us-west-2": 0}}
-	if got := v.Candidates(now, "", nil, 10, func(string) bool { return false }, nil); len(got) != 0 {
+	if got := v.Candidates(now, "", nil, 10, func(string) bool { return false }, nil, nil); len(got) != 0 {
 		t.Fatal("a disallowed region became a candidate")
 	}
-	if got := v.Candidates(now, "", nil, 10, nil, nil); len(got) != 1 || got[0].Suspect {
+	if got := v.Candidates(now, "", nil, 10, nil, nil, nil); len(got) != 1 || got[0].Suspect {
 		t.Fatalf("the allowed region is missing or suspect: %+v", got)
 	}
 	// Models: a summary that lists models is a candidate only for those.
 	withModels := r
 	withModels.Summary = buildSummaryModels(t, "us-west-2", 2, 100, "m1")
 	mv := &RegionsView{Regions: []RegionView{withModels}, byName: map[string]int{"us-west-2": 0}}
-	if got := mv.Candidates(now, "m2", nil, 10, nil, nil); len(got) != 0 {
+	if got := mv.Candidates(now, "m2", nil, 10, nil, nil, nil); len(got) != 0 {
 		t.Fatal("a region that does not serve the model became a candidate")
 	}
-	if got := mv.Candidates(now, "m1", nil, 10, nil, nil); len(got) != 1 {
+	if got := mv.Candidates(now, "m1", nil, 10, nil, nil, nil); len(got) != 1 {
 		t.Fatal("the region serving the model is missing")
 	}
 	if serves, known := mv.Serves("m2"); serves || !known {
@@ -437,7 +462,7 @@ func TestRegionCandidate(t *testing.T) {
 	// candidate, marked Suspect, for traffic with nowhere else to go.
 	sus := r
 	sus.Live, sus.Alive, sus.Suspect = false, 0, 1
-	if c, ok := sus.Candidate(now, nil, 10); !ok || !c.Suspect {
+	if c, ok := sus.Candidate(now, nil, 10, nil); !ok || !c.Suspect {
 		t.Fatalf("suspect region: %+v ok %v", c, ok)
 	}
 	// Every controller declared dead by this node's failure detector:
@@ -446,13 +471,13 @@ func TestRegionCandidate(t *testing.T) {
 	dead := sus
 	dead.Suspect, dead.Dead = 0, 1
 	dead.Controllers = []Controller{{Name: "ctl-us-west-2", State: StateDead}}
-	if c, ok := dead.Candidate(now, nil, 10); !ok || !c.Suspect {
+	if c, ok := dead.Candidate(now, nil, 10, nil); !ok || !c.Suspect {
 		t.Fatalf("a region whose controllers are declared dead: %+v ok %v", c, ok)
 	}
 	// No controller known at all: no candidate.
 	gone := dead
 	gone.Dead, gone.Controllers = 0, nil
-	if _, ok := gone.Candidate(now, nil, 10); ok {
+	if _, ok := gone.Candidate(now, nil, 10, nil); ok {
 		t.Fatal("a region with no controller became a candidate")
 	}
 }

@@ -130,14 +130,17 @@ func (v *RegionsView) Serves(model string) (serves, known bool) {
 
 // Candidate turns the region into a gorgo candidate for a request whose
 // chain of block hashes is chain (see summary.Summary.Candidate), with the
-// region's RTT and the summary's age. A region that is not Live (its
+// region's RTT and the summary's age, priced by the cost model cost at
+// the pool of the region's pods that would serve it soonest
+// (summary.Summary.Price; nil cost: the region's mean load at the profile
+// with the most pods). A region that is not Live (its
 // controllers suspect, or declared dead by this node's failure detector)
 // is a Suspect candidate: what one controller's gossip saw is not a
 // failure (the Raft tier's region state says that), so traffic that only
 // that region may serve still goes there, and fails fast if nobody is
 // there. ok is false when the region cannot be a candidate: no summary
 // yet, no controller known, or RTT unknown.
-func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int) (c gorgo.Candidate, ok bool) {
+func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int, cost *gorgo.Model) (c gorgo.Candidate, ok bool) {
 	if r.Summary == nil || (!r.Live && r.Suspect == 0 && r.Dead == 0) || r.RTTSource == RTTNone {
 		return gorgo.Candidate{}, false
 	}
@@ -145,13 +148,17 @@ func (r *RegionView) Candidate(now time.Time, chain []uint64, promptTokens int) 
 	c.SummaryAge = r.Age(now)
 	c.RTTMs = float64(r.RTT) / float64(time.Millisecond)
 	c.Suspect = !r.Live
+	if cost != nil {
+		r.Summary.Price(&c, cost)
+	}
 	return c, true
 }
 
 // Candidates appends the candidates of every usable remote region that
-// serves model ("": any) and that allowed accepts (nil: all). Residency
-// filtering is the caller's: pass its verdict as allowed.
-func (v *RegionsView) Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(region string) bool, dst []gorgo.Candidate) []gorgo.Candidate {
+// serves model ("": any) and that allowed accepts (nil: all), each priced
+// by the cost model cost at its soonest pool (see Candidate; nil: at its
+// mean). Residency filtering is the caller's: pass its verdict as allowed.
+func (v *RegionsView) Candidates(now time.Time, model string, chain []uint64, promptTokens int, allowed func(region string) bool, cost *gorgo.Model, dst []gorgo.Candidate) []gorgo.Candidate {
 	for i := range v.Regions {
 		r := &v.Regions[i]
 		if allowed != nil && !allowed(r.Region) {
@@ -160,7 +167,7 @@ func (v *RegionsView) Candidates(now time.Time, model string, chain []uint64, pr
 		if model != "" && r.Summary != nil && !r.Summary.Serves(model) {
 			continue
 		}
-		if c, ok := r.Candidate(now, chain, promptTokens); ok {
+		if c, ok := r.Candidate(now, chain, promptTokens, cost); ok {
 			dst = append(dst, c)
 		}
 	}

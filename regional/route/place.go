@@ -30,7 +30,8 @@ var ErrNoRegion = errors.New("no allowed region can serve the request")
 
 // Place decides between this region's best pod and the remote regions
 // (candidates already filtered to the regions residency allows, routable,
-// with fresh enough summaries — see gossip.RegionsView.Candidates). local
+// with fresh enough summaries — see gossip.RegionsView.Candidates; each
+// pays here the running scorer's charge on its requests in flight). local
 // says whether this region may serve at all (residency and region state).
 // shares is the remote-share guardrail's state: Place reads it and changes
 // nothing, so a dry run (POST /v1/route) leaves the guardrail as it found
@@ -63,7 +64,18 @@ func (d *Decider) PlaceInto(req *Request, region string, local bool, remotes []g
 			dst.Candidates = append(dst.Candidates, c)
 		}
 	}
+	n := len(dst.Candidates)
 	dst.Candidates = append(dst.Candidates, remotes...)
+	// A remote candidate pays what the running scorer charges a local one
+	// for the requests in flight on its pod (the remote controller's own
+	// picker charges its pods so): without it a remote pool with as many
+	// requests in flight looked that much sooner than a local pod (2 ms
+	// each; 150-200 ms on the simulator's short prompts at load 0.8).
+	if perRequestMs := d.pipe.Load().runningMs(); perRequestMs > 0 {
+		for i := n; i < len(dst.Candidates); i++ {
+			dst.Candidates[i].ExtraMs += perRequestMs * float64(max(dst.Candidates[i].Running, 0))
+		}
+	}
 	var view gorgo.ShareView
 	if shares != nil {
 		view = shares

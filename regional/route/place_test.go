@@ -105,3 +105,31 @@ func TestSessionAccountingFollowsTickets(t *testing.T) {
 		t.Fatalf("after both done: %d in flight", n)
 	}
 }
+
+// A remote candidate pays the running scorer's charge on its requests in
+// flight, as a local pod does, in the placement's copy only; with the
+// scorer off it pays nothing.
+func TestPlaceChargesRemoteRunning(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		weight float64
+		want   float64
+	}{{"on", 1, 2 * 40}, {"off", 0, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, 1, func(c *Config) { c.Weights["running"] = tc.weight })
+			r := req(chain(5, 10))
+			remotes := []gorgo.Candidate{{Region: "us-west-2", Remote: true, Profile: "h100", PromptTokens: r.PromptTokens,
+				Running: 40, RTTMs: 65, SummaryAge: time.Second, ExtraMs: 1}}
+			pl, err := f.dec.Place(r, "us-east-1", true, remotes, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pl.Candidates[1].ExtraMs; got != 1+tc.want {
+				t.Fatalf("remote ExtraMs %v, want %v", got, 1+tc.want)
+			}
+			if remotes[0].ExtraMs != 1 {
+				t.Fatalf("the caller's candidate changed: %+v", remotes[0])
+			}
+		})
+	}
+}

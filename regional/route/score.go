@@ -103,6 +103,17 @@ func (s queueScorer) term(c *cycle, i int, t *terms) {
 // slows the engine's batch steps.
 type runningScorer struct{ perRequestMs float64 }
 
+// runningMs is what the running scorer charges per request in flight (0:
+// it is off).
+func (p *pipeline) runningMs() float64 {
+	for _, sc := range p.scorers {
+		if rs, ok := sc.(runningScorer); ok {
+			return rs.perRequestMs
+		}
+	}
+	return 0
+}
+
 func (s runningScorer) term(_ *cycle, _ int, t *terms) {
 	t.extra += s.perRequestMs * float64(t.running)
 }

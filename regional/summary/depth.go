@@ -1,6 +1,7 @@
 package summary
 
 import (
+	"math"
 	"time"
 
 	"github.com/meridian-llm/meridian/gorgo"
@@ -120,7 +121,8 @@ func (s *Summary) scan(chain []uint64, d Depth) Depth {
 //   - Profile: the profile with the most pods; PendingPrefillTokens and
 //     Running: the region's totals per pod, rounded up (the remote
 //     controller picks a pod of its own; its queue is estimated as the
-//     region's mean).
+//     region's mean). A reader with a cost model prices it at the pool
+//     that would serve it soonest instead (Price).
 //
 // SummaryAge, RTTMs and EgressBytes are left for the caller: the gossip view
 // knows the RTT, and when the summary arrived, which bounds its age when
@@ -140,6 +142,44 @@ func (s *Summary) Candidate(_ time.Time, chain []uint64, promptTokens int) gorgo
 		c.Running = int(ceilDiv(int64(t.Running), int64(t.Pods)))
 	}
 	return c
+}
+
+// Price sets c (a candidate of this region, as Candidate fills it, with
+// whatever the caller adds: age, RTT, egress) to the pool of the region's
+// pods that would serve it soonest by m: for each profile with live pods,
+// that profile, with its pods' mean backlog and requests in flight
+// (rounded up); the pool whose m.Estimate is least wins (ties to the
+// earlier in Load). With no load it leaves c as it is.
+//
+// A summary's PendingPrefillTokens are each pool's backlog in tokens at
+// its own profile's rate: a b200 pool's 1,000 tokens are 158 ms, an h100
+// pool's 360 ms. Summed over pools and priced at the profile with the
+// most pods, as Candidate does for a reader without rates, a fast pool's
+// backlog counts at the slow profile's rate and the request's prefill is
+// priced on hardware the remote controller would not pick for it: the
+// region looks up to 2.3x as far off as it is. The remote controller
+// picks the pod with the least expected TTFT; the pool whose mean pod
+// does is the estimate a summary allows (a pool's least loaded pod may do
+// better still). In the simulator's long-RTT scenario, where
+// ap-southeast-1 must shed its excess over 220 ms, pricing remote regions
+// at the profile with the most pods kept large cold prompts at home: its
+// p95 TTFT was 2.25x the idealised GORGO's at load 0.5, and 0.75x priced
+// at the soonest pool.
+func (s *Summary) Price(c *gorgo.Candidate, m *gorgo.Model) {
+	best, bestMs := *c, math.Inf(1)
+	for _, l := range s.Load {
+		if l.Pods <= 0 {
+			continue
+		}
+		try := *c
+		try.Profile = l.Profile
+		try.PendingPrefillTokens = int(ceilDiv(l.PendingPrefillTokens, int64(l.Pods)))
+		try.Running = int(ceilDiv(int64(l.Running), int64(l.Pods)))
+		if e := m.Estimate(&try); e.TotalMs < bestMs {
+			best, bestMs = try, e.TotalMs
+		}
+	}
+	*c = best
 }
 
 func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }

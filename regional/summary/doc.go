@@ -4,7 +4,9 @@
 // hardware profile, a generation and build time, and what a reader needs to
 // interpret it (block size, hashing scheme, models). A remote controller
 // estimates from it how many leading blocks of a request's chain the region
-// holds (Depth), and turns that into a gorgo.Candidate (Candidate).
+// holds (Depth), and turns that into a gorgo.Candidate (Candidate), priced
+// at the pool of the region's pods, one per hardware profile, that would
+// serve the request soonest (Price).
 //
 // # Sampling
 //

@@ -16,8 +16,9 @@
 // the world's virtual clock. Regions publish real summary.Summary values
 // built from their index every SummaryInterval; the other regions receive
 // them half an RTT later and read remote candidates through
-// gossip.RegionsView.Candidates, so remote estimates are as stale as in
-// production; as the controller does, an origin adds the prefill it has
+// gossip.RegionsView.Candidates (priced with the origin's cost model at
+// each region's soonest pool, as the controller does), so remote
+// estimates are as stale as in production; as the controller does, an origin adds the prefill it has
 // forwarded that a summary cannot show yet (route.Forwarded), and releases
 // it at the first byte, and charges each remote candidate its own
 // backlog's growth since the summary was built (route.Trend); a region's

@@ -398,7 +398,7 @@ func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 	rr := w.routeRequest(r)
 	remotes := origin.view.Candidates(w.wall(), "", r.chain, r.input, func(name string) bool {
 		return name != origin.name && allowed.Allows(name)
-	}, nil)
+	}, origin.dec.Model(), nil)
 	origin.fwd.Adjust(remotes, origin.unseen)
 	if !origin.failed {
 		origin.trend.Note(w.wall(), origin.dec.BacklogMs(w.wall()))
