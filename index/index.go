@@ -537,22 +537,12 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 		dst = make([]Match, total)
 	}
 	dst = dst[:total]
-	state := x.pods.state[:w*64]
 	j := 0
 	for i := m - 1; i >= 0; i-- {
-		depth := int(ivs[i].hi)
 		b := int(ivs[i].b) * w
-		for q, d := range scratch[b : b+w] {
-			for ; d != 0; d &= d - 1 {
-				slot := q*64 + bits.TrailingZeros64(d)
-				if j < len(dst) {
-					dst[j] = Match{Pod: makePodID(slot, uint32(state[slot].Load()>>8)), Blocks: depth}
-				}
-				j++
-			}
-		}
+		j += x.pods.fill(dst[j:], scratch[b:b+w], int(ivs[i].hi))
 	}
-	return dst[:min(j, len(dst))]
+	return dst[:j]
 }
 
 // loadBatch loads the pod bitmaps of the blocks at the given positions of
@@ -756,11 +746,11 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 		// This depth's group goes just below the deeper groups (found
 		// later), so dst ends sorted by depth, most first, slots ascending.
 		end -= k
-		j := end
+		out := unsafe.Pointer(unsafe.SliceData(dst[end : end+k])) // the room for the k
+		j := uintptr(0)
 		for i := 0; i < w; i++ {
-			for d := dropped[i]; d != 0; d &= d - 1 {
-				dst[j] = Match{Pod: x.pods.id(i*64 + bits.TrailingZeros64(d)), Blocks: r}
-				j++
+			if d := dropped[i]; d != 0 {
+				j = fillWord(out, j, x.pods.ids, i*64, d, r)
 			}
 		}
 		if remaining == 0 {
