@@ -378,8 +378,11 @@ const (
 	lookupMaxIntervals = 128
 	// lookupRoundProbes is how many probes a round makes when there are
 	// fewer open intervals than that (each gets at least one): enough to
-	// keep the CPU's outstanding misses busy.
-	lookupRoundProbes = 4
+	// keep the CPU's outstanding misses busy, and to cut a chain into
+	// pieces of about one depth each in fewer rounds (8 rather than 4:
+	// 2-15% less CPU per rotating lookup of 256 or 1,024 blocks at 4 or
+	// 16 depths, none lost at 128; 12 and 16 cost more than they save).
+	lookupRoundProbes = 8
 	// lookupMaxRoundProbes bounds a round's probes when there are more
 	// open intervals than that; the rest wait for the next round.
 	lookupMaxRoundProbes = 32
