@@ -565,14 +565,29 @@ func (x *Index) lookup(chain []uint64, dst []Match, scratch []uint64) []Match {
 // raced a writer, or whose entry turned out to hold another key (a
 // fingerprint collision), is done again by load.
 func (x *Index) loadBatch(chain []uint64, pos []int32, out []uint64) {
-	w, stride := x.words, x.stride
 	var seqs [lookupMaxRoundProbes]uint64
 	var tabs [lookupMaxRoundProbes]*table
-	// found[j] is 1 + the slab entry the fingerprint of probe j names, or
-	// 0 if its probe run ended without one; seqs[j] odd sends probe j to
-	// load.
 	var found [lookupMaxRoundProbes]uint32
 	var lines [2 * lookupMaxRoundProbes]unsafe.Pointer
+	x.loadBatchIn(chain, pos, out, seqs[:], tabs[:], found[:], lines[:])
+}
+
+// loadQuad is loadBatch for at most 4 probes, with less working space to
+// zero on the stack.
+func (x *Index) loadQuad(chain []uint64, pos []int32, out []uint64) {
+	var seqs [4]uint64
+	var tabs [4]*table
+	var found [4]uint32
+	var lines [8]unsafe.Pointer
+	x.loadBatchIn(chain, pos, out, seqs[:], tabs[:], found[:], lines[:])
+}
+
+// loadBatchIn is loadBatch with its working space given: room for
+// len(pos) probes in seqs, tabs and found, and twice that in lines.
+// found[j] is 1 + the slab entry the fingerprint of probe j names, or 0
+// if its probe run ended without one; seqs[j] odd sends probe j to load.
+func (x *Index) loadBatchIn(chain []uint64, pos []int32, out []uint64, seqs []uint64, tabs []*table, found []uint32, lines []unsafe.Pointer) {
+	w, stride := x.words, x.stride
 	n := 0
 	for j, p := range pos {
 		h := chain[p]
@@ -659,8 +674,10 @@ func (x *Index) loadBatch(chain []uint64, pos []int32, out []uint64) {
 // pods left (its bitmap kept, so it is not probed again), so closely
 // spaced depths cost about a probe each. Its probes
 // depend on each other: each waits for its own cache misses (slot, then
-// entry) when the chain is not cached. Lookup uses it for short chains,
-// and lookup when its scratch space cannot hold the intervals.
+// entry) when the chain is not cached; only the first few, which do not,
+// are loaded together (H_0, the chain's midpoint and its halves'). Lookup
+// uses it for short chains, and lookup when its scratch space cannot hold
+// the intervals.
 //
 // Under broken closure it only ever reports a pod at a depth where it was
 // seen to drop out after holding the previous block, and a pod holding
@@ -675,10 +692,22 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 	// none is the bitmap at n: nobody holds chain[n]. spare holds the
 	// bitmap at r when the memo is full.
 	var cand, probe, none, spare, dropped [maxWords]uint64
-	x.load(chain[0], probe[:w])
+	// The first search's first probes do not depend on H_0's bitmap: its
+	// midpoint, and the midpoints of its halves, one of which it probes
+	// next (a later search often starts at the other). They are loaded
+	// with H_0 in one batch, so that their cache misses overlap.
+	pre := [4]int32{0, -1, -1, -1}
+	var preAt [4 * maxWords]uint64
+	if n >= 4 {
+		h := n >> 1
+		pre = [4]int32{0, int32(h >> 1), int32(h), int32((h + n) >> 1)}
+		x.loadQuad(chain, pre[:], preAt[:4*w])
+	} else {
+		x.load(chain[0], preAt[:w])
+	}
 	total := 0
 	for i := 0; i < w; i++ {
-		cand[i] = probe[i] & x.pods.alive[i].Load()
+		cand[i] = preAt[i] & x.pods.alive[i].Load()
 		total += bits.OnesCount64(cand[i])
 	}
 	if total == 0 {
@@ -723,7 +752,16 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 			if sp < memo {
 				at = failedAt[sp*w : (sp+1)*w]
 			}
-			x.load(chain[m], at)
+			switch int32(m) {
+			case pre[1]:
+				copy(at, preAt[w:2*w])
+			case pre[2]:
+				copy(at, preAt[2*w:3*w])
+			case pre[3]:
+				copy(at, preAt[3*w:4*w])
+			default:
+				x.load(chain[m], at)
+			}
 			if subset(cand[:w], at) {
 				l = m
 				continue
