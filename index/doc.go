@@ -57,6 +57,13 @@
 // closure-preserving histories it equals the consecutive scan exactly (the
 // property tests check both statements against a naive reference).
 //
+// LookupGroups answers the same a depth group at a time, deepest first, and
+// only as far as it is asked (Groups.Next): a caller that needs the pods
+// holding the longest prefixes first, and may stop there, does not pay for
+// the rest. Its search mirrors the sequential one from the deep end; on
+// closure-preserving histories its groups are Lookup's answer, otherwise
+// each of its answers is a drop point with the same bound.
+//
 // # Pods
 //
 // A pod gets a slot (its bit) and a generation; PodID carries both. The alive
@@ -76,7 +83,8 @@
 //     or a tier the pod does not hold it in, is a no-op.
 //  4. On closure-preserving histories Lookup equals the naive consecutive
 //     scan; otherwise it obeys the weaker property above.
-//  5. Lookup allocates nothing when cap(dst) >= PodCapacity.
+//  5. Lookup allocates nothing when cap(dst) >= PodCapacity; nor does
+//     Groups.Next when dst has room for the group.
 //
 // Tier detail (gpu, cpu, disk, external) lives off the hot path: the bitmap
 // says only "held somewhere"; per-(block, pod) tier counts are kept in a side

@@ -375,3 +375,16 @@ func TestAppendHashes(t *testing.T) {
 		t.Fatalf("filtered, without the dead pod: %v", got)
 	}
 }
+
+// TestDeBruijnBit checks the table fillWord finds set bits with: every
+// lowest set bit maps back to its position, whatever the bits above it.
+func TestDeBruijnBit(t *testing.T) {
+	for b := 0; b < 64; b++ {
+		for _, above := range []uint64{0, ^uint64(0)} {
+			d := uint64(1)<<b | above<<b
+			if got := int(deBruijnBit[(d&-d)*deBruijn64>>58]); got != b {
+				t.Fatalf("lowest bit %d of %#x: table says %d", b, d, got)
+			}
+		}
+	}
+}

@@ -103,13 +103,16 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 			if all := named(x.Lookup(chain, make([]Match, 0, capacity))); !slices.Equal(all, want) {
 				t.Fatalf("Lookup of %d blocks:\n index %v\n naive %v", n, all, want)
 			}
+			if groups := named(allGroups(x, chain)); !slices.Equal(groups, want) {
+				t.Fatalf("LookupGroups of %d blocks:\n index %v\n naive %v", n, groups, want)
+			}
 			return
 		}
 		c := map[string]int{}
 		for _, m := range want {
 			c[m.Name] = m.Blocks
 		}
-		for _, got := range [][]namedMatch{got, named(x.lookupSequential(chain, nil))} {
+		for _, got := range [][]namedMatch{got, named(x.lookupSequential(chain, nil)), named(allGroups(x, chain))} {
 			if len(got) != len(want) {
 				t.Fatalf("lookup pods differ:\n index %v\n naive %v", got, want)
 			}
@@ -122,6 +125,17 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 			}
 		}
 	})
+}
+
+// allGroups is every group LookupGroups answers for chain, in turn.
+func allGroups(x *Index, chain []uint64) []Match {
+	var g Groups
+	x.LookupGroups(chain, &g)
+	var out []Match
+	for !g.Done() {
+		out = g.Next(out)
+	}
+	return out
 }
 
 // A long chain's lookup (the parallel rounds) allocates nothing either.
@@ -167,5 +181,33 @@ func TestFingerprintTwin(t *testing.T) {
 		if d == h || fingerprint(d) != fingerprint(h) || shardOf(d) != shardOf(h) {
 			t.Fatalf("twin of %#x: %#x", h, d)
 		}
+	}
+}
+
+// Answering a lookup's groups allocates nothing when dst has room.
+func TestGroupsDoNotAllocate(t *testing.T) {
+	x := mustIndex(t, 256)
+	chain := make([]uint64, 128)
+	for i := range chain {
+		chain[i] = splitmix(uint64(i) + 1)
+	}
+	for p := 0; p < 256; p++ {
+		id, _ := x.AddPod(fmt.Sprint(p))
+		_ = x.Register(id, TierGPU, chain[:1+p%128])
+	}
+	g := new(Groups)
+	buf := make([]Match, 0, x.PodCapacity())
+	allocs := testing.AllocsPerRun(200, func() {
+		x.LookupGroups(chain, g)
+		buf = buf[:0]
+		for !g.Done() {
+			buf = g.Next(buf)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("LookupGroups and Next allocate %.1f times per lookup", allocs)
+	}
+	if len(buf) != 256 || buf[0].Blocks != 128 || buf[255].Blocks != 1 {
+		t.Fatalf("unexpected result: %d matches, first %v last %v", len(buf), buf[0], buf[len(buf)-1])
 	}
 }

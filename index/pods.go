@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Errors returned by the pod and block operations.
@@ -45,8 +46,11 @@ const (
 // pods is the slot table. state[slot] = gen<<8 | state, readable without the
 // lock; alive is the bitmap of live slots that every lookup masks with.
 type pods struct {
-	mu     sync.Mutex
-	state  []atomic.Uint64
+	mu    sync.Mutex
+	state []atomic.Uint64
+	// ids[slot] is the PodID of the slot's latest incarnation (the
+	// generation in state), ready for answers.
+	ids    *[MaxPods]atomic.Uint64
 	alive  []atomic.Uint64
 	names  []string
 	byName map[string]int
@@ -57,6 +61,7 @@ type pods struct {
 func newPods(capacity int) pods {
 	return pods{
 		state:  make([]atomic.Uint64, capacity),
+		ids:    new([MaxPods]atomic.Uint64),
 		alive:  make([]atomic.Uint64, capacity/64),
 		names:  make([]string, capacity),
 		byName: make(map[string]int),
@@ -75,6 +80,56 @@ func (p *pods) live(id PodID) bool {
 
 func (p *pods) id(slot int) PodID {
 	return makePodID(slot, uint32(p.state[slot].Load()>>8))
+}
+
+// fill writes the pods of set, a bitmap of slots, to dst in slot order,
+// each with the given matched blocks, and returns how many it wrote;
+// dst must have room for them all. An answer is mostly this loop, one
+// iteration per pod, so it is kept to a few instructions: the PodIDs
+// come ready from ids; a set bit's position is found by a de Bruijn
+// multiplication, cheaper where BSF, what bits.TrailingZeros64 compiles
+// to for GOAMD64=v1, is slow (AMD cores); and it writes at a byte offset
+// from dst's start (an index into dst, or a re-sliced dst, made each
+// iteration wait on the last one's bookkeeping).
+func (p *pods) fill(dst []Match, set []uint64, blocks int) int {
+	n := 0
+	for _, d := range set {
+		n += bits.OnesCount64(d)
+	}
+	dst = dst[:n] // in bounds: the writes below stay in dst[:n]
+	out := unsafe.Pointer(unsafe.SliceData(dst))
+	j := uintptr(0)
+	for q, d := range set {
+		if d != 0 {
+			j = fillWord(out, j, p.ids, q*64, d, blocks)
+		}
+	}
+	return n
+}
+
+// fillWord is fill for the word of the set whose first slot is base,
+// d, writing from byte offset j of out on; it returns the offset after
+// the last Match written. Small enough to be inlined where answers are
+// written a few pods at a time, as lookupSequential does (a call costs
+// its caller the spilling of every value it keeps in registers).
+func fillWord(out unsafe.Pointer, j uintptr, ids *[MaxPods]atomic.Uint64, base int, d uint64, blocks int) uintptr {
+	for ; d != 0; d &= d - 1 {
+		slot := (base | int(deBruijnBit[(d&-d)*deBruijn64>>58])) & (MaxPods - 1)
+		*(*Match)(unsafe.Add(out, j)) = Match{Pod: PodID(ids[slot].Load()), Blocks: blocks}
+		j += unsafe.Sizeof(Match{})
+	}
+	return j
+}
+
+// deBruijn64 is a de Bruijn sequence: the top 6 bits of deBruijn64 << b
+// are distinct for each b in [0, 64), and deBruijnBit maps them back to b.
+const deBruijn64 = 0x03f79d71b4ca8b09
+
+var deBruijnBit = [64]uint8{
+	0, 1, 56, 2, 57, 49, 28, 3, 61, 58, 42, 50, 38, 29, 17, 4,
+	62, 47, 59, 36, 45, 43, 51, 22, 53, 39, 33, 30, 24, 18, 12, 5,
+	63, 55, 48, 27, 60, 41, 37, 16, 46, 35, 44, 21, 52, 32, 23, 11,
+	54, 26, 40, 15, 34, 20, 31, 10, 25, 14, 19, 9, 13, 8, 7, 6,
 }
 
 // AddPod registers a pod by name and returns its PodID. Adding a name that is
@@ -97,6 +152,7 @@ func (x *Index) AddPod(name string) (PodID, error) {
 		if gen == 0 || gen >= 1<<32-1 {
 			gen = 1
 		}
+		p.ids[slot].Store(uint64(makePodID(slot, gen)))
 		p.state[slot].Store(uint64(gen)<<8 | slotLive)
 		p.names[slot] = name
 		p.byName[name] = slot

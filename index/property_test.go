@@ -255,6 +255,33 @@ func (m *model) lookupExact(t *rapid.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("lookup %d blocks:\n index %v\n naive %v", len(q), got, want)
 	}
+	if groups := m.named(t, m.groups(t, q)); !slices.Equal(groups, want) {
+		t.Fatalf("groups of %d blocks:\n index %v\n naive %v", len(q), groups, want)
+	}
+}
+
+// groups is the answer of LookupGroups on q, every group in turn, each
+// checked to be one depth, below the one before.
+func (m *model) groups(t *rapid.T, q []uint64) []Match {
+	var g Groups
+	m.x.LookupGroups(q, &g)
+	var out []Match
+	for !g.Done() {
+		n := len(out)
+		out = g.Next(out)
+		if len(out) == n {
+			t.Fatalf("Next answered nothing before Done")
+		}
+		for _, x := range out[n:] {
+			if x.Blocks != out[n].Blocks || (n > 0 && x.Blocks >= out[n-1].Blocks) {
+				t.Fatalf("group %v after %v: not one depth below the last", out[n:], out[:n])
+			}
+		}
+	}
+	if more := g.Next(out); len(more) != len(out) {
+		t.Fatalf("Next answered after Done: %v", more[len(out):])
+	}
+	return out
 }
 
 // lookupWeak checks the answer when closure may be broken: the documented
@@ -264,6 +291,7 @@ func (m *model) lookupWeak(t *rapid.T) {
 	q := m.query(t)
 	m.buf = m.x.Lookup(q, m.buf)
 	checkNaiveLookup(t, m.ref, q, m.named(t, m.buf))
+	checkNaiveLookup(t, m.ref, q, m.named(t, m.groups(t, q)))
 }
 
 func (m *model) tierProfile(t *rapid.T) {

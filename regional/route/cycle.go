@@ -13,11 +13,16 @@ import (
 // every slice here keeps its capacity from one decision to the next, so a
 // decision allocates none of this.
 type cycle struct {
-	d         *Decider
-	req       *Request
-	now       time.Time
-	nowNs     int64 // now, in unix nanos
+	d     *Decider
+	req   *Request
+	now   time.Time
+	nowNs int64 // now, in unix nanos
+	// matches is the index's answer, ranked by depth: all of it, or, when
+	// groups is in use (lazy), the groups answered so far, deepest first
+	// (see resolve).
 	matches   []index.Match
+	groups    index.Groups
+	lazy      bool
 	touched   []int // slots whose bySlot a speculation raised
 	confirmed []index.PodID
 	bySlot    []int32 // matched blocks per pod slot (index, or speculation)
@@ -102,13 +107,25 @@ func newCycle(capacity int) *cycle {
 }
 
 // begin fills the data layer: the longest cached prefix of every pod (from
-// the index, raised by a fresher speculation) and the session's pin.
-func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time) {
+// the index, raised by a fresher speculation) and the session's pin. With
+// lazy, the index answers a depth group at a time, deepest first, as the
+// ttft picker needs them (it prices the deepest groups first and stops
+// when the next cannot win): a pod's prefix is known once resolve has
+// reached it, which every reader of bySlot on that path does first (the
+// candidates it prices, the pods a speculation names). Other pickers read
+// every pod's prefix: they get the whole answer at once.
+func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time, lazy bool) {
 	c.d, c.req, c.now, c.nowNs = d, req, now, now.UnixNano()
 	c.filtered, c.load = nil, loadSums{pods: -1}
-	c.matches = d.idx.Lookup(req.Chain, c.matches)
-	for _, m := range c.matches {
-		c.bySlot[m.Pod.Slot()] = int32(m.Blocks)
+	c.lazy = lazy
+	if lazy {
+		d.idx.LookupGroups(req.Chain, &c.groups)
+		c.matches = c.matches[:0]
+	} else {
+		c.matches = d.idx.Lookup(req.Chain, c.matches)
+		for _, m := range c.matches {
+			c.bySlot[m.Pod.Slot()] = int32(m.Blocks)
+		}
 	}
 	c.touched, c.confirmed = c.touched[:0], c.confirmed[:0]
 	d.spec.Match(req.Chain, now, c.speculated)
@@ -133,10 +150,30 @@ func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time) {
 	c.factorGen = d.model.PodFactorGen()
 }
 
+// resolve answers the index's groups, deepest first, until the pod in
+// slot has its prefix in bySlot (a pod in no group has none: 0).
+func (c *cycle) resolve(slot int) {
+	for c.lazy && c.groups.Pending(slot) {
+		c.nextGroup()
+	}
+}
+
+// nextGroup appends the index's next group to matches and reports whether
+// there was one.
+func (c *cycle) nextGroup() bool {
+	n := len(c.matches)
+	c.matches = c.groups.Next(c.matches)
+	for _, m := range c.matches[n:] {
+		c.bySlot[m.Pod.Slot()] = int32(m.Blocks)
+	}
+	return len(c.matches) > n
+}
+
 // speculated is the speculation's callback: a pod that recently computed
 // blocks leading blocks of the chain.
 func (c *cycle) speculated(id index.PodID, blocks int) {
 	slot := id.Slot()
+	c.resolve(slot)
 	switch {
 	case !c.d.idx.Alive(id):
 	case int32(blocks) > c.bySlot[slot]:
@@ -154,6 +191,9 @@ func (c *cycle) end() {
 	}
 	for _, slot := range c.touched {
 		c.bySlot[slot] = 0
+	}
+	if c.lazy {
+		c.d.idx.LookupGroups(nil, &c.groups) // drops its hold on the chain
 	}
 	c.d, c.req, c.filtered, c.cat = nil, nil, nil, nil
 	clear(c.order)

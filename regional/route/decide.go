@@ -190,7 +190,7 @@ func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 	}
 	c := d.scratch.Get().(*cycle)
 	defer d.scratch.Put(c)
-	c.begin(d, req, pods, d.now())
+	c.begin(d, req, pods, d.now(), policy == PolicyTTFT)
 	defer c.end()
 	if dst.Filtered != nil {
 		clear(dst.Filtered)

@@ -14,7 +14,7 @@ import (
 
 func (f *fixture) cycle(r *Request) *cycle {
 	c := newCycle(f.idx.PodCapacity())
-	c.begin(f.dec, r, f.reg.Pods(), f.clock)
+	c.begin(f.dec, r, f.reg.Pods(), f.clock, false)
 	return c
 }
 

@@ -23,7 +23,9 @@ import (
 // group at a time and holds each to the limit of the moment. On a region
 // whose pods hold prefixes of the prompt at several depths, that prices
 // the deepest group or two; on a cold prompt (no pod holds any of it) it
-// prices every candidate, as the least loaded may be anywhere. The tie-break then needs every candidate
+// prices every candidate, as the least loaded may be anywhere. The index
+// itself answers those groups only as they are read (index.Groups, see
+// cycle.begin): the shallow groups a decision never prices cost it no probe. The tie-break then needs every candidate
 // within tieMs of the best estimate, not only the best few: within
 // estimates every candidate whose bound (or floor) is at most the best
 // estimate + tieMs, so no candidate that could win the tie by its hash is
@@ -86,6 +88,7 @@ func (c *cycle) priceAt(i int) {
 		return
 	}
 	p := c.order[i]
+	c.resolve(p.ID.Slot())
 	t := &c.terms[i]
 	prof := p.profile()
 	*t = terms{
@@ -118,7 +121,7 @@ func (c *cycle) podFactor(p *Pod) float64 {
 // (index answers are ranked by depth), or, after the last, every
 // candidate left.
 func (c *cycle) more() {
-	if c.next < len(c.matches) {
+	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
 		depth := c.matches[c.next].Blocks
 		for ; c.next < len(c.matches) && c.matches[c.next].Blocks == depth; c.next++ {
 			if slot := c.matches[c.next].Pod.Slot(); c.candGen[slot] == c.gen {
@@ -167,7 +170,7 @@ func (c *cycle) priceAll() {
 // negative one, the affinity bonus, goes to a pod priced up front.
 func (c *cycle) floorAt() float64 {
 	depth := 0
-	if c.next < len(c.matches) {
+	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
 		depth = c.matches[c.next].Blocks
 	}
 	return c.floorOf(depth)

@@ -35,7 +35,7 @@ func TestLowerBoundUnderEstimate(t *testing.T) {
 		}
 		prompt := rapid.IntRange(0, 200_000).Draw(rt, "prompt")
 		c := newCycle(64)
-		c.begin(f.dec, &Request{BlockSize: 64, PromptTokens: prompt}, f.reg.Pods(), f.clock)
+		c.begin(f.dec, &Request{BlockSize: 64, PromptTokens: prompt}, f.reg.Pods(), f.clock, false)
 		defer c.end()
 		c.scoring = &scoring{prefix: &prefixScorer{weight: rapid.SampledFrom([]float64{0.5, 1}).Draw(rt, "w")}}
 		prof := rapid.IntRange(0, len(c.profs)-1).Draw(rt, "prof")
@@ -119,7 +119,7 @@ func drawRegion(rt *rapid.T) (*fixture, *Request) {
 // the picker's tier weighting raises them).
 func pricedAll(f *fixture, r *Request, tp *ttftPicker) func(raised map[int]float64) []float64 {
 	all := newCycle(f.idx.PodCapacity())
-	all.begin(f.dec, r, f.reg.Pods(), f.clock)
+	all.begin(f.dec, r, f.reg.Pods(), f.clock, false)
 	all.layout(&tp.scoring)
 	all.priceAll()
 	tot := make([]float64, len(all.order))
@@ -145,7 +145,7 @@ func TestLowestMatchesSort(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		f, r := drawRegion(rt)
 		c := newCycle(f.idx.PodCapacity())
-		c.begin(f.dec, r, f.reg.Pods(), f.clock)
+		c.begin(f.dec, r, f.reg.Pods(), f.clock, true)
 		defer c.end()
 		tp := f.dec.pipe.Load().pickers[PolicyTTFT].(*ttftPicker)
 		n := len(c.pods)
@@ -194,7 +194,7 @@ func TestTieMatchesFull(t *testing.T) {
 		f, r := drawRegion(rt)
 		tieMs := rapid.SampledFrom([]float64{0, 0.01, 0.5, 5, 50, 1000}).Draw(rt, "tie_ms")
 		c := newCycle(f.idx.PodCapacity())
-		c.begin(f.dec, r, f.reg.Pods(), f.clock)
+		c.begin(f.dec, r, f.reg.Pods(), f.clock, true)
 		defer c.end()
 		tp := f.dec.pipe.Load().pickers[PolicyTTFT].(*ttftPicker)
 		n := len(c.pods)
@@ -338,7 +338,7 @@ func TestPodFactorRefresh(t *testing.T) {
 	r := req(chain(1, 40))
 	price := func() map[string]float64 {
 		c := newCycle(f.idx.PodCapacity())
-		c.begin(f.dec, r, f.reg.Pods(), f.clock)
+		c.begin(f.dec, r, f.reg.Pods(), f.clock, true)
 		defer c.end()
 		tp := f.dec.pipe.Load().pickers[PolicyTTFT].(*ttftPicker)
 		c.layout(&tp.scoring)
