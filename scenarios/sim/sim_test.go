@@ -52,13 +52,23 @@ func TestDeterministic(t *testing.T) {
 // tenant, most of them entering in the US, Meridian's policies never serve
 // one outside its allowed regions (4 regions, every workload), while the
 // residency-blind baselines do.
+//
+// Each world runs on one goroutine, and the race detector makes it many
+// times dearer for nothing it can find inside one: under it the workloads
+// run 10 s of simulated time (the runner's goroutines still run under it,
+// here and in TestDeterministic), and make test runs the full 40 s in its
+// race-free step.
 func TestResidencyUnderPressure(t *testing.T) {
+	duration := 40 * time.Second
+	if raceEnabled {
+		duration = 10 * time.Second
+	}
 	for _, kind := range []string{WorkloadShort, WorkloadRAG, WorkloadCoding} {
 		cfg := DefaultConfig()
 		cfg.Fleet.Regions = RegionNames(4)
 		cfg.Fleet.PodsPerRegion = 3
 		cfg.Workload.Kind = kind
-		cfg.Workload.Duration = 40 * time.Second
+		cfg.Workload.Duration = duration
 		cfg.Workload.EUHealthShare = 0.5
 		cfg.Workload.ClassShares = map[string]float64{"phi": 0.6, "public": 0.4}
 		cfg.Workload.OriginShares = []float64{0.4, 0.3, 0.1, 0.2}
