@@ -158,7 +158,8 @@ func TestRunOutputs(t *testing.T) {
 func TestProgressBar(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Workload.Kind = WorkloadShort
-	cfg.Workload.Duration = time.Minute
+	// Long enough for a run; what is checked is the bar's last drawing.
+	cfg.Workload.Duration = 10 * time.Second
 	cfg.Policies = []string{PolicyMeridian}
 	var bar bytes.Buffer
 	if _, err := Run(context.Background(), cfg, Options{Progress: &bar, ProgressAfter: time.Nanosecond}); err != nil {
@@ -174,6 +175,10 @@ func TestProgressBar(t *testing.T) {
 func TestRunCancelled(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Workload.Kind = WorkloadShort
+	// The context is cancelled before Run starts: the workload's length
+	// (the default's 10 minutes took ~25 s to generate under -race) only
+	// costs its generation. A Run that ignored ctx returns no error.
+	cfg.Workload.Duration = 10 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := Run(ctx, cfg, Options{}); !errors.Is(err, context.Canceled) {
