@@ -27,6 +27,8 @@ test: ## vet, then every test (race detector on; one package at a time: the end-
 	$(GO) vet ./...
 	$(GO) test -race -p 1 -timeout 30m $(RACE_PKGS)
 	$(GO) test -count 1 -run '^TestSecuritySlowBodyFlood$$' ./scenarios/fleet/
+	$(GO) test -count 1 -gcflags=-d=checkptr -run '^TestPropertyGrowthMatchesStopTheWorld$$' ./index/
+	$(GO) test -count 1 -run '^TestResidencyUnderPressure$$' ./scenarios/sim/
 
 bench: ## run the benchmarks behind every published target and print a table (about 15 minutes)
 	@mkdir -p bin

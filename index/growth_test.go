@@ -1,9 +1,12 @@
 package index
 
 import (
+	"flag"
 	"fmt"
 	"math"
+	"os"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -312,8 +315,41 @@ func (m *growthModel) checkLookup(t *rapid.T, q []uint64) {
 // where not), after every registration, eviction and clear, while they
 // start, advance and finish growths (and, at steps below 4, fill the
 // table before a growth completes), with the tables well formed throughout.
+//
+// The model runs on one goroutine and the index starts none, so the race
+// detector finds nothing here and makes each check ~14 times dearer:
+// under it the property runs a fifth of rapid's checks, and make test runs
+// the full count in its race-free step, compiled with checkptr (what -race
+// adds for this package's unsafe code).
 func TestPropertyGrowthMatchesStopTheWorld(t *testing.T) {
+	if raceEnabled {
+		fewerRapidChecks(t, 5)
+	}
 	rapid.Check(t, growthProperty)
+}
+
+// fewerRapidChecks divides rapid's number of checks by div for the rest of
+// the test, unless -rapid.checks or RAPID_CHECKS chose it.
+func fewerRapidChecks(t *testing.T, div int) {
+	t.Helper()
+	if _, ok := os.LookupEnv("RAPID_CHECKS"); ok {
+		return
+	}
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "rapid.checks" })
+	f := flag.Lookup("rapid.checks")
+	if set || f == nil {
+		return
+	}
+	was := f.Value.String()
+	n, err := strconv.Atoi(was)
+	if err != nil {
+		t.Fatalf("rapid.checks %q: %v", was, err)
+	}
+	if err := f.Value.Set(strconv.Itoa(max(1, n/div))); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.Value.Set(was) })
 }
 
 func growthProperty(t *rapid.T) {

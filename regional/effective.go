@@ -108,6 +108,9 @@ func (c Config) Effective() Config {
 	if c.AutoFailover.Enabled {
 		a := global.DefaultAutoFailoverConfig()
 		f := &e.AutoFailover
+		if f.Interval == 0 {
+			f.Interval = a.Interval
+		}
 		if f.MinHealthyPods == 0 {
 			f.MinHealthyPods = a.MinHealthyPods
 		}

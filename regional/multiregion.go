@@ -139,6 +139,10 @@ type AuditConfig struct {
 // be reached.
 type AutoFailoverConfig struct {
 	Enabled bool `yaml:"enabled"`
+	// Interval is how often the Raft leader evaluates the regions'
+	// reports; default 1s. A region is failed (recovered) at the first
+	// evaluation after its Grace (HoldDown) has passed.
+	Interval time.Duration `yaml:"interval"`
 	// MinHealthyPods fails a region reporting fewer serving pods; default 1.
 	MinHealthyPods int `yaml:"min_healthy_pods"`
 	// ReportMaxAge is how old a region's report (its summary) may be and
@@ -602,6 +606,9 @@ func (c *Controller) openMulti(ctx, run context.Context, cfg *Config, fallback *
 
 	if mr.node != nil && cfg.AutoFailover.Enabled {
 		acfg := global.DefaultAutoFailoverConfig()
+		if cfg.AutoFailover.Interval > 0 {
+			acfg.Interval = cfg.AutoFailover.Interval
+		}
 		if cfg.AutoFailover.MinHealthyPods > 0 {
 			acfg.MinHealthyPods = cfg.AutoFailover.MinHealthyPods
 		}

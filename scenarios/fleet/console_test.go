@@ -19,7 +19,10 @@ import (
 // over TLS, shows what happened in a real three-region fleet: its pods,
 // the other regions, Raft and gossip health, the EU PHI that crossed to
 // eu-west-1 and the embargoed tenant's denial by rule, the failover and
-// recovery of us-west-2, and the traffic in its series.
+// recovery of us-west-2, and the traffic in its series. Its first requests
+// are also the fleet's smoke test (it was TestFleetSmoke, on a fleet of its
+// own): public data entering us-east-1 is served there, EU PHI entering it
+// is forwarded to and served in eu-west-1, the embargoed tenant gets 451.
 func TestConsoleShowsTheFleet(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-region")
@@ -36,11 +39,11 @@ func TestConsoleShowsTheFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	us := east.URL()
-	if r := chat(t, f.HTTP, us, map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}, "hello"); r.status != 200 {
-		t.Fatalf("public: %+v", r)
+	if r := chat(t, f.HTTP, us, map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}, "hello"); r.status != 200 || r.region != "us-east-1" {
+		t.Fatalf("public request from us-east-1: %+v", r)
 	}
-	if r := chat(t, f.HTTP, us, map[string]string{regional.HeaderTenant: "eu-health", regional.HeaderDataClass: "phi"}, "patient"); r.status != 200 || r.region != "eu-west-1" {
-		t.Fatalf("EU PHI: %+v", r)
+	if r := chat(t, f.HTTP, us, map[string]string{regional.HeaderTenant: "eu-health", regional.HeaderDataClass: "phi"}, "patient"); r.status != 200 || r.region != "eu-west-1" || r.to != "eu-west-1" {
+		t.Fatalf("EU PHI entering in us-east-1 must be served in eu-west-1: %+v", r)
 	}
 	if r := chat(t, f.HTTP, us, map[string]string{regional.HeaderTenant: "embargoed-x", regional.HeaderDataClass: "public"}, "x"); r.status != 451 {
 		t.Fatalf("embargoed: %+v", r)

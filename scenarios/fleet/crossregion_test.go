@@ -487,7 +487,8 @@ func TestAutomaticFailoverOnPodLoss(t *testing.T) {
 		t.Skip("multi-region")
 	}
 	f := startFleet(t, Config{Controller: func(region string, c *regional.Config) {
-		c.AutoFailover = regional.AutoFailoverConfig{Enabled: true, MinHealthyPods: 1, Grace: 500 * time.Millisecond, HoldDown: time.Second}
+		c.AutoFailover = regional.AutoFailoverConfig{Enabled: true, Interval: 200 * time.Millisecond, MinHealthyPods: 1,
+			Grace: 500 * time.Millisecond, HoldDown: time.Second}
 	}})
 	west := f.Region("us-west-2")
 	pub := map[string]string{regional.HeaderTenant: "acme", regional.HeaderDataClass: "public"}

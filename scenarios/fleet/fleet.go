@@ -28,8 +28,9 @@
 //     committed, every pod is registered, every controller's index has
 //     caught up with its topic, and every region has every other region's
 //     summary), or an error after closing what it started.
-//   - Close stops everything, traffic first: controllers, then engines, then
-//     the broker, then the directory it created.
+//   - Close stops everything, traffic first: the controllers (their audit
+//     logs sealed first, while Raft can take the final checkpoints), then
+//     engines, then the broker, then the directory it created.
 //
 // It imports regional (and regional/auth for its types), global/identity
 // (the fleet's PKI), residency, scenarios/enginesim and scenarios/sim
@@ -589,8 +590,18 @@ func (f *Fleet) joinAddrs(except *Replica) (admin, gossipAddrs []string) {
 	return admin, gossipAddrs
 }
 
-// Close stops the controllers, then the engines, then the broker.
+// Close stops the controllers, then the engines, then the broker. It
+// first seals every running controller's audit log, while the Raft
+// quorum is there to commit their final checkpoints: sealed by each
+// controller's own Close, the last voters' would wait out the audit
+// log's checkpoint timeout (5 s) for a quorum that has gone. A seal's
+// error is the controller's Close's to report, as it was.
 func (f *Fleet) Close(ctx context.Context) error {
+	for _, c := range f.Controllers() {
+		if l := c.Audit(); l != nil {
+			_ = l.Close()
+		}
+	}
 	var errs []error
 	for _, r := range slices.Backward(f.Regions) {
 		for _, rep := range slices.Backward(r.Replicas) {

@@ -2,7 +2,6 @@ package fleet
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -74,36 +73,4 @@ func chat(t *testing.T, hc *http.Client, url string, hdr map[string]string, cont
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return chatResult{resp.StatusCode, resp.Header.Get("X-Meridian-Pod"), resp.Header.Get("X-Meridian-Region"), resp.Header.Get("X-Meridian-Forwarded-To"), string(b)}
-}
-
-func TestFleetSmoke(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	f, err := Start(ctx, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if err := f.Close(cctx); err != nil {
-			t.Error(err)
-		}
-	}()
-	us := f.Region("us-east-1").Controller.URL()
-	r := chat(t, f.HTTP, us, map[string]string{"X-Tenant-Id": "acme", "X-Data-Class": "public"}, "hello")
-	t.Logf("public from us: %+v", r)
-	if r.status != 200 || r.region != "us-east-1" {
-		t.Fatalf("public request from us-east-1: %+v", r)
-	}
-	r = chat(t, f.HTTP, us, map[string]string{"X-Tenant-Id": "eu-health", "X-Data-Class": "phi"}, "patient data")
-	t.Logf("eu phi from us: %+v", r)
-	if r.status != 200 || r.region != "eu-west-1" || r.to != "eu-west-1" {
-		t.Fatalf("EU PHI entering in us-east-1 must be served in eu-west-1: %+v", r)
-	}
-	r = chat(t, f.HTTP, us, map[string]string{"X-Tenant-Id": "embargoed-x", "X-Data-Class": "public"}, "x")
-	t.Logf("embargoed: %+v", r)
-	if r.status != 451 {
-		t.Fatalf("embargoed tenant: %+v", r)
-	}
 }

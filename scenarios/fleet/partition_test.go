@@ -193,8 +193,10 @@ func TestPartitionIsNotFailure(t *testing.T) {
 	hole := newBlackhole(t, euAPI)
 	f := startFleet(t, Config{
 		Controller: func(region string, c *regional.Config) {
-			c.AutoFailover = regional.AutoFailoverConfig{Enabled: true, MinHealthyPods: 1, Grace: 2 * time.Second,
-				HoldDown: 5 * time.Second, ReportMaxAge: 10 * time.Second}
+			// Evaluated every 200 ms (default 1 s): the test waits for
+			// evaluations after each step of the clock.
+			c.AutoFailover = regional.AutoFailoverConfig{Enabled: true, Interval: 200 * time.Millisecond, MinHealthyPods: 1,
+				Grace: 2 * time.Second, HoldDown: 5 * time.Second, ReportMaxAge: 10 * time.Second}
 			if region == "eu-west-1" {
 				c.Listen, c.PublicURL = euAPI, "https://"+hole.addr()
 			}
@@ -291,9 +293,13 @@ func TestPartitionIsNotFailure(t *testing.T) {
 	// pods' 30 s TTL: a step of 30 s would leave every pod unheard from
 	// for its whole TTL at once (no scrape can happen inside a step), and
 	// it lapses until the next scrape, which the partition has nothing to
-	// do with.
+	// do with. Each step also waits until every controller has heard from
+	// each of its pods since (a scrape on the moved clock), so that no
+	// pod lapses because steps came faster than scrapes on a loaded
+	// machine.
 	for range 18 {
 		clk.Advance(10 * time.Second)
+		f.waitContacted(t, clk.Now())
 		evaluated("the automatic failover to evaluate the partitioned region")
 	}
 	for _, r := range f.Regions {
@@ -315,6 +321,7 @@ func TestPartitionIsNotFailure(t *testing.T) {
 		return true
 	})
 	clk.Advance(10 * time.Second)
+	f.waitContacted(t, clk.Now())
 	evaluated("the automatic failover to evaluate the healed region")
 	eventually(t, "EU PHI entering us-east-1 forwarded again", func() bool {
 		a := ask(t, &hc, east.URL(), "/v1/chat/completions", phi, "after the heal")
@@ -336,3 +343,20 @@ func TestPartitionIsNotFailure(t *testing.T) {
 }
 
 func stringsReader(s string) io.Reader { return strings.NewReader(s) }
+
+// waitContacted waits until every running controller has heard from each
+// of its region's pods (a scrape or an answer) at or after since, by its
+// own clock.
+func (f *Fleet) waitContacted(t *testing.T, since time.Time) {
+	t.Helper()
+	eventually(t, "every controller to hear from its pods on the moved clock", func() bool {
+		for _, c := range f.Controllers() {
+			for _, p := range c.Registry.Pods() {
+				if p.LastContact().Before(since) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}

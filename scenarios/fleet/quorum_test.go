@@ -52,8 +52,8 @@ func TestFailoverOnQuorumOfRegions(t *testing.T) {
 		Regions: []RegionSpec{{Name: "us-east-1"}, {Name: "us-west-2"}, {Name: "eu-west-1"}, {Name: "ap-southeast-1"}},
 		Policy:  []byte(quorumPolicy),
 		Controller: func(_ string, c *regional.Config) {
-			c.AutoFailover = regional.AutoFailoverConfig{Enabled: true, MinHealthyPods: 1, Grace: 2 * time.Second,
-				HoldDown: 5 * time.Second, ReportMaxAge: maxAge}
+			c.AutoFailover = regional.AutoFailoverConfig{Enabled: true, Interval: 200 * time.Millisecond, MinHealthyPods: 1,
+				Grace: 2 * time.Second, HoldDown: 5 * time.Second, ReportMaxAge: maxAge}
 		},
 		Deps: func(region string, d *regional.Deps) {
 			d.Clock, d.WrapGossipTransport = clk.Now, part.Wrap("ctl-"+region)

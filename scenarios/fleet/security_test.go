@@ -35,8 +35,8 @@ import (
 // The security regression suite: each attack of issue 12, tried against a
 // real 3-controller fleet on loopback (mutual TLS between controllers, API
 // keys for clients), fails. The Raft attack (a forged AppendEntries) is
-// TestSecurityRaftPlaintext here, and in package global, where the
-// transport is, TestRaftMutualTLS and its plaintext "before"
+// TestSecurityAttacks/raft_plaintext here, and in package global, where
+// the transport is, TestRaftMutualTLS and its plaintext "before"
 // (TestForgedAppendEntriesPlaintext).
 
 // secureFleet is a fleet whose clients authenticate with API keys.
@@ -69,17 +69,35 @@ func post(t *testing.T, hc *http.Client, url string, hdr map[string]string) (int
 
 func bearer(key string) string { return "Bearer " + key }
 
+// TestSecurityAttacks tries the attacks that, refused, leave the fleet as
+// it was, one subtest each, on one secureFleet: starting a fleet is most
+// of what each would cost on its own. The attacks that change the fleet
+// (a flood, closing an audit log) have fleets of their own below.
+func TestSecurityAttacks(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-region")
+	}
+	f := secureFleet(t)
+	for _, tc := range []struct {
+		name string
+		run  func(*testing.T, *Fleet)
+	}{
+		{"client identity", testSecurityClientIdentity},
+		{"forged hop", testSecurityForgedHop},
+		{"forged pod up", testSecurityForgedPodUp},
+		{"raft plaintext", testSecurityRaftPlaintext},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, f) })
+	}
+}
+
 // Client identity comes from authentication: no key is 401, a spoofed
 // X-Tenant-Id is 403 (never believed), a data class outside the key's is
 // 403, a stock OpenAI client with only its key works (its tenant and
 // default data class from the key), and an identity without a default
 // class gets the policy's strictest treatment, not a 451 naming an
 // unrelated rule.
-func TestSecurityClientIdentity(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-region")
-	}
-	f := secureFleet(t)
+func testSecurityClientIdentity(t *testing.T, f *Fleet) {
 	us := f.Region("us-east-1").Controller.URL()
 	for _, tc := range []struct {
 		name   string
@@ -113,11 +131,7 @@ func TestSecurityClientIdentity(t *testing.T) {
 // certificate, with an operator's, with a rogue controller's (same CA, not
 // a member) or with a member's claiming another region is refused. The
 // cluster's admin token is not a credential for hops.
-func TestSecurityForgedHop(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-region")
-	}
-	f := secureFleet(t)
+func testSecurityForgedHop(t *testing.T, f *Fleet) {
 	eu := f.Region("eu-west-1").Controller.URL()
 	ca, err := identity.LoadCA(f.PKI.CACert, f.PKI.CAKey)
 	if err != nil {
@@ -178,11 +192,7 @@ func TestSecurityForgedHop(t *testing.T) {
 // A forged PodUp on the region's topic (another pod's key, or a pod name
 // with an endpoint on a host that is not allowed) is refused: the pod keeps
 // its endpoint and no request reaches the forger's.
-func TestSecurityForgedPodUp(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-region")
-	}
-	f := secureFleet(t)
+func testSecurityForgedPodUp(t *testing.T, f *Fleet) {
 	var stolen atomic.Int64
 	evil := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		stolen.Add(1)
@@ -550,11 +560,7 @@ func TestSecurityAdminActionsAudited(t *testing.T) {
 // and the follower neither takes the forged term nor the policy.
 // (global.TestForgedAppendEntriesPlaintext shows the same request taking
 // over a plaintext cluster.)
-func TestSecurityRaftPlaintext(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-region")
-	}
-	f := secureFleet(t)
+func testSecurityRaftPlaintext(t *testing.T, f *Fleet) {
 	var node *global.Node
 	for _, r := range f.Regions {
 		if n := r.Controller.Global(); n.Health().RaftState == "Follower" {

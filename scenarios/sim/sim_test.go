@@ -52,13 +52,23 @@ func TestDeterministic(t *testing.T) {
 // tenant, most of them entering in the US, Meridian's policies never serve
 // one outside its allowed regions (4 regions, every workload), while the
 // residency-blind baselines do.
+//
+// Each world runs on one goroutine, and the race detector makes it many
+// times dearer for nothing it can find inside one: under it the workloads
+// run 10 s of simulated time (the runner's goroutines still run under it,
+// here and in TestDeterministic), and make test runs the full 40 s in its
+// race-free step.
 func TestResidencyUnderPressure(t *testing.T) {
+	duration := 40 * time.Second
+	if raceEnabled {
+		duration = 10 * time.Second
+	}
 	for _, kind := range []string{WorkloadShort, WorkloadRAG, WorkloadCoding} {
 		cfg := DefaultConfig()
 		cfg.Fleet.Regions = RegionNames(4)
 		cfg.Fleet.PodsPerRegion = 3
 		cfg.Workload.Kind = kind
-		cfg.Workload.Duration = 40 * time.Second
+		cfg.Workload.Duration = duration
 		cfg.Workload.EUHealthShare = 0.5
 		cfg.Workload.ClassShares = map[string]float64{"phi": 0.6, "public": 0.4}
 		cfg.Workload.OriginShares = []float64{0.4, 0.3, 0.1, 0.2}
@@ -148,7 +158,8 @@ func TestRunOutputs(t *testing.T) {
 func TestProgressBar(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Workload.Kind = WorkloadShort
-	cfg.Workload.Duration = time.Minute
+	// Long enough for a run; what is checked is the bar's last drawing.
+	cfg.Workload.Duration = 10 * time.Second
 	cfg.Policies = []string{PolicyMeridian}
 	var bar bytes.Buffer
 	if _, err := Run(context.Background(), cfg, Options{Progress: &bar, ProgressAfter: time.Nanosecond}); err != nil {
@@ -164,6 +175,10 @@ func TestProgressBar(t *testing.T) {
 func TestRunCancelled(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Workload.Kind = WorkloadShort
+	// The context is cancelled before Run starts: the workload's length
+	// (the default's 10 minutes took ~25 s to generate under -race) only
+	// costs its generation. A Run that ignored ctx returns no error.
+	cfg.Workload.Duration = 10 * time.Second
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	if _, err := Run(ctx, cfg, Options{}); !errors.Is(err, context.Canceled) {
