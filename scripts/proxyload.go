@@ -126,16 +126,13 @@ func serveConn(c net.Conn) {
 		path, _, _ := strings.Cut(rest, " ")
 		length, chunked, closing, expect := int64(0), false, false, false
 		for {
-			h, err := br.ReadSlice('\n')
+			k, v, end, err := headerLine(br)
 			if err != nil {
 				return
 			}
-			h = bytes.TrimRight(h, "\r\n")
-			if len(h) == 0 {
+			if end {
 				break
 			}
-			k, v, _ := bytes.Cut(h, []byte(":"))
-			v = bytes.TrimSpace(v)
 			switch {
 			case bytes.EqualFold(k, []byte("Content-Length")):
 				if length, err = strconv.ParseInt(string(v), 10, 64); err != nil || length < 0 {
@@ -521,16 +518,13 @@ func (cc *clientConn) exchange(req []byte) (code int, keep bool, err error) {
 		length, chunked := int64(-1), false
 		keep = true
 		for {
-			h, err := cc.br.ReadSlice('\n')
+			k, v, end, err := headerLine(cc.br)
 			if err != nil {
 				return code, false, err
 			}
-			h = bytes.TrimRight(h, "\r\n")
-			if len(h) == 0 {
+			if end {
 				break
 			}
-			k, v, _ := bytes.Cut(h, []byte(":"))
-			v = bytes.TrimSpace(v)
 			switch {
 			case bytes.EqualFold(k, []byte("Content-Length")):
 				if length, err = strconv.ParseInt(string(v), 10, 64); err != nil {
@@ -643,4 +637,20 @@ func loadavg() string {
 		return ""
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// headerLine reads one header line of an HTTP/1.1 message from br: its
+// name and trimmed value (valid until br's next read), or end at the blank
+// line that ends the header.
+func headerLine(br *bufio.Reader) (k, v []byte, end bool, err error) {
+	h, err := br.ReadSlice('\n')
+	if err != nil {
+		return nil, nil, false, err
+	}
+	h = bytes.TrimRight(h, "\r\n")
+	if len(h) == 0 {
+		return nil, nil, true, nil
+	}
+	k, v, _ = bytes.Cut(h, []byte(":"))
+	return k, bytes.TrimSpace(v), false, nil
 }
