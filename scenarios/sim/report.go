@@ -29,6 +29,8 @@ type collector struct {
 	indexErrors, summaryErrors int
 	decisions                  int
 	decideWall                 time.Duration
+	keep                       bool   // keep every job that got its first byte (analysis)
+	jobs                       []*job // with keep
 }
 
 // decided counts one decision (Decide, or Place with its remote
@@ -46,7 +48,10 @@ func (c *collector) hit(j *job, cachedTokens int) {
 	c.tokens += int64(j.req.input)
 }
 
-func (c *collector) ttft(_ *job, d time.Duration) {
+func (c *collector) ttft(j *job, d time.Duration) {
+	if c.keep {
+		c.jobs = append(c.jobs, j)
+	}
 	c.ttfts = append(c.ttfts, float64(d)/float64(time.Millisecond))
 }
 

@@ -22,6 +22,7 @@ type request struct {
 	output  int // output tokens
 	chain   []uint64
 	origin  int // region index
+	home    int // the conversation's region (origin before roaming)
 	attrs   residency.Attributes
 	// next is called by closed-loop workloads when the answer is complete at
 	// the client (at the given instant); nil for open-loop requests.
@@ -118,6 +119,7 @@ func pick(cum []float64, u float64) int {
 func (a *attributes) assign(r *request, key uint64) {
 	h := mix64(key ^ mix64(a.seed))
 	r.origin = pick(a.origin, unit(h))
+	r.home = r.origin
 	tenant := "acme"
 	if unit(mix64(h^1)) < a.euShare {
 		tenant = "eu-health"
@@ -144,6 +146,7 @@ func (a *attributes) roamed(r *request, key uint64) {
 	if other >= r.origin {
 		other++
 	}
+	r.home = r.origin
 	r.origin = other
 	r.attrs.OriginRegion = a.regions[other]
 }

@@ -60,6 +60,9 @@ type world struct {
 	// landing releases a forwarded request from its origin's Forwarded
 	// when its prefill is over (first byte) or it is refused.
 	landing map[int64]func()
+	// pick, when set, routes every arrival instead of the policy (the
+	// tail analysis's oracles and probes, roam_analysis_test.go).
+	pick func(w *world, r *request, origin *region, allowed residency.Decision)
 }
 
 // landed releases r from its origin's count of forwarded prefill work.
@@ -333,6 +336,8 @@ func (w *world) arrive(r *request) {
 	allowed := w.res.Evaluate(r.attrs)
 	origin := w.regions[r.origin]
 	switch {
+	case w.pick != nil:
+		w.pick(w, r, origin, allowed)
 	case w.policy == PolicyGORGO:
 		w.gorgo(r, origin, allowed)
 	case meridianLike(w.policy):

@@ -1,0 +1,399 @@
+package sim
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/meridian-llm/meridian/regional/route"
+	"github.com/meridian-llm/meridian/residency"
+)
+
+// TestRoamAnalysis is an analysis, not a check: who makes up the top 5% of
+// TTFT on the conversation trace's roaming scenario (the evidence sweep's
+// worlds, seeds 1..ROAM_SEEDS, window 0.5), and what a clairvoyant choice
+// of remote pod could have done for them. Skipped unless ROAM is set:
+//
+//	ROAM=1 ROAM_LOADS=0.2,0.5 ROAM_POLICIES=meridian,cache_local,probe,probe_local,oracle,oracle_local,upper_bound \
+//	  go test ./scenarios/sim -run TestRoamAnalysis -v -timeout 30m
+//
+// ROAM_SCENARIO picks another scenario (none: no scenario); SUMINT sets
+// the summary interval. probe and probe_local run meridian and cache_local
+// and record, at each decision, the exact soonest first token any local
+// and any allowed remote pod could give the request (oracle's estimate);
+// their "counterfactual p95" lets each request take the better of what it
+// got and that remote option, with no knock-on on other requests.
+func TestRoamAnalysis(t *testing.T) {
+	if os.Getenv("ROAM") == "" {
+		t.Skip("analysis")
+	}
+	recs, err := LoadTraceFile("/work/shared/traces/conversation_trace.jsonl", TraceBlockSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loads := []float64{0.2, 0.5}
+	if s := os.Getenv("ROAM_LOADS"); s != "" {
+		loads = nil
+		for _, f := range strings.Split(s, ",") {
+			v, _ := strconv.ParseFloat(f, 64)
+			loads = append(loads, v)
+		}
+	}
+	seeds := 5
+	if s := os.Getenv("ROAM_SEEDS"); s != "" {
+		seeds, _ = strconv.Atoi(s)
+	}
+	policies := []string{PolicyMeridian, PolicyCacheLocal}
+	if s := os.Getenv("ROAM_POLICIES"); s != "" {
+		policies = strings.Split(s, ",")
+	}
+	scen := "roaming"
+	if s := os.Getenv("ROAM_SCENARIO"); s != "" {
+		scen = s
+	}
+	perfs := enginePerfs()
+	for _, load := range loads {
+		for _, pol := range policies {
+			var agg aggStats
+			for k := range seeds {
+				cfg := DefaultConfig()
+				cfg.Workload.Trace = recs
+				cfg.Workload.Window = 0.5
+				cfg.Workload.Load = load
+				cfg.Seed = 1 + uint64(k)
+				if scen != "none" {
+					if err := ApplyScenario(&cfg, scen); err != nil {
+						t.Fatal(err)
+					}
+				}
+				cfg.Policies = []string{PolicyCacheLocal}
+				if v := os.Getenv("SUMINT"); v != "" {
+					d, _ := time.ParseDuration(v)
+					cfg.SummaryInterval = d
+				}
+				in, err := prepare(cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				wp := pol
+				if strings.HasPrefix(pol, "oracle") {
+					wp = PolicyCacheLocal
+				}
+				w, err := newWorld(&in.cfg, wp, in.fleet, in.res, in.source())
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch pol {
+				case "oracle":
+					w.pick = oracle(false)
+				case "oracle_local":
+					w.pick = oracle(true)
+				case "probe", "probe_local":
+					base := PolicyMeridian
+					if pol == "probe_local" {
+						base = PolicyCacheLocal
+					}
+					w, err = newWorld(&in.cfg, base, in.fleet, in.res, in.source())
+					if err != nil {
+						t.Fatal(err)
+					}
+					probes = map[int64][2]float64{}
+					o := oracle(false)
+					w.pick = func(w *world, r *request, origin *region, allowed residency.Decision) {
+						lo, re := math.Inf(1), math.Inf(1)
+						oracleEst = func(reg *region, p *pod, t float64) {
+							if reg == origin {
+								lo = min(lo, t)
+							} else {
+								re = min(re, t)
+							}
+						}
+						oracleDry = true
+						o(w, r, origin, allowed)
+						oracleDry, oracleEst = false, nil
+						probes[r.id] = [2]float64{lo, re}
+						if w.policy == PolicyMeridian {
+							w.place(r, origin, allowed)
+						} else if allowed.Allows(origin.name) && !origin.failed {
+							w.decideAt(r, origin, allowed, 0)
+						} else if dst := w.nearestAllowed(origin, allowed); dst != nil {
+							w.forward(r, origin, dst, allowed)
+						} else {
+							w.stats.rejected++
+						}
+					}
+				}
+				w.stats.keep = true
+				w.run(nil)
+				agg.add(w, perfs)
+			}
+			agg.print(t, load, pol)
+		}
+	}
+}
+
+var (
+	oracleEst func(reg *region, p *pod, t float64)
+	oracleDry bool
+	probes    map[int64][2]float64
+)
+
+type jobRow struct {
+	bestLocal, bestRemote float64
+
+	ttft, net, slot, prefill, solo, soloB200, soloB200Cold float64
+	roamed, servedHome, remote                             bool
+	input, cached                                          int
+	profile                                                string
+	homeOK                                                 bool // residency allows the conversation's home region
+	p95                                                    float64
+}
+
+type aggStats struct {
+	top, all []jobRow
+	p95s     []float64
+	lbs      [][3]float64
+	cf       [][2]float64 // per seed: p95 of solo on own pod, of solo on B200 same cache, of B200 cold
+}
+
+func (a *aggStats) add(w *world, perfs map[string]enginePerf) {
+	var rows []jobRow
+	for _, j := range w.stats.jobs {
+		r := j.req
+		ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+		cached := min(j.h.Hit*w.fleet.blockSize, r.input)
+		row := jobRow{
+			ttft:    ms(j.first + j.netBack - r.at),
+			net:     ms(j.atPod-r.at) + ms(j.netBack),
+			slot:    ms(j.admitted - j.atPod),
+			prefill: ms(j.first - j.admitted),
+			solo:    j.pod.spec.perf.soloTTFTMs(cached, r.input-cached),
+			roamed:  r.home != r.origin, servedHome: j.region.idx == r.home, remote: j.region.idx != r.origin,
+			input: r.input, cached: cached, profile: j.pod.spec.profile,
+			homeOK: w.res.Evaluate(r.attrs).Allows(w.regions[r.home].name),
+		}
+		if pr, ok := probes[r.id]; ok {
+			row.bestLocal, row.bestRemote = pr[0], pr[1]
+		}
+		row.soloB200 = perfs["b200"].soloTTFTMs(cached, r.input-cached)
+		row.soloB200Cold = perfs["b200"].soloTTFTMs(0, r.input)
+		rows = append(rows, row)
+	}
+	tt := make([]float64, len(rows))
+	for i := range rows {
+		tt[i] = rows[i].ttft
+	}
+	slices.Sort(tt)
+	p95 := tt[int(0.95*float64(len(tt)-1))]
+	a.p95s = append(a.p95s, p95)
+	pct := func(f func(jobRow) float64) float64 {
+		v := make([]float64, len(rows))
+		for i := range rows {
+			v[i] = f(rows[i])
+		}
+		slices.Sort(v)
+		return v[int(0.95*float64(len(v)-1))]
+	}
+	if probes != nil {
+		a.cf = append(a.cf, [2]float64{pct(func(r jobRow) float64 { return min(r.ttft, r.bestRemote) }), pct(func(r jobRow) float64 { return min(r.ttft, r.bestRemote, r.bestLocal) })})
+	}
+	a.lbs = append(a.lbs, [3]float64{pct(func(r jobRow) float64 { return r.solo + r.net }), pct(func(r jobRow) float64 { return r.soloB200 }), pct(func(r jobRow) float64 { return r.soloB200Cold })})
+	for _, r := range rows {
+		r.p95 = p95
+		if r.ttft >= p95 {
+			a.top = append(a.top, r)
+		}
+		a.all = append(a.all, r)
+	}
+}
+
+func (a *aggStats) print(t *testing.T, load float64, pol string) {
+	var b strings.Builder
+	mean := func(xs []float64) float64 {
+		s := 0.0
+		for _, x := range xs {
+			s += x
+		}
+		return s / float64(len(xs))
+	}
+	var lb0, lb1, lb2 []float64
+	for _, l := range a.lbs {
+		lb0, lb1, lb2 = append(lb0, l[0]), append(lb1, l[1]), append(lb2, l[2])
+	}
+	fmt.Fprintf(&b, "== load %.1f %s: p95 mean %.0f ms; p95 of (own-pod solo+net) %.0f, (B200 solo, same cache) %.0f, (B200 solo cold) %.0f\n",
+		load, pol, mean(a.p95s), mean(lb0), mean(lb1), mean(lb2))
+	desc := func(name string, rows []jobRow) {
+		n := float64(len(rows))
+		var roamed, home, remote, homeOK, roamedOK float64
+		var in, cached, ttft, net, slot, pre, solo, sB, sBc float64
+		prof := map[string]int{}
+		for _, r := range rows {
+			if r.roamed {
+				roamed++
+				if r.homeOK {
+					roamedOK++
+				}
+			}
+			if r.servedHome {
+				home++
+			}
+			if r.remote {
+				remote++
+			}
+			if r.homeOK {
+				homeOK++
+			}
+			in += float64(r.input)
+			cached += float64(r.cached)
+			ttft += r.ttft
+			net += r.net
+			slot += r.slot
+			pre += r.prefill
+			solo += r.solo
+			sB += r.soloB200
+			sBc += r.soloB200Cold
+			prof[r.profile]++
+		}
+		fmt.Fprintf(&b, "  %s n=%d roamed %.1f%% (home allowed %.1f%% of roamed) served-remote %.1f%% served-home %.1f%% | input %.0f cached %.0f (%.1f%%) | ttft %.0f = net %.0f + slot %.0f + prefill %.0f (solo own pod %.0f, queue-in-engine %.0f) | B200 solo same cache %.0f, cold %.0f | profiles %v\n",
+			name, len(rows), 100*roamed/n, 100*roamedOK/max(roamed, 1), 100*remote/n, 100*home/n, in/n, cached/n, 100*cached/max(in, 1), ttft/n, net/n, slot/n, pre/n, solo/n, (pre-solo)/n, sB/n, sBc/n, prof)
+	}
+	desc("top5%", a.top)
+	if len(a.cf) > 0 {
+		var c0, c1 []float64
+		for _, c := range a.cf {
+			c0, c1 = append(c0, c[0]), append(c1, c[1])
+		}
+		fmt.Fprintf(&b, "  counterfactual p95 (no knock-on): min(actual, true best remote) %.0f; min(actual, true best anywhere) %.0f\n", mean(c0), mean(c1))
+	}
+	if probes != nil {
+		var n, remoteBetter, remoteBetter20, actualWorse20 float64
+		var sumLoc, sumRem, sumAct float64
+		for _, r := range a.top {
+			n++
+			if r.bestRemote < r.bestLocal {
+				remoteBetter++
+			}
+			if r.bestRemote < 0.8*r.bestLocal {
+				remoteBetter20++
+			}
+			if r.bestRemote < 0.8*r.ttft {
+				actualWorse20++
+			}
+			sumLoc += r.bestLocal
+			if !math.IsInf(r.bestRemote, 1) {
+				sumRem += r.bestRemote
+			}
+			sumAct += r.ttft
+		}
+		fmt.Fprintf(&b, "  probe top5%%: true best remote < true best local in %.1f%% (by >20%%: %.1f%%); best remote < 0.8 x actual TTFT in %.1f%%; mean true best local %.0f, remote %.0f (finite), actual %.0f\n",
+			100*remoteBetter/n, 100*remoteBetter20/n, 100*actualWorse20/n, sumLoc/n, sumRem/n, sumAct/n)
+	}
+	desc("all  ", a.all)
+	// Top 5% split by roamed.
+	var tr, tn []jobRow
+	for _, r := range a.top {
+		if r.roamed {
+			tr = append(tr, r)
+		} else {
+			tn = append(tn, r)
+		}
+	}
+	desc("top5% roamed", tr)
+	desc("top5% not-roamed", tn)
+	// Input-length distribution: what share of all requests have B200-cold solo >= p95?
+	var over float64
+	for _, r := range a.all {
+		if r.soloB200Cold >= r.p95 {
+			over++
+		}
+	}
+	fmt.Fprintf(&b, "  share of all requests whose cold B200 solo TTFT >= the run's p95: %.2f%%\n", 100*over/float64(len(a.all)))
+	t.Log(b.String())
+}
+
+// oracle returns a clairvoyant greedy picker: each request goes to the pod,
+// among the regions residency allows (only the origin with local), whose
+// true engine state gives it the soonest first token: the prefill work
+// queued ahead of it (with the engine's own constants), its own prefill
+// with the pod's true cached prefix, and the RTT.
+func oracle(local bool) func(w *world, r *request, origin *region, allowed residency.Decision) {
+	type pend struct {
+		at   time.Duration
+		work float64 // ms of prefill
+	}
+	pending := map[*pod][]pend{}
+	workOf := func(e enginePerf, pos, left float64) float64 {
+		return e.PrefillMsPerToken*left + e.AttnMsPerTokenPos*left*(pos+left/2)
+	}
+	return func(w *world, r *request, origin *region, allowed residency.Decision) {
+		var best *pod
+		bestT, bestCached := math.Inf(1), 0
+		for _, reg := range w.regions {
+			if !allowed.Allows(reg.name) || reg.failed || (local && reg != origin) {
+				continue
+			}
+			oneWay := w.fleet.rtt[origin.idx][reg.idx] / 2
+			arrive := w.now + oneWay
+			for _, p := range reg.pods {
+				e := p.spec.perf
+				ahead, toks := 0.0, 0.0
+				for i := p.eng.phead; i < len(p.eng.prefill); i++ {
+					j := p.eng.prefill[i]
+					ahead += workOf(e, j.prefillPos, j.prefillLeft)
+					toks += j.prefillLeft
+				}
+				for i := p.qhead; i < len(p.queue); i++ {
+					j := p.queue[i]
+					c := float64(min(p.cache.Lookup(j.req.chain)*w.fleet.blockSize, j.req.input))
+					ahead += workOf(e, c, float64(j.req.input)-c)
+					toks += float64(j.req.input) - c
+				}
+				ps := pending[p][:0]
+				for _, q := range pending[p] {
+					if q.at > w.now {
+						ps = append(ps, q)
+						if q.at <= arrive {
+							ahead += q.work
+						}
+					}
+				}
+				pending[p] = ps
+				step := e.StepMs + e.KVReadMsPerToken*p.eng.kv
+				ahead += step * math.Ceil(toks/float64(e.ChunkTokens))
+				ahead = max(ahead-float64(oneWay)/float64(time.Millisecond), 0)
+				cached := min(p.cache.Lookup(r.chain)*w.fleet.blockSize, r.input)
+				own := e.soloTTFTMs(cached, r.input-cached)
+				t := 2*float64(oneWay)/float64(time.Millisecond) + ahead + own
+				if oracleEst != nil {
+					oracleEst(reg, p, t)
+				}
+				if t < bestT {
+					best, bestT, bestCached = p, t, cached
+				}
+			}
+		}
+		if oracleDry {
+			return
+		}
+		if best == nil {
+			w.stats.rejected++
+			return
+		}
+		reg := best.region
+		dec := &route.Decision{Pod: best.rp, PodName: best.spec.name, Policy: "oracle", Reason: "oracle",
+			CachedTokens: bestCached, Uncached: r.input - bestCached}
+		if reg == origin {
+			w.dispatch(r, reg, dec, 0)
+			return
+		}
+		oneWay := w.fleet.rtt[origin.idx][reg.idx] / 2
+		pending[best] = append(pending[best], pend{at: w.now + oneWay, work: workOf(best.spec.perf, float64(bestCached), float64(r.input-bestCached))})
+		t := reg.dec.Admit(dec)
+		w.at(w.now+oneWay, func() { w.dispatchAdmitted(r, reg, dec, t, oneWay, 0) })
+	}
+}
