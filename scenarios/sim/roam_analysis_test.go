@@ -27,7 +27,10 @@ import (
 // and record, at each decision, the exact soonest first token any local
 // and any allowed remote pod could give the request (oracle's estimate);
 // their "counterfactual p95" lets each request take the better of what it
-// got and that remote option, with no knock-on on other requests.
+// got and that remote option, with no knock-on on other requests. probe
+// also prices each request as meridian's Place would (dryPlace) and breaks
+// the router's best remote estimate down for the tail requests it kept
+// local although a remote pod was truly >20% sooner.
 func TestRoamAnalysis(t *testing.T) {
 	if os.Getenv("ROAM") == "" {
 		t.Skip("analysis")
@@ -103,6 +106,8 @@ func TestRoamAnalysis(t *testing.T) {
 						t.Fatal(err)
 					}
 					probes = map[int64][2]float64{}
+					ests = map[int64][3]float64{}
+					remEst = map[int64]remoteParts{}
 					o := oracle(false)
 					w.pick = func(w *world, r *request, origin *region, allowed residency.Decision) {
 						lo, re := math.Inf(1), math.Inf(1)
@@ -118,6 +123,8 @@ func TestRoamAnalysis(t *testing.T) {
 						oracleDry, oracleEst = false, nil
 						probes[r.id] = [2]float64{lo, re}
 						if w.policy == PolicyMeridian {
+							le, rem, ex := dryPlace(w, r, origin, allowed)
+							ests[r.id] = [3]float64{le, rem, ex}
 							w.place(r, origin, allowed)
 						} else if allowed.Allows(origin.name) && !origin.failed {
 							w.decideAt(r, origin, allowed, 0)
@@ -141,10 +148,55 @@ var (
 	oracleEst func(reg *region, p *pod, t float64)
 	oracleDry bool
 	probes    map[int64][2]float64
+	ests      map[int64][3]float64
+	remEst    map[int64]remoteParts
 )
+
+type remoteParts struct {
+	queue, prefill, overhead, rtt, egress, extra, cold float64
+	cached, pending, running                           int
+	profile                                            string
+}
+
+// dryPlace is meridian's placement of r as w.place would make it, without
+// serving it: the local estimate, the best remote one and the winner's
+// (all TotalMs; +Inf when absent).
+func dryPlace(w *world, r *request, origin *region, allowed residency.Decision) (local, remote, win float64) {
+	rr := w.routeRequest(r)
+	remotes := origin.view.Candidates(w.wall(), "", r.chain, r.input, func(name string) bool {
+		return name != origin.name && allowed.Allows(name)
+	}, origin.dec.Model(), nil)
+	origin.fwd.Adjust(remotes, origin.unseen)
+	origin.trend.Adjust(remotes, w.wall(), origin.dec.Model())
+	for i := range remotes {
+		remotes[i].EgressBytes = int64(float64(r.input) * w.cfg.PromptBytesPerToken)
+	}
+	local, remote, win = math.Inf(1), math.Inf(1), math.Inf(1)
+	pl, err := origin.dec.Place(rr, origin.name, allowed.Allows(origin.name) && !origin.failed, remotes, origin.shares)
+	if err != nil {
+		return
+	}
+	for i, c := range pl.Candidates {
+		e := pl.Cost.Estimates[i]
+		if c.Remote {
+			if e.Excluded == "" && e.TotalMs < remote {
+				remote = e.TotalMs
+				if remEst != nil {
+					remEst[r.id] = remoteParts{e.QueueMs, e.PrefillMs, e.OverheadMs, e.RTTMs, e.EgressMs, e.ExtraMs, e.ColdWorkMs, c.CachedTokens, c.PendingPrefillTokens, c.Running, c.Profile}
+				}
+			}
+		} else {
+			local = e.TotalMs
+		}
+	}
+	win = pl.Cost.Estimates[pl.Cost.Winner].TotalMs
+	return
+}
 
 type jobRow struct {
 	bestLocal, bestRemote float64
+	estLocal, estRemote   float64
+	parts                 remoteParts
 
 	ttft, net, slot, prefill, solo, soloB200, soloB200Cold float64
 	roamed, servedHome, remote                             bool
@@ -176,6 +228,10 @@ func (a *aggStats) add(w *world, perfs map[string]enginePerf) {
 			roamed:  r.home != r.origin, servedHome: j.region.idx == r.home, remote: j.region.idx != r.origin,
 			input: r.input, cached: cached, profile: j.pod.spec.profile,
 			homeOK: w.res.Evaluate(r.attrs).Allows(w.regions[r.home].name),
+		}
+		row.parts = remEst[r.id]
+		if e, ok := ests[r.id]; ok {
+			row.estLocal, row.estRemote = e[0], e[1]
 		}
 		if pr, ok := probes[r.id]; ok {
 			row.bestLocal, row.bestRemote = pr[0], pr[1]
@@ -289,6 +345,41 @@ func (a *aggStats) print(t *testing.T, load float64, pol string) {
 				sumRem += r.bestRemote
 			}
 			sumAct += r.ttft
+		}
+		if ests != nil {
+			var n, el, er, tl, tr, act float64
+			var nl, nr float64
+			for _, r := range a.top {
+				if !(r.bestRemote < 0.8*r.ttft) || r.remote || math.IsInf(r.estLocal, 1) {
+					continue
+				}
+				n++
+				el += r.estLocal
+				tl += r.bestLocal
+				act += r.ttft
+				tr += r.bestRemote
+				if !math.IsInf(r.estRemote, 1) {
+					er += r.estRemote
+					nr++
+				}
+				nl++
+			}
+			var q, pf, ov, rt, eg, ex, cw, ca, pe, ru float64
+			profs := map[string]int{}
+			for _, r := range a.top {
+				if !(r.bestRemote < 0.8*r.ttft) || r.remote || math.IsInf(r.estLocal, 1) || math.IsInf(r.estRemote, 1) {
+					continue
+				}
+				e := r.parts
+				q, pf, ov, rt, eg, ex, cw = q+e.queue, pf+e.prefill, ov+e.overhead, rt+e.rtt, eg+e.egress, ex+e.extra, cw+e.cold
+				ca, pe, ru = ca+float64(e.cached), pe+float64(e.pending), ru+float64(e.running)
+				profs[e.profile]++
+			}
+			k := max(nr, 1)
+			fmt.Fprintf(&b, "  their best remote est: queue %.0f prefill %.0f overhead %.0f rtt %.0f egress %.0f extra %.0f cold %.0f | cached %.0f pending tokens %.0f running %.1f | pools %v\n",
+				q/k, pf/k, ov/k, rt/k, eg/k, ex/k, cw/k, ca/k, pe/k, ru/k, profs)
+			fmt.Fprintf(&b, "  missed (served locally, true best remote < 0.8 x actual): %d; router's local est %.0f vs true best local %.0f vs actual %.0f; router's best remote est %.0f (n=%.0f) vs true best remote %.0f\n",
+				int(n), el/nl, tl/nl, act/nl, er/max(nr, 1), nr, tr/nl)
 		}
 		fmt.Fprintf(&b, "  probe top5%%: true best remote < true best local in %.1f%% (by >20%%: %.1f%%); best remote < 0.8 x actual TTFT in %.1f%%; mean true best local %.0f, remote %.0f (finite), actual %.0f\n",
 			100*remoteBetter/n, 100*remoteBetter20/n, 100*actualWorse20/n, sumLoc/n, sumRem/n, sumAct/n)
