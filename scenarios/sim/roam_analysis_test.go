@@ -96,6 +96,50 @@ func TestRoamAnalysis(t *testing.T) {
 					w.pick = oracle(false)
 				case "oracle_local":
 					w.pick = oracle(true)
+				case "meridian_plus", "cache_local_plus":
+					// meridian (cache_local) as it is, except that a request
+					// goes to the truly soonest remote pod whenever that is
+					// sooner than every local pod by the margin PLUS_MARGIN
+					// (a fraction; default 0): clairvoyant remote placement,
+					// served for real, knock-on included.
+					base := PolicyMeridian
+					if pol == "cache_local_plus" {
+						base = PolicyCacheLocal
+					}
+					w, err = newWorld(&in.cfg, base, in.fleet, in.res, in.source())
+					if err != nil {
+						t.Fatal(err)
+					}
+					margin, _ := strconv.ParseFloat(os.Getenv("PLUS_MARGIN"), 64)
+					o := oracle(false)
+					w.pick = func(w *world, r *request, origin *region, allowed residency.Decision) {
+						lo, re := math.Inf(1), math.Inf(1)
+						oracleEst = func(reg *region, p *pod, t float64) {
+							if reg == origin {
+								lo = min(lo, t)
+							} else {
+								re = min(re, t)
+							}
+						}
+						oracleDry = true
+						o(w, r, origin, allowed)
+						oracleDry, oracleEst = false, nil
+						if re < lo*(1-margin) {
+							oracleRemoteOnly = true
+							o(w, r, origin, allowed)
+							oracleRemoteOnly = false
+							return
+						}
+						if w.policy == PolicyMeridian {
+							w.place(r, origin, allowed)
+						} else if allowed.Allows(origin.name) && !origin.failed {
+							w.decideAt(r, origin, allowed, 0)
+						} else if dst := w.nearestAllowed(origin, allowed); dst != nil {
+							w.forward(r, origin, dst, allowed)
+						} else {
+							w.stats.rejected++
+						}
+					}
 				case "probe", "probe_local":
 					base := PolicyMeridian
 					if pol == "probe_local" {
@@ -147,9 +191,11 @@ func TestRoamAnalysis(t *testing.T) {
 var (
 	oracleEst func(reg *region, p *pod, t float64)
 	oracleDry bool
-	probes    map[int64][2]float64
-	ests      map[int64][3]float64
-	remEst    map[int64]remoteParts
+	// oracleRemoteOnly restricts the oracle to remote regions.
+	oracleRemoteOnly bool
+	probes           map[int64][2]float64
+	ests             map[int64][3]float64
+	remEst           map[int64]remoteParts
 )
 
 type remoteParts struct {
@@ -425,7 +471,7 @@ func oracle(local bool) func(w *world, r *request, origin *region, allowed resid
 		var best *pod
 		bestT, bestCached := math.Inf(1), 0
 		for _, reg := range w.regions {
-			if !allowed.Allows(reg.name) || reg.failed || (local && reg != origin) {
+			if !allowed.Allows(reg.name) || reg.failed || (local && reg != origin) || (oracleRemoteOnly && reg == origin) {
 				continue
 			}
 			oneWay := w.fleet.rtt[origin.idx][reg.idx] / 2
