@@ -30,7 +30,9 @@ import (
 // got and that remote option, with no knock-on on other requests. probe
 // also prices each request as meridian's Place would (dryPlace) and breaks
 // the router's best remote estimate down for the tail requests it kept
-// local although a remote pod was truly >20% sooner.
+// local although a remote pod was truly >20% sooner. meridian_plus and
+// cache_local_plus serve that clairvoyant remote choice for real whenever
+// it beats every local pod by PLUS_MARGIN (a fraction, default 0).
 func TestRoamAnalysis(t *testing.T) {
 	if os.Getenv("ROAM") == "" {
 		t.Skip("analysis")
