@@ -155,7 +155,7 @@ func (s *Server) localFailed(w http.ResponseWriter, api string, lr localResult) 
 func (s *Server) finish(w http.ResponseWriter, api string, p *parsed, d *route.Decision, res attempt) {
 	switch {
 	case res.err == nil:
-		s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
+		s.m.request(api, res.status).Inc()
 	case res.wrote:
 		// Mid-stream failure: the client got a truncated answer, ended
 		// abnormally (see relay).
@@ -235,7 +235,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if status == http.StatusOK {
 				s.dec.Speculation().Observe(pod.ID, p.req.Chain, s.now())
 			}
-			s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
+			s.m.ttftOf(pod.Name).Observe(ttft.Seconds())
 			if s.calib != nil && status == http.StatusOK {
 				// Per profile, not per pod: a replica learns only from the
 				// requests it served, and per-pod rates learnt apart would
