@@ -337,7 +337,7 @@ func (s *Server) servePlaced(w http.ResponseWriter, r *http.Request, p *parsed, 
 			case res.err != nil:
 				s.m.requests.WithLabelValues(api, "499").Inc()
 			default:
-				s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
+				s.m.request(api, res.status).Inc()
 			}
 			return
 		}
@@ -454,7 +454,7 @@ func (s *Server) deny(w http.ResponseWriter, r *http.Request, api string, dry bo
 		}
 		s.m.residencyDenials.WithLabelValues(e.Rule).Inc()
 	}
-	s.m.requests.WithLabelValues(api, fmt.Sprint(d.status)).Inc()
+	s.m.request(api, d.status).Inc()
 	var body apiError
 	body.Error.Message, body.Error.Code, body.Error.Type = d.message, d.code, "residency_error"
 	body.Error.Rule, body.Error.PolicyVersion = d.rule, d.version

@@ -2,6 +2,8 @@ package regional
 
 import (
 	"fmt"
+	"strconv"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -38,6 +40,64 @@ type routerMetrics struct {
 	authRefused       *prometheus.CounterVec // code
 	rateLimited       prometheus.Counter
 	hopsRefused       *prometheus.CounterVec // reason
+
+	// The children the request path counts in on every request, found
+	// without the vectors' lookups (each allocates its label values).
+	requestsBy  childCache[prometheus.Counter]  // requests, by route and code
+	decisionsBy childCache[prometheus.Counter]  // decisions, by policy and reason
+	ttftBy      childCache[prometheus.Observer] // ttft, by pod
+}
+
+// childCache holds a metric vector's children by their label values.
+// Children are never deleted from those vectors, so a cached one stays
+// the vector's.
+type childCache[M any] struct {
+	mu sync.RWMutex
+	m  map[childKey]M
+}
+
+// childKey is a child's label values: one or two strings, or a string
+// and a number (a status code, made a string only for a new child).
+type childKey struct {
+	a, b string
+	n    int
+}
+
+// get returns the child for labels, made by with once.
+func (c *childCache[M]) get(labels childKey, with func() M) M {
+	c.mu.RLock()
+	v, ok := c.m[labels]
+	c.mu.RUnlock()
+	if ok {
+		return v
+	}
+	v = with()
+	c.mu.Lock()
+	if c.m == nil {
+		c.m = map[childKey]M{}
+	}
+	c.m[labels] = v
+	c.mu.Unlock()
+	return v
+}
+
+// request is the count of api's requests answered with code.
+func (m *routerMetrics) request(api string, code int) prometheus.Counter {
+	return m.requestsBy.get(childKey{a: api, n: code}, func() prometheus.Counter {
+		return m.requests.WithLabelValues(api, strconv.Itoa(code))
+	})
+}
+
+// decision is the count of decisions by policy for reason.
+func (m *routerMetrics) decision(policy, reason string) prometheus.Counter {
+	return m.decisionsBy.get(childKey{a: policy, b: reason}, func() prometheus.Counter {
+		return m.decisions.WithLabelValues(policy, reason)
+	})
+}
+
+// ttftOf is the time to first byte of pod's answers.
+func (m *routerMetrics) ttftOf(pod string) prometheus.Observer {
+	return m.ttftBy.get(childKey{a: pod}, func() prometheus.Observer { return m.ttft.WithLabelValues(pod) })
 }
 
 func newRouterMetrics(r prometheus.Registerer, reg *route.Registry, now func() time.Time) (*routerMetrics, error) {

@@ -141,18 +141,36 @@ func (c *podConns) roundTrip(req *http.Request) (*http.Response, error) {
 	if err := req.Write(wire); err != nil {
 		return nil, err
 	}
-	addr := dialAddr(req)
+	return c.send(ctx, dialAddr(req), req, wire.Bytes(), httptrace.ContextClientTrace(ctx))
+}
+
+// post sends wire, a POST serialized by appendPost, to the pod at addr
+// (host:port) and returns its answer, as roundTrip does. The caller may
+// reuse wire once it returns.
+func (c *podConns) post(ctx context.Context, addr string, wire []byte) (*http.Response, error) {
+	return c.send(ctx, addr, postRequest, wire, nil)
+}
+
+// postRequest is what http.ReadResponse is told of the request a pod
+// answers when only its serialized form exists: a POST (it reads nothing
+// else of it).
+var postRequest = &http.Request{Method: http.MethodPost}
+
+// send writes wire, req serialized, on a connection to addr and reads the
+// answer's header, dialling again when a kept-alive connection turns out
+// closed before anything reached the pod.
+func (c *podConns) send(ctx context.Context, addr string, req *http.Request, wire []byte, tr *httptrace.ClientTrace) (*http.Response, error) {
 	for {
 		pc, reused, err := c.get(ctx, addr)
 		if err != nil {
 			return nil, err
 		}
-		if tr := httptrace.ContextClientTrace(ctx); tr != nil && tr.GotConn != nil {
+		if tr != nil && tr.GotConn != nil {
 			// What the transport tells its tracer (relay's connect
 			// timer listens for it).
 			tr.GotConn(httptrace.GotConnInfo{Conn: pc.conn, Reused: reused})
 		}
-		resp, err := c.exchange(ctx, pc, req, wire.Bytes())
+		resp, err := c.exchange(ctx, pc, req, wire)
 		if err == nil {
 			return resp, nil
 		}

@@ -149,6 +149,25 @@ func roundTripOutcome(s *Server, url string, hdr http.Header, body string) outco
 	return o
 }
 
+// postOutcome is roundTripOutcome through Server.postToPod, which builds
+// no http.Request; a request it does not send is an error "not posted".
+func postOutcome(s *Server, url string, hdr http.Header, body string) outcome {
+	resp, err := s.postToPod(context.Background(), s.client, nil, url, hdr, func(string) bool { return true }, nil, []byte(body))
+	if err == errNotPosted || err == errRedirected {
+		return outcome{err: "not posted: " + err.Error()}
+	}
+	if err != nil {
+		return outcome{err: withoutAddress(err).Error()}
+	}
+	defer resp.Body.Close()
+	b, rerr := io.ReadAll(resp.Body)
+	o := outcome{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	if rerr != nil {
+		o.readErr = rerr.Error()
+	}
+	return o
+}
+
 // testServers returns a Server that reaches pods through http.Transport
 // alone (the reference) and one that uses podConns, with the same
 // transport settings.
@@ -205,6 +224,7 @@ func TestPodConnsLikeTransport(t *testing.T) {
 				ref, fast := testServers(t)
 				rp := newRawPod(t, func(int) (string, bool) { return raw, true })
 				fp := newRawPod(t, func(int) (string, bool) { return raw, true })
+				pp := newRawPod(t, func(int) (string, bool) { return raw, true })
 				want := roundTripOutcome(ref, rp.url(), hdr, body)
 				got := roundTripOutcome(fast, fp.url(), hdr, body)
 				if got.String() != want.String() {
@@ -212,6 +232,13 @@ func TestPodConnsLikeTransport(t *testing.T) {
 				}
 				if g, w := fp.requests(), rp.requests(); len(g) != len(w) || (len(g) > 0 && !bytes.Equal(g[0], w[0])) {
 					t.Errorf("the pod received:\n got %q\nwant %q", g, w)
+				}
+				// And without an http.Request (Server.postToPod).
+				if got := postOutcome(fast, pp.url(), hdr, body); got.String() != want.String() {
+					t.Errorf("posted, answer:\n got %v\nwant %v", got, want)
+				}
+				if g, w := pp.requests(), rp.requests(); len(g) != len(w) || (len(g) > 0 && !bytes.Equal(g[0], w[0])) {
+					t.Errorf("posted, the pod received:\n got %q\nwant %q", g, w)
 				}
 			})
 		}

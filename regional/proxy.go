@@ -11,7 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
+	neturl "net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -155,7 +155,7 @@ func (s *Server) localFailed(w http.ResponseWriter, api string, lr localResult) 
 func (s *Server) finish(w http.ResponseWriter, api string, p *parsed, d *route.Decision, res attempt) {
 	switch {
 	case res.err == nil:
-		s.m.requests.WithLabelValues(api, fmt.Sprint(res.status)).Inc()
+		s.m.request(api, res.status).Inc()
 	case res.wrote:
 		// Mid-stream failure: the client got a truncated answer, ended
 		// abnormally (see relay).
@@ -235,7 +235,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 			if status == http.StatusOK {
 				s.dec.Speculation().Observe(pod.ID, p.req.Chain, s.now())
 			}
-			s.m.ttft.WithLabelValues(pod.Name).Observe(ttft.Seconds())
+			s.m.ttftOf(pod.Name).Observe(ttft.Seconds())
 			if s.calib != nil && status == http.StatusOK {
 				// Per profile, not per pod: a replica learns only from the
 				// requests it served, and per-pod rates learnt apart would
@@ -270,19 +270,33 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	}
 	defer timer.Stop()
 
-	ureq, err := http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw))
-	if err != nil {
-		return attempt{kind: "connect", err: err}
+	keep := func(k string) bool {
+		return !hopHeaders[k] && !strings.HasPrefix(k, "X-Meridian-Hop") && !(s.auth != nil && credentialHeaders[k])
 	}
-	for k, vs := range r.Header {
-		if !hopHeaders[k] && !strings.HasPrefix(k, "X-Meridian-Hop") && !(s.auth != nil && credentialHeaders[k]) {
+	resp, err := s.postToPod(uctx, client, ct, url, r.Header, keep, add, p.raw)
+	if err == errNotPosted || err == errRedirected {
+		redirected := err == errRedirected
+		var ureq *http.Request
+		ureq, err = http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw))
+		if err != nil {
+			return attempt{kind: "connect", err: err}
+		}
+		for k, vs := range r.Header {
+			if keep(k) {
+				ureq.Header[k] = vs
+			}
+		}
+		for k, vs := range add {
 			ureq.Header[k] = vs
 		}
+		if redirected {
+			// The pod answered a redirect: client follows it, from
+			// the start, as roundTrip has it do.
+			resp, err = client.Do(ureq)
+		} else {
+			resp, err = s.roundTrip(client, ureq)
+		}
 	}
-	for k, vs := range add {
-		ureq.Header[k] = vs
-	}
-	resp, err := s.roundTrip(client, ureq)
 	if err != nil {
 		if ct != nil && ct.fired.Load() && ctx.Err() == nil {
 			timer.Stop()
@@ -419,7 +433,7 @@ func (s *Server) roundTrip(client *http.Client, req *http.Request) (*http.Respon
 	}
 	resp, err := s.pods.roundTrip(req)
 	if err != nil {
-		return nil, &url.Error{Op: "Post", URL: req.URL.Redacted(), Err: err}
+		return nil, &neturl.Error{Op: "Post", URL: req.URL.Redacted(), Err: err}
 	}
 	if followsRedirect(resp) {
 		// client follows redirects (a pod that answers one has done no
@@ -434,6 +448,55 @@ func (s *Server) roundTrip(client *http.Client, req *http.Request) (*http.Respon
 	}
 	return resp, nil
 }
+
+// errNotPosted: postToPod cannot send this request; the caller sends it
+// as an http.Request. errRedirected: the pod answered a redirect, which
+// the caller has its client follow.
+var (
+	errNotPosted  = errors.New("not posted")
+	errRedirected = errors.New("redirected")
+)
+
+// postToPod sends a relayed request to a plain-http pod through s.pods
+// without building an http.Request (podwire.go), when it can: client is
+// the pods', no connect timer listens for the connection, and appendPost
+// can write it. Otherwise it returns errNotPosted. The answer, or error,
+// is what roundTrip would return, but for an answer the client would
+// follow: errRedirected, its body closed.
+func (s *Server) postToPod(ctx context.Context, client *http.Client, ct *connectTimer, url string, in http.Header, keep func(string) bool, add http.Header, body []byte) (*http.Response, error) {
+	if client != s.client || s.pods == nil || ct != nil {
+		return nil, errNotPosted
+	}
+	host, path, ok := podTarget(url)
+	if !ok {
+		return nil, errNotPosted
+	}
+	var stack [16]headerField
+	fields := podFields(stack[:0], in, keep, add)
+	bp := postBufs.Get().(*[]byte)
+	defer func() {
+		if cap(*bp) <= 1<<20 {
+			postBufs.Put(bp)
+		}
+	}()
+	wire, ok := appendPost((*bp)[:0], host, path, fields, body)
+	*bp = wire
+	if !ok {
+		return nil, errNotPosted
+	}
+	resp, err := s.pods.post(ctx, host, wire)
+	if err != nil {
+		return nil, &neturl.Error{Op: "Post", URL: url, Err: err}
+	}
+	if followsRedirect(resp) {
+		_ = resp.Body.Close()
+		return nil, errRedirected
+	}
+	return resp, nil
+}
+
+// postBufs hold requests to pods while they are written.
+var postBufs = sync.Pool{New: func() any { return new([]byte) }}
 
 // followsRedirect reports whether an http.Client (without CheckRedirect)
 // would follow resp, the answer to a POST with a replayable body.
@@ -522,7 +585,7 @@ func (s *Server) upstreamErr(ctx context.Context, timer *time.Timer, lim limits,
 // 10.0.0.7:8080: connect: connection refused" becomes "connect:
 // connection refused"), keeping what it wraps.
 func withoutAddress(err error) error {
-	var ue *url.Error
+	var ue *neturl.Error
 	if errors.As(err, &ue) && ue.Err != nil {
 		err = ue.Err
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync"
 	"syscall"
 	"unsafe"
 )
@@ -33,6 +34,21 @@ import (
 type rawIO struct {
 	c  net.Conn
 	rc syscall.RawConn
+
+	// The state of the read and of the write under way, which the
+	// functions given to rc work on: closures over a call's own
+	// variables would be allocated on every call. rmu and wmu keep
+	// concurrent reads (writes) apart, as the poller's own lock does.
+	rmu     sync.Mutex
+	rp      []byte
+	rn      int
+	rerrno  syscall.Errno
+	readFn  func(fd uintptr) bool
+	wmu     sync.Mutex
+	wp      []byte
+	wn      int
+	werrno  syscall.Errno
+	writeFn func(fd uintptr) bool
 }
 
 // rawReadWriter returns raw I/O for c when it is a TCP connection, or c.
@@ -45,28 +61,21 @@ func rawReadWriter(c net.Conn) io.ReadWriter {
 	if err != nil {
 		return c
 	}
-	return &rawIO{c: c, rc: rc}
+	r := &rawIO{c: c, rc: rc}
+	r.readFn, r.writeFn = r.read, r.write
+	return r
 }
 
 func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	var n int
-	var errno syscall.Errno
-	err := r.rc.Read(func(fd uintptr) bool {
-		for {
-			m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-			switch e {
-			case syscall.EINTR:
-				continue
-			case syscall.EAGAIN:
-				return false // wait until readable
-			}
-			n, errno = int(m), e
-			return true
-		}
-	})
+	r.rmu.Lock()
+	r.rp, r.rn, r.rerrno = p, 0, 0
+	err := r.rc.Read(r.readFn)
+	n, errno := r.rn, r.rerrno
+	r.rp = nil
+	r.rmu.Unlock()
 	switch {
 	case err != nil:
 		return 0, r.opError("read", err)
@@ -78,25 +87,29 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-func (r *rawIO) Write(p []byte) (int, error) {
-	var n int
-	var errno syscall.Errno
-	err := r.rc.Write(func(fd uintptr) bool {
-		for n < len(p) {
-			m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[n])), uintptr(len(p)-n))
-			switch e {
-			case 0:
-				n += int(m)
-			case syscall.EINTR:
-			case syscall.EAGAIN:
-				return false // wait until writable
-			default:
-				errno = e
-				return true
-			}
+// read is one attempt of Read on fd: false when it must wait.
+func (r *rawIO) read(fd uintptr) bool {
+	p := r.rp
+	for {
+		m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+		switch e {
+		case syscall.EINTR:
+			continue
+		case syscall.EAGAIN:
+			return false // wait until readable
 		}
+		r.rn, r.rerrno = int(m), e
 		return true
-	})
+	}
+}
+
+func (r *rawIO) Write(p []byte) (int, error) {
+	r.wmu.Lock()
+	r.wp, r.wn, r.werrno = p, 0, 0
+	err := r.rc.Write(r.writeFn)
+	n, errno := r.wn, r.werrno
+	r.wp = nil
+	r.wmu.Unlock()
 	switch {
 	case err != nil:
 		return n, r.opError("write", err)
@@ -104,6 +117,25 @@ func (r *rawIO) Write(p []byte) (int, error) {
 		return n, r.opError("write", os.NewSyscallError("write", errno))
 	}
 	return n, nil
+}
+
+// write is one attempt of Write on fd: false when it must wait.
+func (r *rawIO) write(fd uintptr) bool {
+	p := r.wp
+	for r.wn < len(p) {
+		m, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[r.wn])), uintptr(len(p)-r.wn))
+		switch e {
+		case 0:
+			r.wn += int(m)
+		case syscall.EINTR:
+		case syscall.EAGAIN:
+			return false // wait until writable
+		default:
+			r.werrno = e
+			return true
+		}
+	}
+	return true
 }
 
 // opError is err as net.Conn reports it: an *net.OpError for op. The

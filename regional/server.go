@@ -457,7 +457,7 @@ func (s *Server) servesModel(model string, forwardedIn bool) bool {
 }
 
 func (s *Server) fail(w http.ResponseWriter, api string, status int, code, format string, args ...any) {
-	s.m.requests.WithLabelValues(api, fmt.Sprint(status)).Inc()
+	s.m.request(api, status).Inc()
 	writeError(w, status, code, format, args...)
 }
 
@@ -469,7 +469,7 @@ func (s *Server) decide(p *parsed) (*route.Decision, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.m.decisions.WithLabelValues(d.Policy, d.Reason).Inc()
+	s.m.decision(d.Policy, d.Reason).Inc()
 	return d, nil
 }
 
