@@ -188,7 +188,7 @@ type Ingester struct {
 	// marks are the last message applied per partition, anchors the marks
 	// the previous probe took, verified against the log by the next one
 	// (ingest_rewrite.go): a log rewritten past what was applied.
-	marks      map[int]logMark
+	marks      map[int]markSrc
 	anchors    map[int]logMark
 	resetAt    time.Time
 	groupGen   int
@@ -264,7 +264,7 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	}
 	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, decCfg: decCfg, gate: gate,
 		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
-		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, marks: map[int]logMark{}, anchors: map[int]logMark{},
+		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, marks: map[int]markSrc{}, anchors: map[int]logMark{},
 		restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
@@ -371,9 +371,15 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 		g.resetLocked([]int{msg.Partition}, map[int]int64{msg.Partition: msg.HighWaterMark}, "offset_regression")
 	}
 	g.applied[msg.Partition] = msg.Offset
-	g.marks[msg.Partition] = markOf(msg.Offset, msg.Key, msg.Value, msg.Time)
 	if _, ok := g.anchors[msg.Partition]; !ok {
-		g.anchors[msg.Partition] = g.marks[msg.Partition] // the first, until a probe verifies it
+		g.marks[msg.Partition] = markSrc{mark: markOf(msg.Offset, msg.Key, msg.Value, msg.Time)}
+		g.anchors[msg.Partition] = g.marks[msg.Partition].mark // the first, until a probe verifies it
+	} else if pre != nil {
+		// The consumer's message is its own: its mark is computed if a
+		// probe takes it as the next anchor, not for every message.
+		g.marks[msg.Partition] = markSrc{mark: logMark{offset: msg.Offset}, key: msg.Key, value: msg.Value, at: msg.Time, lazy: true}
+	} else {
+		g.marks[msg.Partition] = markSrc{mark: markOf(msg.Offset, msg.Key, msg.Value, msg.Time)}
 	}
 	g.checkCaughtUpLocked()
 	if end, ok := g.rebuilding[msg.Partition]; ok && msg.Offset >= end-1 {

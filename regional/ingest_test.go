@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -714,4 +715,46 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		g.apply(m, gen, nil)
 	}
 	checkIndex(t, idx, reg, []*testEngine{e})
+}
+
+// The consumer's apply takes a message's mark lazily (computed when a
+// probe takes it as an anchor); Apply computes it at once. Both give the
+// same marks and anchors, and the same index, for the same messages.
+func TestIngestLazyMarksMatchEager(t *testing.T) {
+	msgs, engines := workload(21, 3)
+	eager, _, _, _, _ := newTestIngester(t)
+	lazy, idx, reg, _, _ := newTestIngester(t)
+	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range msgs {
+		m.Time = time.Unix(int64(i), 0)
+		eager.Apply(m)
+		var pre decoded
+		pre.batch, pre.err = dec.Decode(m.Value)
+		lazy.apply(m, -1, &pre)
+		if i%7 == 0 { // a probe verified the anchors: the last marks are the next
+			eager.advanceAnchorsLocked(nil)
+			lazy.advanceAnchorsLocked(nil)
+		}
+	}
+	checkIndex(t, idx, reg, engines)
+	lazyMarks := map[int]logMark{}
+	for p, m := range lazy.marks {
+		lazyMarks[p] = m.get()
+	}
+	eagerMarks := map[int]logMark{}
+	for p, m := range eager.marks {
+		if m.lazy {
+			t.Fatalf("Apply left the mark of partition %d lazy", p)
+		}
+		eagerMarks[p] = m.mark
+	}
+	if len(eagerMarks) == 0 || !maps.Equal(lazyMarks, eagerMarks) {
+		t.Fatalf("marks: lazy %v, eager %v", lazyMarks, eagerMarks)
+	}
+	if !maps.Equal(lazy.anchors, eager.anchors) {
+		t.Fatalf("anchors: lazy %v, eager %v", lazy.anchors, eager.anchors)
+	}
 }
