@@ -446,9 +446,7 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 			for n < len(evs) && !lifecycle(evs[n]) {
 				n++
 			}
-			for _, ev := range evs[:n] {
-				g.m.events.WithLabelValues(ev.Kind().String()).Inc()
-			}
+			g.m.countEvents(evs[:n])
 			if ps == nil { // events after a PodDown in the same batch
 				if ps = g.stream(name, msg.Headers); ps == nil {
 					return // counted and logged by stream
@@ -1104,7 +1102,10 @@ func headerU64(hs []kafka.Header, key string) (uint64, bool) {
 }
 
 type ingestMetrics struct {
-	events        *prometheus.CounterVec
+	events *prometheus.CounterVec
+	// byKind are events' counters by Kind, resolved once: vLLM publishes
+	// one BlockStored or BlockRemoved per engine block.
+	byKind        [kvevents.KindPodDown + 1]prometheus.Counter
 	blocksStored  prometheus.Counter
 	blocksRemoved prometheus.Counter
 	decodeErrors  *prometheus.CounterVec
@@ -1158,7 +1159,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		m.resets.WithLabelValues(cause)
 	}
 	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
-		m.events.WithLabelValues(k.String())
+		m.byKind[k] = m.events.WithLabelValues(k.String())
 	}
 	for _, reason := range []string{"replay", "duplicate_seq", "superseded"} {
 		m.skipped.WithLabelValues(reason)
@@ -1190,6 +1191,23 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		}
 	}
 	return m, nil
+}
+
+// countEvents counts a run of events by kind, one Add per kind.
+func (m *ingestMetrics) countEvents(evs []kvevents.Event) {
+	var n [len(m.byKind)]int
+	for _, ev := range evs {
+		if k := ev.Kind(); int(k) < len(n) && m.byKind[k] != nil {
+			n[k]++
+		} else {
+			m.events.WithLabelValues(k.String()).Inc()
+		}
+	}
+	for k, c := range n {
+		if c > 0 {
+			m.byKind[k].Add(float64(c))
+		}
+	}
 }
 
 func b2f(b bool) float64 {

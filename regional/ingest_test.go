@@ -758,3 +758,34 @@ func TestIngestLazyMarksMatchEager(t *testing.T) {
 		t.Fatalf("anchors: lazy %v, eager %v", lazy.anchors, eager.anchors)
 	}
 }
+
+// meridian_ingest_events_total counts every applied event by kind, a run
+// of block events at a time: as many as the messages hold.
+func TestIngestCountsEventsByKind(t *testing.T) {
+	msgs, _ := blockEventMessages(func(msgs, _ int) bool { return msgs < 60 })
+	g, _, _, _, _ := newTestIngester(t)
+	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for i, m := range msgs {
+		m.Offset = int64(i)
+		g.Apply(m)
+		b, err := dec.Decode(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range b.Events {
+			want[ev.Kind().String()]++
+		}
+	}
+	if want[kvevents.KindBlockStored.String()] == 0 || want[kvevents.KindBlockRemoved.String()] == 0 || want[kvevents.KindPodUp.String()] == 0 {
+		t.Fatalf("the workload lacks a kind: %v", want)
+	}
+	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
+		if got := testutil.ToFloat64(g.m.events.WithLabelValues(k.String())); int(got) != want[k.String()] {
+			t.Errorf("%s: counted %v, the messages hold %d", k, got, want[k.String()])
+		}
+	}
+}
