@@ -188,7 +188,7 @@ type Ingester struct {
 	// marks are the last message applied per partition, anchors the marks
 	// the previous probe took, verified against the log by the next one
 	// (ingest_rewrite.go): a log rewritten past what was applied.
-	marks      map[int]logMark
+	marks      map[int]markSrc
 	anchors    map[int]logMark
 	resetAt    time.Time
 	groupGen   int
@@ -264,7 +264,7 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 	}
 	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, decCfg: decCfg, gate: gate,
 		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
-		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, marks: map[int]logMark{}, anchors: map[int]logMark{},
+		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, marks: map[int]markSrc{}, anchors: map[int]logMark{},
 		restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
 	g.m, err = newIngestMetrics(deps.Metrics, g)
@@ -371,9 +371,15 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 		g.resetLocked([]int{msg.Partition}, map[int]int64{msg.Partition: msg.HighWaterMark}, "offset_regression")
 	}
 	g.applied[msg.Partition] = msg.Offset
-	g.marks[msg.Partition] = markOf(msg.Offset, msg.Key, msg.Value, msg.Time)
 	if _, ok := g.anchors[msg.Partition]; !ok {
-		g.anchors[msg.Partition] = g.marks[msg.Partition] // the first, until a probe verifies it
+		g.marks[msg.Partition] = markSrc{mark: markOf(msg.Offset, msg.Key, msg.Value, msg.Time)}
+		g.anchors[msg.Partition] = g.marks[msg.Partition].mark // the first, until a probe verifies it
+	} else if pre != nil {
+		// The consumer's message is its own: its mark is computed if a
+		// probe takes it as the next anchor, not for every message.
+		g.marks[msg.Partition] = markSrc{mark: logMark{offset: msg.Offset}, key: msg.Key, value: msg.Value, at: msg.Time, lazy: true}
+	} else {
+		g.marks[msg.Partition] = markSrc{mark: markOf(msg.Offset, msg.Key, msg.Value, msg.Time)}
 	}
 	g.checkCaughtUpLocked()
 	if end, ok := g.rebuilding[msg.Partition]; ok && msg.Offset >= end-1 {
@@ -440,9 +446,7 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 			for n < len(evs) && !lifecycle(evs[n]) {
 				n++
 			}
-			for _, ev := range evs[:n] {
-				g.m.events.WithLabelValues(ev.Kind().String()).Inc()
-			}
+			g.m.countEvents(evs[:n])
 			if ps == nil { // events after a PodDown in the same batch
 				if ps = g.stream(name, msg.Headers); ps == nil {
 					return // counted and logged by stream
@@ -1098,7 +1102,10 @@ func headerU64(hs []kafka.Header, key string) (uint64, bool) {
 }
 
 type ingestMetrics struct {
-	events        *prometheus.CounterVec
+	events *prometheus.CounterVec
+	// byKind are events' counters by Kind, resolved once: vLLM publishes
+	// one BlockStored or BlockRemoved per engine block.
+	byKind        [kvevents.KindPodDown + 1]prometheus.Counter
 	blocksStored  prometheus.Counter
 	blocksRemoved prometheus.Counter
 	decodeErrors  *prometheus.CounterVec
@@ -1152,7 +1159,7 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		m.resets.WithLabelValues(cause)
 	}
 	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
-		m.events.WithLabelValues(k.String())
+		m.byKind[k] = m.events.WithLabelValues(k.String())
 	}
 	for _, reason := range []string{"replay", "duplicate_seq", "superseded"} {
 		m.skipped.WithLabelValues(reason)
@@ -1184,6 +1191,23 @@ func newIngestMetrics(r prometheus.Registerer, g *Ingester) (*ingestMetrics, err
 		}
 	}
 	return m, nil
+}
+
+// countEvents counts a run of events by kind, one Add per kind.
+func (m *ingestMetrics) countEvents(evs []kvevents.Event) {
+	var n [len(m.byKind)]int
+	for _, ev := range evs {
+		if k := ev.Kind(); int(k) < len(n) && m.byKind[k] != nil {
+			n[k]++
+		} else {
+			m.events.WithLabelValues(k.String()).Inc()
+		}
+	}
+	for k, c := range n {
+		if c > 0 {
+			m.byKind[k].Add(float64(c))
+		}
+	}
 }
 
 func b2f(b bool) float64 {

@@ -267,7 +267,7 @@ func BenchmarkIngestKafka(b *testing.B) {
 		reg := route.NewRegistry(idx)
 		cfg := DefaultIngestConfig()
 		cfg.Brokers, cfg.Region, cfg.BlockSize = cluster.ListenAddrs(), "bench", routerBlockSize
-		g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
+		g, err := NewIngester(cfg, benchIngestDeps(idx, reg))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -286,6 +286,7 @@ func BenchmarkIngestKafka(b *testing.B) {
 		start, steady = start+t1.Sub(t0), steady+time.Since(t1)
 		rcancel()
 		<-done
+		checkBenchPods(b, reg)
 		b.StartTimer()
 	}
 	b.StopTimer()
@@ -319,7 +320,7 @@ func BenchmarkIngestApply(b *testing.B) {
 		reg := route.NewRegistry(idx)
 		cfg := DefaultIngestConfig()
 		cfg.Brokers, cfg.Region, cfg.BlockSize = []string{"127.0.0.1:1"}, "bench", routerBlockSize
-		g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
+		g, err := NewIngester(cfg, benchIngestDeps(idx, reg))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -329,6 +330,7 @@ func BenchmarkIngestApply(b *testing.B) {
 		if applied(g) != int64(len(msgs)) {
 			b.Fatalf("applied %d of %d messages", applied(g), len(msgs))
 		}
+		checkBenchPods(b, reg)
 	}
 	b.ReportMetric(float64(blocks)*float64(b.N)/b.Elapsed().Seconds(), "events/s")
 	if cpu1, ok := threadCPU(); cpuOK && ok && cpu1 > cpu0 {
@@ -356,7 +358,7 @@ func BenchmarkCatchUp(b *testing.B) {
 		reg := route.NewRegistry(idx)
 		cfg := DefaultIngestConfig()
 		cfg.Brokers, cfg.Region, cfg.BlockSize = cluster.ListenAddrs(), "bench", routerBlockSize
-		g, err := NewIngester(cfg, IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry()})
+		g, err := NewIngester(cfg, benchIngestDeps(idx, reg))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -375,6 +377,31 @@ func BenchmarkCatchUp(b *testing.B) {
 	perRun := b.Elapsed().Seconds() / float64(b.N)
 	b.ReportMetric(perRun/(float64(blocks)/1e6), "s/M-block-events")
 	b.ReportMetric(float64(blocks), "block-events")
+}
+
+// benchIngestDeps are the ingest benchmarks' dependencies: the pods'
+// PodUps are believed (their endpoints, "http://pod-N", are allowed), so
+// that each pod's re-keyer is sized from the KV capacity it announces, as
+// the benchmarks say. With the default gate (loopback endpoints only) the
+// PodUps were refused and every re-keyer grew from empty.
+func benchIngestDeps(idx *index.Index, reg *route.Registry) IngestDeps {
+	return IngestDeps{Index: idx, Pods: reg, Metrics: prometheus.NewRegistry(),
+		Announcements: newPodGate(PodsConfig{AllowedEndpoints: []string{"pod-*"}}).check}
+}
+
+// The pods of blockEventMessages, and the KV capacity each announces.
+const benchPods, benchKVBlocks = 8, 8192
+
+// checkBenchPods fails b unless the pods of blockEventMessages were
+// registered from their PodUps, with the KV capacity these announce.
+func checkBenchPods(b *testing.B, reg *route.Registry) {
+	b.Helper()
+	for p := range benchPods {
+		name := fmt.Sprintf("pod-%d", p)
+		if pod, ok := reg.Get(name); !ok || pod.Info().KVBlocks != benchKVBlocks || pod.Info().Endpoint == "" {
+			b.Fatalf("pod %s not registered from its PodUp (announced %d KV blocks)", name, benchKVBlocks)
+		}
+	}
 }
 
 // publish writes msgs to the topic, retrying while it is being created.
@@ -403,7 +430,7 @@ func publish(b *testing.B, w *kafka.Writer, msgs []Message) {
 // holds. Each pod announces its KV capacity in its PodUp, so its re-keyer
 // is sized up front. A block event is one stored or removed engine block.
 func blockEventMessages(more func(msgs, blocks int) bool) ([]Message, int) {
-	const pods, storesPerMsg, kvBlocks = 8, 8, 8192
+	const pods, storesPerMsg, kvBlocks = benchPods, 8, benchKVBlocks
 	rng := rand.New(rand.NewPCG(1, 1))
 	engines := make([]*testEngine, pods)
 	var msgs []Message

@@ -50,6 +50,27 @@ type logMark struct {
 	sum    uint64 // of key, value and timestamp
 }
 
+// markSrc is the last message applied of a partition: its mark, or (lazy)
+// what to compute the mark from. markOf hashes the whole message, as long
+// as the pass that decodes it; the consumer applies thousands of messages
+// between two probes, and a probe needs the mark of the last one only.
+type markSrc struct {
+	mark  logMark // the offset only, while lazy
+	key   []byte
+	value []byte
+	at    time.Time
+	lazy  bool
+}
+
+// get returns the mark, computing it (once) if it is lazy.
+func (m *markSrc) get() logMark {
+	if m.lazy {
+		m.mark = markOf(m.mark.offset, m.key, m.value, m.at)
+		m.key, m.value, m.lazy = nil, nil, false
+	}
+	return m.mark
+}
+
 func markOf(offset int64, key, value []byte, at time.Time) logMark {
 	d := xxhash.New()
 	var n [8]byte
@@ -95,9 +116,17 @@ func (g *Ingester) checkAnchors(ctx context.Context, c *kafka.Client, ends map[i
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	g.advanceAnchorsLocked(keep)
+}
+
+// advanceAnchorsLocked takes the last message applied of each partition
+// as its next anchor, but for the partitions to keep (their anchor not
+// verified yet) that have one.
+func (g *Ingester) advanceAnchorsLocked(keep map[int]bool) {
 	for p, m := range g.marks {
 		if _, ok := g.anchors[p]; !ok || !keep[p] {
-			g.anchors[p] = m
+			g.anchors[p] = m.get()
+			g.marks[p] = m
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -714,4 +715,77 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		g.apply(m, gen, nil)
 	}
 	checkIndex(t, idx, reg, []*testEngine{e})
+}
+
+// The consumer's apply takes a message's mark lazily (computed when a
+// probe takes it as an anchor); Apply computes it at once. Both give the
+// same marks and anchors, and the same index, for the same messages.
+func TestIngestLazyMarksMatchEager(t *testing.T) {
+	msgs, engines := workload(21, 3)
+	eager, _, _, _, _ := newTestIngester(t)
+	lazy, idx, reg, _, _ := newTestIngester(t)
+	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range msgs {
+		m.Time = time.Unix(int64(i), 0)
+		eager.Apply(m)
+		var pre decoded
+		pre.batch, pre.err = dec.Decode(m.Value)
+		lazy.apply(m, -1, &pre)
+		if i%7 == 0 { // a probe verified the anchors: the last marks are the next
+			eager.advanceAnchorsLocked(nil)
+			lazy.advanceAnchorsLocked(nil)
+		}
+	}
+	checkIndex(t, idx, reg, engines)
+	lazyMarks := map[int]logMark{}
+	for p, m := range lazy.marks {
+		lazyMarks[p] = m.get()
+	}
+	eagerMarks := map[int]logMark{}
+	for p, m := range eager.marks {
+		if m.lazy {
+			t.Fatalf("Apply left the mark of partition %d lazy", p)
+		}
+		eagerMarks[p] = m.mark
+	}
+	if len(eagerMarks) == 0 || !maps.Equal(lazyMarks, eagerMarks) {
+		t.Fatalf("marks: lazy %v, eager %v", lazyMarks, eagerMarks)
+	}
+	if !maps.Equal(lazy.anchors, eager.anchors) {
+		t.Fatalf("anchors: lazy %v, eager %v", lazy.anchors, eager.anchors)
+	}
+}
+
+// meridian_ingest_events_total counts every applied event by kind, a run
+// of block events at a time: as many as the messages hold.
+func TestIngestCountsEventsByKind(t *testing.T) {
+	msgs, _ := blockEventMessages(func(msgs, _ int) bool { return msgs < 60 })
+	g, _, _, _, _ := newTestIngester(t)
+	dec, err := kvevents.NewDecoder(kvevents.DefaultDecoderConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for i, m := range msgs {
+		m.Offset = int64(i)
+		g.Apply(m)
+		b, err := dec.Decode(m.Value)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ev := range b.Events {
+			want[ev.Kind().String()]++
+		}
+	}
+	if want[kvevents.KindBlockStored.String()] == 0 || want[kvevents.KindBlockRemoved.String()] == 0 || want[kvevents.KindPodUp.String()] == 0 {
+		t.Fatalf("the workload lacks a kind: %v", want)
+	}
+	for _, k := range []kvevents.Kind{kvevents.KindBlockStored, kvevents.KindBlockRemoved, kvevents.KindAllBlocksCleared, kvevents.KindPodUp, kvevents.KindPodDown} {
+		if got := testutil.ToFloat64(g.m.events.WithLabelValues(k.String())); int(got) != want[k.String()] {
+			t.Errorf("%s: counted %v, the messages hold %d", k, got, want[k.String()])
+		}
+	}
 }

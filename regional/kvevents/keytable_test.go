@@ -65,19 +65,35 @@ func TestKeyTableMatchesMap(t *testing.T) {
 }
 
 // TestRekeyReserve: a Rekeyer sized from the pod's capacity does not grow
-// its table as the cache fills to that capacity.
+// its table, its entries or its token store as the cache fills to that
+// capacity.
 func TestRekeyReserve(t *testing.T) {
 	r := newTestRekeyer(t, 4)
 	r.Reserve(1000)
-	size := len(r.byKey.slots)
-	if size < 1000*4/3 {
-		t.Fatalf("%d slots for 1000 blocks", size)
+	size, entries := len(r.byKey.slots), cap(r.entries)
+	if size < 1000*4/3 || entries < 1000 {
+		t.Fatalf("%d slots and room for %d entries after reserving 1000 blocks", size, entries)
 	}
+	// Chains of 4 blocks of 1 token at router block size 4: 3 blocks in 4
+	// keep their token until their router block is complete. The token
+	// store is sized with the first.
+	toks := -1
+	var parent Opt[uint64]
 	for i := 0; i < 1000; i++ {
-		r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, 4, seq(4, uint32(4*i)), uint64(i+1)))
+		if i%4 == 0 {
+			parent = Opt[uint64]{}
+		}
+		r.ApplyEvent(nil, 0, stored(parent, 1, seq(1, uint32(i)), uint64(i+1)))
+		parent = Some(uint64(i + 1))
+		if i == 0 {
+			if toks = cap(r.toks.arena(1).buf); toks < 750 {
+				t.Fatalf("room for %d tokens after reserving 1000 blocks (750 keep one)", toks)
+			}
+		}
 	}
-	if r.Len() != 1000 || len(r.byKey.slots) != size {
-		t.Fatalf("%d entries, %d slots (reserved %d)", r.Len(), len(r.byKey.slots), size)
+	if r.Len() != 1000 || len(r.byKey.slots) != size || cap(r.entries) != entries || cap(r.toks.arena(1).buf) != toks {
+		t.Fatalf("%d entries, %d slots (reserved %d), room for %d entries (reserved %d) and %d tokens (reserved %d)",
+			r.Len(), len(r.byKey.slots), size, cap(r.entries), entries, cap(r.toks.arena(1).buf), toks)
 	}
 	r.Reserve(1 << 40) // bounded by MaxEntries
 	if len(r.byKey.slots) > 4*DefaultRekeyConfig().MaxEntries {

@@ -264,6 +264,9 @@ func (e *entry) set(f uint8, on bool) {
 // one), its chunks recycled.
 type tokStore struct {
 	arenas []tokArena
+	// reserved is the pod's capacity in engine blocks (Rekeyer.Reserve):
+	// an arena is sized on creation for the blocks that may keep tokens.
+	reserved int
 }
 
 type tokArena struct {
@@ -272,19 +275,43 @@ type tokArena struct {
 	free []int32
 }
 
+// arena returns the arena of chunks of size tokens, creating it (sized for
+// the reserved capacity at router block size R) on first use.
 func (s *tokStore) arena(size int) *tokArena {
 	for i := range s.arenas {
 		if s.arenas[i].size == size {
 			return &s.arenas[i]
 		}
 	}
+	return s.newArena(size)
+}
+
+// newArena is arena's slow path, kept out of line so that arena inlines.
+func (s *tokStore) newArena(size int) *tokArena {
 	s.arenas = append(s.arenas, tokArena{size: size})
 	return &s.arenas[len(s.arenas)-1]
 }
 
-// put stores toks and returns its chunk.
-func (s *tokStore) put(toks []uint32) int32 {
+// reserve sizes arena a for the reserved capacity: with engine blocks of
+// a.size tokens and router blocks of R, all but one engine block in R/a.size
+// keeps its tokens while the router block is unfinished (entry.tok).
+func (s *tokStore) reserve(a *tokArena, R int) {
+	if a.size <= 0 || a.size >= R {
+		return
+	}
+	k := R / a.size
+	want := s.reserved / k * (k - 1) * a.size
+	if want > cap(a.buf) {
+		a.buf = append(make([]uint32, 0, want), a.buf...)
+	}
+}
+
+// put stores toks and returns its chunk. R is the router block size.
+func (s *tokStore) put(toks []uint32, R int) int32 {
 	a := s.arena(len(toks))
+	if a.buf == nil && s.reserved > 0 {
+		s.reserve(a, R)
+	}
 	if n := len(a.free); n > 0 {
 		c := a.free[n-1]
 		a.free = a.free[:n-1]
@@ -340,9 +367,21 @@ func (r *Rekeyer) Len() int { return r.byKey.n }
 
 // Reserve sizes the Rekeyer for n engine blocks (the pod's KV capacity in
 // blocks, GPU plus offload tiers), at most MaxEntries, so that it does not
-// grow while the pod's cache fills.
+// grow while the pod's cache fills: its key table, its entries and (once
+// the engine block size is known, with the first block that keeps tokens)
+// its token store. Growing them as the cache filled copied every entry
+// and token chunk several times over and left up to a quarter of each
+// array unused.
 func (r *Rekeyer) Reserve(n int) {
-	r.byKey.reserve(min(n, r.cfg.MaxEntries))
+	n = min(n, r.cfg.MaxEntries)
+	r.byKey.reserve(n)
+	if n > cap(r.entries) {
+		r.entries = append(make([]entry, 0, n), r.entries...)
+	}
+	r.toks.reserved = max(r.toks.reserved, n)
+	for i := range r.toks.arenas {
+		r.toks.reserve(&r.toks.arenas[i], r.cfg.BlockSize)
+	}
 }
 
 // Capacity is how many engine blocks the Rekeyer tracks without growing.
@@ -669,7 +708,7 @@ func (r *Rekeyer) create(k ekey, parent int32, toks []uint32, ctx *blockCtx) int
 			e.h = index.Extend(base, r.routerBlock(p, kk-1, toks))
 		} else {
 			e.h = base
-			e.tok = r.toks.put(toks)
+			e.tok = r.toks.put(toks, r.cfg.BlockSize)
 		}
 	} else {
 		m := ebs / R
