@@ -386,14 +386,27 @@ const maxTouchSlots = 4096
 // their misses, where the copy would take them one at a time (each placing
 // probe waits for its line, and a probe that finds the slot taken ends in a
 // mispredicted branch that discards the loads issued past it).
+//
+// The first line of each 4 KB page of the growing table (a table of 32 KB
+// or more starts a page) is touched by a write that changes nothing
+// rather than a load: its pages are often fresh from the kernel, and a
+// load would map the shared zero page, so that placing the first slot
+// there faulted a second time to copy it.
 func touchStep(t, nt *table, from, to uint64) {
-	const perLine = 8 // slots in a 64-byte line
+	const (
+		perLine = 8   // slots in a 64-byte line
+		perPage = 512 // slots in a 4 KB page
+	)
 	var acc uint64
 	for i := from &^ (perLine - 1); i < to; i += perLine {
 		acc += t.slots[i].Load()
 	}
 	for j := (2 * from) &^ (perLine - 1); j < 2*to && j < uint64(len(nt.slots)); j += perLine {
-		acc += *plain(&nt.slots[j])
+		if j%perPage == 0 {
+			nt.slots[j].Or(0)
+		} else {
+			acc += *plain(&nt.slots[j])
+		}
 	}
 	if acc == 1 {
 		prefetchSink.Store(acc)
