@@ -150,6 +150,8 @@ func main() {
 		{"rotating lookup, 1024 blocks, 16 depths", "BenchmarkLookupRotating/pods=256/blocks=1024/depths=16", "ns/op", atMost(3000, "ns")},
 		{"registration from empty, 1 cpu", "BenchmarkRegisterFromEmpty", "blocks/s", nil},
 		{"registration from empty, 2 cpus", "BenchmarkRegisterFromEmpty-2", "blocks/s", atLeast(10e6, "blocks/s")},
+		{"  per CPU-second of the process, 2 cpus", "BenchmarkRegisterFromEmpty-2", "cpu-blocks/s", nil},
+		{"  page faults per 1k blocks, 2 cpus", "BenchmarkRegisterFromEmpty-2", "faults/kblock", nil},
 		{"growth pause, incremental: start", "BenchmarkGrowthPause/growth=incremental", "growth-start-ns", nil},
 		{"  steps, p99", "BenchmarkGrowthPause/growth=incremental", "growth-step-p99-ns", nil},
 		{"growth pause, stop-the-world (old)", "BenchmarkGrowthPause/growth=stop-the-world", "growth-start-ns", nil},
