@@ -56,6 +56,7 @@ type cycle struct {
 	bound     []float64
 	est       []gorgo.Estimate
 	priced    []uint32
+	listed    []uint32 // in prices, with a first bound (list) or priced
 	evaluated []uint32
 	gen       uint32
 	prices    []int // the priced candidates, in the order priced

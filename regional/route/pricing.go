@@ -23,7 +23,11 @@ import (
 // group at a time and holds each to the limit of the moment. On a region
 // whose pods hold prefixes of the prompt at several depths, that prices
 // the deepest group or two; on a cold prompt (no pod holds any of it) it
-// prices every candidate, as the least loaded may be anywhere. The index
+// prices every candidate, as the least loaded may be anywhere. A group is
+// first only listed: each member gets a cheaper bound, from the line of it
+// the filters just read (list), and is priced only if that bound does
+// not rule it out, so of many pods that tie on cache only the least
+// loaded are read further. The index
 // itself answers those groups only as they are read (index.Groups, see
 // cycle.begin): the shallow groups a decision never prices cost it no probe. The tie-break then needs every candidate
 // within tieMs of the best estimate, not only the best few: within
@@ -45,9 +49,11 @@ func (c *cycle) layout(s *scoring) {
 	c.bound = grow(c.bound, n)
 	c.est = grow(c.est, n)
 	c.priced = grow(c.priced, n)
+	c.listed = grow(c.listed, n)
 	c.evaluated = grow(c.evaluated, n)
 	if c.gen++; c.gen == 0 {
 		clear(c.priced[:cap(c.priced)])
+		clear(c.listed[:cap(c.listed)])
 		clear(c.evaluated[:cap(c.evaluated)])
 		clear(c.candGen)
 		c.gen = 1
@@ -102,7 +108,53 @@ func (c *cycle) priceAt(i int) {
 	c.scoring.price(c, i, t)
 	c.bound[i] = c.lowerBound(t)
 	c.priced[i] = c.gen
+	if c.listed[i] != c.gen {
+		c.listed[i] = c.gen
+		c.prices = append(c.prices, i)
+	}
+}
+
+// list gives the candidate at position i, unless it is listed or priced,
+// a first bound from the fields of its first cache line, which the
+// filters just read: its terms with the smallest rate it may be priced at
+// (its profile's times the smallest factor of any pod), its backlog
+// without the prefill model's part (backlogTokens is at least the pending
+// tokens, ours and the peers'), and no kv_util term. Each is at most what
+// priceAt will put in its place and the bound is monotone in each, so it
+// never exceeds the bound priceAt gives; a candidate it rules out is never
+// read further. Within a group that ties on cache (many pods hold the
+// whole prompt) only the least loaded are priced.
+func (c *cycle) list(i int) {
+	if c.listed[i] == c.gen {
+		return
+	}
+	p := c.order[i]
+	prof := p.profile()
+	t := terms{slot: p.ID.Slot(), prof: prof, rate: c.profs[prof].rate * c.minFactor}
+	s := c.scoring
+	if s.prefix != nil {
+		s.prefix.term(c, i, &t)
+	}
+	if s.queue != nil {
+		pending := int(max(p.pendingPrefill.Load(), 0)) + int(max(p.peerPending.Load(), 0))
+		t.pending = int(float64(pending) * s.queue.weight)
+	}
+	if s.running != nil {
+		t.running = int(p.InFlight())
+		s.running.term(c, i, &t)
+	}
+	c.bound[i] = c.lowerBound(&t)
+	c.listed[i] = c.gen
 	c.prices = append(c.prices, i)
+}
+
+// refine prices candidate i if it is only listed, and reports whether its
+// bound is still at most limit.
+func (c *cycle) refine(i int, limit float64) bool {
+	if c.priced[i] != c.gen {
+		c.priceAt(i)
+	}
+	return !(c.bound[i] > limit)
 }
 
 // podFactor is the cost model's correction of p's rate: the one p keeps
@@ -117,15 +169,17 @@ func (c *cycle) podFactor(p *Pod) float64 {
 	return f
 }
 
-// more prices the next group: the candidates of the next matched depth
-// (index answers are ranked by depth), or, after the last, every
-// candidate left.
+// more lists the next group (see list): the candidates of the next
+// matched depth (index answers are ranked by depth), or, after the last,
+// prices every candidate left.
 func (c *cycle) more() {
 	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
 		depth := c.matches[c.next].Blocks
 		for ; c.next < len(c.matches) && c.matches[c.next].Blocks == depth; c.next++ {
 			if slot := c.matches[c.next].Pod.Slot(); c.candGen[slot] == c.gen {
-				c.priceAt(int(c.posOf[slot]))
+				if i := int(c.posOf[slot]); c.priced[i] != c.gen {
+					c.list(i)
+				}
 			}
 		}
 		c.floor = c.floorAt()
@@ -277,6 +331,10 @@ func (c *cycle) lowest(k int) []int {
 			c.more()
 			continue
 		}
+		if c.priced[best] != c.gen {
+			c.priceAt(best) // its bound rises: look again
+			continue
+		}
 		c.evaluate(best)
 		sel = insertLowest(sel, k, best, c.estLess)
 	}
@@ -294,7 +352,7 @@ func (c *cycle) lowest(k int) []int {
 	limit := c.est[sel[k-1]].TotalMs
 	for next := 0; ; {
 		for ; next < len(c.prices); next++ {
-			if i := c.prices[next]; !c.isEvaluated(i) && !(c.bound[i] > limit) {
+			if i := c.prices[next]; !c.isEvaluated(i) && !(c.bound[i] > limit) && c.refine(i, limit) {
 				c.evaluate(i)
 				if c.estLess(i, sel[k-1]) {
 					sel = insertLowest(sel, k, i, c.estLess)
@@ -318,7 +376,7 @@ func (c *cycle) lowest(k int) []int {
 func (c *cycle) within(limit float64) {
 	c.priceUntil(limit)
 	for _, i := range c.prices {
-		if !c.isEvaluated(i) && !(c.bound[i] > limit) {
+		if !c.isEvaluated(i) && !(c.bound[i] > limit) && c.refine(i, limit) {
 			c.evaluate(i)
 		}
 	}
