@@ -62,16 +62,9 @@ type cycle struct {
 	prices    []int // the priced candidates, in the order priced
 	evals     []int // the evaluated ones, likewise
 	// posOf[slot] is the position of the candidate in that slot, where
-	// candGen[slot] == gen. The pod filters' pass fills them for the
-	// generation layout will take (gen+1), as it moves each candidate to
-	// its place: mapped is how many it placed (-1: none, or a later
-	// filter moved them), mapShared whether two shared a slot, and
-	// mapTried that a pass has tried (only the first may).
-	posOf     []int32
-	candGen   []uint32
-	mapped    int
-	mapShared bool
-	mapTried  bool
+	// candGen[slot] == gen.
+	posOf   []int32
+	candGen []uint32
 	// Candidates are priced a group at a time, by matched depth, deepest
 	// first (see more): next indexes matches at the next group, rest says
 	// every candidate is priced, and floor is a lower bound of the total
@@ -125,7 +118,6 @@ func newCycle(capacity int) *cycle {
 func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time, lazy bool) {
 	c.d, c.req, c.now, c.nowNs = d, req, now, now.UnixNano()
 	c.filtered, c.load = nil, loadSums{pods: -1}
-	c.mapped, c.mapTried = -1, false
 	c.lazy = lazy
 	if lazy {
 		d.idx.LookupGroups(req.Chain, &c.groups)
@@ -238,9 +230,6 @@ func (c *cycle) keep(name string, ok func(*Pod) bool) {
 // kept ends a filter that moved the n pods it keeps to the front of
 // c.pods: the others are counted under its name.
 func (c *cycle) kept(name string, n int) {
-	if n < len(c.pods) {
-		c.mapped = -1
-	}
 	c.count(name, len(c.pods)-n)
 	c.pods = c.pods[:n]
 }

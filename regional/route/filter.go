@@ -107,13 +107,6 @@ func (f podFilters) apply(c *cycle) {
 	idx := c.d.idx
 	var total, most int64
 	var speeds float64
-	// The ttft picker's layout needs each candidate's position by slot:
-	// the first pass records it as it places the candidate, for the
-	// generation layout will take (a wrapping one is left to layout).
-	g := c.gen + 1
-	mapping := c.lazy && !c.mapTried && g != 0
-	c.mapTried = true
-	shared := false
 	n := 0
 	for _, p := range c.pods {
 		d := p.desc.Load()
@@ -137,11 +130,6 @@ func (f podFilters) apply(c *cycle) {
 			continue
 		}
 		c.pods[n] = p
-		if mapping {
-			slot := p.ID.Slot()
-			shared = shared || c.candGen[slot] == g
-			c.posOf[slot], c.candGen[slot] = int32(n), g
-		}
 		n++
 		in := p.InFlight()
 		total += in
@@ -150,12 +138,6 @@ func (f podFilters) apply(c *cycle) {
 	}
 	for k, d := range dropped {
 		c.count(checkNames[k], d)
-	}
-	switch {
-	case mapping:
-		c.mapped, c.mapShared = n, shared
-	case n < len(c.pods):
-		c.mapped = -1
 	}
 	c.pods = c.pods[:n]
 	c.load = loadSums{pods: n, inflight: total, most: most, speeds: speeds}

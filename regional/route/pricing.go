@@ -51,29 +51,21 @@ func (c *cycle) layout(s *scoring) {
 	c.priced = grow(c.priced, n)
 	c.listed = grow(c.listed, n)
 	c.evaluated = grow(c.evaluated, n)
+	if c.gen++; c.gen == 0 {
+		clear(c.priced[:cap(c.priced)])
+		clear(c.listed[:cap(c.listed)])
+		clear(c.evaluated[:cap(c.evaluated)])
+		clear(c.candGen)
+		c.gen = 1
+	}
 	c.prices, c.evals = c.prices[:0], c.evals[:0]
 	c.next, c.rest = 0, false
 	copy(c.order, c.pods)
-	shared := c.mapShared
-	if c.mapped == n {
-		// The pod filters placed every candidate where it is, for this
-		// generation (see podFilters.apply).
-		c.gen++
-	} else {
-		// Past the generation a pod filter may have half filled.
-		if c.gen += 2; c.gen < 2 {
-			clear(c.priced[:cap(c.priced)])
-			clear(c.listed[:cap(c.listed)])
-			clear(c.evaluated[:cap(c.evaluated)])
-			clear(c.candGen)
-			c.gen = 1
-		}
-		shared = false
-		for i, p := range c.order {
-			slot := p.ID.Slot()
-			shared = shared || c.candGen[slot] == c.gen
-			c.posOf[slot], c.candGen[slot] = int32(i), c.gen
-		}
+	shared := false
+	for i, p := range c.order {
+		slot := p.ID.Slot()
+		shared = shared || c.candGen[slot] == c.gen
+		c.posOf[slot], c.candGen[slot] = int32(i), c.gen
 	}
 	if shared {
 		// Two candidates in one slot (a pod dead in the index, the alive
