@@ -171,8 +171,19 @@ func (c *cycle) podFactor(p *Pod) float64 {
 
 // more lists the next group (see list): the candidates of the next
 // matched depth (index answers are ranked by depth), or, after the last,
-// prices every candidate left.
-func (c *cycle) more() {
+// prices every candidate left. limit is the caller's: when the floor was
+// not exact (floorAt) and the exact one exceeds limit, more only makes it
+// exact.
+func (c *cycle) more(limit float64) {
+	if !c.exact {
+		// The floor was that of the deepest group there could be: read
+		// the next group, or learn there is none, for the exact floor,
+		// and list it only if that does not exceed limit.
+		c.nextGroup()
+		if c.floor = c.floorAt(); c.floor > limit {
+			return
+		}
+	}
 	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
 		depth := c.matches[c.next].Blocks
 		for ; c.next < len(c.matches) && c.matches[c.next].Blocks == depth; c.next++ {
@@ -204,7 +215,7 @@ func (c *cycle) priceUntil(limit float64) {
 		return
 	}
 	for !c.rest && !(c.floor > limit) {
-		c.more()
+		c.more(limit)
 	}
 }
 
@@ -222,9 +233,24 @@ func (c *cycle) priceAll() {
 // smallest calibrated factor of any pod. The
 // queue, running and kv_util terms are never negative, and the only
 // negative one, the affinity bonus, goes to a pod priced up front.
+//
+// While the index has groups left to answer, the next is not read for
+// its depth: the floor is that of a group one block shallower than the
+// last (the deepest the next can be; floors only grow as the depth
+// falls), and exact is false. A floor that rules that out spares the
+// decision reading the group at all (of 64 pods that hold the whole
+// prompt, an idle one usually beats any pod one block short); more reads
+// it when the floor does not.
 func (c *cycle) floorAt() float64 {
+	c.exact = true
 	depth := 0
-	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
+	switch {
+	case c.next < len(c.matches):
+		depth = c.matches[c.next].Blocks
+	case c.lazy && len(c.matches) > 0 && !c.drained && !c.groups.Done():
+		c.exact = false
+		depth = c.matches[len(c.matches)-1].Blocks - 1
+	case c.lazy && c.nextGroup():
 		depth = c.matches[c.next].Blocks
 	}
 	return c.floorOf(depth)
@@ -328,7 +354,7 @@ func (c *cycle) lowest(k int) []int {
 			}
 		}
 		if best < 0 {
-			c.more()
+			c.more(math.Inf(1))
 			continue
 		}
 		if c.priced[best] != c.gen {
@@ -364,7 +390,7 @@ func (c *cycle) lowest(k int) []int {
 			c.sel = sel
 			return sel
 		}
-		c.more()
+		c.more(limit)
 	}
 }
 
