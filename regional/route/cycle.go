@@ -23,6 +23,7 @@ type cycle struct {
 	matches   []index.Match
 	groups    index.Groups
 	lazy      bool
+	drained   bool  // lazy, and the index had no group left to answer
 	touched   []int // slots whose bySlot a speculation raised
 	confirmed []index.PodID
 	bySlot    []int32 // matched blocks per pod slot (index, or speculation)
@@ -56,6 +57,7 @@ type cycle struct {
 	bound     []float64
 	est       []gorgo.Estimate
 	priced    []uint32
+	listed    []uint32 // in prices, with a first bound (list) or priced
 	evaluated []uint32
 	gen       uint32
 	prices    []int // the priced candidates, in the order priced
@@ -72,6 +74,7 @@ type cycle struct {
 	next    int
 	rest    bool
 	floor   float64
+	exact   bool  // floor is that of the next group (see floorAt)
 	sel     []int // scratch of lowest
 	top     []int // scratch of the ttft picker
 }
@@ -117,7 +120,7 @@ func newCycle(capacity int) *cycle {
 func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time, lazy bool) {
 	c.d, c.req, c.now, c.nowNs = d, req, now, now.UnixNano()
 	c.filtered, c.load = nil, loadSums{pods: -1}
-	c.lazy = lazy
+	c.lazy, c.drained = lazy, false
 	if lazy {
 		d.idx.LookupGroups(req.Chain, &c.groups)
 		c.matches = c.matches[:0]
@@ -166,6 +169,7 @@ func (c *cycle) nextGroup() bool {
 	for _, m := range c.matches[n:] {
 		c.bySlot[m.Pod.Slot()] = int32(m.Blocks)
 	}
+	c.drained = c.drained || len(c.matches) == n
 	return len(c.matches) > n
 }
 

@@ -392,6 +392,7 @@ func TestPodLayout(t *testing.T) {
 	var p Pod
 	for name, end := range map[string]uintptr{
 		"peerInflight": unsafe.Offsetof(p.peerInflight) + unsafe.Sizeof(p.peerInflight),
+		"peerPending":  unsafe.Offsetof(p.peerPending) + unsafe.Sizeof(p.peerPending),
 		"lapsed":       unsafe.Offsetof(p.lapsed) + unsafe.Sizeof(p.lapsed),
 	} {
 		if end > 64 {

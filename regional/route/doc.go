@@ -50,11 +50,14 @@
 // decision needs of each pod's announcement (profile and model, as
 // numbers; whether it has an endpoint) is worked out when the pod is
 // announced and kept beside its load counters in one cache line; the
-// per-pod filters run as one pass; the ttft picker reads and scores pods a
-// depth group at a time, deepest first, and estimates only those a lower
-// bound does not rule out of the best few or of the tie (within TieMs of
-// the best, where the hash may pick any of them) (pricing.go), exactly as
-// estimating every pod would decide; and DecideInto and PlaceInto reuse the caller's decision,
+// per-pod filters run as one pass; the ttft picker takes pods a depth
+// group at a time, deepest first (reading a group from the index only when
+// its floor can beat the best so far), bounds each member from the cache
+// line the filters read, reads and scores further only those that bound
+// does not rule out, and estimates only those a tighter bound does not
+// rule out of the best few or of the tie (within TieMs of the best, where
+// the hash may pick any of them) (pricing.go), exactly as estimating
+// every pod would decide; and DecideInto and PlaceInto reuse the caller's decision,
 // allocating nothing.
 //
 // Baseline pickers (round_robin, least_loaded, session_hash) run behind the

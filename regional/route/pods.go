@@ -41,7 +41,7 @@ func (i PodInfo) SaltBlind() bool { return i.Engine == "trtllm" }
 //
 // A decision reads the fields from ID to lapsed of every pod: they come
 // first, within one cache line, so a pass over the region's pods reads one
-// line per pod.
+// line per pod. The rest (the next line) is read of the pods it prices.
 type Pod struct {
 	ID index.PodID
 
@@ -50,24 +50,26 @@ type Pod struct {
 	// flight here (Registry.SetPeerLoads), summed over them: InFlight adds
 	// it to inflight, and every decision reads both of every pod.
 	peerInflight atomic.Int64
-	prefillBusy  atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
-	kvUtil       atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
-	ejectedTo    atomic.Int64  // unix nanos: ejected until then
+	// pendingPrefill and peerPending are read with the rest of the line
+	// by the ttft picker's first, cheap bound of a pod (cycle.list).
+	pendingPrefill atomic.Int64 // uncached prompt tokens of requests before their first byte
+	peerPending    atomic.Int64 // the other replicas' pendingPrefill here, as last reported, summed
+	ejectedTo      atomic.Int64 // unix nanos: ejected until then
 	// desc is what the filters and scorers need of the pod's PodInfo,
 	// worked out when it is announced (see catalog.describe).
 	desc   atomic.Uint64
 	lapsed atomic.Bool // its announcement ran out and it does not answer
 
-	info           atomic.Pointer[PodInfo]
-	factor         atomic.Pointer[podFactor] // the cost model's correction of its rate, as last read
-	Name           string
-	pendingPrefill atomic.Int64 // uncached prompt tokens of requests before their first byte
-	peerPending    atomic.Int64 // the other replicas' pendingPrefill here, as last reported, summed
-	outstanding    atomic.Int64 // prompt tokens of requests routed here and not finished
-	routed         atomic.Int64 // requests routed here, ever
-	engineRunning  atomic.Int64 // scraped: requests the engine says it runs (-1: unknown)
-	engineWaiting  atomic.Int64 // scraped: requests the engine says are queued (-1: unknown)
-	contactAt      atomic.Int64 // unix nanos: the pod last answered (a scrape, a request)
+	info          atomic.Pointer[PodInfo]
+	factor        atomic.Pointer[podFactor] // the cost model's correction of its rate, as last read
+	Name          string
+	prefillBusy   atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
+	kvUtil        atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
+	outstanding   atomic.Int64  // prompt tokens of requests routed here and not finished
+	routed        atomic.Int64  // requests routed here, ever
+	engineRunning atomic.Int64  // scraped: requests the engine says it runs (-1: unknown)
+	engineWaiting atomic.Int64  // scraped: requests the engine says are queued (-1: unknown)
+	contactAt     atomic.Int64  // unix nanos: the pod last answered (a scrape, a request)
 
 	backlogMu sync.Mutex
 	shift     int64 // nanos the backlog model has been shifted by first bytes, in all

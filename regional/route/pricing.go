@@ -23,7 +23,11 @@ import (
 // group at a time and holds each to the limit of the moment. On a region
 // whose pods hold prefixes of the prompt at several depths, that prices
 // the deepest group or two; on a cold prompt (no pod holds any of it) it
-// prices every candidate, as the least loaded may be anywhere. The index
+// prices every candidate, as the least loaded may be anywhere. A group is
+// first only listed: each member gets a cheaper bound, from the line of it
+// the filters just read (list), and is priced only if that bound does
+// not rule it out, so of many pods that tie on cache only the least
+// loaded are read further. The index
 // itself answers those groups only as they are read (index.Groups, see
 // cycle.begin): the shallow groups a decision never prices cost it no probe. The tie-break then needs every candidate
 // within tieMs of the best estimate, not only the best few: within
@@ -45,9 +49,11 @@ func (c *cycle) layout(s *scoring) {
 	c.bound = grow(c.bound, n)
 	c.est = grow(c.est, n)
 	c.priced = grow(c.priced, n)
+	c.listed = grow(c.listed, n)
 	c.evaluated = grow(c.evaluated, n)
 	if c.gen++; c.gen == 0 {
 		clear(c.priced[:cap(c.priced)])
+		clear(c.listed[:cap(c.listed)])
 		clear(c.evaluated[:cap(c.evaluated)])
 		clear(c.candGen)
 		c.gen = 1
@@ -102,7 +108,53 @@ func (c *cycle) priceAt(i int) {
 	c.scoring.price(c, i, t)
 	c.bound[i] = c.lowerBound(t)
 	c.priced[i] = c.gen
+	if c.listed[i] != c.gen {
+		c.listed[i] = c.gen
+		c.prices = append(c.prices, i)
+	}
+}
+
+// list gives the candidate at position i, unless it is listed or priced,
+// a first bound from the fields of its first cache line, which the
+// filters just read: its terms with the smallest rate it may be priced at
+// (its profile's times the smallest factor of any pod), its backlog
+// without the prefill model's part (backlogTokens is at least the pending
+// tokens, ours and the peers'), and no kv_util term. Each is at most what
+// priceAt will put in its place and the bound is monotone in each, so it
+// never exceeds the bound priceAt gives; a candidate it rules out is never
+// read further. Within a group that ties on cache (many pods hold the
+// whole prompt) only the least loaded are priced.
+func (c *cycle) list(i int) {
+	if c.listed[i] == c.gen {
+		return
+	}
+	p := c.order[i]
+	prof := p.profile()
+	t := terms{slot: p.ID.Slot(), prof: prof, rate: c.profs[prof].rate * c.minFactor}
+	s := c.scoring
+	if s.prefix != nil {
+		s.prefix.term(c, i, &t)
+	}
+	if s.queue != nil {
+		pending := int(max(p.pendingPrefill.Load(), 0)) + int(max(p.peerPending.Load(), 0))
+		t.pending = int(float64(pending) * s.queue.weight)
+	}
+	if s.running != nil {
+		t.running = int(p.InFlight())
+		s.running.term(c, i, &t)
+	}
+	c.bound[i] = c.lowerBound(&t)
+	c.listed[i] = c.gen
 	c.prices = append(c.prices, i)
+}
+
+// refine prices candidate i if it is only listed, and reports whether its
+// bound is still at most limit.
+func (c *cycle) refine(i int, limit float64) bool {
+	if c.priced[i] != c.gen {
+		c.priceAt(i)
+	}
+	return !(c.bound[i] > limit)
 }
 
 // podFactor is the cost model's correction of p's rate: the one p keeps
@@ -117,15 +169,28 @@ func (c *cycle) podFactor(p *Pod) float64 {
 	return f
 }
 
-// more prices the next group: the candidates of the next matched depth
-// (index answers are ranked by depth), or, after the last, every
-// candidate left.
-func (c *cycle) more() {
+// more lists the next group (see list): the candidates of the next
+// matched depth (index answers are ranked by depth), or, after the last,
+// prices every candidate left. limit is the caller's: when the floor was
+// not exact (floorAt) and the exact one exceeds limit, more only makes it
+// exact.
+func (c *cycle) more(limit float64) {
+	if !c.exact {
+		// The floor was that of the deepest group there could be: read
+		// the next group, or learn there is none, for the exact floor,
+		// and list it only if that does not exceed limit.
+		c.nextGroup()
+		if c.floor = c.floorAt(); c.floor > limit {
+			return
+		}
+	}
 	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
 		depth := c.matches[c.next].Blocks
 		for ; c.next < len(c.matches) && c.matches[c.next].Blocks == depth; c.next++ {
 			if slot := c.matches[c.next].Pod.Slot(); c.candGen[slot] == c.gen {
-				c.priceAt(int(c.posOf[slot]))
+				if i := int(c.posOf[slot]); c.priced[i] != c.gen {
+					c.list(i)
+				}
 			}
 		}
 		c.floor = c.floorAt()
@@ -150,7 +215,7 @@ func (c *cycle) priceUntil(limit float64) {
 		return
 	}
 	for !c.rest && !(c.floor > limit) {
-		c.more()
+		c.more(limit)
 	}
 }
 
@@ -168,9 +233,24 @@ func (c *cycle) priceAll() {
 // smallest calibrated factor of any pod. The
 // queue, running and kv_util terms are never negative, and the only
 // negative one, the affinity bonus, goes to a pod priced up front.
+//
+// While the index has groups left to answer, the next is not read for
+// its depth: the floor is that of a group one block shallower than the
+// last (the deepest the next can be; floors only grow as the depth
+// falls), and exact is false. A floor that rules that out spares the
+// decision reading the group at all (of 64 pods that hold the whole
+// prompt, an idle one usually beats any pod one block short); more reads
+// it when the floor does not.
 func (c *cycle) floorAt() float64 {
+	c.exact = true
 	depth := 0
-	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
+	switch {
+	case c.next < len(c.matches):
+		depth = c.matches[c.next].Blocks
+	case c.lazy && len(c.matches) > 0 && !c.drained && !c.groups.Done():
+		c.exact = false
+		depth = c.matches[len(c.matches)-1].Blocks - 1
+	case c.lazy && c.nextGroup():
 		depth = c.matches[c.next].Blocks
 	}
 	return c.floorOf(depth)
@@ -274,7 +354,11 @@ func (c *cycle) lowest(k int) []int {
 			}
 		}
 		if best < 0 {
-			c.more()
+			c.more(math.Inf(1))
+			continue
+		}
+		if c.priced[best] != c.gen {
+			c.priceAt(best) // its bound rises: look again
 			continue
 		}
 		c.evaluate(best)
@@ -294,7 +378,7 @@ func (c *cycle) lowest(k int) []int {
 	limit := c.est[sel[k-1]].TotalMs
 	for next := 0; ; {
 		for ; next < len(c.prices); next++ {
-			if i := c.prices[next]; !c.isEvaluated(i) && !(c.bound[i] > limit) {
+			if i := c.prices[next]; !c.isEvaluated(i) && !(c.bound[i] > limit) && c.refine(i, limit) {
 				c.evaluate(i)
 				if c.estLess(i, sel[k-1]) {
 					sel = insertLowest(sel, k, i, c.estLess)
@@ -306,7 +390,7 @@ func (c *cycle) lowest(k int) []int {
 			c.sel = sel
 			return sel
 		}
-		c.more()
+		c.more(limit)
 	}
 }
 
@@ -318,7 +402,7 @@ func (c *cycle) lowest(k int) []int {
 func (c *cycle) within(limit float64) {
 	c.priceUntil(limit)
 	for _, i := range c.prices {
-		if !c.isEvaluated(i) && !(c.bound[i] > limit) {
+		if !c.isEvaluated(i) && !(c.bound[i] > limit) && c.refine(i, limit) {
 			c.evaluate(i)
 		}
 	}

@@ -71,6 +71,72 @@ func TestLowerBoundUnderEstimate(t *testing.T) {
 	})
 }
 
+// TestListBoundUnderPriced: the first bound of a pod (list, read from its
+// first cache line) never exceeds the bound pricing it gives (priceAt), on
+// pods with a backlog of either kind, the other replicas' load, a scraped
+// KV utilisation and their own calibrated speed, under random weights.
+func TestListBoundUnderPriced(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		cfg := gorgo.DefaultConfig()
+		cfg.QueueWeight = rapid.SampledFrom([]float64{0, 0.5, 1, 3}).Draw(rt, "qw")
+		f := newFixtureT(rt, 0)
+		var infos []PodInfo
+		for i := range rapid.IntRange(1, 6).Draw(rt, "pods") {
+			infos = append(infos, PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: "http://x",
+				Profile: rapid.SampledFrom([]string{"h100", "b200", "unknown"}).Draw(rt, "profile")})
+		}
+		f.dec.model, f.dec.queueWeight = drawModel(rt, cfg, infos), cfg.QueueWeight
+		ch := chain(1, 16)
+		var loads []PeerLoad
+		for _, info := range infos {
+			p, _, err := f.reg.Upsert(info)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if d := rapid.IntRange(0, 16).Draw(rt, "depth"); d > 0 {
+				_ = f.idx.Register(p.ID, index.TierGPU, ch[:d])
+			}
+			for range rapid.IntRange(0, 3).Draw(rt, "admits") {
+				p.Admit(rapid.IntRange(0, 5000).Draw(rt, "uncached"),
+					time.Duration(rapid.IntRange(0, 3000).Draw(rt, "work_ms"))*time.Millisecond,
+					f.clock.Add(-time.Duration(rapid.IntRange(0, 3000).Draw(rt, "ago_ms"))*time.Millisecond))
+			}
+			p.SetKVUtil(rapid.SampledFrom([]float64{0, 0.5, 0.85, 1}).Draw(rt, "kv"))
+			loads = append(loads, PeerLoad{Pod: info.Name, InFlight: int64(rapid.IntRange(0, 5).Draw(rt, "peer_inflight")),
+				PendingPrefill: int64(rapid.SampledFrom([]int{0, 1, 500}).Draw(rt, "peer_pending"))})
+		}
+		f.reg.SetPeerLoads("r2", 1, 1, loads, -1, f.clock)
+		r := req(ch)
+		r.BlockSize = rapid.SampledFrom([]int{1, 64}).Draw(rt, "block")
+		r.PromptTokens = len(ch)*r.BlockSize + rapid.IntRange(0, 3).Draw(rt, "tail")
+		s := &scoring{}
+		if w := rapid.SampledFrom([]float64{0, 0.5, 1}).Draw(rt, "w_prefix"); w > 0 {
+			s.prefix = &prefixScorer{weight: w}
+		}
+		if w := rapid.SampledFrom([]float64{0, 0.5, 1, 2}).Draw(rt, "w_queue"); w > 0 {
+			s.queue = &queueScorer{weight: w}
+		}
+		if ms := rapid.SampledFrom([]float64{0, 2, 7.5}).Draw(rt, "running_ms"); ms > 0 {
+			s.running = &runningScorer{perRequestMs: ms}
+		}
+		if ms := rapid.SampledFrom([]float64{0, 100}).Draw(rt, "kv_ms"); ms > 0 {
+			s.kvUtil = &kvUtilScorer{fullMs: ms}
+		}
+		c := newCycle(f.idx.PodCapacity())
+		c.begin(f.dec, r, f.reg.Pods(), f.clock, false)
+		defer c.end()
+		c.layout(s)
+		for i := range c.order {
+			c.list(i)
+			first := c.bound[i]
+			c.priceAt(i)
+			if first > c.bound[i] {
+				rt.Fatalf("%s: first bound %v > priced bound %v (%+v)", c.order[i].Name, first, c.bound[i], c.terms[i])
+			}
+		}
+	})
+}
+
 // drawRegion is a random region for the pruned pricing: pods at random
 // depths of one chain, some past their concurrency limit (so bounds fall
 // short of estimates), some with a backlog, some carrying the other
@@ -98,6 +164,11 @@ func drawRegion(rt *rapid.T) (*fixture, *Request) {
 		}
 		if rapid.Bool().Draw(rt, "backlog") {
 			p.Admit(0, time.Duration(rapid.IntRange(1, 20).Draw(rt, "ms"))*time.Millisecond, f.clock)
+		}
+		if n := rapid.SampledFrom([]int{0, 0, 0, 5, 40, 4000}).Draw(rt, "pending"); n > 0 {
+			// Tokens before their first byte, with a prefill time that
+			// may be over (the backlog is then the tokens alone).
+			p.Admit(n, time.Duration(rapid.IntRange(0, 20).Draw(rt, "pending_ms"))*time.Millisecond, f.clock.Add(-10*time.Millisecond))
 		}
 		if n := rapid.SampledFrom([]int{0, 0, 1, 3, 300}).Draw(rt, "peer_inflight"); n > 0 {
 			loads = append(loads, PeerLoad{Pod: name, InFlight: int64(n), PendingPrefill: int64(rapid.SampledFrom([]int{0, 1, 500}).Draw(rt, "peer_pending"))})
