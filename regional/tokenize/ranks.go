@@ -90,6 +90,22 @@ func (t *rankTable) get(s string) (uint32, bool) {
 	}
 }
 
+// getShort returns the rank of the string of n bytes (1 to 8) whose head
+// is h: get without reading the string again, for a caller that has its
+// bytes in a word already.
+func (t *rankTable) getShort(h uint64, n int) (uint32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for i := hashMix(uint64(n)*hashLen^h) >> t.shift; ; i = (i + 1) & mask {
+		sl := &t.slots[i]
+		if sl.meta == 0 {
+			return 0, false
+		}
+		if sl.head == h && int(sl.meta>>rankBits&maxRankLen) == n {
+			return uint32(sl.meta & rankMask), true
+		}
+	}
+}
+
 // head is the first 8 bytes of s, little-endian, zero padded. Short strings
 // are read with overlapping loads instead of a byte loop.
 func head(s string) uint64 {
@@ -111,12 +127,18 @@ func head(s string) uint64 {
 // hashToken mixes s's bytes and length into 64 bits (multiply and
 // xor-shift rounds; not for adversarial keys — the table's keys are fixed).
 func hashToken(s string) uint64 {
-	h := uint64(len(s)) * 0x9E3779B97F4A7C15
-	h ^= head(s)
+	h := uint64(len(s))*hashLen ^ head(s)
 	for s = s[min(8, len(s)):]; len(s) > 0; s = s[min(8, len(s)):] {
 		h = (h ^ h>>29) * 0xBF58476D1CE4E5B9
 		h ^= head(s)
 	}
+	return hashMix(h)
+}
+
+const hashLen = 0x9E3779B97F4A7C15
+
+// hashMix is hashToken's final round.
+func hashMix(h uint64) uint64 {
 	h = (h ^ h>>32) * 0x94D049BB133111EB
 	return h ^ h>>29
 }
