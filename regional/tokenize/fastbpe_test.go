@@ -407,3 +407,29 @@ func TestASCIIWordMatchesSplit(t *testing.T) {
 		t.Fatalf("asciiWord took only %d of %d positions: the test checks little", taken, tried)
 	}
 }
+
+// The rank table's hash spreads each encoding's tokens: a lookup of a
+// token probes 1.3 slots on average, as linear probing with a uniform hash
+// does at the table's load a ~ 0.38 ((1 + 1/(1-a))/2), and none more
+// than a few dozen.
+func TestRankTableProbes(t *testing.T) {
+	for _, enc := range fastEncodings {
+		f := newFastBPE(enc)
+		tb := f.table
+		mask := uint64(len(tb.slots) - 1)
+		total, most := 0, 0
+		for s, r := range f.ranks {
+			probes := 1
+			for i := tb.home(s); tb.slots[i].meta&rankMask != uint64(r); i = (i + 1) & mask {
+				probes++
+			}
+			total += probes
+			most = max(most, probes)
+		}
+		mean := float64(total) / float64(len(f.ranks))
+		t.Logf("%s: %d tokens in %d slots, %.3f probes on average, at most %d", enc, len(f.ranks), len(tb.slots), mean, most)
+		if mean > 1.4 || most > 40 {
+			t.Errorf("%s: %.3f probes on average, at most %d; want <= 1.4 and <= 40", enc, mean, most)
+		}
+	}
+}
