@@ -1,11 +1,14 @@
 package tokenize
 
 import (
+	"encoding/binary"
 	"math"
+	"math/bits"
 	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tiktoken-go/tokenizer"
 )
@@ -22,6 +25,9 @@ type fastBPE struct {
 	ranks map[string]uint32 // the reference (tests); table is read instead
 	table *rankTable
 	split func(s string, i int) int // end of the piece that starts at i
+	// words: split takes asciiWord's pieces as asciiWord does (cl100k_base),
+	// so appendEncode may find them and their ranks from one 8-byte load.
+	words bool
 }
 
 // rankTables builds each encoding's rank map at most once per process: the
@@ -84,7 +90,9 @@ func readRanks(encoding string) map[string]uint32 {
 func newFastBPE(encoding string) *fastBPE {
 	switch encoding {
 	case Cl100kBase:
-		return &fastBPE{ranks: rankTables[encoding](), table: rankLookups[encoding](), split: splitCl100k}
+		f := &fastBPE{ranks: rankTables[encoding](), table: rankLookups[encoding](), split: splitCl100k}
+		f.words = f.table != nil
+		return f
 	case O200kBase:
 		return &fastBPE{ranks: rankTables[encoding](), table: rankLookups[encoding](), split: splitO200k}
 	}
@@ -94,6 +102,20 @@ func newFastBPE(encoding string) *fastBPE {
 // appendEncode appends the ids of text, which must be valid UTF-8.
 func (f *fastBPE) appendEncode(dst []uint32, text string) []uint32 {
 	for i := 0; i < len(text); {
+		// Most pre-tokens of prose are a short ASCII word with its
+		// leading space, and most of those are one token: split and look
+		// up from one load, without reading the bytes again.
+		if f.words && len(text)-i >= 8 {
+			if j, h, ok := asciiWord(text, i); ok {
+				if id, ok := f.table.getShort(h, j-i); ok {
+					dst = append(dst, id)
+				} else {
+					dst = f.appendPiece(dst, text[i:j])
+				}
+				i = j
+				continue
+			}
+		}
 		j := f.split(text, i)
 		dst = f.appendPiece(dst, text[i:j])
 		i = j
@@ -440,6 +462,59 @@ func splitCl100k(s string, i int) int {
 	}
 	return whitespaceTail(s, i)
 }
+
+// asciiWord is splitCl100k's common case read 8 bytes at a time. At i,
+// with at least 8 bytes of s from i, it matches ASCII letters with or
+// without one leading ASCII byte that is not a letter, digit, newline or
+// apostrophe (the ASCII case of [^\r\n\p{L}\p{N}]?\p{L}+ that the
+// contractions do not take first). It reports ok when that piece is at
+// most 7 bytes long and ends at an ASCII byte, so that splitCl100k ends it
+// at the same place, and returns the piece's end and its head (its bytes
+// little-endian, zero padded, as rankTable keys them). Otherwise the caller
+// splits as usual.
+func asciiWord(s string, i int) (end int, h uint64, ok bool) {
+	w := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8)) // read only
+	letters := asciiLetters(w)
+	var before uint // bytes before the letters
+	switch {
+	case letters&0x80 != 0:
+		before = 1 // the letter run starts at i; splitCl100k extends it from i+1
+	case letters&0x8000 != 0 && wordPrefix[byte(w)]:
+		before = 2
+	default:
+		return 0, 0, false
+	}
+	rest := ^letters & highBits &^ (1<<(8*before) - 1) // non-letters after the first letter
+	if rest == 0 {
+		return 0, 0, false // 8 bytes or more
+	}
+	n := uint(bits.TrailingZeros64(rest)) / 8 // the first byte after the letters
+	if w>>(8*n)&0x80 != 0 {
+		return 0, 0, false // not ASCII: maybe a letter that letterRun takes
+	}
+	return i + int(n), w & (1<<(8*n) - 1), true
+}
+
+const highBits = 0x8080808080808080
+
+// asciiLetters has the high bit set in each byte of w that is an ASCII
+// letter ([A-Za-z]) and every other bit clear.
+func asciiLetters(w uint64) uint64 {
+	const ones = 0x0101010101010101
+	y := (w | 0x20*ones) &^ highBits // lower case, high bit dropped: y <= 0x7f in each byte
+	ge := y + (0x80-'a')*ones        // high bit: y >= 'a' (no carry out of a byte)
+	gt := y + (0x80-'z'-1)*ones      // high bit: y > 'z'
+	return ge &^ gt &^ w & highBits  // and w's byte was ASCII
+}
+
+// wordPrefix holds the ASCII bytes that splitCl100k's fast path lets lead
+// a letter run: not letters, digits, \r, \n or the apostrophe.
+var wordPrefix = func() (t [256]bool) {
+	for c := range utf8.RuneSelf {
+		t[c] = asciiClass[c]&(asciiLetter|asciiNumber|asciiNewline) == 0 && c != '\''
+	}
+	return t
+}()
 
 // letterRun returns the end of the run of letters (\p{L}*) at j.
 func letterRun(s string, j int) int {

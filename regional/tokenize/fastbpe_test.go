@@ -336,3 +336,100 @@ func TestRankTableMatchesMap(t *testing.T) {
 		})
 	}
 }
+
+// asciiLetters marks exactly the bytes asciiClass calls letters, at every
+// position of the word and whatever the other bytes are.
+func TestASCIILetters(t *testing.T) {
+	for pos := range 8 {
+		for c := range 256 {
+			for _, fill := range []uint64{0, 0x4141414141414141, 0xffffffffffffffff, 0x7a7a7a7a7a7a7a7a} {
+				w := fill&^(0xff<<(8*pos)) | uint64(c)<<(8*pos)
+				got := asciiLetters(w)>>(8*pos)&0xff == 0x80
+				if want := c < utf8.RuneSelf && asciiClass[c] == asciiLetter; got != want {
+					t.Fatalf("byte %#x at %d in %#x: letter %v, want %v", c, pos, w, got, want)
+				}
+			}
+		}
+	}
+}
+
+// wordPieces are ASCII-heavy: words of every length around asciiWord's
+// 7-byte limit in both cases, every ASCII byte, digits, apostrophes and
+// contractions, whitespace runs, and non-ASCII letters and symbols right
+// after ASCII letters (where asciiWord must give way to letterRun).
+var wordPieces = func() []string {
+	p := []string{"a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg", "abcdefgh", "abcdefghijk", "The", "WORD",
+		"é", "日", "ǅ", "\u0301", "→", "½", "ſ", "'", "'s", "'ll", "'ſ", "  ", "   ", "\t\t", "\n\n", " \n ", "\r\n",
+		"12", "345", "6789", " the", " of", " which", " request", " a", "\xa0"}
+	for c := range utf8.RuneSelf {
+		p = append(p, string(rune(c)))
+	}
+	return p
+}()
+
+// asciiWord ends each piece where splitCl100k does and keys it as the rank
+// table does, at every position of word-heavy text and of random bytes
+// (valid UTF-8 or not); and encoding through it gives the reference ids.
+func TestASCIIWordMatchesSplit(t *testing.T) {
+	tk := mustTokenizer(t, Cl100kBase, nil)
+	if !tk.fast.words {
+		t.Fatal("cl100k_base does not use asciiWord")
+	}
+	taken, tried := 0, 0
+	rapid.Check(t, func(rt *rapid.T) {
+		var text string
+		if rapid.IntRange(0, 3).Draw(rt, "random") == 0 {
+			text = string(rapid.SliceOfN(rapid.Byte(), 0, 200).Draw(rt, "bytes"))
+		} else {
+			text = strings.Join(rapid.SliceOfN(rapid.SampledFrom(wordPieces), 0, 80).Draw(rt, "pieces"), "")
+		}
+		for i := 0; i+8 <= len(text); i++ {
+			tried++
+			end, h, ok := asciiWord(text, i)
+			if !ok {
+				continue
+			}
+			taken++
+			if want := splitCl100k(text, i); end != want {
+				rt.Fatalf("%q at %d: asciiWord ends at %d, splitCl100k at %d", text, i, end, want)
+			}
+			if end-i < 1 || end-i > 7 || h != head(text[i:end]) {
+				rt.Fatalf("%q at %d: asciiWord piece %q head %#x, want %#x", text, i, text[i:end], h, head(text[i:end]))
+			}
+			want, wok := tk.fast.ranks[text[i:end]]
+			if got, ok := tk.fast.table.getShort(h, end-i); ok != wok || got != want {
+				rt.Fatalf("getShort(%q) = %d, %v; map says %d, %v", text[i:end], got, ok, want, wok)
+			}
+		}
+		checkFastMatchesReference(rt, tk, text)
+	})
+	if taken*10 < tried {
+		t.Fatalf("asciiWord took only %d of %d positions: the test checks little", taken, tried)
+	}
+}
+
+// The rank table's hash spreads each encoding's tokens: a lookup of a
+// token probes 1.3 slots on average, as linear probing with a uniform hash
+// does at the table's load a ~ 0.38 ((1 + 1/(1-a))/2), and none more
+// than a few dozen.
+func TestRankTableProbes(t *testing.T) {
+	for _, enc := range fastEncodings {
+		f := newFastBPE(enc)
+		tb := f.table
+		mask := uint64(len(tb.slots) - 1)
+		total, most := 0, 0
+		for s, r := range f.ranks {
+			probes := 1
+			for i := tb.home(s); tb.slots[i].meta&rankMask != uint64(r); i = (i + 1) & mask {
+				probes++
+			}
+			total += probes
+			most = max(most, probes)
+		}
+		mean := float64(total) / float64(len(f.ranks))
+		t.Logf("%s: %d tokens in %d slots, %.3f probes on average, at most %d", enc, len(f.ranks), len(tb.slots), mean, most)
+		if mean > 1.4 || most > 40 {
+			t.Errorf("%s: %.3f probes on average, at most %d; want <= 1.4 and <= 40", enc, mean, most)
+		}
+	}
+}

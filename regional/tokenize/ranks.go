@@ -72,6 +72,9 @@ func (t *rankTable) get(s string) (uint32, bool) {
 		return 0, false
 	}
 	h := head(s)
+	if n <= 8 {
+		return t.getShort(h, n)
+	}
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(s); ; i = (i + 1) & mask {
 		sl := &t.slots[i]
@@ -79,13 +82,26 @@ func (t *rankTable) get(s string) (uint32, bool) {
 			return 0, false
 		}
 		if sl.head == h && int(sl.meta>>rankBits&maxRankLen) == n {
-			if n <= 8 {
-				return uint32(sl.meta & rankMask), true
-			}
 			off := int(sl.meta >> 32)
 			if t.arena[off:off+n-8] == s[8:] {
 				return uint32(sl.meta & rankMask), true
 			}
+		}
+	}
+}
+
+// getShort returns the rank of the string of n bytes (1 to 8) whose head
+// is h: get without reading the string again, for a caller that has its
+// bytes in a word already.
+func (t *rankTable) getShort(h uint64, n int) (uint32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	for i := hashShort(h, n) >> t.shift; ; i = (i + 1) & mask {
+		sl := &t.slots[i]
+		if sl.meta == 0 {
+			return 0, false
+		}
+		if sl.head == h && int(sl.meta>>rankBits&maxRankLen) == n {
+			return uint32(sl.meta & rankMask), true
 		}
 	}
 }
@@ -108,15 +124,28 @@ func head(s string) uint64 {
 	return 0
 }
 
-// hashToken mixes s's bytes and length into 64 bits (multiply and
-// xor-shift rounds; not for adversarial keys — the table's keys are fixed).
+// hashToken mixes s's bytes and length into 64 bits, of which the table
+// uses the high ones (multiply and xor-shift rounds; not for adversarial
+// keys — the table's keys are fixed). Strings of 8 bytes or less, most
+// lookups, take one multiply (hashShort); TestRankTableProbes keeps the
+// probe sequences short with it.
 func hashToken(s string) uint64 {
-	h := uint64(len(s)) * 0x9E3779B97F4A7C15
-	h ^= head(s)
-	for s = s[min(8, len(s)):]; len(s) > 0; s = s[min(8, len(s)):] {
-		h = (h ^ h>>29) * 0xBF58476D1CE4E5B9
+	if len(s) <= 8 {
+		return hashShort(head(s), len(s))
+	}
+	h := uint64(len(s))*hashLen ^ head(s)
+	for s = s[8:]; len(s) > 0; s = s[min(8, len(s)):] {
+		h = (h ^ h>>29) * hashMul
 		h ^= head(s)
 	}
 	h = (h ^ h>>32) * 0x94D049BB133111EB
 	return h ^ h>>29
 }
+
+const (
+	hashLen = 0x9E3779B97F4A7C15
+	hashMul = 0xBF58476D1CE4E5B9
+)
+
+// hashShort is hashToken of the string of n <= 8 bytes whose head is h.
+func hashShort(h uint64, n int) uint64 { return (h ^ uint64(n)*hashLen) * hashMul }
