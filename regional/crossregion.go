@@ -397,7 +397,7 @@ func (s *Server) forwardRemote(ctx context.Context, w http.ResponseWriter, r *ht
 	if !s.topo.HopByCertificate {
 		add[HeaderHopAuth] = []string{s.topo.HopToken}
 	}
-	out := http.Header{"X-Meridian-Forwarded-To": {region}}
+	out := []headerField{{"X-Meridian-Forwarded-To", []string{region}}}
 	var res attempt
 	var tried []string // what each failed controller came to, for the answer
 	for i, addr := range addrs {

@@ -221,13 +221,14 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if info.Endpoint == "" {
 		return attempt{retryable: true, kind: "connect", err: fmt.Errorf("pod %s has no endpoint", pod.Name)}
 	}
-	hdr := http.Header{"X-Meridian-Pod": {pod.Name}}
-	out := http.Header{"X-Meridian-Pod": {pod.Name}, "X-Meridian-Predicted-Cached-Tokens": {strconv.Itoa(d.CachedTokens)},
-		"X-Meridian-Region": {s.topo.Region}}
+	ph := s.podHeaders(pod.Name)
+	out := [4]headerField{{"X-Meridian-Pod", ph.pod}, {"X-Meridian-Predicted-Cached-Tokens", []string{strconv.Itoa(d.CachedTokens)}},
+		{"X-Meridian-Region", ph.region}, {HeaderController, ph.controller}}
+	nout := 3
 	if s.id != "" {
-		out[HeaderController] = []string{s.id}
+		nout = 4
 	}
-	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, hdr, out, "pod "+pod.Name,
+	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, ph.add, out[:nout], ph.who,
 		limits{firstByte: s.cfg.FirstByteTimeout}, func(status int) {
 			ttft := s.now().Sub(p.started)
 			ticket.FirstByte(s.now())
@@ -248,12 +249,12 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 }
 
 // relay posts the request body to url (with the client's headers, minus
-// hop-by-hop ones, plus add) and streams the answer back with out added to
-// its headers. Nothing is written to the client until the upstream's first
+// hop-by-hop ones, plus add) and streams the answer back with out's
+// fields added to its headers (the values are shared, not copied). Nothing is written to the client until the upstream's first
 // body byte has arrived (firstByte is called then), so an upstream that
 // fails or stalls before answering can be retried elsewhere; from then on
 // the client sees the upstream's answer byte for byte, flushed as it comes.
-func (s *Server) relay(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, p *parsed, url string, add, out http.Header, who string, lim limits, firstByte func(status int)) (res attempt) {
+func (s *Server) relay(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, p *parsed, url string, add http.Header, out []headerField, who string, lim limits, firstByte func(status int)) (res attempt) {
 	uctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var timer *time.Timer // the first-byte timer
@@ -270,8 +271,9 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	}
 	defer timer.Stop()
 
-	keep := func(k string) bool {
-		return !hopHeaders[k] && !strings.HasPrefix(k, "X-Meridian-Hop") && !(s.auth != nil && credentialHeaders[k])
+	keep := keepRelayed
+	if s.auth != nil {
+		keep = keepRelayedNoCredential
 	}
 	resp, err := s.postToPod(uctx, client, ct, url, r.Header, keep, add, p.raw)
 	if err == errNotPosted || err == errRedirected {
@@ -361,8 +363,8 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 			w.Header()[k] = vs
 		}
 	}
-	for k, vs := range out {
-		w.Header()[k] = vs
+	for _, f := range out {
+		w.Header()[f.key] = f.values
 	}
 	if whole {
 		w.Header().Set("Content-Length", strconv.Itoa(len(held)))
@@ -422,6 +424,40 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	}
 	res.usage = sniff.result()
 	return res
+}
+
+// keepRelayed reports whether a client's header field goes on to the
+// upstream: not hop-by-hop, not one of the hop's own;
+// keepRelayedNoCredential, when the controller checks credentials: nor the
+// client's credential for it.
+func keepRelayed(k string) bool {
+	return !hopHeaders[k] && !strings.HasPrefix(k, "X-Meridian-Hop")
+}
+
+func keepRelayedNoCredential(k string) bool { return keepRelayed(k) && !credentialHeaders[k] }
+
+// forwardHeaders are the fields forward adds for one pod, made once: the
+// header to the pod (read, never written), the values of the client's
+// answer fields (each of capacity one, so an append copies) and the
+// pod's name in errors.
+type forwardHeaders struct {
+	add                     http.Header
+	pod, region, controller []string
+	who                     string
+}
+
+// podHeaders returns the fields forward adds for the pod named name. They
+// are kept for every pod name seen, as the metrics' children are.
+func (s *Server) podHeaders(name string) *forwardHeaders {
+	if v, ok := s.fwdHeaders.Load(name); ok {
+		if ph := v.(*forwardHeaders); ph.region[0] == s.topo.Region && ph.controller[0] == s.id {
+			return ph
+		}
+	}
+	ph := &forwardHeaders{add: http.Header{"X-Meridian-Pod": {name}}, pod: []string{name}, region: []string{s.topo.Region},
+		controller: []string{s.id}, who: "pod " + name}
+	s.fwdHeaders.Store(name, ph)
+	return ph
 }
 
 // roundTrip sends req with client, or, when client is the pods' and the

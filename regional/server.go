@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -176,6 +177,8 @@ type Server struct {
 	auth       *ClientAuth
 	log        *slog.Logger
 	m          *routerMetrics
+	// fwdHeaders holds forward's fields per pod name (podHeaders).
+	fwdHeaders sync.Map
 	ready      ReadinessFunc
 	now        func() time.Time
 	started    time.Time // when NewServer ran, on now's clock
