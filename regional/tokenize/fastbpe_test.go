@@ -287,6 +287,15 @@ func FuzzFastEncode(f *testing.F) {
 	})
 }
 
+// The fast encoder agrees with the reference on the prose of
+// BenchmarkEncodeProse.
+func TestProseMatchesReference(t *testing.T) {
+	text := proseText(1, 32<<10)
+	for _, enc := range fastEncodings {
+		checkFastMatchesReference(t, mustTokenizer(t, enc, nil), text)
+	}
+}
+
 // fataler is what testing.TB and *rapid.T share.
 type fataler interface {
 	Helper()
