@@ -108,17 +108,18 @@ func (f *fastBPE) appendEncode(dst []uint32, text string) []uint32 {
 		// is not a token is merged as appendPiece merges it.
 		if f.words && len(text)-i >= 8 {
 			if j, h, tail, ok := asciiWord(text, i); ok {
-				var id uint32
 				if j-i <= 8 {
-					id, ok = f.table.getShort(h, j-i)
-				} else {
-					id, ok = f.table.getPair(h, tail, j-i)
-				}
-				if ok {
+					if id, ok := f.table.getShort(h, j-i); ok {
+						dst = append(dst, id)
+						i = j
+						continue
+					}
+				} else if id, ok := f.table.getPair(h, tail, j-i); ok {
 					dst = append(dst, id)
-				} else {
-					dst = f.appendMerged(dst, text[i:j])
+					i = j
+					continue
 				}
+				dst = f.appendMerged(dst, text[i:j])
 				i = j
 				continue
 			}
