@@ -43,12 +43,15 @@
 // (v0.10.0) deviates on one construct (\s*[\r\n]+ takes the first newline
 // of a whitespace run instead of the last, so "\n  \n" splits differently),
 // which TestLibrarySplitDeviation pins. For cl100k_base the commonest
-// pre-token of prose, a word of ASCII letters of at most 7 bytes with its
-// leading space, is split and ranked from one 8-byte load (asciiWord,
-// checked against the scanner by TestASCIIWordMatchesSplit). Its tests compare it with regexp2's
-// interpreter running the same patterns and with a naive merge
-// (rapid properties, a fuzz target with a committed corpus, real files),
-// and with the library itself wherever the library's split is standard.
+// pre-token of prose, a word of ASCII letters with its leading space, is
+// split and ranked from one 8-byte load when it has at most 7 bytes and
+// from two when it has at most 15, without reading its bytes again
+// (asciiWord, checked against the scanner by TestASCIIWordMatchesSplit); a
+// word that is not a token is merged as any other piece. Its tests compare
+// it with regexp2's interpreter running the same patterns and with a naive
+// merge (rapid properties, a fuzz target with a committed corpus, real
+// files), and with the library itself wherever the library's split is
+// standard.
 // Other encodings, and text that is not valid UTF-8, go through the
 // library.
 //

@@ -26,7 +26,7 @@ type fastBPE struct {
 	table *rankTable
 	split func(s string, i int) int // end of the piece that starts at i
 	// words: split takes asciiWord's pieces as asciiWord does (cl100k_base),
-	// so appendEncode may find them and their ranks from one 8-byte load.
+	// so appendEncode may find them and their ranks from one or two 8-byte loads.
 	words bool
 }
 
@@ -102,16 +102,24 @@ func newFastBPE(encoding string) *fastBPE {
 // appendEncode appends the ids of text, which must be valid UTF-8.
 func (f *fastBPE) appendEncode(dst []uint32, text string) []uint32 {
 	for i := 0; i < len(text); {
-		// Most pre-tokens of prose are a short ASCII word with its
-		// leading space, and most of those are one token: split and look
-		// up from one load, without reading the bytes again.
+		// Most pre-tokens of prose are an ASCII word with its leading
+		// space, and most of those are one token: split and look up from
+		// one or two loads, without reading the bytes again. A word that
+		// is not a token is merged as appendPiece merges it.
 		if f.words && len(text)-i >= 8 {
-			if j, h, ok := asciiWord(text, i); ok {
-				if id, ok := f.table.getShort(h, j-i); ok {
+			if j, h, tail, ok := asciiWord(text, i); ok {
+				if j-i <= 8 {
+					if id, ok := f.table.getShort(h, j-i); ok {
+						dst = append(dst, id)
+						i = j
+						continue
+					}
+				} else if id, ok := f.table.getPair(h, tail, j-i); ok {
 					dst = append(dst, id)
-				} else {
-					dst = f.appendPiece(dst, text[i:j])
+					i = j
+					continue
 				}
+				dst = f.appendMerged(dst, text[i:j])
 				i = j
 				continue
 			}
@@ -130,6 +138,11 @@ func (f *fastBPE) appendPiece(dst []uint32, piece string) []uint32 {
 	if id, ok := f.get(piece); ok {
 		return append(dst, id)
 	}
+	return f.appendMerged(dst, piece)
+}
+
+// appendMerged is appendPiece of a piece that is not a token.
+func (f *fastBPE) appendMerged(dst []uint32, piece string) []uint32 {
 	if len(piece) <= smallPiece {
 		var buf [smallPiece + 1]int32
 		return f.mergeScan(dst, piece, buf[:len(piece)+1])
@@ -468,12 +481,14 @@ func splitCl100k(s string, i int) int {
 // without one leading ASCII byte that is not a letter, digit, newline or
 // apostrophe (the ASCII case of [^\r\n\p{L}\p{N}]?\p{L}+ that the
 // contractions do not take first). It reports ok when that piece is at
-// most 7 bytes long and ends at an ASCII byte, so that splitCl100k ends it
-// at the same place, and returns the piece's end and its head (its bytes
-// little-endian, zero padded, as rankTable keys them). Otherwise the caller
+// most 7 bytes long, or at most 15 and s has 16 bytes from i (a second
+// load), and ends at an ASCII byte, so that splitCl100k ends it at the
+// same place. It returns the piece's end and its bytes as rankTable keys
+// them: its first 8 bytes (head) and the rest (tail, 0 for a piece of 8
+// bytes or less), little-endian and zero padded. Otherwise the caller
 // splits as usual.
-func asciiWord(s string, i int) (end int, h uint64, ok bool) {
-	w := binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8)) // read only
+func asciiWord(s string, i int) (end int, h, tail uint64, ok bool) {
+	w := load64(s, i)
 	letters := asciiLetters(w)
 	var before uint // bytes before the letters
 	switch {
@@ -482,17 +497,34 @@ func asciiWord(s string, i int) (end int, h uint64, ok bool) {
 	case letters&0x8000 != 0 && wordPrefix[byte(w)]:
 		before = 2
 	default:
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	rest := ^letters & highBits &^ (1<<(8*before) - 1) // non-letters after the first letter
+	if rest := ^letters & highBits &^ (1<<(8*before) - 1); rest != 0 { // non-letters after the first letter
+		n := uint(bits.TrailingZeros64(rest)) / 8 // the first byte after the letters
+		if w>>(8*n)&0x80 != 0 {
+			return 0, 0, 0, false // not ASCII: maybe a letter that letterRun takes
+		}
+		return i + int(n), w & (1<<(8*n) - 1), 0, true
+	}
+	// Eight bytes of word: the letters go on into the next eight.
+	if len(s)-i < 16 {
+		return 0, 0, 0, false
+	}
+	w2 := load64(s, i+8)
+	rest := ^asciiLetters(w2) & highBits
 	if rest == 0 {
-		return 0, 0, false // 8 bytes or more
+		return 0, 0, 0, false // 16 bytes or more
 	}
-	n := uint(bits.TrailingZeros64(rest)) / 8 // the first byte after the letters
-	if w>>(8*n)&0x80 != 0 {
-		return 0, 0, false // not ASCII: maybe a letter that letterRun takes
+	n := uint(bits.TrailingZeros64(rest)) / 8
+	if w2>>(8*n)&0x80 != 0 {
+		return 0, 0, 0, false
 	}
-	return i + int(n), w & (1<<(8*n) - 1), true
+	return i + 8 + int(n), w, w2 & (1<<(8*n) - 1), true
+}
+
+// load64 is the 8 bytes of s from i, little-endian; s must have them.
+func load64(s string, i int) uint64 {
+	return binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(s[i:]), 8)) // read only
 }
 
 const highBits = 0x8080808080808080

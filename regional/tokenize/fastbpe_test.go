@@ -287,6 +287,15 @@ func FuzzFastEncode(f *testing.F) {
 	})
 }
 
+// The fast encoder agrees with the reference on the prose of
+// BenchmarkEncodeProse.
+func TestProseMatchesReference(t *testing.T) {
+	text := proseText(1, 32<<10)
+	for _, enc := range fastEncodings {
+		checkFastMatchesReference(t, mustTokenizer(t, enc, nil), text)
+	}
+}
+
 // fataler is what testing.TB and *rapid.T share.
 type fataler interface {
 	Helper()
@@ -354,11 +363,15 @@ func TestASCIILetters(t *testing.T) {
 }
 
 // wordPieces are ASCII-heavy: words of every length around asciiWord's
-// 7-byte limit in both cases, every ASCII byte, digits, apostrophes and
+// limits (7 bytes from one load, 15 from two) in both cases, long words
+// that are one token and long ones that are merged, every ASCII byte, digits, apostrophes and
 // contractions, whitespace runs, and non-ASCII letters and symbols right
 // after ASCII letters (where asciiWord must give way to letterRun).
 var wordPieces = func() []string {
 	p := []string{"a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg", "abcdefgh", "abcdefghijk", "The", "WORD",
+		"abcdefghijklm", "abcdefghijklmn", "abcdefghijklmno", "abcdefghijklmnop", "ABCDEFGHIJKLMNOPQ",
+		" information", " international", " responsibilities", "Println", " configuration", "tokenization",
+		" nevertheless", " Unfortunately", "qwertyuiopzx", " understandably",
 		"é", "日", "ǅ", "\u0301", "→", "½", "ſ", "'", "'s", "'ll", "'ſ", "  ", "   ", "\t\t", "\n\n", " \n ", "\r\n",
 		"12", "345", "6789", " the", " of", " which", " request", " a", "\xa0"}
 	for c := range utf8.RuneSelf {
@@ -375,7 +388,7 @@ func TestASCIIWordMatchesSplit(t *testing.T) {
 	if !tk.fast.words {
 		t.Fatal("cl100k_base does not use asciiWord")
 	}
-	taken, tried := 0, 0
+	taken, long, tried := 0, 0, 0
 	rapid.Check(t, func(rt *rapid.T) {
 		var text string
 		if rapid.IntRange(0, 3).Draw(rt, "random") == 0 {
@@ -385,7 +398,7 @@ func TestASCIIWordMatchesSplit(t *testing.T) {
 		}
 		for i := 0; i+8 <= len(text); i++ {
 			tried++
-			end, h, ok := asciiWord(text, i)
+			end, h, tail, ok := asciiWord(text, i)
 			if !ok {
 				continue
 			}
@@ -393,19 +406,32 @@ func TestASCIIWordMatchesSplit(t *testing.T) {
 			if want := splitCl100k(text, i); end != want {
 				rt.Fatalf("%q at %d: asciiWord ends at %d, splitCl100k at %d", text, i, end, want)
 			}
-			if end-i < 1 || end-i > 7 || h != head(text[i:end]) {
-				rt.Fatalf("%q at %d: asciiWord piece %q head %#x, want %#x", text, i, text[i:end], h, head(text[i:end]))
+			piece := text[i:end]
+			var wantTail uint64
+			if len(piece) > 8 {
+				wantTail = head(piece[8:])
+				long++
 			}
-			want, wok := tk.fast.ranks[text[i:end]]
-			if got, ok := tk.fast.table.getShort(h, end-i); ok != wok || got != want {
-				rt.Fatalf("getShort(%q) = %d, %v; map says %d, %v", text[i:end], got, ok, want, wok)
+			if len(piece) < 1 || len(piece) > 15 || h != head(piece) || tail != wantTail {
+				rt.Fatalf("%q at %d: asciiWord piece %q head %#x tail %#x, want %#x %#x", text, i, piece, h, tail, head(piece), wantTail)
+			}
+			want, wok := tk.fast.ranks[piece]
+			var got uint32
+			if len(piece) <= 8 {
+				got, ok = tk.fast.table.getShort(h, len(piece))
+			} else {
+				got, ok = tk.fast.table.getPair(h, tail, len(piece))
+			}
+			if ok != wok || got != want {
+				rt.Fatalf("rank table on %q: %d, %v; map says %d, %v", piece, got, ok, want, wok)
 			}
 		}
 		checkFastMatchesReference(rt, tk, text)
 	})
-	if taken*10 < tried {
-		t.Fatalf("asciiWord took only %d of %d positions: the test checks little", taken, tried)
+	if taken*10 < tried || long*100 < tried {
+		t.Fatalf("asciiWord took only %d of %d positions, %d of more than 8 bytes: the test checks little", taken, tried, long)
 	}
+	t.Logf("asciiWord took %d of %d positions, %d of more than 8 bytes", taken, tried, long)
 }
 
 // The rank table's hash spreads each encoding's tokens: a lookup of a

@@ -14,9 +14,9 @@ import (
 // slot, so a lookup is one hash of at most a few words and one slot (two
 // adjacent ones at most, as the table is at most half full) for the 8-byte
 // and shorter strings that most pre-tokens and pairs are. Longer tokens
-// compare their remaining bytes in an arena. Immutable once built; safe
-// for concurrent use. TestRankTableMatchesMap checks it against the map it
-// is built from.
+// compare their remaining bytes in an arena (in one load up to 16 bytes).
+// Immutable once built; safe for concurrent use. TestRankTableMatchesMap
+// checks it against the map it is built from.
 type rankTable struct {
 	slots []rankSlot
 	shift uint // 64 - log2(len(slots))
@@ -59,7 +59,7 @@ func newRankTable(ranks map[string]uint32) *rankTable {
 		}
 		t.slots[i] = rankSlot{head: head(s), meta: meta}
 	}
-	t.arena = string(arena)
+	t.arena = string(append(arena, make([]byte, 8)...)) // padded: getPair loads 8 bytes at any offset
 	return t
 }
 
@@ -74,6 +74,9 @@ func (t *rankTable) get(s string) (uint32, bool) {
 	h := head(s)
 	if n <= 8 {
 		return t.getShort(h, n)
+	}
+	if n <= 16 {
+		return t.getPair(h, head(s[8:]), n)
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(s); ; i = (i + 1) & mask {
@@ -106,6 +109,27 @@ func (t *rankTable) getShort(h uint64, n int) (uint32, bool) {
 	}
 }
 
+// getPair returns the rank of the string of n bytes (9 to 16) whose head
+// is h and whose bytes from 8 on, little-endian and zero padded, are tail:
+// get without reading the string again. The slot's tail is read from the
+// arena in one load (the arena is padded for it).
+func (t *rankTable) getPair(h, tail uint64, n int) (uint32, bool) {
+	mask := uint64(len(t.slots) - 1)
+	keep := ^uint64(0) >> (128 - 8*n) // the n-8 bytes of tail
+	for i := hashPair(h, tail, n) >> t.shift; ; i = (i + 1) & mask {
+		sl := &t.slots[i]
+		if sl.meta == 0 {
+			return 0, false
+		}
+		if sl.head == h && int(sl.meta>>rankBits&maxRankLen) == n {
+			off := int(sl.meta >> 32)
+			if binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(t.arena[off:]), 8))&keep == tail {
+				return uint32(sl.meta & rankMask), true
+			}
+		}
+	}
+}
+
 // head is the first 8 bytes of s, little-endian, zero padded. Short strings
 // are read with overlapping loads instead of a byte loop.
 func head(s string) uint64 {
@@ -127,11 +151,15 @@ func head(s string) uint64 {
 // hashToken mixes s's bytes and length into 64 bits, of which the table
 // uses the high ones (multiply and xor-shift rounds; not for adversarial
 // keys — the table's keys are fixed). Strings of 8 bytes or less, most
-// lookups, take one multiply (hashShort); TestRankTableProbes keeps the
-// probe sequences short with it.
+// lookups, take one multiply (hashShort), and of 16 or less two
+// (hashPair); TestRankTableProbes keeps the probe sequences short with
+// them.
 func hashToken(s string) uint64 {
 	if len(s) <= 8 {
 		return hashShort(head(s), len(s))
+	}
+	if len(s) <= 16 {
+		return hashPair(head(s), head(s[8:]), len(s))
 	}
 	h := uint64(len(s))*hashLen ^ head(s)
 	for s = s[8:]; len(s) > 0; s = s[min(8, len(s)):] {
@@ -149,3 +177,9 @@ const (
 
 // hashShort is hashToken of the string of n <= 8 bytes whose head is h.
 func hashShort(h uint64, n int) uint64 { return (h ^ uint64(n)*hashLen) * hashMul }
+
+// hashPair is hashToken of the string of n bytes (9 to 16) whose head is h
+// and whose bytes from 8 on are tail (little-endian, zero padded).
+func hashPair(h, tail uint64, n int) uint64 { return (hashShort(h, n) ^ tail) * hashPairMul }
+
+const hashPairMul = 0x94D049BB133111EB

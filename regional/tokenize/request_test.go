@@ -2,7 +2,9 @@ package tokenize
 
 import (
 	"encoding/json"
+	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -165,6 +167,79 @@ func BenchmarkEncode(b *testing.B) {
 		n = len(tk.AppendEncode(dst[:0], text))
 	}
 	b.ReportMetric(float64(n), "tokens/op")
+}
+
+// BenchmarkEncodeProse is BenchmarkEncode on English prose (proseText):
+// the words of a request to a chat model, of every length.
+func BenchmarkEncodeProse(b *testing.B) {
+	tk := mustTokenizer(b, Cl100kBase, nil)
+	text := proseText(1, 32<<10)
+	dst := make([]uint32, 0, 1<<14)
+	var n int
+	b.ReportAllocs()
+	b.SetBytes(int64(len(text)))
+	for b.Loop() {
+		n = len(tk.AppendEncode(dst[:0], text))
+	}
+	b.ReportMetric(float64(n), "tokens/op")
+}
+
+// proseText is about size bytes of English prose, seeded by seed: sentences
+// of common short words and less common long ones, capitalised, with
+// commas, numbers and paragraphs. A fifth of its pre-tokens are words of 8
+// to 15 bytes with their space, about as in written English.
+func proseText(seed uint64, size int) string {
+	short := strings.Fields(`the of and to a in is that it was for on are as with his they be at one have
+		this from or had by not but what some we can out other were all there when up use your how said an
+		each she which do their time if will way about many then them would write like so these her long
+		make thing see him two has look more day could go come did number sound no most people my over
+		know water than call first who may down side been now find any new work part take get place made
+		live where after back little only round man year came show every good me give our under name very
+		through just form much great think say help low line before turn cause same mean differ move right
+		boy old too does tell sentence set three want air well also play small end put home read hand port`)
+	long := strings.Fields(`information important government development international understanding
+		particularly environment relationship responsibility organization experience themselves
+		community education everything something political economic individual significant
+		performance technology management especially situation available democratic conference
+		particular population production knowledge throughout increasingly communication
+		requirements approximately administration configuration implementation infrastructure
+		characteristic representative recommendation nevertheless unfortunately independently
+		transformation opportunities considerable professional traditional occasionally
+		neighbourhood straightforward questionnaire troubleshooting acknowledgement
+		interpretation sophisticated extraordinary circumstances consequences investigation
+		tokenization latency throughput deployment scheduling inference replication bandwidth`)
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b9))
+	var sb strings.Builder
+	for sb.Len() < size {
+		for range 3 + rng.IntN(5) { // sentences in a paragraph
+			words := 6 + rng.IntN(18)
+			for k := range words {
+				var w string
+				if rng.IntN(4) == 0 {
+					w = long[rng.IntN(len(long))]
+				} else {
+					w = short[min(rng.IntN(len(short)), rng.IntN(len(short)))] // the first ones more often
+				}
+				switch {
+				case k == 0:
+					w = strings.ToUpper(w[:1]) + w[1:]
+				case rng.IntN(40) == 0:
+					w = strconv.Itoa(rng.IntN(2000))
+				}
+				sb.WriteString(w)
+				switch {
+				case k == words-1:
+					sb.WriteString(". ")
+				case rng.IntN(9) == 0:
+					sb.WriteString(", ")
+				default:
+					sb.WriteByte(' ')
+				}
+			}
+		}
+		sb.WriteString("\n\n")
+	}
+	return sb.String()
 }
 
 // BenchmarkEncodeLibrary is BenchmarkEncode through
