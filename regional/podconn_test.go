@@ -140,6 +140,11 @@ func roundTripOutcome(s *Server, url string, hdr http.Header, body string) outco
 	if err != nil {
 		return outcome{err: withoutAddress(err).Error()}
 	}
+	return readOutcome(resp)
+}
+
+// readOutcome reads resp to its end and closes it.
+func readOutcome(resp *http.Response) outcome {
 	defer resp.Body.Close()
 	b, rerr := io.ReadAll(resp.Body)
 	o := outcome{status: resp.StatusCode, header: resp.Header, body: string(b)}
@@ -159,13 +164,7 @@ func postOutcome(s *Server, url string, hdr http.Header, body string) outcome {
 	if err != nil {
 		return outcome{err: withoutAddress(err).Error()}
 	}
-	defer resp.Body.Close()
-	b, rerr := io.ReadAll(resp.Body)
-	o := outcome{status: resp.StatusCode, header: resp.Header, body: string(b)}
-	if rerr != nil {
-		o.readErr = rerr.Error()
-	}
-	return o
+	return readOutcome(resp)
 }
 
 // testServers returns a Server that reaches pods through http.Transport

@@ -104,14 +104,7 @@ func TestRoamAnalysis(t *testing.T) {
 					// sooner than every local pod by the margin PLUS_MARGIN
 					// (a fraction; default 0): clairvoyant remote placement,
 					// served for real, knock-on included.
-					base := PolicyMeridian
-					if pol == "cache_local_plus" {
-						base = PolicyCacheLocal
-					}
-					w, err = newWorld(&in.cfg, base, in.fleet, in.res, in.source())
-					if err != nil {
-						t.Fatal(err)
-					}
+					w = baseWorld(t, in, pol == "cache_local_plus")
 					margin, _ := strconv.ParseFloat(os.Getenv("PLUS_MARGIN"), 64)
 					o := oracle(false)
 					w.pick = func(w *world, r *request, origin *region, allowed residency.Decision) {
@@ -143,14 +136,7 @@ func TestRoamAnalysis(t *testing.T) {
 						}
 					}
 				case "probe", "probe_local":
-					base := PolicyMeridian
-					if pol == "probe_local" {
-						base = PolicyCacheLocal
-					}
-					w, err = newWorld(&in.cfg, base, in.fleet, in.res, in.source())
-					if err != nil {
-						t.Fatal(err)
-					}
+					w = baseWorld(t, in, pol == "probe_local")
 					probes = map[int64][2]float64{}
 					ests = map[int64][3]float64{}
 					remEst = map[int64]remoteParts{}
@@ -535,4 +521,18 @@ func oracle(local bool) func(w *world, r *request, origin *region, allowed resid
 		t := reg.dec.Admit(dec)
 		w.at(w.now+oneWay, func() { w.dispatchAdmitted(r, reg, dec, t, oneWay, 0) })
 	}
+}
+
+// baseWorld is a new world of in under meridian, or cache_local when local.
+func baseWorld(t *testing.T, in *instance, local bool) *world {
+	t.Helper()
+	base := PolicyMeridian
+	if local {
+		base = PolicyCacheLocal
+	}
+	w, err := newWorld(&in.cfg, base, in.fleet, in.res, in.source())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
 }
