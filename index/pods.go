@@ -56,6 +56,9 @@ type pods struct {
 	byName map[string]int
 	dying  []uint64 // bitmap of dying slots not yet in a sweep pass
 	nDying int
+	// liveGen counts the changes of a PodID's liveness (a pod added, a pod
+	// removed), each counted after it is visible to live (LivenessGen).
+	liveGen atomic.Uint64
 }
 
 func newPods(capacity int) pods {
@@ -157,6 +160,7 @@ func (x *Index) AddPod(name string) (PodID, error) {
 		p.names[slot] = name
 		p.byName[name] = slot
 		p.alive[slot/64].Or(1 << (slot % 64))
+		p.liveGen.Add(1)
 		return makePodID(slot, gen), nil
 	}
 	return 0, fmt.Errorf("%w (capacity %d, %d awaiting sweep)", ErrFull, len(p.state), p.nDying+x.sweepPending())
@@ -180,6 +184,7 @@ func (x *Index) RemovePod(id PodID) error {
 	p.names[slot] = ""
 	p.dying[slot/64] |= 1 << (slot % 64)
 	p.nDying++
+	p.liveGen.Add(1)
 	return nil
 }
 
@@ -208,6 +213,12 @@ func (x *Index) PodName(id PodID) (string, bool) {
 
 // Alive reports whether id is a live pod.
 func (x *Index) Alive(id PodID) bool { return x.pods.live(id) }
+
+// LivenessGen counts the changes of liveness: it grows after every AddPod
+// that adds a pod and every RemovePod, once Alive answers the new way. A
+// caller that read it before asking Alive of some pods knows their answers
+// stand while it has not changed.
+func (x *Index) LivenessGen() uint64 { return x.pods.liveGen.Load() }
 
 // takeDying moves the dying slots into a sweep pass mask (dst) and reports
 // how many there were.

@@ -28,7 +28,13 @@ type cycle struct {
 	confirmed []index.PodID
 	bySlot    []int32 // matched blocks per pod slot (index, or speculation)
 	pods      []*Pod  // the candidates, narrowed by each filter
-	pin       struct {
+	// snap is the registry snapshot pods began as, and whole says no
+	// filter has dropped any of it yet: the checks may then use elig, the
+	// outcome they had on it at an earlier decision of this cycle.
+	snap  *[]*Pod
+	whole bool
+	elig  eligible
+	pin   struct {
 		pod      string
 		inflight int
 		ok       bool
@@ -137,6 +143,7 @@ func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time, lazy
 	}
 	c.pin.pod, c.pin.inflight, c.pin.ok = d.sessions.Pinned(req.SessionID, now)
 	c.pods = append(c.pods[:0], pods...)
+	c.snap, c.whole = nil, false
 	c.cat = d.reg.catalog()
 	c.profs = grow(c.profs, len(c.cat.profiles))
 	for i, name := range c.cat.profiles {
@@ -233,6 +240,7 @@ func (c *cycle) keep(name string, ok func(*Pod) bool) {
 // kept ends a filter that moved the n pods it keeps to the front of
 // c.pods: the others are counted under its name.
 func (c *cycle) kept(name string, n int) {
+	c.whole = c.whole && n == len(c.pods)
 	c.count(name, len(c.pods)-n)
 	c.pods = c.pods[:n]
 }

@@ -175,7 +175,8 @@ func (d *Decider) Decide(req *Request) (*Decision, error) {
 // error its contents are unspecified. Filtered is nil, or empty, when no
 // filter dropped a pod.
 func (d *Decider) DecideInto(req *Request, dst *Decision) error {
-	pods := d.reg.Pods()
+	snap := d.reg.snapshot()
+	pods := *snap
 	if len(pods) == 0 {
 		return ErrNoPod
 	}
@@ -192,6 +193,7 @@ func (d *Decider) DecideInto(req *Request, dst *Decision) error {
 	defer d.scratch.Put(c)
 	c.begin(d, req, pods, d.now(), policy == PolicyTTFT)
 	defer c.end()
+	c.snap, c.whole = snap, true
 	if dst.Filtered != nil {
 		clear(dst.Filtered)
 		c.filtered = dst.Filtered

@@ -132,7 +132,7 @@ func naiveDecide(d *Decider, req *Request) (*Decision, error) {
 	for _, f := range d.Config().Filters {
 		switch f {
 		case FilterAlive:
-			drop(f, func(p *Pod) bool { return d.idx.Alive(p.ID) && p.Info().Endpoint != "" })
+			drop(f, func(p *Pod) bool { return d.idx.Alive(p.ID) && p.Info().Endpoint != "" && !p.Lapsed() })
 		case FilterModel:
 			drop(f, func(p *Pod) bool { m := p.Info().Model; return req.Model == "" || m == "" || m == req.Model })
 		case FilterHealthy:
@@ -601,8 +601,19 @@ func TestDecideMatchesNaive(t *testing.T) {
 				_, _, _ = reg.Upsert(PodInfo{Name: name, Endpoint: rapid.SampledFrom([]string{"http://" + name, "http://" + name, ""}).Draw(rt, "endpoint"),
 					Model:   rapid.SampledFrom([]string{"m", "m", "other", ""}).Draw(rt, "model"),
 					Profile: rapid.SampledFrom(profiles).Draw(rt, "profile")})
-			case 1: // a pod leaves
-				reg.Remove(podName(rt))
+			case 1: // a pod leaves, or leaves the index first, or lapses or comes back
+				switch rapid.IntRange(0, 2).Draw(rt, "leave_what") {
+				case 0:
+					reg.Remove(podName(rt))
+				case 1:
+					if p, ok := reg.Get(podName(rt)); ok {
+						_ = idx.RemovePod(p.ID)
+					}
+				case 2:
+					if p, ok := reg.Get(podName(rt)); ok {
+						p.SetLapsed(rapid.Bool().Draw(rt, "lapsed"))
+					}
+				}
 			case 2, 3: // a pod stores a prefix
 				if p, ok := reg.Get(podName(rt)); ok {
 					c := rapid.SampledFrom(chains).Draw(rt, "chain")

@@ -90,23 +90,46 @@ var checkNames = [...]string{checkAlive: FilterAlive, checkModel: FilterModel, c
 type podFilters []check
 
 func (f podFilters) apply(c *cycle) {
-	var dropped [len(checkNames)]int
 	now := c.now.UnixNano()
 	model, anyModel := -1, c.req.Model == ""
 	if m, ok := c.cat.models[c.req.Model]; ok {
 		model = m // else only pods that name no model serve it
 	}
-	// Every check is worked out for every pod, from one read of its
-	// description, and only those configured count: a pod that passes
-	// them all (the common case) costs no branch per check, and one that
-	// fails is dropped under the first configured check it fails.
 	var on uint
 	for _, k := range f {
 		on |= 1 << k
 	}
+	e := &c.elig
+	key := eligibleKey{snap: c.snap, changes: c.d.reg.changes.Load(), live: c.d.idx.LivenessGen(),
+		on: on, model: model, anyModel: anyModel}
+	if c.whole && e.valid(c, key, now) {
+		// The checks' outcome on this snapshot stands: only the load of
+		// the pods it kept is read.
+		var total, most int64
+		if len(e.kept) < len(c.pods) {
+			c.pods = append(c.pods[:0], e.kept...)
+		}
+		for _, p := range c.pods {
+			in := p.InFlight()
+			total += in
+			most = max(most, in)
+		}
+		for k, d := range e.dropped {
+			c.count(checkNames[k], d)
+		}
+		c.load = loadSums{pods: len(c.pods), inflight: total, most: most, speeds: e.speeds}
+		return
+	}
+	whole := c.whole
+	// Every check is worked out for every pod, from one read of its
+	// description, and only those configured count: a pod that passes
+	// them all (the common case) costs no branch per check, and one that
+	// fails is dropped under the first configured check it fails.
 	idx := c.d.idx
+	var dropped [len(checkNames)]int
 	var total, most int64
 	var speeds float64
+	lo, hi := int64(math.MinInt64), int64(math.MaxInt64)
 	n := 0
 	for _, p := range c.pods {
 		d := p.desc.Load()
@@ -117,8 +140,11 @@ func (f podFilters) apply(c *cycle) {
 		if m := int(d >> descBits & descMask); !anyModel && m != 0 && m != model {
 			fail |= 1 << checkModel
 		}
-		if now < p.ejectedTo.Load() {
+		if to := p.ejectedTo.Load(); now < to {
 			fail |= 1 << checkHealthy
+			hi = min(hi, to)
+		} else {
+			lo = max(lo, to)
 		}
 		if fail&on != 0 {
 			for _, k := range f {
@@ -141,6 +167,65 @@ func (f podFilters) apply(c *cycle) {
 	}
 	c.pods = c.pods[:n]
 	c.load = loadSums{pods: n, inflight: total, most: most, speeds: speeds}
+	if whole {
+		e.keep(c, key, lo, hi, dropped, speeds)
+	} else {
+		e.key = eligibleKey{}
+	}
+}
+
+// eligible is what the alive, model and healthy checks (podFilters) made
+// of a whole registry snapshot, kept by a cycle for the next decisions
+// while nothing the checks read has changed: the same snapshot, no change
+// counted by the registry (descriptions, lapsing, ejections) or by the
+// index (liveness), the same checks and requested model, a clock that has
+// not crossed any pod's ejection deadline, and the same speeds of the
+// profiles. Each change is counted after it is made and the counts are
+// read before the pods, so a kept outcome is never older than its key
+// says. A decision on a kept outcome reads of each pod it kept only its
+// requests in flight (bounded_load's sums), which change with every
+// request and are never kept.
+type eligible struct {
+	key     eligibleKey
+	lo, hi  int64 // unix nanos: the outcome holds at now in [lo, hi)
+	kept    []*Pod
+	dropped [len(checkNames)]int
+	speeds  float64   // the kept pods' profiles' speeds, summed in order
+	profs   []float64 // the speed of each profile then
+}
+
+// eligibleKey is what an outcome of the checks was worked out from.
+type eligibleKey struct {
+	snap     *[]*Pod
+	changes  uint64
+	live     uint64
+	on       uint
+	model    int
+	anyModel bool
+}
+
+// valid reports whether e is the checks' outcome for key at now.
+func (e *eligible) valid(c *cycle, key eligibleKey, now int64) bool {
+	if e.key != key || now < e.lo || now >= e.hi || len(e.profs) != len(c.profs) {
+		return false
+	}
+	for i, s := range e.profs {
+		if s != c.profs[i].speed {
+			return false
+		}
+	}
+	return true
+}
+
+// keep records the checks' outcome on a whole snapshot: c.pods as they
+// left them, at now in [lo, hi).
+func (e *eligible) keep(c *cycle, key eligibleKey, lo, hi int64, dropped [len(checkNames)]int, speeds float64) {
+	e.key, e.lo, e.hi, e.dropped, e.speeds = key, lo, hi, dropped, speeds
+	e.kept = append(e.kept[:0], c.pods...)
+	e.profs = e.profs[:0]
+	for i := range c.profs {
+		e.profs = append(e.profs, c.profs[i].speed)
+	}
 }
 
 // aliveFilter, modelFilter and healthyFilter are the checks on their own.

@@ -59,6 +59,7 @@ func (r *Registry) Report(p *Pod, ok bool, now time.Time, cfg OutlierConfig) (ej
 	p.ejections++
 	d := min(time.Duration(p.ejections)*cfg.BaseEjection, cfg.MaxEjection)
 	p.ejectedTo.Store(now.Add(d).UnixNano())
+	r.changes.Add(1)
 	p.fails = 0
 	return true
 }
@@ -76,6 +77,7 @@ func (r *Registry) Eject(p *Pod, now time.Time, cfg OutlierConfig) bool {
 	p.ejections++
 	d := min(time.Duration(p.ejections)*cfg.BaseEjection, cfg.MaxEjection)
 	p.ejectedTo.Store(now.Add(d).UnixNano())
+	r.changes.Add(1)
 	p.fails = 0
 	return true
 }

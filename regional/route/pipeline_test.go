@@ -1,6 +1,7 @@
 package route
 
 import (
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -286,4 +287,61 @@ func TestBacklogShiftsOncePerWave(t *testing.T) {
 	if got := BacklogTokens(p, end.Add(time.Minute), 0.36); got != 500 {
 		t.Fatalf("stalled request: %d tokens ahead, want 500", got)
 	}
+}
+
+// TestEligibleKept: one cycle, decision after decision, keeps the checks'
+// outcome on the snapshot and drops it at every change the checks would
+// see: a pod ejected, its ejection over, a pod lapsed and back, a pod gone
+// from the index before the snapshot, a new description, a new pod.
+func TestEligibleKept(t *testing.T) {
+	f := newFixture(t, 4, func(c *Config) { c.Filters = []string{FilterAlive, FilterModel, FilterHealthy} })
+	c := newCycle(f.idx.PodCapacity())
+	check := func(step string, kept bool, want ...string) {
+		t.Helper()
+		r := req(chain(1, 2))
+		snap := f.reg.snapshot()
+		c.begin(f.dec, r, *snap, f.clock, false)
+		c.snap, c.whole = snap, true
+		hit := c.elig.valid(c, eligibleKey{snap: snap, changes: f.reg.changes.Load(), live: f.idx.LivenessGen(),
+			on: 1<<checkAlive | 1<<checkModel | 1<<checkHealthy, model: c.cat.models["m"]}, f.clock.UnixNano())
+		for _, fl := range f.dec.pipe.Load().filters {
+			fl.apply(c)
+		}
+		if hit != kept {
+			t.Errorf("%s: kept outcome used %v, want %v", step, hit, kept)
+		}
+		wantPods(t, c, step, want...)
+		fresh := f.cycle(r)
+		for _, fl := range f.dec.pipe.Load().filters {
+			fl.apply(fresh)
+		}
+		if !reflect.DeepEqual(c.filtered, fresh.filtered) || c.load != fresh.load {
+			t.Errorf("%s: kept %v %+v, fresh %v %+v", step, c.filtered, c.load, fresh.filtered, fresh.load)
+		}
+		c.end()
+	}
+	check("first", false, "pod-0", "pod-1", "pod-2", "pod-3")
+	check("again", true, "pod-0", "pod-1", "pod-2", "pod-3")
+	f.pod(t, "pod-1").Admit(100, time.Millisecond, f.clock) // load is read anew, never kept
+	check("load", true, "pod-0", "pod-1", "pod-2", "pod-3")
+	f.reg.Eject(f.pod(t, "pod-2"), f.clock, DefaultOutlierConfig())
+	check("ejected", false, "pod-0", "pod-1", "pod-3")
+	check("still ejected", true, "pod-0", "pod-1", "pod-3")
+	f.clock = f.clock.Add(DefaultOutlierConfig().BaseEjection)
+	check("ejection over", false, "pod-0", "pod-1", "pod-2", "pod-3")
+	f.pod(t, "pod-3").SetLapsed(true)
+	check("lapsed", false, "pod-0", "pod-1", "pod-2")
+	f.pod(t, "pod-3").SetLapsed(false)
+	check("back", false, "pod-0", "pod-1", "pod-2", "pod-3")
+	_ = f.idx.RemovePod(f.pod(t, "pod-0").ID)
+	check("gone from the index", false, "pod-1", "pod-2", "pod-3")
+	if _, _, err := f.reg.Upsert(PodInfo{Name: "pod-1", Endpoint: "http://x", Model: "other", Profile: "h100"}); err != nil {
+		t.Fatal(err)
+	}
+	check("other model", false, "pod-2", "pod-3")
+	if _, _, err := f.reg.Upsert(PodInfo{Name: "pod-4", Endpoint: "http://y", Model: "m", Profile: "h100"}); err != nil {
+		t.Fatal(err)
+	}
+	check("new pod", false, "pod-2", "pod-3", "pod-4")
+	check("settled", true, "pod-2", "pod-3", "pod-4")
 }

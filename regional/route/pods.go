@@ -62,6 +62,7 @@ type Pod struct {
 
 	info          atomic.Pointer[PodInfo]
 	factor        atomic.Pointer[podFactor] // the cost model's correction of its rate, as last read
+	changes       *atomic.Uint64            // its registry's (Registry.changes); nil outside one
 	Name          string
 	prefillBusy   atomic.Int64  // unix nanos: when the prefill work routed here should be done (written under backlogMu)
 	kvUtil        atomic.Uint64 // float64 bits, 0..1, scraped (vllm:kv_cache_usage_perc or its engine's name)
@@ -91,7 +92,7 @@ type podFactor struct {
 }
 
 // podPad rounds Pod up to whole cache lines (TestPodLayout).
-const podPad = 64
+const podPad = 56
 
 // Info returns the pod's current description.
 func (p *Pod) Info() PodInfo { return *p.info.Load() }
@@ -312,7 +313,11 @@ func (p *Pod) LastContact() time.Time {
 func (p *Pod) Lapsed() bool { return p.lapsed.Load() }
 
 // SetLapsed marks the pod lapsed or restores it.
-func (p *Pod) SetLapsed(v bool) { p.lapsed.Store(v) }
+func (p *Pod) SetLapsed(v bool) {
+	if p.lapsed.Swap(v) != v && p.changes != nil {
+		p.changes.Add(1)
+	}
+}
 
 // Serving reports whether the pod can take a request at now: it has an
 // endpoint, has not lapsed and is not ejected. (Whether it is live in the
@@ -345,6 +350,11 @@ type Registry struct {
 	snap  atomic.Pointer[[]*Pod]  // sorted by name
 	cat   atomic.Pointer[catalog] // replaced under mu
 	peers map[string]*peerReport  // the region's other replicas, by id
+	// changes counts the changes of what the alive, model and healthy
+	// checks read of a pod (its description, lapsing, ejection) and of the
+	// snapshot, each counted after it is made: a decision keeps the
+	// outcome of the checks while it stands (see eligible).
+	changes atomic.Uint64
 }
 
 // PeerLoad is one pod's load as another replica of the region accounts
@@ -396,6 +406,7 @@ func (r *Registry) describe(p *Pod, info PodInfo) {
 	cat := r.cat.Load().with(info.Profile, info.Model)
 	r.cat.Store(cat)
 	p.describe(cat, info)
+	r.changes.Add(1)
 }
 
 // SetPeerLoads replaces what the replica peer last reported of its own
@@ -468,6 +479,9 @@ func (r *Registry) sumPeersLocked() {
 // not modify it.
 func (r *Registry) Pods() []*Pod { return *r.snap.Load() }
 
+// snapshot is Pods as published: one pointer per snapshot.
+func (r *Registry) snapshot() *[]*Pod { return r.snap.Load() }
+
 // Get returns a pod by name.
 func (r *Registry) Get(name string) (*Pod, bool) {
 	r.mu.Lock()
@@ -499,7 +513,7 @@ func (r *Registry) Upsert(info PodInfo) (p *Pod, restarted bool, err error) {
 	if err != nil {
 		return nil, false, err
 	}
-	p = &Pod{Name: info.Name, ID: id}
+	p = &Pod{Name: info.Name, ID: id, changes: &r.changes}
 	p.engineRunning.Store(-1)
 	p.engineWaiting.Store(-1)
 	r.describe(p, info)
@@ -538,4 +552,5 @@ func (r *Registry) publish() {
 		return 0
 	})
 	r.snap.Store(&s)
+	r.changes.Add(1)
 }
