@@ -34,7 +34,10 @@ type cycle struct {
 	snap  *[]*Pod
 	whole bool
 	elig  eligible
-	pin   struct {
+	// asKept says pods is elig.kept, in its order: the ttft picker then
+	// takes the candidates' positions from elig (layout).
+	asKept bool
+	pin    struct {
 		pod      string
 		inflight int
 		ok       bool
@@ -69,9 +72,11 @@ type cycle struct {
 	prices    []int // the priced candidates, in the order priced
 	evals     []int // the evaluated ones, likewise
 	// posOf[slot] is the position of the candidate in that slot, where
-	// candGen[slot] == gen.
+	// candGen[slot] == gen; or, when pos is not nil, pos[slot] is (-1:
+	// none). See position.
 	posOf   []int32
 	candGen []uint32
+	pos     []int32
 	// Candidates are priced a group at a time, by matched depth, deepest
 	// first (see more): next indexes matches at the next group, rest says
 	// every candidate is priced, and floor is a lower bound of the total
@@ -143,7 +148,7 @@ func (c *cycle) begin(d *Decider, req *Request, pods []*Pod, now time.Time, lazy
 	}
 	c.pin.pod, c.pin.inflight, c.pin.ok = d.sessions.Pinned(req.SessionID, now)
 	c.pods = append(c.pods[:0], pods...)
-	c.snap, c.whole = nil, false
+	c.snap, c.whole, c.asKept = nil, false, false
 	c.cat = d.reg.catalog()
 	c.profs = grow(c.profs, len(c.cat.profiles))
 	for i, name := range c.cat.profiles {
@@ -207,7 +212,7 @@ func (c *cycle) end() {
 		c.d.idx.LookupGroups(nil, &c.groups) // drops its hold on the chain
 	}
 	c.d, c.req, c.filtered, c.cat = nil, nil, nil, nil
-	clear(c.order)
+	c.order, c.pos = nil, nil
 }
 
 // matched is the number of leading blocks of the request's chain pod holds.
@@ -240,7 +245,9 @@ func (c *cycle) keep(name string, ok func(*Pod) bool) {
 // kept ends a filter that moved the n pods it keeps to the front of
 // c.pods: the others are counted under its name.
 func (c *cycle) kept(name string, n int) {
-	c.whole = c.whole && n == len(c.pods)
+	if n < len(c.pods) {
+		c.whole, c.asKept = false, false
+	}
 	c.count(name, len(c.pods)-n)
 	c.pods = c.pods[:n]
 }

@@ -118,6 +118,7 @@ func (f podFilters) apply(c *cycle) {
 			c.count(checkNames[k], d)
 		}
 		c.load = loadSums{pods: len(c.pods), inflight: total, most: most, speeds: e.speeds}
+		c.asKept = true
 		return
 	}
 	whole := c.whole
@@ -169,8 +170,9 @@ func (f podFilters) apply(c *cycle) {
 	c.load = loadSums{pods: n, inflight: total, most: most, speeds: speeds}
 	if whole {
 		e.keep(c, key, lo, hi, dropped, speeds)
+		c.asKept = true
 	} else {
-		e.key = eligibleKey{}
+		e.key, c.asKept = eligibleKey{}, false
 	}
 }
 
@@ -189,6 +191,8 @@ type eligible struct {
 	key     eligibleKey
 	lo, hi  int64 // unix nanos: the outcome holds at now in [lo, hi)
 	kept    []*Pod
+	pos     []int32 // by slot, the position in kept of the pod in it (-1: none)
+	shared  bool    // two kept pods share a slot (pos is then unused)
 	dropped [len(checkNames)]int
 	speeds  float64   // the kept pods' profiles' speeds, summed in order
 	profs   []float64 // the speed of each profile then
@@ -222,6 +226,15 @@ func (e *eligible) valid(c *cycle, key eligibleKey, now int64) bool {
 func (e *eligible) keep(c *cycle, key eligibleKey, lo, hi int64, dropped [len(checkNames)]int, speeds float64) {
 	e.key, e.lo, e.hi, e.dropped, e.speeds = key, lo, hi, dropped, speeds
 	e.kept = append(e.kept[:0], c.pods...)
+	e.pos, e.shared = grow(e.pos, len(c.posOf)), false
+	for i := range e.pos {
+		e.pos[i] = -1
+	}
+	for i, p := range e.kept {
+		slot := p.ID.Slot()
+		e.shared = e.shared || e.pos[slot] >= 0
+		e.pos[slot] = int32(i)
+	}
 	e.profs = e.profs[:0]
 	for i := range c.profs {
 		e.profs = append(e.profs, c.profs[i].speed)

@@ -44,7 +44,7 @@ import (
 func (c *cycle) layout(s *scoring) {
 	n := len(c.pods)
 	c.scoring = s
-	c.order = grow(c.order, n)
+	c.order = c.pods
 	c.terms = grow(c.terms, n)
 	c.bound = grow(c.bound, n)
 	c.est = grow(c.est, n)
@@ -60,12 +60,18 @@ func (c *cycle) layout(s *scoring) {
 	}
 	c.prices, c.evals = c.prices[:0], c.evals[:0]
 	c.next, c.rest = 0, false
-	copy(c.order, c.pods)
-	shared := false
-	for i, p := range c.order {
-		slot := p.ID.Slot()
-		shared = shared || c.candGen[slot] == c.gen
-		c.posOf[slot], c.candGen[slot] = int32(i), c.gen
+	var shared bool
+	if c.asKept {
+		// The candidates are the checks' kept outcome, whose positions
+		// were laid out when it was kept.
+		c.pos, shared = c.elig.pos, c.elig.shared
+	} else {
+		c.pos = nil
+		for i, p := range c.order {
+			slot := p.ID.Slot()
+			shared = shared || c.candGen[slot] == c.gen
+			c.posOf[slot], c.candGen[slot] = int32(i), c.gen
+		}
 	}
 	if shared {
 		// Two candidates in one slot (a pod dead in the index, the alive
@@ -74,8 +80,8 @@ func (c *cycle) layout(s *scoring) {
 		return
 	}
 	for _, slot := range c.touched {
-		if c.candGen[slot] == c.gen {
-			c.priceAt(int(c.posOf[slot]))
+		if i, ok := c.position(slot); ok {
+			c.priceAt(i)
 		}
 	}
 	if a := s.affinity; a != nil && c.pin.ok && c.pin.inflight < a.thick {
@@ -86,6 +92,16 @@ func (c *cycle) layout(s *scoring) {
 		}
 	}
 	c.floor = c.floorAt()
+}
+
+// position is the position of the candidate in slot, if there is one
+// (layout).
+func (c *cycle) position(slot int) (int, bool) {
+	if c.pos != nil {
+		i := c.pos[slot]
+		return int(i), i >= 0
+	}
+	return int(c.posOf[slot]), c.candGen[slot] == c.gen
 }
 
 // priceAt prices the candidate at position i, unless it is priced.
@@ -187,10 +203,8 @@ func (c *cycle) more(limit float64) {
 	if c.next < len(c.matches) || (c.lazy && c.nextGroup()) {
 		depth := c.matches[c.next].Blocks
 		for ; c.next < len(c.matches) && c.matches[c.next].Blocks == depth; c.next++ {
-			if slot := c.matches[c.next].Pod.Slot(); c.candGen[slot] == c.gen {
-				if i := int(c.posOf[slot]); c.priced[i] != c.gen {
-					c.list(i)
-				}
+			if i, ok := c.position(c.matches[c.next].Pod.Slot()); ok && c.priced[i] != c.gen {
+				c.list(i)
 			}
 		}
 		c.floor = c.floorAt()
