@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/meridian-llm/meridian/index"
 )
@@ -839,7 +840,10 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 		r.stats.NonLocal++
 		return
 	}
-	for _, h := range ev.BlockHashes {
+	for b, h := range ev.BlockHashes {
+		if b%prefetchRun == 0 {
+			r.prefetchRemoved(k, ev.BlockHashes[b:min(b+prefetchRun, len(ev.BlockHashes))])
+		}
 		k.hash = h
 		i := r.lookup(k)
 		if i == none {
@@ -878,6 +882,64 @@ func (r *Rekeyer) prefetchStored(k ekey, hashes []uint64, ebs int) {
 		}
 	}
 	r.sink += acc
+}
+
+// prefetchRemoved brings into cache what removing hashes (at most
+// prefetchRun) will touch, in three passes, each of which issues
+// prefetches that do not wait on one another: the home slot of each hash;
+// then, the slots now in cache, the entry each names; then, those entries
+// read, the entries unlinking one reads and writes (its parent, its
+// siblings and its neighbours on the leaf list). Removals are of blocks
+// spread at random over a pod's entries: one after another, each waited
+// for four or five cache misses in turn.
+func (r *Rekeyer) prefetchRemoved(k ekey, hashes []uint64) {
+	t := &r.byKey
+	if t.n == 0 {
+		return
+	}
+	hashes = hashes[:min(len(hashes), prefetchRun)]
+	var lines [5 * prefetchRun]unsafe.Pointer
+	var found [prefetchRun]int32
+	for j, h := range hashes {
+		k.hash = h
+		lines[j] = unsafe.Pointer(&t.slots[keyHash(k)>>t.shift])
+	}
+	prefetchLines(lines[:len(hashes)])
+	mask := uint64(len(t.slots) - 1)
+	n := 0
+	for _, h := range hashes {
+		k.hash = h
+		kh := keyHash(k)
+		fp := uint32(kh >> 32)
+		// The first slot of its fingerprint (probe runs are short; a
+		// collision costs a useless prefetch).
+		for i, probes := kh>>t.shift, 0; probes < 8; i, probes = (i+1)&mask, probes+1 {
+			s := t.slots[i]
+			if s == 0 {
+				break
+			}
+			if uint32(s>>32) == fp {
+				if e := int32(uint32(s)) - 1; int(e) < len(r.entries) {
+					lines[n] = unsafe.Pointer(&r.entries[e])
+					found[n] = e
+					n++
+				}
+				break
+			}
+		}
+	}
+	prefetchLines(lines[:n])
+	m := 0
+	for _, e := range found[:n] {
+		en := &r.entries[e]
+		for _, j := range [...]int32{en.parent, en.prevSib, en.nextSib, en.prevLeaf, en.nextLeaf} {
+			if j >= 0 && int(j) < len(r.entries) {
+				lines[m] = unsafe.Pointer(&r.entries[j])
+				m++
+			}
+		}
+	}
+	prefetchLines(lines[:m])
 }
 
 // flip re-evaluates, in tier t, every router block whose engine blocks
