@@ -210,7 +210,6 @@ type Rekeyer struct {
 	stack    []int32
 	nsCache  index.Namespace
 	seed     uint64
-	sink     uint64 // what prefetching read, so that its loads are kept
 }
 
 type ekey struct {
@@ -867,21 +866,54 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 // a token chunk each) stay well within the L1 cache.
 const prefetchRun = 64
 
-// prefetchStored brings into cache what storing hashes will touch: their
-// slots (a new block's lookup misses there, and its insertion writes
-// there), and the entries and token chunks the free lists will hand out.
+// prefetchStored brings into cache what storing hashes will touch, with
+// prefetch instructions that do not wait on one another: their slots (a
+// new block's lookup misses there, and its insertion writes there), and
+// the entries and token chunks the free lists will hand out; then, the
+// slots read, the entries of the blocks already held (announced again).
+// Loads in their place stalled the CPU once its reorder window filled.
 func (r *Rekeyer) prefetchStored(k ekey, hashes []uint64, ebs int) {
-	acc := r.byKey.touch(k, hashes, r.entries)
-	for j, n := 0, len(r.free); j < len(hashes) && j < n; j++ {
-		acc += uint64(r.entries[r.free[n-1-j]].flags)
+	hashes = hashes[:min(len(hashes), prefetchRun)]
+	var lines [3 * prefetchRun]unsafe.Pointer
+	n := 0
+	t := &r.byKey
+	if t.n > 0 {
+		for _, h := range hashes {
+			k.hash = h
+			lines[n] = unsafe.Pointer(&t.slots[keyHash(k)>>t.shift])
+			n++
+		}
+	}
+	slots := n
+	for j, f := 0, len(r.free); j < len(hashes) && j < f; j++ {
+		lines[n] = unsafe.Pointer(&r.entries[r.free[f-1-j]])
+		n++
 	}
 	if ebs < r.cfg.BlockSize {
 		a := r.toks.arena(ebs)
-		for j, n := 0, len(a.free); j < len(hashes) && j < n; j++ {
-			acc += uint64(a.buf[int(a.free[n-1-j])*ebs])
+		for j, f := 0, len(a.free); j < len(hashes) && j < f; j++ {
+			if c := int(a.free[f-1-j]) * ebs; c < len(a.buf) {
+				lines[n] = unsafe.Pointer(&a.buf[c])
+				n++
+			}
 		}
 	}
-	r.sink += acc
+	prefetchLines(lines[:n])
+	if slots == 0 {
+		return
+	}
+	n = 0
+	for _, h := range hashes {
+		k.hash = h
+		kh := keyHash(k)
+		if s := t.slots[kh>>t.shift]; s != 0 && uint32(s>>32) == uint32(kh>>32) {
+			if e := int(uint32(s)) - 1; e < len(r.entries) {
+				lines[n] = unsafe.Pointer(&r.entries[e])
+				n++
+			}
+		}
+	}
+	prefetchLines(lines[:n])
 }
 
 // prefetchRemoved brings into cache what removing hashes (at most
