@@ -180,7 +180,10 @@ func (x *Index) Evict(pod PodID, tier Tier, hashes []uint64) error {
 	}
 	slot := pod.Slot()
 	word, bit := slot/64, uint64(1)<<(slot%64)
-	for _, h := range hashes {
+	for i, h := range hashes {
+		if i%prefetchBatch == 0 {
+			x.prefetchFound(hashes[i:min(i+prefetchBatch, len(hashes))], word)
+		}
 		si := shardOf(h)
 		s := &x.shards[si]
 		s.mu.Lock()
@@ -825,6 +828,58 @@ func subset(a, b []uint64) bool {
 		}
 	}
 	return true
+}
+
+// prefetchFound brings in, for each hash of a batch about to be evicted
+// (at most prefetchBatch), the lines evicting it reads and writes, in two
+// steps of prefetches that do not wait on one another: its home slot; then,
+// the slots in cache, the slab entry its fingerprint names (its hash and
+// the pod's bitmap word) and its shard's mutex. Evictions are of blocks
+// spread at random over the table: one after another, each waited for its
+// slot's and its entry's misses in turn.
+func (x *Index) prefetchFound(hashes []uint64, word int) {
+	hashes = hashes[:min(len(hashes), prefetchBatch)]
+	var lines [3 * prefetchBatch]unsafe.Pointer
+	n := 0
+	for _, h := range hashes {
+		if t := x.shards[shardOf(h)].tab.Load(); t != nil {
+			lines[n] = unsafe.Pointer(&t.slots[uint64(fingerprint(h)>>(32-t.bits))&uint64(len(t.slots)-1)])
+			n++
+		}
+	}
+	prefetchRead(lines[:n])
+	n = 0
+	for _, h := range hashes {
+		s := &x.shards[shardOf(h)]
+		lines[n] = unsafe.Pointer(&s.mu)
+		n++
+		t := s.tab.Load()
+		if t == nil {
+			continue
+		}
+		mask := uint64(len(t.slots) - 1)
+		fp := fingerprint(h)
+		// The first slot of its fingerprint, within a short probe run (a
+		// collision costs a useless prefetch).
+		for i, k := uint64(fp>>(32-t.bits))&mask, 0; k < 8; i, k = (i+1)&mask, k+1 {
+			v := t.slots[i].Load()
+			if v == 0 {
+				break
+			}
+			if uint32(v>>32) == fp {
+				if e := uint32(v) - 1; int(e>>chunkShift) < len(t.chunks) {
+					lines[n] = unsafe.Pointer(t.word(e, x.stride, 0))
+					n++
+					if w := t.word(e, x.stride, 1+word); uintptr(unsafe.Pointer(w))&^63 != uintptr(lines[n-1])&^63 {
+						lines[n] = unsafe.Pointer(w)
+						n++
+					}
+				}
+				break
+			}
+		}
+	}
+	prefetchLines(lines[:n], 0)
 }
 
 // prefetchSink keeps the prefetch loads from being optimized away.

@@ -145,29 +145,3 @@ func (t *keyTable) clear() {
 	clear(t.slots)
 	t.n = 0
 }
-
-// touch loads the home slot of each of hashes (under key template k) and
-// the entry a slot with a matching fingerprint names, and returns a sum of
-// what it read. It changes nothing. A lookup's cache misses stall it, and
-// one lookup after another pays them one after another; these loads do not
-// depend on one another, so the CPU overlaps their misses, and the lookups
-// that follow find the lines in cache. The sum only keeps the loads from
-// being dropped.
-func (t *keyTable) touch(k ekey, hashes []uint64, entries []entry) uint64 {
-	if t.n == 0 {
-		return 0
-	}
-	var acc uint64
-	for _, h := range hashes {
-		k.hash = h
-		kh := keyHash(k)
-		s := t.slots[kh>>t.shift]
-		if s != 0 && uint32(s>>32) == uint32(kh>>32) {
-			if e := int(uint32(s)) - 1; e < len(entries) {
-				acc += uint64(entries[e].parent)
-			}
-		}
-		acc += s
-	}
-	return acc
-}

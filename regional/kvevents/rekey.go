@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unsafe"
 
 	"github.com/meridian-llm/meridian/index"
 )
@@ -209,7 +210,6 @@ type Rekeyer struct {
 	stack    []int32
 	nsCache  index.Namespace
 	seed     uint64
-	sink     uint64 // what prefetching read, so that its loads are kept
 }
 
 type ekey struct {
@@ -839,7 +839,10 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 		r.stats.NonLocal++
 		return
 	}
-	for _, h := range ev.BlockHashes {
+	for b, h := range ev.BlockHashes {
+		if b%prefetchRun == 0 {
+			r.prefetchRemoved(k, ev.BlockHashes[b:min(b+prefetchRun, len(ev.BlockHashes))])
+		}
 		k.hash = h
 		i := r.lookup(k)
 		if i == none {
@@ -863,21 +866,112 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 // a token chunk each) stay well within the L1 cache.
 const prefetchRun = 64
 
-// prefetchStored brings into cache what storing hashes will touch: their
-// slots (a new block's lookup misses there, and its insertion writes
-// there), and the entries and token chunks the free lists will hand out.
+// prefetchStored brings into cache what storing hashes will touch, with
+// prefetch instructions that do not wait on one another: their slots (a
+// new block's lookup misses there, and its insertion writes there), and
+// the entries and token chunks the free lists will hand out; then, the
+// slots read, the entries of the blocks already held (announced again).
+// Loads in their place stalled the CPU once its reorder window filled.
 func (r *Rekeyer) prefetchStored(k ekey, hashes []uint64, ebs int) {
-	acc := r.byKey.touch(k, hashes, r.entries)
-	for j, n := 0, len(r.free); j < len(hashes) && j < n; j++ {
-		acc += uint64(r.entries[r.free[n-1-j]].flags)
+	hashes = hashes[:min(len(hashes), prefetchRun)]
+	var lines [3 * prefetchRun]unsafe.Pointer
+	n := 0
+	t := &r.byKey
+	if t.n > 0 {
+		for _, h := range hashes {
+			k.hash = h
+			lines[n] = unsafe.Pointer(&t.slots[keyHash(k)>>t.shift])
+			n++
+		}
+	}
+	slots := n
+	for j, f := 0, len(r.free); j < len(hashes) && j < f; j++ {
+		lines[n] = unsafe.Pointer(&r.entries[r.free[f-1-j]])
+		n++
 	}
 	if ebs < r.cfg.BlockSize {
 		a := r.toks.arena(ebs)
-		for j, n := 0, len(a.free); j < len(hashes) && j < n; j++ {
-			acc += uint64(a.buf[int(a.free[n-1-j])*ebs])
+		for j, f := 0, len(a.free); j < len(hashes) && j < f; j++ {
+			if c := int(a.free[f-1-j]) * ebs; c < len(a.buf) {
+				lines[n] = unsafe.Pointer(&a.buf[c])
+				n++
+			}
 		}
 	}
-	r.sink += acc
+	prefetchLines(lines[:n])
+	if slots == 0 {
+		return
+	}
+	n = 0
+	for _, h := range hashes {
+		k.hash = h
+		kh := keyHash(k)
+		if s := t.slots[kh>>t.shift]; s != 0 && uint32(s>>32) == uint32(kh>>32) {
+			if e := int(uint32(s)) - 1; e < len(r.entries) {
+				lines[n] = unsafe.Pointer(&r.entries[e])
+				n++
+			}
+		}
+	}
+	prefetchLines(lines[:n])
+}
+
+// prefetchRemoved brings into cache what removing hashes (at most
+// prefetchRun) will touch, in three passes, each of which issues
+// prefetches that do not wait on one another: the home slot of each hash;
+// then, the slots now in cache, the entry each names; then, those entries
+// read, the entries unlinking one reads and writes (its parent, its
+// siblings and its neighbours on the leaf list). Removals are of blocks
+// spread at random over a pod's entries: one after another, each waited
+// for four or five cache misses in turn.
+func (r *Rekeyer) prefetchRemoved(k ekey, hashes []uint64) {
+	t := &r.byKey
+	if t.n == 0 {
+		return
+	}
+	hashes = hashes[:min(len(hashes), prefetchRun)]
+	var lines [5 * prefetchRun]unsafe.Pointer
+	var found [prefetchRun]int32
+	for j, h := range hashes {
+		k.hash = h
+		lines[j] = unsafe.Pointer(&t.slots[keyHash(k)>>t.shift])
+	}
+	prefetchLines(lines[:len(hashes)])
+	mask := uint64(len(t.slots) - 1)
+	n := 0
+	for _, h := range hashes {
+		k.hash = h
+		kh := keyHash(k)
+		fp := uint32(kh >> 32)
+		// The first slot of its fingerprint (probe runs are short; a
+		// collision costs a useless prefetch).
+		for i, probes := kh>>t.shift, 0; probes < 8; i, probes = (i+1)&mask, probes+1 {
+			s := t.slots[i]
+			if s == 0 {
+				break
+			}
+			if uint32(s>>32) == fp {
+				if e := int32(uint32(s)) - 1; int(e) < len(r.entries) {
+					lines[n] = unsafe.Pointer(&r.entries[e])
+					found[n] = e
+					n++
+				}
+				break
+			}
+		}
+	}
+	prefetchLines(lines[:n])
+	m := 0
+	for _, e := range found[:n] {
+		en := &r.entries[e]
+		for _, j := range [...]int32{en.parent, en.prevSib, en.nextSib, en.prevLeaf, en.nextLeaf} {
+			if j >= 0 && int(j) < len(r.entries) {
+				lines[m] = unsafe.Pointer(&r.entries[j])
+				m++
+			}
+		}
+	}
+	prefetchLines(lines[:m])
 }
 
 // flip re-evaluates, in tier t, every router block whose engine blocks
