@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meridian-llm/meridian/index"
 	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/residency"
 )
@@ -33,6 +35,16 @@ import (
 // local although a remote pod was truly >20% sooner. meridian_plus and
 // cache_local_plus serve that clairvoyant remote choice for real whenever
 // it beats every local pod by PLUS_MARGIN (a fraction, default 0).
+//
+// meridian_reserve and cache_local_reserve plan ahead instead: each
+// region keeps RESERVE_PODS (default 1) of its B200 pods for prompts of at
+// least RESERVE_TOKENS (default 32768) tokens; shorter ones are kept off
+// them (RESERVE_SLACK, a fraction: unless the best other pod's estimate is
+// more than that much above the reserved pod's; unset: always). Long
+// prompts choose among every pod as before. pooled_local and
+// pooled_meridian are cache_local and meridian over one cache of the
+// fleet's size shared by every pod and known to every index (upper_bound's
+// cache under the hardware-aware picker): a TTFT reference for the cache.
 func TestRoamAnalysis(t *testing.T) {
 	if os.Getenv("ROAM") == "" {
 		t.Skip("analysis")
@@ -135,6 +147,12 @@ func TestRoamAnalysis(t *testing.T) {
 							w.stats.rejected++
 						}
 					}
+				case "meridian_reserve", "cache_local_reserve":
+					w = baseWorld(t, in, pol == "cache_local_reserve")
+					w.narrow = reserve(w, reserveConfigFromEnv(t))
+				case "pooled_local", "pooled_meridian":
+					w = baseWorld(t, in, pol == "pooled_local")
+					pool(w)
 				case "probe", "probe_local":
 					w = baseWorld(t, in, pol == "probe_local")
 					probes = map[int64][2]float64{}
@@ -243,6 +261,7 @@ type jobRow struct {
 type aggStats struct {
 	top, all []jobRow
 	p95s     []float64
+	p50s     []float64
 	lbs      [][3]float64
 	cf       [][2]float64 // per seed: p95 of solo on own pod, of solo on B200 same cache, of B200 cold
 }
@@ -281,6 +300,7 @@ func (a *aggStats) add(w *world, perfs map[string]enginePerf) {
 	slices.Sort(tt)
 	p95 := tt[int(0.95*float64(len(tt)-1))]
 	a.p95s = append(a.p95s, p95)
+	a.p50s = append(a.p50s, tt[int(0.5*float64(len(tt)-1))])
 	pct := func(f func(jobRow) float64) float64 {
 		v := make([]float64, len(rows))
 		for i := range rows {
@@ -315,8 +335,8 @@ func (a *aggStats) print(t *testing.T, load float64, pol string) {
 	for _, l := range a.lbs {
 		lb0, lb1, lb2 = append(lb0, l[0]), append(lb1, l[1]), append(lb2, l[2])
 	}
-	fmt.Fprintf(&b, "== load %.1f %s: p95 mean %.0f ms; p95 of (own-pod solo+net) %.0f, (B200 solo, same cache) %.0f, (B200 solo cold) %.0f\n",
-		load, pol, mean(a.p95s), mean(lb0), mean(lb1), mean(lb2))
+	fmt.Fprintf(&b, "== load %.1f %s: p95 mean %.0f ms (seeds %.0f); p50 mean %.0f ms; p95 of (own-pod solo+net) %.0f, (B200 solo, same cache) %.0f, (B200 solo cold) %.0f\n",
+		load, pol, mean(a.p95s), a.p95s, mean(a.p50s), mean(lb0), mean(lb1), mean(lb2))
 	desc := func(name string, rows []jobRow) {
 		n := float64(len(rows))
 		var roamed, home, remote, homeOK, roamedOK float64
@@ -535,4 +555,126 @@ func baseWorld(t *testing.T, in *instance, local bool) *world {
 		t.Fatal(err)
 	}
 	return w
+}
+
+// reserveConfig is a reservation of B200 pods for long prompts (see
+// TestRoamAnalysis).
+type reserveConfig struct {
+	tokens int     // a prompt of at least this many tokens is long
+	pods   int     // B200 pods reserved per region
+	slack  float64 // < 0: short prompts never use a reserved pod
+	// idlest reserves, instead of fixed pods, the rc.pods B200 pods with
+	// the least prefill backlog the router accounts at the moment.
+	idlest bool
+}
+
+func reserveConfigFromEnv(t *testing.T) reserveConfig {
+	t.Helper()
+	rc := reserveConfig{tokens: 32768, pods: 1, slack: -1}
+	var err error
+	if v := os.Getenv("RESERVE_TOKENS"); v != "" {
+		if rc.tokens, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("RESERVE_TOKENS %q: %v", v, err)
+		}
+	}
+	if v := os.Getenv("RESERVE_PODS"); v != "" {
+		if rc.pods, err = strconv.Atoi(v); err != nil {
+			t.Fatalf("RESERVE_PODS %q: %v", v, err)
+		}
+	}
+	rc.idlest = os.Getenv("RESERVE_IDLEST") != ""
+	if v := os.Getenv("RESERVE_SLACK"); v != "" {
+		if rc.slack, err = strconv.ParseFloat(v, 64); err != nil {
+			t.Fatalf("RESERVE_SLACK %q: %v", v, err)
+		}
+	}
+	return rc
+}
+
+// reserve returns a world.narrow that keeps prompts shorter than
+// rc.tokens off the last rc.pods B200 pods of the deciding region: always
+// (rc.slack < 0), or unless the region's best pod is a reserved one and
+// the best of the others is estimated more than rc.slack (a fraction)
+// slower. With rc.idlest the reserved pods are, at each decision, the
+// B200 pods with the least backlog the router accounts. The in-region
+// decision stays the region's own (Decide, its filters and picker); only
+// its candidates change.
+func reserve(w *world, rc reserveConfig) func(reg *region, r *request, rr *route.Request) {
+	reserved := map[*region][]*route.Pod{}
+	return func(reg *region, r *request, rr *route.Request) {
+		if r.input >= rc.tokens {
+			return
+		}
+		rs, ok := reserved[reg]
+		if !ok || rc.idlest {
+			rs = rs[:0]
+			var b200 []*route.Pod
+			for i := len(reg.pods) - 1; i >= 0; i-- {
+				if p := reg.pods[i]; p.spec.profile == "b200" {
+					b200 = append(b200, p.rp)
+				}
+			}
+			if rc.idlest {
+				now := w.wall()
+				slices.SortStableFunc(b200, func(a, b *route.Pod) int {
+					return cmp.Compare(a.PrefillBacklog(now), b.PrefillBacklog(now))
+				})
+			}
+			rs = append(rs, b200[:min(rc.pods, len(b200))]...)
+			reserved[reg] = rs
+		}
+		if len(rs) == 0 {
+			return
+		}
+		if rc.slack >= 0 {
+			full, err := reg.dec.Decide(rr)
+			if err != nil || !slices.Contains(rs, full.Pod) {
+				return
+			}
+			ex := *rr
+			ex.Exclude = append(slices.Clone(rr.Exclude), rs...)
+			kept, err := reg.dec.Decide(&ex)
+			if err != nil || kept.EstimateMs > (1+rc.slack)*full.EstimateMs {
+				return
+			}
+		}
+		rr.Exclude = append(rr.Exclude, rs...)
+	}
+}
+
+// pool gives every pod of w one cache of the fleet's size (upper_bound's)
+// whose KV events reach every region's index, for every pod, after the
+// configured delay: each pod is known to hold whatever any pod computed.
+func pool(w *world) {
+	capBlocks := 0
+	for _, p := range w.pods {
+		capBlocks += p.spec.capBlocks
+	}
+	var last time.Duration
+	c := newKVCache(capBlocks, func(stored bool, hashes []uint64) {
+		d := w.cfg.EventDelayMin
+		if span := w.cfg.EventDelayMax - w.cfg.EventDelayMin; span > 0 {
+			d += time.Duration(w.rng.Int64N(int64(span) + 1))
+		}
+		at := max(w.now+d, last)
+		last = at
+		hs := slices.Clone(hashes)
+		w.q.push(at, func() {
+			for _, p := range w.pods {
+				var err error
+				if stored {
+					err = p.region.index.Register(p.rp.ID, index.TierGPU, hs)
+				} else {
+					err = p.region.index.Evict(p.rp.ID, index.TierGPU, hs)
+				}
+				if err != nil {
+					w.stats.indexErrors++
+				}
+			}
+		})
+	})
+	w.pool = c
+	for _, p := range w.pods {
+		p.cache = c
+	}
 }

@@ -63,6 +63,10 @@ type world struct {
 	// pick, when set, routes every arrival instead of the policy (the
 	// tail analysis's oracles and probes, roam_analysis_test.go).
 	pick func(w *world, r *request, origin *region, allowed residency.Decision)
+	// narrow, when set, amends r's decision input before reg decides on
+	// it, at the origin and at a region it is forwarded to (the tail
+	// analysis's pod reservations, roam_analysis_test.go).
+	narrow func(reg *region, r *request, rr *route.Request)
 }
 
 // landed releases r from its origin's count of forwarded prefill work.
@@ -401,6 +405,9 @@ func (w *world) nearestAllowed(from *region, allowed residency.Decision) *region
 func (w *world) place(r *request, origin *region, allowed residency.Decision) {
 	t0 := time.Now() // the decision's wall time, remote candidates included
 	rr := w.routeRequest(r)
+	if w.narrow != nil {
+		w.narrow(origin, r, rr)
+	}
 	remotes := origin.view.Candidates(w.wall(), "", r.chain, r.input, func(name string) bool {
 		return name != origin.name && allowed.Allows(name)
 	}, origin.dec.Model(), nil)
@@ -476,7 +483,11 @@ func (w *world) forward(r *request, from, dst *region, allowed residency.Decisio
 // decideAt runs the region's in-region decision and dispatches.
 func (w *world) decideAt(r *request, reg *region, allowed residency.Decision, netBack time.Duration) {
 	t0 := time.Now()
-	dec, err := reg.dec.Decide(w.routeRequest(r))
+	rr := w.routeRequest(r)
+	if w.narrow != nil {
+		w.narrow(reg, r, rr)
+	}
+	dec, err := reg.dec.Decide(rr)
 	w.stats.decided(time.Since(t0))
 	if err != nil {
 		w.stats.rejected++
