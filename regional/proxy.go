@@ -61,6 +61,7 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokeni
 	if p == nil {
 		return
 	}
+	defer s.release(p) // also when the response is aborted (below)
 	tw := &trackWriter{ResponseWriter: w}
 	s.routeAndServe(tw, r, p, api)
 	if !tw.wrote && s.handingBack.Load() {
@@ -278,6 +279,9 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	resp, err := s.postToPod(uctx, client, ct, url, r.Header, keep, add, p.raw)
 	if err == errNotPosted || err == errRedirected {
 		redirected := err == errRedirected
+		// The client's transport may read the body after this request
+		// is over: its buffer is not reused (bodypool.go).
+		p.escaped = true
 		var ureq *http.Request
 		ureq, err = http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw))
 		if err != nil {

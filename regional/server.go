@@ -1,13 +1,11 @@
 package regional
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net/http"
@@ -197,6 +195,8 @@ type Server struct {
 	// links orders a region's controllers for a forward and keeps the
 	// connections to them warm (peerlinks.go).
 	links *peerLinks
+	// bodies holds the buffers request bodies are read into.
+	bodies bodyPool
 	// trend is this region's backlog over the recent past: a remote
 	// candidate is charged its growth since the candidate's summary was
 	// built (route.Trend).
@@ -359,13 +359,38 @@ type parsed struct {
 	// tenant and class are the identity residency decided on (from
 	// authentication, or a hop's origin), forwarded with a hop.
 	tenant, class string
+	// buf is the pooled buffer raw (before dropReportingXargs) was read
+	// into, nil when it was not pooled; escaped, that raw was handed to
+	// an http.Client, whose goroutines may read it after the request is
+	// over (see bodypool.go).
+	buf     *[]byte
+	escaped bool
+}
+
+// release gives p's body buffer back to the pool, unless it escaped. The
+// handler calls it when it is done with p; nothing of the body is read
+// after.
+func (s *Server) release(p *parsed) {
+	if p.buf != nil && !p.escaped {
+		s.bodies.put(p.buf)
+	}
+	p.buf = nil
 }
 
 // parse reads, validates and tokenizes a request; on failure it has written
 // the error response and returns nil.
-func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, api string) *parsed {
+//
+// The body is in a pooled buffer: the caller gives it back with
+// s.release(p) when done with p.
+func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, api string) (ret *parsed) {
 	p := &parsed{started: s.now()}
-	raw, err := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes)
+	raw, buf, err := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies)
+	p.buf = buf
+	defer func() {
+		if ret == nil {
+			s.release(p)
+		}
+	}()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -423,17 +448,6 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 	}
 	return p
-}
-
-// readBody reads a request body into one buffer sized from its declared
-// length (io.ReadAll would double its way up from 512 bytes).
-func readBody(r io.Reader, length, max int64) ([]byte, error) {
-	var buf bytes.Buffer
-	if length > 0 && length <= max {
-		buf.Grow(int(length) + bytes.MinRead)
-	}
-	_, err := buf.ReadFrom(r)
-	return buf.Bytes(), err
 }
 
 // servesModel reports whether model is served by a pod of this region (a
@@ -541,6 +555,7 @@ func (s *Server) serveRoute(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		return
 	}
+	defer s.release(p)
 	pr, ok := s.placeRequest(w, r, p, "route", true)
 	if !ok {
 		return

@@ -78,6 +78,11 @@ type fixtureConfig struct {
 	peer http.RoundTripper
 	// calibrate feeds served requests to a Calibrator (serverFixture.calib).
 	calibrate bool
+	// transport carries requests to the pods (nil: NewPodTransport).
+	transport http.RoundTripper
+	// poisonBodies overwrites request body buffers as they go back to
+	// their pool (bodyPool.poison).
+	poisonBodies bool
 }
 
 func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtureConfig)) *serverFixture {
@@ -114,10 +119,11 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	f.ready.Store(true)
 	f.srv, err = NewServer(cfg, ServerDeps{Decider: f.dec, Prompts: prompts, Metrics: f.prom,
 		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: func() time.Time { return f.clock },
-		Auth: fc.auth, PeerTransport: fc.peer, Calibrator: f.calib})
+		Auth: fc.auth, PeerTransport: fc.peer, Calibrator: f.calib, Transport: fc.transport})
 	if err != nil {
 		t.Fatal(err)
 	}
+	f.srv.bodies.poison = fc.poisonBodies
 	if fc.tls != nil {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
