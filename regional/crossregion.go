@@ -156,6 +156,11 @@ func (s *Server) placeRequest(w http.ResponseWriter, r *http.Request, p *parsed,
 		if _, ok := s.identify(w, r, api, false); !ok {
 			return placed{}, false
 		}
+		if !dry {
+			// Nothing records or returns it (no audit, no header): only
+			// the dry run's answer names it.
+			return placed{}, true
+		}
 		return placed{decisionID: newDecisionID()}, true
 	}
 	origin := t.Region

@@ -53,6 +53,7 @@ type podConns struct {
 type podConn struct {
 	conn      net.Conn
 	rw        io.ReadWriter // conn's I/O: rawReadWriter
+	idle      *idleCheck    // connAlive(conn), without allocating
 	br        *bufio.Reader // reads conn through limit
 	addr      string
 	idleSince time.Time
@@ -313,7 +314,7 @@ func (c *podConns) get(ctx context.Context, addr string) (*podConn, bool, error)
 		c.idle[addr] = list[:len(list)-1]
 		c.nidle--
 		c.mu.Unlock()
-		if (c.idleTimeout > 0 && now.Sub(pc.idleSince) > c.idleTimeout) || !connAlive(pc.conn) {
+		if (c.idleTimeout > 0 && now.Sub(pc.idleSince) > c.idleTimeout) || !pc.idle.check() {
 			_ = pc.conn.Close()
 			continue
 		}
@@ -324,7 +325,7 @@ func (c *podConns) get(ctx context.Context, addr string) (*podConn, bool, error)
 	if err != nil {
 		return nil, false, err
 	}
-	pc := &podConn{conn: conn, rw: rawReadWriter(conn), addr: addr}
+	pc := &podConn{conn: conn, rw: rawReadWriter(conn), idle: newIdleCheck(conn), addr: addr}
 	pc.br = bufio.NewReaderSize(podReader{pc}, 4<<10)
 	return pc, false, nil
 }

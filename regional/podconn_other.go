@@ -9,3 +9,9 @@ import "net"
 const canCheckIdle = false
 
 func connAlive(net.Conn) bool { return false }
+
+type idleCheck struct{}
+
+func newIdleCheck(net.Conn) *idleCheck { return nil }
+
+func (*idleCheck) check() bool { return false }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -433,4 +434,60 @@ func TestPodConnsTellTheTracer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestIdleCheckLikeConnAlive: a connection's idleCheck, checked again and
+// again, says what connAlive says of it: alive while idle, not once the
+// peer sent bytes unasked or closed it.
+func TestIdleCheckLikeConnAlive(t *testing.T) {
+	if !canCheckIdle {
+		t.Skip("no idle check on this platform")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pair := func() (client, server net.Conn) {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c, s
+	}
+	both := func(c net.Conn, k *idleCheck, want bool) {
+		t.Helper()
+		for i := 0; i < 3; i++ {
+			if got, ref := k.check(), connAlive(c); got != ref || got != want {
+				t.Fatalf("check %d: idleCheck %v, connAlive %v, want %v", i, got, ref, want)
+			}
+		}
+	}
+	waitReadable := func(c net.Conn) {
+		// The peer's bytes or close have arrived once a peek sees them.
+		for connAlive(c) {
+			runtime.Gosched()
+		}
+	}
+	c, s := pair()
+	k := newIdleCheck(c)
+	both(c, k, true)
+	_, _ = s.Write([]byte("x")) // stray bytes
+	waitReadable(c)
+	both(c, k, false)
+	c.Close()
+	s.Close()
+
+	c, s = pair()
+	k = newIdleCheck(c)
+	both(c, k, true)
+	s.Close()
+	waitReadable(c)
+	both(c, k, false)
+	c.Close()
+	both(c, k, false) // closed here too
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -170,8 +171,12 @@ func (s *Server) finish(w http.ResponseWriter, api string, p *parsed, d *route.D
 	if res.usage != nil {
 		s.observeUsage(p, d, res.usage)
 	}
-	s.log.Debug("routed", "pod", d.PodName, "policy", d.Policy, "reason", d.Reason, "matched_blocks", d.MatchedBlocks,
-		"predicted_cached", d.CachedTokens, "prompt_tokens", p.req.PromptTokens, "ttft", res.ttft, "status", res.status)
+	if s.log.Enabled(context.Background(), slog.LevelDebug) {
+		// Guarded: the arguments cost allocations even when the record
+		// is dropped.
+		s.log.Debug("routed", "pod", d.PodName, "policy", d.Policy, "reason", d.Reason, "matched_blocks", d.MatchedBlocks,
+			"predicted_cached", d.CachedTokens, "prompt_tokens", p.req.PromptTokens, "ttft", res.ttft, "status", res.status)
+	}
 }
 
 func (s *Server) observeUsage(p *parsed, d *route.Decision, u *usage) {
