@@ -57,6 +57,14 @@
 // closure-preserving histories it equals the consecutive scan exactly (the
 // property tests check both statements against a naive reference).
 //
+// A lookup also leaves a hint: the depths where pods dropped out, kept in a
+// small direct-mapped table by the chain's first block. The next lookup of a
+// chain starting with that block probes H_{d-1} and H_d of each hinted depth
+// d in its first round (chains of any length then search in rounds): while
+// the depths hold, that one round of cache misses settles every pod. A hint
+// only chooses probe positions; the answer is made of what the probes read,
+// so a stale or foreign hint costs probes, never correctness.
+//
 // LookupGroups answers the same a depth group at a time, deepest first, and
 // only as far as it is asked (Groups.Next): a caller that needs the pods
 // holding the longest prefixes first, and may stop there, does not pay for
