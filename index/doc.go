@@ -37,10 +37,10 @@
 // write window that makes overlapping readers retry. What readers read of
 // a shard (the seqlock, the table pointer) and what every insertion writes
 // lie in different cache lines. Writers of a shard serialize on its mutex;
-// before a batch takes any, it prefetches the lines its insertions will
-// write (each shard's writer line, each hash's home slot and the line
-// after it, the slab entry each shard will hand out next), for writing
-// where the CPU can, so their cache misses overlap.
+// before every 8 blocks of a batch take any, it prefetches the lines
+// their insertions will write (each shard's writer line, each hash's home
+// slot and the line after it, the slab entry each shard will hand out
+// next), for writing where the CPU can, so their cache misses overlap.
 //
 // # Lookup
 //

@@ -96,8 +96,8 @@ func (x *Index) Register(pod PodID, tier Tier, hashes []uint64) error {
 	slot := pod.Slot()
 	word, bit := slot/64, uint64(1)<<(slot%64)
 	for i, h := range hashes {
-		if i%prefetchBatch == 0 {
-			x.prefetch(hashes[i:min(i+prefetchBatch, len(hashes))])
+		if i%registerPrefetch == 0 {
+			x.prefetch(hashes[i:min(i+registerPrefetch, len(hashes))])
 		}
 		if h == 0 {
 			continue // never a chain hash (see Extend); ignore rather than corrupt
@@ -921,12 +921,23 @@ func (x *Index) prefetchFound(hashes []uint64, word int) {
 // prefetchSink keeps the prefetch loads from being optimized away.
 var prefetchSink atomic.Uint64
 
-// prefetchBatch is how many hashes of a Register call prefetch prepares
-// at a time: their lines stay in the cache until they are inserted.
+// prefetchBatch is how many hashes of an Evict call prefetchFound
+// prepares at a time: their lines stay in the cache until they are
+// evicted.
 const prefetchBatch = 64
 
+// registerPrefetch is how many hashes of a Register call prefetch
+// prepares at a time. Fewer than prefetchBatch: a batch is about 4 lines
+// a hash, and 8 hashes' 32 lines are about as many misses as a core keeps
+// in flight; at 64 hashes the 256 prefetches queued behind one another
+// (each waited for room) and the first insertions waited for lines
+// queued behind the rest. 8 registers from empty with 12-20% less CPU
+// per block than 64 (and 16 or 32 no better than 8; prefetching the
+// next batch while inserting this one no better either).
+const registerPrefetch = 8
+
 // prefetch brings in, for each hash of a batch about to be registered (at
-// most prefetchBatch), the cache lines its insertion will write: the
+// most registerPrefetch), the cache lines its insertion will write: the
 // shard's writer line (its mutex), the home slot and the slot four further
 // on (in the next line when the home is in the second half of its own,
 // where a probe run often continues), and the slab entry the shard will
@@ -939,8 +950,8 @@ const prefetchBatch = 64
 // without the lock is safe (atomic loads), and a stale one only brings a
 // line in vain.
 func (x *Index) prefetch(hashes []uint64) {
-	hashes = hashes[:min(len(hashes), prefetchBatch)]
-	var lines [4 * prefetchBatch]unsafe.Pointer
+	hashes = hashes[:min(len(hashes), registerPrefetch)]
+	var lines [4 * registerPrefetch]unsafe.Pointer
 	n := 0
 	// Slots first: where prefetchLines cannot prefetch, it loads them.
 	for _, h := range hashes {
