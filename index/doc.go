@@ -37,10 +37,10 @@
 // write window that makes overlapping readers retry. What readers read of
 // a shard (the seqlock, the table pointer) and what every insertion writes
 // lie in different cache lines. Writers of a shard serialize on its mutex;
-// before a batch takes any, it prefetches the lines its insertions will
-// write (each shard's writer line, each hash's home slot and the line
-// after it, the slab entry each shard will hand out next), for writing
-// where the CPU can, so their cache misses overlap.
+// before every 8 blocks of a batch take any, it prefetches the lines
+// their insertions will write (each shard's writer line, each hash's home
+// slot and the line after it, the slab entry each shard will hand out
+// next), for writing where the CPU can, so their cache misses overlap.
 //
 // # Lookup
 //
@@ -56,6 +56,14 @@
 // by at most (the last index the pod holds along the chain + 1) - c. On
 // closure-preserving histories it equals the consecutive scan exactly (the
 // property tests check both statements against a naive reference).
+//
+// A lookup also leaves a hint: the depths where pods dropped out, kept in a
+// small direct-mapped table by the chain's first block. The next lookup of a
+// chain starting with that block probes H_{d-1} and H_d of each hinted depth
+// d in its first round (chains of any length then search in rounds): while
+// the depths hold, that one round of cache misses settles every pod. A hint
+// only chooses probe positions; the answer is made of what the probes read,
+// so a stale or foreign hint costs probes, never correctness.
 //
 // LookupGroups answers the same a depth group at a time, deepest first, and
 // only as far as it is asked (Groups.Next): a caller that needs the pods

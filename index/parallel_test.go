@@ -71,6 +71,17 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 				continue
 			}
 		}
+		// A hint for the chain's first block, possibly stale or
+		// foreign: it may only change where the first round probes.
+		if rapid.Bool().Draw(t, "hint") {
+			hd := rapid.SliceOfNDistinct(rapid.IntRange(1, min(n, hintMaxLen)), 1, hintDepths, rapid.ID[int]).Draw(t, "hinted")
+			slices.Sort(hd)
+			depths := make([]int32, len(hd))
+			for i, d := range hd {
+				depths[i] = int32(d)
+			}
+			x.hints.set(chain[0], depths)
+		}
 		w := x.words
 		scratch := make([]uint64, rapid.SampledFrom([]int{lookupScratchWords, 2 * w, 3 * w, 16 * w}).Draw(t, "scratch"))
 		named := func(res []Match) []namedMatch {
@@ -210,4 +221,39 @@ func TestGroupsDoNotAllocate(t *testing.T) {
 	if len(buf) != 256 || buf[0].Blocks != 128 || buf[255].Blocks != 1 {
 		t.Fatalf("unexpected result: %d matches, first %v last %v", len(buf), buf[0], buf[len(buf)-1])
 	}
+}
+
+// hintProbes plans positions strictly inside the chain, ascending and
+// distinct, within its room, holding d-1 and d of every hinted depth
+// while there is room for them.
+func TestHintProbes(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := int32(rapid.IntRange(2, 3000).Draw(t, "n"))
+		depths := rapid.SliceOfN(rapid.Int32Range(1, n), 0, hintDepths).Draw(t, "depths")
+		slices.Sort(depths)
+		even := rapid.IntRange(-8, 8).Draw(t, "even")
+		out := make([]int32, rapid.IntRange(0, lookupMaxRoundProbes).Draw(t, "room"))
+		k := hintProbes(n, depths, even, out)
+		got := out[:k]
+		for i, p := range got {
+			if p <= 0 || p >= n || (i > 0 && got[i-1] >= p) {
+				t.Fatalf("positions %v for n=%d", got, n)
+			}
+		}
+		var want []int32
+		for _, d := range depths {
+			for _, p := range []int32{d - 1, d} {
+				if p > 0 && p < n && !slices.Contains(want, p) {
+					want = append(want, p)
+				}
+			}
+		}
+		if len(want) <= len(out) {
+			for _, p := range want {
+				if !slices.Contains(got, p) {
+					t.Fatalf("positions %v lack hinted %d (depths %v)", got, p, depths)
+				}
+			}
+		}
+	})
 }

@@ -58,6 +58,7 @@ func (x *Index) Stats() Stats {
 	st := Stats{PodBlocks: make([]int, x.PodCapacity())}
 	st.Bytes = int64(unsafe.Sizeof(*x)) + int64(unsafe.Sizeof(*x.shards))
 	st.Bytes += int64(x.PodCapacity()) * int64(numShards) * 4 // counts
+	st.Bytes += int64(unsafe.Sizeof(*x.hints))
 	for i := range x.shards {
 		s := &x.shards[i]
 		s.mu.Lock()
