@@ -171,9 +171,24 @@ type Ingester struct {
 	// discovered are the pods that discovery currently finds.
 	discovered map[string]bool
 	// leases are the announcements with a TTL (ExpirePods).
-	leases  map[string]*lease
-	applied map[int]int64 // partition -> highest offset applied
+	leases map[string]*lease
+	// applied maps a partition to the highest offset re-keyed: messages at
+	// or below it are replays. indexed is the highest whose index writes
+	// are done (Applied, CaughtUp): the consumer's index stage applies
+	// them after the re-keyer (indexJob).
+	applied map[int]int64
+	indexed map[int]int64
 	ops     []kvevents.Op
+
+	// idxMu is held while one message's index writes are applied and while
+	// a pod is cleared (clearPod), so that a write queued before a clear
+	// never lands after it (podStream.clears). Taken after mu, never
+	// before it.
+	idxMu sync.Mutex
+	// syncMu and syncJob are Apply's: it re-keys and applies the index
+	// writes itself.
+	syncMu  sync.Mutex
+	syncJob indexJob
 
 	notify chan struct{} // closed and replaced after every Apply
 
@@ -210,6 +225,10 @@ type podStream struct {
 	// partition is the topic partition its last message came from (a
 	// pod's messages are keyed by its name: one partition).
 	partition int
+	// clears counts the clears of the pod's blocks (clearPod): index
+	// writes re-keyed before one are dropped, not applied after it.
+	// Guarded by idxMu.
+	clears uint64
 }
 
 // IngestDeps is what an Ingester is given.
@@ -263,7 +282,7 @@ func NewIngester(cfg IngestConfig, deps IngestDeps) (*Ingester, error) {
 		return nil, err
 	}
 	g := &Ingester{cfg: cfg, sec: sec, idx: idx, reg: reg, log: log, now: now, dec: dec, decCfg: decCfg, gate: gate,
-		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, notify: make(chan struct{}),
+		pods: map[string]*podStream{}, discovered: map[string]bool{}, leases: map[string]*lease{}, applied: map[int]int64{}, indexed: map[int]int64{}, notify: make(chan struct{}),
 		rejectedPods: map[string]bool{}, rebuilding: map[int]int64{}, marks: map[int]markSrc{}, anchors: map[int]logMark{},
 		restart: make(chan struct{}, 1)}
 	g.warn = kvevents.NewWarnLimiter(log, time.Minute, now)
@@ -333,7 +352,91 @@ func (g *Ingester) Lag() int64 { return g.lagMsgs.Load() }
 // skipped, so redeliveries after a consumer restart or a rebalance leave the
 // index exactly as it was. A malformed message is counted by reason, logged
 // once per reason per minute, and skipped; it never stops ingestion.
-func (g *Ingester) Apply(msg Message) { g.apply(msg, -1, nil) }
+func (g *Ingester) Apply(msg Message) {
+	g.syncMu.Lock()
+	defer g.syncMu.Unlock()
+	g.apply(msg, -1, nil, &g.syncJob)
+	g.runJob(&g.syncJob)
+}
+
+// indexJob is the index writes of one message, in order, made by apply
+// (the re-keyer's stage) and applied by runJob: in Apply right after, in
+// the consumer by its index stage while the next message is re-keyed.
+// Every message has one, empty if it writes nothing (a replay, a malformed
+// message), so that the index stage sees them all in order: it records
+// their offsets as applied (Applied, WaitFor, CaughtUp mean "in the index")
+// and commits them after.
+type indexJob struct {
+	ops    []jobOp
+	hashes []uint64
+	// record: the message's offset is recorded as applied once its writes
+	// are in the index, unless a reset came in between (gen is the group
+	// generation after apply).
+	record    bool
+	partition int
+	offset    int64
+	gen       int
+}
+
+// jobOp is one index write of an indexJob: hashes[start:end] of the job.
+type jobOp struct {
+	kind       kvevents.OpKind
+	tier       index.Tier
+	pod        index.PodID
+	name       string
+	ps         *podStream // its clears when the op was made: a clear since drops it
+	clears     uint64
+	start, end int
+}
+
+func (j *indexJob) reset() {
+	clear(j.ops) // drop the podStream pointers
+	j.ops, j.hashes = j.ops[:0], j.hashes[:0]
+	j.record = false
+}
+
+// runJob applies j's index writes (but those of pods cleared since they
+// were made), then records its offset as applied and wakes WaitFor.
+func (g *Ingester) runJob(j *indexJob) {
+	if len(j.ops) > 0 {
+		g.idxMu.Lock()
+		for _, op := range j.ops {
+			if op.ps != nil && op.ps.clears != op.clears {
+				continue // the pod was cleared after this was re-keyed
+			}
+			var err error
+			hs := j.hashes[op.start:op.end:op.end]
+			switch op.kind {
+			case kvevents.OpRegister:
+				err = g.idx.Register(op.pod, op.tier, hs)
+			case kvevents.OpEvict:
+				err = g.idx.Evict(op.pod, op.tier, hs)
+			case kvevents.OpClearPod:
+				err = g.idx.ClearPod(op.pod)
+			}
+			// A pod removed since the op was made (PodDown, discovery,
+			// expiry) is unknown now: its blocks went with it.
+			if err != nil && !errors.Is(err, index.ErrUnknownPod) {
+				g.warn.Warn("index", "index rejected an operation", "pod", op.name, "op", op.kind.String(), "err", err)
+			}
+		}
+		g.idxMu.Unlock()
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if j.record && j.gen == g.groupGen {
+		g.indexed[j.partition] = j.offset
+		g.checkCaughtUpLocked()
+		if end, ok := g.rebuilding[j.partition]; ok && j.offset >= end-1 {
+			delete(g.rebuilding, j.partition)
+			if len(g.rebuilding) == 0 {
+				g.log.Info("ingestion caught up with the reset topic", "topic", g.cfg.Topic, "after", g.now().Sub(g.resetAt))
+			}
+		}
+	}
+	close(g.notify)
+	g.notify = make(chan struct{})
+}
 
 // decoded is a message's value decoded ahead of apply (by the consumer's
 // fetch goroutine): the batch, valid until its decoder is given back, or
@@ -343,19 +446,18 @@ type decoded struct {
 	err   error
 }
 
-// apply applies msg, fetched by the consumer of group generation gen (-1:
-// not from a consumer), its value decoded already (pre) or not (nil). A
-// message fetched before a reset that reaches here after it is dropped
-// (skipped "superseded"): the reset forgot the partition's offsets, so it
-// would apply as new, and the fresh group's re-read of the messages before
-// it would then be skipped as replays.
-func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
+// apply re-keys msg, fetched by the consumer of group generation gen (-1:
+// not from a consumer), its value decoded already (pre) or not (nil), and
+// puts its index writes in j (for runJob). A message fetched before a reset
+// that reaches here after it is dropped (skipped "superseded"): the reset
+// forgot the partition's offsets, so it would apply as new, and the fresh
+// group's re-read of the messages before it would then be skipped as
+// replays.
+func (g *Ingester) apply(msg Message, gen int, pre *decoded, j *indexJob) {
+	j.reset()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	defer func() {
-		close(g.notify)
-		g.notify = make(chan struct{})
-	}()
+	defer func() { j.gen = g.groupGen }()
 	if gen >= 0 && gen != g.groupGen {
 		g.m.skipped.WithLabelValues("superseded").Inc()
 		return
@@ -371,6 +473,7 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 		g.resetLocked([]int{msg.Partition}, map[int]int64{msg.Partition: msg.HighWaterMark}, "offset_regression")
 	}
 	g.applied[msg.Partition] = msg.Offset
+	j.record, j.partition, j.offset = true, msg.Partition, msg.Offset
 	if _, ok := g.anchors[msg.Partition]; !ok {
 		g.marks[msg.Partition] = markSrc{mark: markOf(msg.Offset, msg.Key, msg.Value, msg.Time)}
 		g.anchors[msg.Partition] = g.marks[msg.Partition].mark // the first, until a probe verifies it
@@ -380,13 +483,6 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 		g.marks[msg.Partition] = markSrc{mark: logMark{offset: msg.Offset}, key: msg.Key, value: msg.Value, at: msg.Time, lazy: true}
 	} else {
 		g.marks[msg.Partition] = markSrc{mark: markOf(msg.Offset, msg.Key, msg.Value, msg.Time)}
-	}
-	g.checkCaughtUpLocked()
-	if end, ok := g.rebuilding[msg.Partition]; ok && msg.Offset >= end-1 {
-		delete(g.rebuilding, msg.Partition)
-		if len(g.rebuilding) == 0 {
-			g.log.Info("ingestion caught up with the reset topic", "topic", g.cfg.Topic, "after", g.now().Sub(g.resetAt))
-		}
 	}
 
 	name := string(msg.Key)
@@ -453,7 +549,7 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded) {
 				}
 			}
 			g.ops = ps.rekey.ApplyEvents(g.ops[:0], rank, evs[:n])
-			g.applyOps(name, g.ops)
+			g.queueOps(name, ps, g.ops, j)
 			evs = evs[n:]
 		}
 	}
@@ -577,12 +673,17 @@ func (g *Ingester) checkRestartLocked(name string, ps *podStream, rank int64, hs
 	return false
 }
 
+// clearPod forgets the pod's blocks: its re-keyer's, and the index's,
+// with the writes re-keyed before and not yet applied (ps.clears).
 func (g *Ingester) clearPod(name string, ps *podStream, why string) {
 	g.m.restarts.WithLabelValues(why).Inc()
 	g.ops = ps.rekey.Reset(g.ops[:0])
+	g.idxMu.Lock()
+	ps.clears++
 	if p, ok := g.reg.Get(name); ok {
 		_ = g.idx.ClearPod(p.ID)
 	}
+	g.idxMu.Unlock()
 	g.log.Info("cleared pod blocks", "pod", name, "why", why)
 }
 
@@ -656,7 +757,9 @@ func (g *Ingester) forgetPodLocked(name string) {
 	delete(g.leases, name)
 }
 
-func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
+// queueOps puts the re-keyer's ops for pod name in j (their hashes
+// copied: the re-keyer reuses them).
+func (g *Ingester) queueOps(name string, ps *podStream, ops []kvevents.Op, j *indexJob) {
 	if len(ops) == 0 {
 		return
 	}
@@ -665,25 +768,21 @@ func (g *Ingester) applyOps(name string, ops []kvevents.Op) {
 		return
 	}
 	for _, op := range ops {
-		var err error
+		start := len(j.hashes)
+		j.hashes = append(j.hashes, op.Hashes...)
+		j.ops = append(j.ops, jobOp{kind: op.Kind, tier: op.Tier, pod: p.ID, name: name, ps: ps, clears: ps.clears,
+			start: start, end: len(j.hashes)})
 		switch op.Kind {
 		case kvevents.OpRegister:
-			err = g.idx.Register(p.ID, op.Tier, op.Hashes)
 			g.m.blocksStored.Add(float64(len(op.Hashes)))
 		case kvevents.OpEvict:
-			err = g.idx.Evict(p.ID, op.Tier, op.Hashes)
 			g.m.blocksRemoved.Add(float64(len(op.Hashes)))
-		case kvevents.OpClearPod:
-			err = g.idx.ClearPod(p.ID)
-		}
-		if err != nil {
-			g.warn.Warn("index", "index rejected an operation", "pod", name, "op", op.Kind.String(), "err", err)
 		}
 	}
 }
 
-// WaitFor blocks until cond holds (checked now and after every Apply) or
-// ctx ends.
+// WaitFor blocks until cond holds (checked now and after every message's
+// index writes are applied) or ctx ends.
 func (g *Ingester) WaitFor(ctx context.Context, cond func() bool) error {
 	for {
 		g.mu.Lock()
@@ -700,15 +799,20 @@ func (g *Ingester) WaitFor(ctx context.Context, cond func() bool) error {
 	}
 }
 
-// Applied returns the highest offset applied per partition.
+// Applied returns the highest offset applied per partition: whose index
+// writes are in the index.
 func (g *Ingester) Applied() map[int]int64 {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	out := make(map[int]int64, len(g.applied))
-	for p, o := range g.applied {
-		out[p] = o
-	}
-	return out
+	return maps.Clone(g.indexed)
+}
+
+// rekeyed returns the highest offset re-keyed per partition (the replay
+// check's; at or past Applied).
+func (g *Ingester) rekeyed() map[int]int64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return maps.Clone(g.applied)
 }
 
 // SetStartOffsets records the high-water marks of the topic's partitions at
@@ -728,7 +832,7 @@ func (g *Ingester) checkCaughtUpLocked() {
 		if h <= 0 {
 			continue
 		}
-		if off, ok := g.applied[p]; !ok || off < h-1 {
+		if off, ok := g.indexed[p]; !ok || off < h-1 {
 			return
 		}
 	}
@@ -746,6 +850,7 @@ func (g *Ingester) checkCaughtUpLocked() {
 func (g *Ingester) resetLocked(partitions []int, ends map[int]int64, cause string) {
 	for _, p := range partitions {
 		delete(g.applied, p)
+		delete(g.indexed, p)
 		delete(g.marks, p)
 		delete(g.anchors, p)
 		g.rebuilding[p] = ends[p]
@@ -877,7 +982,7 @@ func (g *Ingester) probe(ctx context.Context) {
 	t := time.NewTicker(g.cfg.ProbeInterval)
 	defer t.Stop()
 	for {
-		before := g.Applied()
+		before := g.rekeyed()
 		clusterID, ends, err := g.endOffsets(ctx, c)
 		if ctx.Err() != nil {
 			return
@@ -956,8 +1061,18 @@ func (g *Ingester) consume(ctx context.Context) error {
 		for range fetched { // until the fetch goroutine has stopped
 		}
 	}()
+	staged, free, commitErr, stop := g.indexStage(func(m kafka.Message) error { return r.CommitMessages(ctx, m) })
+	defer stop()
 	for {
-		f := <-fetched
+		var f fetchedMsg
+		select {
+		case f = <-fetched:
+		case err := <-commitErr:
+			if ctx.Err() != nil && outer.Err() == nil {
+				return errRestart
+			}
+			return fmt.Errorf("commit: %w", err)
+		}
 		m := f.msg
 		if err := f.fetchErr; err != nil {
 			if ctx.Err() != nil && outer.Err() == nil {
@@ -968,15 +1083,59 @@ func (g *Ingester) consume(ctx context.Context) error {
 		g.brokerUp()
 		g.lastFetch.Store(g.now().UnixNano())
 		g.lagMsgs.Store(max(m.HighWaterMark-m.Offset-1, 0))
+		j := <-free
 		g.apply(Message{Partition: m.Partition, Offset: m.Offset, HighWaterMark: m.HighWaterMark,
-			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time}, gen, &f.decoded)
+			Key: m.Key, Headers: m.Headers, Value: m.Value, Time: m.Time}, gen, &f.decoded, j)
 		f.done()
-		if err := r.CommitMessages(ctx, m); err != nil {
-			if ctx.Err() != nil && outer.Err() == nil {
-				return errRestart
+		staged <- stagedMsg{job: j, msg: m}
+	}
+}
+
+// stageDepth is how many re-keyed messages may wait for the index stage.
+const stageDepth = 4
+
+// stagedMsg is a re-keyed message on its way to the index stage.
+type stagedMsg struct {
+	job *indexJob
+	msg kafka.Message
+}
+
+// indexStage starts the consumer's index stage: the goroutine that applies
+// the index writes of each re-keyed message sent on staged, in order, while
+// the consumer re-keys the next ones, and then commits the message (so a
+// commit never runs ahead of the index). The consumer re-keys with one
+// core and writes the index with the other: the index writes were a fifth
+// of its CPU. Each job goes back on free once
+// applied. The first commit error is sent on commitErr (later messages are
+// still applied, not committed). stop waits until every message sent has
+// been applied: the re-keyers' state is already past them, and a replay
+// would be skipped.
+func (g *Ingester) indexStage(commit func(kafka.Message) error) (staged chan<- stagedMsg, free <-chan *indexJob, commitErr <-chan error, stop func()) {
+	in := make(chan stagedMsg, stageDepth)
+	jobs := make(chan *indexJob, stageDepth+1)
+	for range stageDepth + 1 {
+		jobs <- &indexJob{}
+	}
+	errc := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		failed := false
+		for s := range in {
+			g.runJob(s.job)
+			jobs <- s.job
+			if failed {
+				continue
 			}
-			return fmt.Errorf("commit: %w", err)
+			if err := commit(s.msg); err != nil {
+				failed = true
+				errc <- err
+			}
 		}
+	}()
+	return in, jobs, errc, func() {
+		close(in)
+		<-done
 	}
 }
 

@@ -301,8 +301,8 @@ func BenchmarkIngestKafka(b *testing.B) {
 
 // BenchmarkIngestApply is BenchmarkIngestKafka's consumer side alone: the
 // same messages handed to Ingester.Apply on one goroutine (decode, re-key,
-// index), no broker and no Kafka client. It is the ingester's critical
-// path: the consumer applies messages one at a time. It reports block
+// index), no broker and no Kafka client: the work of the consumer's
+// stages (decode ahead, re-key, index writes) on one core. It reports block
 // events per second of wall clock (events/s) and of the thread's CPU time
 // (cpu-events/s: the cost on one core, little affected by other load on a
 // shared machine).

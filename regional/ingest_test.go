@@ -698,13 +698,13 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		msgs[i] = Message{Partition: 0, Offset: int64(i), HighWaterMark: int64(len(evs)), Key: []byte(e.name), Headers: e.headers(), Value: e.batch(ev)}
 	}
 	for _, m := range msgs[:3] {
-		g.apply(m, 0, nil)
+		applyNow(g, m, 0, nil)
 	}
 	g.mu.Lock()
 	g.resetLocked([]int{0}, map[int]int64{0: int64(len(msgs))}, "rewritten")
 	gen := g.groupGen
 	g.mu.Unlock()
-	g.apply(msgs[3], gen-1, nil) // fetched by the old group, handed over late
+	applyNow(g, msgs[3], gen-1, nil) // fetched by the old group, handed over late
 	if got := testutil.ToFloat64(g.m.skipped.WithLabelValues("superseded")); got != 1 {
 		t.Fatalf("superseded messages: %v, want 1", got)
 	}
@@ -712,7 +712,7 @@ func TestMessageFetchedBeforeAResetIsSuperseded(t *testing.T) {
 		t.Fatalf("a message of the superseded group moved the offsets: %v", g.Applied())
 	}
 	for _, m := range msgs { // the fresh group reads the partition from its start
-		g.apply(m, gen, nil)
+		applyNow(g, m, gen, nil)
 	}
 	checkIndex(t, idx, reg, []*testEngine{e})
 }
@@ -733,7 +733,7 @@ func TestIngestLazyMarksMatchEager(t *testing.T) {
 		eager.Apply(m)
 		var pre decoded
 		pre.batch, pre.err = dec.Decode(m.Value)
-		lazy.apply(m, -1, &pre)
+		applyNow(lazy, m, -1, &pre)
 		if i%7 == 0 { // a probe verified the anchors: the last marks are the next
 			eager.advanceAnchorsLocked(nil)
 			lazy.advanceAnchorsLocked(nil)
@@ -788,4 +788,12 @@ func TestIngestCountsEventsByKind(t *testing.T) {
 			t.Errorf("%s: counted %v, the messages hold %d", k, got, want[k.String()])
 		}
 	}
+}
+
+// applyNow is the consumer's two stages on one goroutine: msg re-keyed
+// (apply), then its index writes applied (runJob).
+func applyNow(g *Ingester, msg Message, gen int, pre *decoded) {
+	var j indexJob
+	g.apply(msg, gen, pre, &j)
+	g.runJob(&j)
 }

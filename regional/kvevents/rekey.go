@@ -866,12 +866,15 @@ func (r *Rekeyer) removed(k ekey, ev *BlockRemoved) {
 // a token chunk each) stay well within the L1 cache.
 const prefetchRun = 64
 
-// prefetchStored brings into cache what storing hashes will touch, with
-// prefetch instructions that do not wait on one another: their slots (a
-// new block's lookup misses there, and its insertion writes there), and
-// the entries and token chunks the free lists will hand out; then, the
-// slots read, the entries of the blocks already held (announced again).
-// Loads in their place stalled the CPU once its reorder window filled.
+// prefetchStored brings into cache what storing hashes will touch: their
+// slots (a new block's lookup misses there, and its insertion writes
+// there), and the entries and token chunks the free lists will hand out,
+// with loads that do not depend on one another (touchLines); then, the
+// slots read, the entries of the blocks already held (announced again),
+// with prefetch instructions. Prefetch instructions in the first pass left
+// most of those lines out of cache when they were written (the CPU may
+// drop a prefetch it has no room for): each new entry's first write then
+// waited on a miss.
 func (r *Rekeyer) prefetchStored(k ekey, hashes []uint64, ebs int) {
 	hashes = hashes[:min(len(hashes), prefetchRun)]
 	var lines [3 * prefetchRun]unsafe.Pointer
@@ -898,7 +901,7 @@ func (r *Rekeyer) prefetchStored(k ekey, hashes []uint64, ebs int) {
 			}
 		}
 	}
-	prefetchLines(lines[:n])
+	touchLines(lines[:n])
 	if slots == 0 {
 		return
 	}
@@ -914,6 +917,22 @@ func (r *Rekeyer) prefetchStored(k ekey, hashes []uint64, ebs int) {
 		}
 	}
 	prefetchLines(lines[:n])
+}
+
+// touchSink keeps touchLines's loads from being optimized away.
+var touchSink uint8
+
+// touchLines loads a byte at each address in lines: the loads do not
+// depend on each other, so the CPU overlaps their misses, as many as its
+// reorder window holds, and none is dropped.
+func touchLines(lines []unsafe.Pointer) {
+	var acc uint8
+	for _, p := range lines {
+		acc += *(*uint8)(p)
+	}
+	if acc == 1 {
+		touchSink = acc
+	}
 }
 
 // prefetchRemoved brings into cache what removing hashes (at most
