@@ -557,3 +557,68 @@ func BenchmarkGrowthPause(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEvict is a pod evicting blocks spread over a large table: an
+// index of 256 pods holding evictPodBlocks blocks each (1M blocks), and
+// each op evicts all the blocks of one pod, in a scrambled order (not the
+// order they were registered in, so neither their slots nor their slab
+// entries are in sequence), in Evict calls of evictCall hashes. The pod's
+// blocks are registered back with the timer stopped; the pods are evicted
+// in turn, so the lines of an op's blocks were last touched 255 ops
+// before. Reports blocks/s.
+func BenchmarkEvict(b *testing.B) {
+	const (
+		pods           = 256
+		evictPodBlocks = 4096
+		evictCall      = 256
+	)
+	x := mustIndex(b, pods)
+	ids := make([]PodID, pods)
+	blocks := make([][]uint64, pods)
+	for p := range ids {
+		id, err := x.AddPod(fmt.Sprint("pod-", p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[p] = id
+		blocks[p] = make([]uint64, evictPodBlocks)
+		for i := range blocks[p] {
+			blocks[p][i] = splitmix(uint64(p+1)<<32 | uint64(i))
+		}
+		for i := 0; i < evictPodBlocks; i += 64 {
+			_ = x.Register(id, TierGPU, blocks[p][i:i+64])
+		}
+	}
+	// The scrambled order: a fixed permutation of each pod's blocks.
+	scrambled := make([][]uint64, pods)
+	for p := range scrambled {
+		s := append([]uint64(nil), blocks[p]...)
+		for i := len(s) - 1; i > 0; i-- {
+			j := int(splitmix(uint64(p)<<32|uint64(i)) % uint64(i+1))
+			s[i], s[j] = s[j], s[i]
+		}
+		scrambled[p] = s
+	}
+	want := x.Stats().Blocks
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		p := n % pods
+		for i := 0; i < evictPodBlocks; i += evictCall {
+			if err := x.Evict(ids[p], TierGPU, scrambled[p][i:i+evictCall]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if got := x.Stats().Blocks; got != want-evictPodBlocks {
+			b.Fatalf("after evicting pod %d: %d blocks indexed, want %d", p, got, want-evictPodBlocks)
+		}
+		for i := 0; i < evictPodBlocks; i += 64 {
+			_ = x.Register(ids[p], TierGPU, blocks[p][i:i+64])
+		}
+		b.StartTimer()
+		n++
+	}
+	b.ReportMetric(float64(n)*evictPodBlocks/b.Elapsed().Seconds(), "blocks/s")
+}
