@@ -284,9 +284,21 @@ func (f *rotatingFixture) check(b *testing.B, c int, got []Match) {
 // one lookup are mostly not in the CPU caches, as when a region serves
 // many different prompts (the single hot chain of BenchmarkLookup flatters
 // by keeping everything it reads cached).
+//
+// All 256 chains fit the depth hint table (see hints), so after the first
+// visit each lookup is a hinted one. The .../hints=off variants clear the
+// chain's hint before each lookup, so they measure a lookup of a chain
+// seen for the first time (or whose hint was overwritten).
 func BenchmarkLookupRotating(b *testing.B) {
-	for _, c := range []struct{ blocks, depths int }{{64, 4}, {1024, 16}} {
-		b.Run(fmt.Sprintf("pods=256/blocks=%d/depths=%d", c.blocks, c.depths), func(b *testing.B) {
+	for _, c := range []struct {
+		blocks, depths int
+		hintsOff       bool
+	}{{64, 4, false}, {1024, 16, false}, {64, 4, true}, {1024, 16, true}} {
+		name := fmt.Sprintf("pods=256/blocks=%d/depths=%d", c.blocks, c.depths)
+		if c.hintsOff {
+			name += "/hints=off"
+		}
+		b.Run(name, func(b *testing.B) {
 			f := rotatingFixtureFor(b, c.blocks, c.depths)
 			buf := make([]Match, 0, f.x.PodCapacity())
 			for i := range f.chains {
@@ -303,7 +315,11 @@ func BenchmarkLookupRotating(b *testing.B) {
 			b.ResetTimer()
 			i := 0
 			for b.Loop() {
-				buf = f.x.Lookup(f.chains[order[i&(len(order)-1)]], buf)
+				chain := f.chains[order[i&(len(order)-1)]]
+				if c.hintsOff {
+					f.x.hints.entry(chain[0]).key.Store(0)
+				}
+				buf = f.x.Lookup(chain, buf)
 				i++
 			}
 		})
@@ -538,6 +554,101 @@ func BenchmarkGrowthPause(b *testing.B) {
 			b.ReportMetric(p9999Ns/n, "p99.99-ns")
 			b.ReportMetric(p50Ns/n, "p50-ns")
 			b.ReportMetric(n*growthPauseBlocks/total.Seconds(), "blocks/s")
+		})
+	}
+}
+
+// BenchmarkEvict is a pod evicting blocks spread over a large table: an
+// index of 256 pods holding evictPodBlocks blocks each (1M blocks), and
+// each op evicts all the blocks of one pod, in a scrambled order (not the
+// order they were registered in, so neither their slots nor their slab
+// entries are in sequence), in Evict calls of evictCall hashes. The pod's
+// blocks are registered back with the timer stopped; the pods are evicted
+// in turn, so the lines of an op's blocks were last touched 255 ops
+// before. Reports blocks/s.
+func BenchmarkEvict(b *testing.B) {
+	const (
+		pods           = 256
+		evictPodBlocks = 4096
+		evictCall      = 256
+	)
+	x := mustIndex(b, pods)
+	ids := make([]PodID, pods)
+	blocks := make([][]uint64, pods)
+	for p := range ids {
+		id, err := x.AddPod(fmt.Sprint("pod-", p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ids[p] = id
+		blocks[p] = make([]uint64, evictPodBlocks)
+		for i := range blocks[p] {
+			blocks[p][i] = splitmix(uint64(p+1)<<32 | uint64(i))
+		}
+		for i := 0; i < evictPodBlocks; i += 64 {
+			_ = x.Register(id, TierGPU, blocks[p][i:i+64])
+		}
+	}
+	// The scrambled order: a fixed permutation of each pod's blocks.
+	scrambled := make([][]uint64, pods)
+	for p := range scrambled {
+		s := append([]uint64(nil), blocks[p]...)
+		for i := len(s) - 1; i > 0; i-- {
+			j := int(splitmix(uint64(p)<<32|uint64(i)) % uint64(i+1))
+			s[i], s[j] = s[j], s[i]
+		}
+		scrambled[p] = s
+	}
+	want := x.Stats().Blocks
+	b.ReportAllocs()
+	b.ResetTimer()
+	n := 0
+	for b.Loop() {
+		p := n % pods
+		for i := 0; i < evictPodBlocks; i += evictCall {
+			if err := x.Evict(ids[p], TierGPU, scrambled[p][i:i+evictCall]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StopTimer()
+		if got := x.Stats().Blocks; got != want-evictPodBlocks {
+			b.Fatalf("after evicting pod %d: %d blocks indexed, want %d", p, got, want-evictPodBlocks)
+		}
+		for i := 0; i < evictPodBlocks; i += 64 {
+			_ = x.Register(ids[p], TierGPU, blocks[p][i:i+64])
+		}
+		b.StartTimer()
+		n++
+	}
+	b.ReportMetric(float64(n)*evictPodBlocks/b.Elapsed().Seconds(), "blocks/s")
+}
+
+// BenchmarkFill is writing answers alone (pods.fill, most of a lookup
+// whose bitmaps are in cache): 4 groups of 64 pods of 256, every 4th
+// slot each, as a 4-depth rotating lookup drops them; and 4 of a random
+// half.
+func BenchmarkFill(b *testing.B) {
+	x := mustIndex(b, 256)
+	for p := 0; p < 256; p++ {
+		if _, err := x.AddPod(fmt.Sprint("pod-", p)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	dst := make([]Match, 256)
+	for _, c := range []struct {
+		name string
+		set  [4]uint64
+	}{
+		{"every4th", [4]uint64{0x1111111111111111, 0x1111111111111111, 0x1111111111111111, 0x1111111111111111}},
+		{"random", [4]uint64{splitmix(1), splitmix(2), splitmix(3), splitmix(4)}},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				for k := 1; k <= 4; k++ {
+					x.pods.fill(dst, c.set[:], k)
+				}
+			}
 		})
 	}
 }

@@ -376,15 +376,30 @@ func TestAppendHashes(t *testing.T) {
 	}
 }
 
-// TestDeBruijnBit checks the table fillWord finds set bits with: every
-// lowest set bit maps back to its position, whatever the bits above it.
-func TestDeBruijnBit(t *testing.T) {
-	for b := 0; b < 64; b++ {
-		for _, above := range []uint64{0, ^uint64(0)} {
-			d := uint64(1)<<b | above<<b
-			if got := int(deBruijnBit[(d&-d)*deBruijn64>>58]); got != b {
-				t.Fatalf("lowest bit %d of %#x: table says %d", b, d, got)
+// TestFillMatchesNaive checks fill against a plain loop over the slots,
+// on sets with no bit, every bit, and random bits.
+func TestFillMatchesNaive(t *testing.T) {
+	x := mustIndex(t, 256)
+	for p := 0; p < 256; p++ {
+		if _, err := x.AddPod(fmt.Sprint("pod-", p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sets := [][4]uint64{{}, {^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}, {1, 1 << 63, 0, 1<<63 | 1}}
+	for i := uint64(0); i < 200; i++ {
+		sets = append(sets, [4]uint64{splitmix(4 * i), splitmix(4*i + 1), splitmix(4*i + 2), splitmix(4*i + 3)})
+	}
+	for _, set := range sets {
+		var want []Match
+		for slot := 0; slot < 256; slot++ {
+			if set[slot/64]&(1<<(slot%64)) != 0 {
+				want = append(want, Match{Pod: x.pods.id(slot), Blocks: 7})
 			}
+		}
+		got := make([]Match, 256)
+		got = got[:x.pods.fill(got, set[:], 7)]
+		if !slices.Equal(got, want) {
+			t.Fatalf("set %x: fill wrote %v, want %v", set, got, want)
 		}
 	}
 }
