@@ -207,17 +207,18 @@ func drive(args []string) error {
 	return nil
 }
 
+// r1 rounds v to a tenth; an undefined or infinite v (an arm with over 1%
+// of its requests failed has an infinite p99) becomes +-1e9, which JSON
+// can hold.
 func r1(v float64) float64 {
 	if math.IsInf(v, 0) || math.IsNaN(v) {
-		return v // json.Marshal refuses these: see finite
+		return finite(v)
 	}
 	return math.Round(v*10) / 10
 }
 
-// r2 rounds a CI; an undefined or infinite bound becomes +-1e9 so that the
-// line stays JSON (an arm with over 1% of its requests failed has an
-// infinite p99).
-func r2(ci [2]float64) [2]float64 { return [2]float64{finite(r1(ci[0])), finite(r1(ci[1]))} }
+// r2 rounds a CI as r1 does.
+func r2(ci [2]float64) [2]float64 { return [2]float64{r1(ci[0]), r1(ci[1])} }
 
 func finite(v float64) float64 {
 	switch {
@@ -493,7 +494,9 @@ func (cc *clientConn) exchange(req []byte) (code int, keep, answered bool, err e
 }
 
 // work runs w's jobs: the one handed to it, then the session's queue
-// until it is empty; then w waits, idle, for the next.
+// until it is empty; then w waits, idle, for the next. A job is done
+// (wg) only once its worker has taken the next or gone back to the idle
+// list, so that when the window's jobs are all done its workers are idle.
 func (d *driver) work(w *worker) {
 	for j := range w.ch {
 		s := j.s
@@ -504,17 +507,18 @@ func (d *driver) work(w *worker) {
 				j = s.queue[s.head]
 				s.head++
 				s.mu.Unlock()
+				s.wg.Done()
 				continue
 			}
 			s.idle = append(s.idle, w)
 			s.mu.Unlock()
+			s.wg.Done()
 			break
 		}
 	}
 }
 
 func (d *driver) do(w *worker, j job) {
-	defer j.s.wg.Done()
 	deadline := time.Unix(0, j.s.deadline.Load())
 	if !time.Now().Before(deadline) {
 		return // too late: it counts as not completed

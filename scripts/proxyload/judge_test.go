@@ -3,8 +3,10 @@ package main
 import (
 	"math"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"testing"
+	"time"
 )
 
 // latencies draws n latencies in microseconds: base plus an exponential
@@ -247,5 +249,37 @@ func TestSearch(t *testing.T) {
 		if len(tried) > 15 {
 			t.Fatalf("search tried %d rates: %v", len(tried), tried)
 		}
+	}
+}
+
+// A window against the backend itself (as both arms) sends what it
+// should: every request offered is one arm's sample, both arms reach the
+// count asked for, none fails, and the workers are all idle after it.
+func TestWindowAgainstBackend(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go serve(ln)
+	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
+	d := &driver{body: chatBody(false)}
+	if err := d.open(url, url, 8); err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	w := d.window(2000, 1, 300, 30*time.Second)
+	if len(w.direct) < 300 || len(w.proxied) < 300 || len(w.direct)+len(w.proxied) != w.offered {
+		t.Errorf("window of %d requests gave %d direct and %d proxied samples, want >= 300 each, %d in all",
+			w.offered, len(w.direct), len(w.proxied), w.offered)
+	}
+	if n := failed(w); n != 0 {
+		t.Errorf("%d requests failed", n)
+	}
+	if w.late > w.offered || w.queued > w.offered || w.wall <= 0 {
+		t.Errorf("late %d, queued %d of %d offered, wall %v", w.late, w.queued, w.offered, w.wall)
+	}
+	if len(d.workers) != 8 {
+		t.Errorf("%d workers idle after the window, want 8", len(d.workers))
 	}
 }

@@ -78,6 +78,11 @@ func backend(args []string) error {
 	if err != nil {
 		return err
 	}
+	return serve(ln)
+}
+
+// serve answers each connection ln accepts, until it fails.
+func serve(ln net.Listener) error {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
