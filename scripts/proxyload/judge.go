@@ -1,0 +1,272 @@
+package main
+
+// The statistics of drive, apart from its I/O so that they can be tested
+// on synthetic samples: percentiles of the two arms of a paired window,
+// a bootstrap confidence interval of their difference, the verdict of one
+// rate (pass, fail, straddle or invalid) with bounded re-measurement, and
+// the search for the highest rate that passes.
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+)
+
+// window is one paired measurement at one rate: the latencies (in
+// microseconds, from each request's due time; +Inf for a request that
+// failed or did not complete) of the requests sent straight to the
+// backend and of those sent through the proxy, taken from one schedule.
+type window struct {
+	direct, proxied []float64
+	// offered is how many requests the schedule held; late how many of
+	// them the generator sent more than a millisecond after they were due
+	// (not counting those that waited for a free connection: that wait
+	// is the proxy's queue, not the generator's lag); queued how many
+	// waited for a free connection.
+	offered, late, queued int
+	// genCPU is the generator's own CPU time in the window and procCPU
+	// that of each process group it was told of (-procs; core-seconds),
+	// wall its length in seconds.
+	genCPU, wall float64
+	procCPU      []float64
+}
+
+// add pools o into w: paired windows at the same rate measure the same
+// difference, so their samples can be taken together.
+func (w *window) add(o window) {
+	w.direct = append(w.direct, o.direct...)
+	w.proxied = append(w.proxied, o.proxied...)
+	w.offered += o.offered
+	w.late += o.late
+	w.queued += o.queued
+	w.genCPU += o.genCPU
+	w.wall += o.wall
+	if w.procCPU == nil {
+		w.procCPU = make([]float64, len(o.procCPU))
+	}
+	for i, c := range o.procCPU {
+		w.procCPU[i] += c
+	}
+}
+
+func (w *window) lateShare() float64 {
+	if w.offered == 0 {
+		return 0
+	}
+	return float64(w.late) / float64(w.offered)
+}
+
+// qIndex is the index in n sorted samples of the p-quantile: the sample
+// with floor(n*p) samples below it.
+func qIndex(n int, p float64) int {
+	return min(int(float64(n)*p), n-1)
+}
+
+// quantile of sorted samples (NaN when there are none).
+func quantile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	return sorted[qIndex(len(sorted), p)]
+}
+
+// estimate is what a window says a proxy adds: added pXX = pXX(proxied) -
+// pXX(direct), with percentile-bootstrap 95% confidence intervals.
+type estimate struct {
+	directP50, directP99, proxiedP50, proxiedP99 float64
+	p50, p99                                     float64
+	p50CI, p99CI                                 [2]float64
+}
+
+// ps are the percentiles that estimate reports, ascending.
+var ps = []float64{0.50, 0.99}
+
+// estimateAdded estimates the added p50 and p99 of w with resamples
+// bootstrap resamples of each arm (drawn with replacement, the same size
+// as the arm, independently: the arms are independent samples of the
+// same seconds). seed fixes the resamples, so the same samples give the
+// same interval.
+func estimateAdded(w window, resamples int, seed uint64) estimate {
+	d := slices.Clone(w.direct)
+	p := slices.Clone(w.proxied)
+	slices.Sort(d)
+	slices.Sort(p)
+	e := estimate{
+		directP50: quantile(d, 0.50), directP99: quantile(d, 0.99),
+		proxiedP50: quantile(p, 0.50), proxiedP99: quantile(p, 0.99),
+	}
+	e.p50, e.p99 = e.proxiedP50-e.directP50, e.proxiedP99-e.directP99
+	if len(d) == 0 || len(p) == 0 || resamples <= 0 {
+		nan := [2]float64{math.NaN(), math.NaN()}
+		e.p50CI, e.p99CI = nan, nan
+		return e
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	diff50 := make([]float64, resamples)
+	diff99 := make([]float64, resamples)
+	qd, qp := make([]float64, len(ps)), make([]float64, len(ps))
+	cd, cp := make([]int32, len(d)), make([]int32, len(p))
+	for b := range resamples {
+		resampleQuantiles(d, ps, cd, qd, rng)
+		resampleQuantiles(p, ps, cp, qp, rng)
+		diff50[b], diff99[b] = qp[0]-qd[0], qp[1]-qd[1]
+	}
+	e.p50CI, e.p99CI = ci95(diff50), ci95(diff99)
+	return e
+}
+
+// ci95 is the 2.5th and 97.5th percentiles of the bootstrap differences
+// (NaN if any is NaN: an arm where over 1% of the requests failed has no
+// finite p99, and a difference of two infinite ones says nothing).
+func ci95(diffs []float64) [2]float64 {
+	if slices.ContainsFunc(diffs, math.IsNaN) {
+		return [2]float64{math.NaN(), math.NaN()}
+	}
+	slices.Sort(diffs)
+	return [2]float64{quantile(diffs, 0.025), quantile(diffs, 0.975)}
+}
+
+// resampleQuantiles draws len(sorted) samples of sorted with replacement
+// and writes their ps-quantiles (ascending ps) to out. It counts how often
+// each index is drawn instead of sorting the draws: sorted is sorted, so
+// the k-th smallest draw is the value at the k-th smallest index drawn.
+// counts is scratch of len(sorted). resampleQuantilesNaive is the
+// reference: with the same random stream both give the same answer.
+func resampleQuantiles(sorted, ps []float64, counts []int32, out []float64, rng *rand.Rand) {
+	n := len(sorted)
+	clear(counts)
+	for range n {
+		counts[rng.IntN(n)]++
+	}
+	j, cum := 0, 0
+	for i, c := range counts {
+		cum += int(c)
+		for j < len(ps) && cum > qIndex(n, ps[j]) {
+			out[j] = sorted[i]
+			j++
+		}
+		if j == len(ps) {
+			return
+		}
+	}
+}
+
+// resampleQuantilesNaive is resampleQuantiles done the obvious way.
+func resampleQuantilesNaive(sorted, ps []float64, out []float64, rng *rand.Rand) {
+	n := len(sorted)
+	draws := make([]float64, n)
+	for i := range draws {
+		draws[i] = sorted[rng.IntN(n)]
+	}
+	slices.Sort(draws)
+	for j, p := range ps {
+		out[j] = quantile(draws, p)
+	}
+}
+
+// verdict of one rate.
+type verdict string
+
+const (
+	pass     verdict = "pass"     // the whole CI of added p99 is within the limit
+	fail     verdict = "fail"     // the whole CI is above it
+	straddle verdict = "straddle" // the CI holds the limit: not known
+	invalid  verdict = "invalid"  // the generator fell behind, or a CI is undefined
+)
+
+// criteria of a sustained rate.
+type criteria struct {
+	limit     float64 // added p99 that still counts as sustained, microseconds
+	maxLate   float64 // share of requests sent late above which a window is invalid
+	tries     int     // windows measured at most per rate (pooled while straddling)
+	resamples int     // bootstrap resamples
+	seed      uint64
+}
+
+// decide judges one estimate. It passes only when the upper bound of the
+// 95% CI of added p99 is within the limit and fails only when its lower
+// bound is above it; a generator that fell behind its schedule makes the
+// window invalid whatever its latencies.
+func decide(e estimate, lateShare float64, c criteria) verdict {
+	switch {
+	case lateShare > c.maxLate || math.IsNaN(e.p99CI[0]) || math.IsNaN(e.p99CI[1]):
+		return invalid
+	case e.p99CI[1] <= c.limit:
+		return pass
+	case e.p99CI[0] > c.limit:
+		return fail
+	}
+	return straddle
+}
+
+// step is the outcome of one rate.
+type step struct {
+	rate    float64
+	verdict verdict
+	est     estimate
+	win     window // the windows judged, pooled
+	windows int    // how many were measured
+}
+
+// judge measures rate with measure until the verdict is pass or fail, at
+// most c.tries windows: while the CI straddles the limit it pools another
+// window (a narrower CI from more samples); a window where the generator
+// fell behind is measured again and not pooled.
+func judge(rate float64, measure func(rate float64) window, c criteria) step {
+	s := step{rate: rate, verdict: invalid}
+	var pooled window
+	for t := 0; t < max(c.tries, 1); t++ {
+		w := measure(rate)
+		s.windows++
+		if w.lateShare() > c.maxLate {
+			if pooled.offered == 0 {
+				s.win, s.est = w, estimateAdded(w, c.resamples, c.seed)
+			}
+			continue
+		}
+		pooled.add(w)
+		s.win, s.est = pooled, estimateAdded(pooled, c.resamples, c.seed)
+		s.verdict = decide(s.est, pooled.lateShare(), c)
+		if s.verdict == pass || s.verdict == fail {
+			break
+		}
+	}
+	return s
+}
+
+// search looks for the highest rate that passes: from start up by half
+// while it passes (to at most max), else down by halves (to at least
+// minRate) until one passes; then it halves the gap between the highest
+// rate passed and the lowest not passed, up to bisections times or until
+// they are within 5%. Straddle and invalid count as not passed: the rate
+// reported is one that was shown to pass. best.rate is 0 when none did.
+func search(start, minRate, maxRate float64, bisections int, try func(rate float64) step) (best step, steps []step) {
+	round := func(r float64) float64 { return math.Round(r) }
+	var hi float64
+	run := func(r float64) bool {
+		s := try(r)
+		steps = append(steps, s)
+		if s.verdict == pass {
+			best = s
+			return true
+		}
+		hi = r
+		return false
+	}
+	for r := round(start); r <= maxRate; r = round(r * 1.5) {
+		if !run(r) {
+			break
+		}
+	}
+	if best.rate == 0 {
+		for r := round(start / 2); r >= minRate; r = round(r / 2) {
+			if run(r) {
+				break
+			}
+		}
+	}
+	for i := 0; i < bisections && best.rate > 0 && hi > 0 && hi > best.rate*1.05; i++ {
+		run(round((best.rate + hi) / 2))
+	}
+	return best, steps
+}
