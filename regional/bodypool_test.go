@@ -1,10 +1,8 @@
 package regional
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,85 +11,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/iotest"
-
-	"pgregory.net/rapid"
 
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
-
-func TestBodyClass(t *testing.T) {
-	for _, tc := range []struct {
-		n, class int
-		ok       bool
-	}{{1, 0, true}, {4096, 0, true}, {4097, 1, true}, {8192, 1, true}, {8193, 2, true},
-		{1 << 20, 8, true}, {1<<20 + 1, 0, false}} {
-		c, ok := bodyClass(tc.n)
-		if ok != tc.ok || (ok && c != tc.class) {
-			t.Errorf("bodyClass(%d) = %d, %v; want %d, %v", tc.n, c, ok, tc.class, tc.ok)
-		}
-	}
-}
-
-// TestReadBodyLikeReadAll: whatever the declared length (right, short,
-// long, unknown) and however the reader splits the body, readBody reads
-// what io.ReadAll reads, pooled or not, and fails as it does.
-func TestReadBodyLikeReadAll(t *testing.T) {
-	var bp bodyPool
-	bp.poison = true
-	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.IntRange(0, 3<<20).Draw(t, "n")
-		if rapid.Bool().Draw(t, "small") {
-			n = rapid.IntRange(0, 20000).Draw(t, "small_n")
-		}
-		body := bytes.Repeat([]byte{byte(n)}, n)
-		copy(body, fmt.Sprint(n))
-		length := int64(n)
-		switch rapid.IntRange(0, 3).Draw(t, "declared") {
-		case 1:
-			length = -1 // unknown (chunked)
-		case 2:
-			length = int64(rapid.IntRange(1, n+1).Draw(t, "declared_short")) // a reader longer than declared
-		case 3:
-			length = int64(n + rapid.IntRange(1, 5000).Draw(t, "declared_long"))
-		}
-		max := int64(4 << 20)
-		kind, fails := rapid.IntRange(0, 2).Draw(t, "reader"), rapid.Bool().Draw(t, "fails")
-		mk := func() io.Reader {
-			var r io.Reader = bytes.NewReader(body)
-			switch kind {
-			case 1:
-				r = iotest.OneByteReader(io.LimitReader(r, 5000)) // slow, then cut short
-			case 2:
-				r = iotest.HalfReader(r)
-			}
-			if fails {
-				r = io.MultiReader(r, iotest.ErrReader(errors.New("broken")))
-			}
-			return r
-		}
-		want, wantErr := io.ReadAll(mk())
-		got, pooled, err := readBody(mk(), length, max, &bp)
-		if (err != nil) != (wantErr != nil) {
-			t.Fatalf("err %v, want %v", err, wantErr)
-		}
-		if err != nil {
-			if pooled != nil {
-				t.Fatal("a failed read kept its buffer")
-			}
-			return
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("read %d bytes, want %d", len(got), len(want))
-		}
-		if pooled != nil {
-			if &(*pooled)[:1][0] != &got[:1][0] {
-				t.Fatal("pooled is not the buffer read into")
-			}
-			bp.put(pooled)
-		}
-	})
-}
 
 // lateBodyTransport answers every request at once and reads its body
 // only when asked (check), after the requests are over: a RoundTripper

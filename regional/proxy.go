@@ -281,14 +281,14 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	if s.auth != nil {
 		keep = keepRelayedNoCredential
 	}
-	resp, err := s.postToPod(uctx, client, ct, url, r.Header, keep, add, p.raw)
+	// postToPod copies the body into the request it writes: borrowed.
+	resp, err := s.postToPod(uctx, client, ct, url, r.Header, keep, add, p.raw.Borrow())
 	if err == errNotPosted || err == errRedirected {
 		redirected := err == errRedirected
 		// The client's transport may read the body after this request
-		// is over: its buffer is not reused (bodypool.go).
-		p.escaped = true
+		// is over: kept, its buffer is not reused (reqbody).
 		var ureq *http.Request
-		ureq, err = http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw))
+		ureq, err = http.NewRequestWithContext(uctx, http.MethodPost, url, bytes.NewReader(p.raw.Keep()))
 		if err != nil {
 			return attempt{kind: "connect", err: err}
 		}

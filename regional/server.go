@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/regional/reqbody"
 	"github.com/meridian-llm/meridian/regional/route"
 	"github.com/meridian-llm/meridian/regional/tokenize"
 )
@@ -196,7 +197,7 @@ type Server struct {
 	// connections to them warm (peerlinks.go).
 	links *peerLinks
 	// bodies holds the buffers request bodies are read into.
-	bodies bodyPool
+	bodies reqbody.Pool
 	// trend is this region's backlog over the recent past: a remote
 	// candidate is charged its growth since the candidate's summary was
 	// built (route.Trend).
@@ -348,8 +349,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 
 // parsed is a request ready to route.
 type parsed struct {
-	raw     []byte
-	body    tokenize.Body // what routing reads of raw
+	// raw is the body as it is relayed, in a pooled buffer: handed to
+	// anything that may read it after the request is over (an
+	// http.Client), it is taken with raw.Keep, else borrowed (see
+	// reqbody). The handler releases it (Server.release).
+	raw     reqbody.Body
+	body    tokenize.Body // what routing reads of raw (borrowed from it)
 	prompt  *Prompt
 	req     route.Request
 	started time.Time
@@ -359,23 +364,12 @@ type parsed struct {
 	// tenant and class are the identity residency decided on (from
 	// authentication, or a hop's origin), forwarded with a hop.
 	tenant, class string
-	// buf is the pooled buffer raw (before dropReportingXargs) was read
-	// into, nil when it was not pooled; escaped, that raw was handed to
-	// an http.Client, whose goroutines may read it after the request is
-	// over (see bodypool.go).
-	buf     *[]byte
-	escaped bool
 }
 
-// release gives p's body buffer back to the pool, unless it escaped. The
+// release gives p's body buffer back to the pool, unless it was kept. The
 // handler calls it when it is done with p; nothing of the body is read
 // after.
-func (s *Server) release(p *parsed) {
-	if p.buf != nil && !p.escaped {
-		s.bodies.put(p.buf)
-	}
-	p.buf = nil
-}
+func (s *Server) release(p *parsed) { p.raw.Release() }
 
 // parse reads, validates and tokenizes a request; on failure it has written
 // the error response and returns nil.
@@ -384,8 +378,8 @@ func (s *Server) release(p *parsed) {
 // s.release(p) when done with p.
 func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, api string) (ret *parsed) {
 	p := &parsed{started: s.now()}
-	raw, buf, err := readBody(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies)
-	p.buf = buf
+	var err error
+	p.raw, err = reqbody.Read(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies)
 	defer func() {
 		if ret == nil {
 			s.release(p)
@@ -400,9 +394,11 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 		return nil
 	}
-	p.raw = dropReportingXargs(raw)
-	// raw is not changed after this: the messages' contents may share
-	// it (they are rendered into a new text and not kept).
+	// The body as read: the messages' contents may share it (borrowed:
+	// they are rendered into a new text and not kept). Rewrite leaves it
+	// unchanged.
+	raw := p.raw.Borrow()
+	p.raw.Rewrite(dropReportingXargs)
 	if err := tokenize.ParseBodyShared(raw, &p.body); err != nil {
 		s.fail(w, api, http.StatusBadRequest, "invalid_json", "request body is not valid JSON: %v", err)
 		return nil

@@ -81,7 +81,7 @@ type fixtureConfig struct {
 	// transport carries requests to the pods (nil: NewPodTransport).
 	transport http.RoundTripper
 	// poisonBodies overwrites request body buffers as they go back to
-	// their pool (bodyPool.poison).
+	// their pool (reqbody.Pool.Poison).
 	poisonBodies bool
 }
 
@@ -123,7 +123,7 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.srv.bodies.poison = fc.poisonBodies
+	f.srv.bodies.Poison = fc.poisonBodies
 	if fc.tls != nil {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
