@@ -201,9 +201,15 @@ func (c *podConns) exchange(ctx context.Context, pc *podConn, req *http.Request,
 	// A cancelled request (the client went, the first-byte timer fired)
 	// breaks off a blocked write or read, as the transport does; the
 	// connection is not reused after.
-	stop := context.AfterFunc(ctx, func() { _ = pc.conn.SetDeadline(aLongTimeAgo) })
+	var stop stopper
+	if t, ok := ctx.(*tryCtx); ok {
+		t.watch(pc.conn) // relay's try: without an AfterFunc of its own
+		stop = t
+	} else {
+		stop = afterFuncStop(context.AfterFunc(ctx, func() { _ = pc.conn.SetDeadline(aLongTimeAgo) }))
+	}
 	fail := func(err error) (*http.Response, error) {
-		stop()
+		stop.stop()
 		_ = pc.conn.Close()
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, cerr
@@ -248,13 +254,22 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 	}
 }
 
+// stopper ends the breaking off of a connection's I/O when its request is
+// cancelled, and reports whether that was in time (its I/O was not broken
+// off): the stop function of context.AfterFunc.
+type stopper interface{ stop() bool }
+
+type afterFuncStop func() bool
+
+func (f afterFuncStop) stop() bool { return f() }
+
 // podBody is an answer's body: read to the end and closed, its connection
 // goes back to the pool.
 type podBody struct {
 	c      *podConns
 	pc     *podConn
 	ctx    context.Context
-	stop   func() bool
+	stop   stopper
 	body   io.ReadCloser
 	eof    bool
 	keep   bool
@@ -281,7 +296,7 @@ func (b *podBody) Close() error {
 	}
 	b.closed = true
 	_ = b.body.Close()
-	if b.stop() && b.eof && b.keep && b.pc.br.Buffered() == 0 {
+	if b.stop.stop() && b.eof && b.keep && b.pc.br.Buffered() == 0 {
 		b.c.put(b.pc)
 	} else {
 		_ = b.pc.conn.Close()

@@ -261,19 +261,20 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 // fails or stalls before answering can be retried elsewhere; from then on
 // the client sees the upstream's answer byte for byte, flushed as it comes.
 func (s *Server) relay(ctx context.Context, client *http.Client, w http.ResponseWriter, r *http.Request, p *parsed, url string, add http.Header, out []headerField, who string, lim limits, firstByte func(status int)) (res attempt) {
-	uctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	try := newTryCtx(ctx)
+	defer try.end()
+	var uctx context.Context = try
 	var timer *time.Timer // the first-byte timer
 	var ct *connectTimer
 	if lim.connect > 0 && lim.connect < lim.firstByte {
 		// The connection (TCP and TLS) must be up within lim.connect: a
 		// peer whose packets are blackholed is given up on in a few RTTs.
 		// The first-byte bound runs from then on (startTryTimers).
-		ct, timer = startTryTimers(lim, cancel)
+		ct, timer = startTryTimers(lim, try.fire)
 		defer ct.t.Stop()
 		uctx = httptrace.WithClientTrace(uctx, &httptrace.ClientTrace{GotConn: ct.gotConn})
 	} else {
-		timer = time.AfterFunc(lim.firstByte, cancel)
+		timer = time.AfterFunc(lim.firstByte, try.fire)
 	}
 	defer timer.Stop()
 
