@@ -63,7 +63,8 @@ func (s *Server) serveInference(w http.ResponseWriter, r *http.Request, k tokeni
 		return
 	}
 	defer s.release(p) // also when the response is aborted (below)
-	tw := &trackWriter{ResponseWriter: w}
+	tw := &p.tw
+	tw.ResponseWriter = w
 	s.routeAndServe(tw, r, p, api)
 	if !tw.wrote && s.handingBack.Load() {
 		// The controller is stopping and its grace period is over: the
@@ -234,7 +235,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, r *http.Req
 	if s.id != "" {
 		nout = 4
 	}
-	return s.relay(ctx, s.client, w, r, p, strings.TrimRight(info.Endpoint, "/")+r.URL.Path, ph.add, out[:nout], ph.who,
+	return s.relay(ctx, s.client, w, r, p, ph.urlFor(info.Endpoint, r.URL.Path), ph.add, out[:nout], ph.who,
 		limits{firstByte: s.cfg.FirstByteTimeout}, func(status int) {
 			ttft := s.now().Sub(p.started)
 			ticket.FirstByte(s.now())
@@ -348,6 +349,13 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	// truncated body under a 200. Past maxSniff it is streamed after all.
 	var held []byte
 	if !sse {
+		// Into buf's room first: most answers fit, and are sent from it
+		// without a copy.
+		for rerr == nil && n < len(buf) {
+			var m int
+			m, rerr = resp.Body.Read(buf[n:])
+			n += m
+		}
 		for rerr == nil && len(held)+n <= maxSniff {
 			held = append(held, buf[:n]...)
 			n, rerr = resp.Body.Read(buf)
@@ -365,7 +373,11 @@ func (s *Server) relay(ctx context.Context, client *http.Client, w http.Response
 	if whole {
 		// The whole answer is in hand: send it in one write with its
 		// length, rather than chunked and flushed piece by piece.
-		held = append(held, buf[:n]...)
+		if held == nil {
+			held = buf[:n] // read before buf goes back to relayBufs
+		} else {
+			held = append(held, buf[:n]...)
+		}
 		n = 0
 	}
 	for k, vs := range resp.Header {
@@ -454,6 +466,21 @@ type forwardHeaders struct {
 	add                     http.Header
 	pod, region, controller []string
 	who                     string
+	url                     atomic.Pointer[podURL] // the last urlFor made
+}
+
+// podURL is a pod's URL for a request's path.
+type podURL struct{ endpoint, path, url string }
+
+// urlFor is the pod's endpoint joined with the request's path, made once
+// for as long as neither changes.
+func (ph *forwardHeaders) urlFor(endpoint, path string) string {
+	if u := ph.url.Load(); u != nil && u.endpoint == endpoint && u.path == path {
+		return u.url
+	}
+	u := &podURL{endpoint: endpoint, path: path, url: strings.TrimRight(endpoint, "/") + path}
+	ph.url.Store(u)
+	return u.url
 }
 
 // podHeaders returns the fields forward adds for the pod named name. They

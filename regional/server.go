@@ -364,6 +364,9 @@ type parsed struct {
 	// tenant and class are the identity residency decided on (from
 	// authentication, or a hop's origin), forwarded with a hop.
 	tenant, class string
+	// tw is the handler's writer (serveInference), kept here to save an
+	// allocation.
+	tw trackWriter
 }
 
 // release gives p's body buffer back to the pool, unless it was kept. The

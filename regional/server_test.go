@@ -546,26 +546,32 @@ func get(t *testing.T, url string) (*http.Response, []byte) {
 
 // A whole answer goes to the client in one piece with its length, even
 // when the pod sent it chunked: nothing is flushed before it is complete.
+// Sizes about relay's read buffer (32 KiB) and past it.
 func TestServerWholeAnswerHasLength(t *testing.T) {
-	const answer = `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi"}}]}`
-	chunked := func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprint(w, answer[:10])
-		w.(http.Flusher).Flush()
-		fmt.Fprint(w, answer[10:])
-	}
-	f := newServerFixture(t, []http.HandlerFunc{chunked}, nil)
-	resp, err := http.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 || string(body) != answer {
-		t.Fatalf("got %d %q %v", resp.StatusCode, body, err)
-	}
-	if resp.ContentLength != int64(len(answer)) || len(resp.TransferEncoding) != 0 {
-		t.Fatalf("Content-Length %d, Transfer-Encoding %v: want %d and none", resp.ContentLength, resp.TransferEncoding, len(answer))
+	for _, pad := range []int{0, 32<<10 - 100, 32<<10 - 80, 32 << 10, 100 << 10} {
+		answer := `{"id":"x","choices":[{"index":0,"message":{"role":"assistant","content":"hi` + strings.Repeat("i", pad) + `"}}]}`
+		chunked := func(w http.ResponseWriter, r *http.Request) {
+			_, _ = io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			for rest := answer; len(rest) > 0; {
+				n := min(len(rest), 10+len(rest)/3)
+				fmt.Fprint(w, rest[:n])
+				w.(http.Flusher).Flush()
+				rest = rest[n:]
+			}
+		}
+		f := newServerFixture(t, []http.HandlerFunc{chunked}, nil)
+		resp, err := http.Post(f.url+"/v1/chat/completions", "application/json", strings.NewReader(chatBody))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != 200 || string(body) != answer {
+			t.Fatalf("%d bytes: got %d, %d bytes, %v", len(answer), resp.StatusCode, len(body), err)
+		}
+		if resp.ContentLength != int64(len(answer)) || len(resp.TransferEncoding) != 0 {
+			t.Fatalf("Content-Length %d, Transfer-Encoding %v: want %d and none", resp.ContentLength, resp.TransferEncoding, len(answer))
+		}
 	}
 }
