@@ -868,12 +868,7 @@ func (x *Index) lookupSequential(chain []uint64, dst []Match) []Match {
 		// later), so dst ends sorted by depth, most first, slots ascending.
 		end -= k
 		out := unsafe.Pointer(unsafe.SliceData(dst[end : end+k])) // the room for the k
-		j := uintptr(0)
-		for i := 0; i < w; i++ {
-			if d := dropped[i]; d != 0 {
-				j = fillWord(out, j, x.pods.ids, i*64, d, r)
-			}
-		}
+		fillSet(out, x.pods.ids, dropped[:w], r)
 		if nd < hintDepths {
 			depths[nd] = int32(r)
 			nd++

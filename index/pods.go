@@ -122,9 +122,7 @@ func fillSetGo(out unsafe.Pointer, ids *[MaxPods]atomic.Uint64, set []uint64, bl
 
 // fillWord is fill for the word of the set whose first slot is base,
 // d, writing from byte offset j of out on; it returns the offset after
-// the last Match written. Small enough to be inlined where answers are
-// written a few pods at a time, as lookupSequential does (a call costs
-// its caller the spilling of every value it keeps in registers).
+// the last Match written (fillSetGo's loop).
 func fillWord(out unsafe.Pointer, j uintptr, ids *[MaxPods]atomic.Uint64, base int, d uint64, blocks int) uintptr {
 	for ; d != 0; d &= d - 1 {
 		slot := (base | bits.TrailingZeros64(d)) & (MaxPods - 1)
