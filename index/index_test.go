@@ -376,30 +376,51 @@ func TestAppendHashes(t *testing.T) {
 	}
 }
 
-// TestFillMatchesNaive checks fill against a plain loop over the slots,
-// on sets with no bit, every bit, and random bits.
+// TestFillMatchesNaive checks fill (the assembly on amd64) and fillSetGo
+// against a plain loop over the slots, on sets with no bit, every bit,
+// the first and last bits of words, and random bits, at 256 and 1,024 pods.
 func TestFillMatchesNaive(t *testing.T) {
-	x := mustIndex(t, 256)
-	for p := 0; p < 256; p++ {
-		if _, err := x.AddPod(fmt.Sprint("pod-", p)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sets := [][4]uint64{{}, {^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}, {1, 1 << 63, 0, 1<<63 | 1}}
-	for i := uint64(0); i < 200; i++ {
-		sets = append(sets, [4]uint64{splitmix(4 * i), splitmix(4*i + 1), splitmix(4*i + 2), splitmix(4*i + 3)})
-	}
-	for _, set := range sets {
-		var want []Match
-		for slot := 0; slot < 256; slot++ {
-			if set[slot/64]&(1<<(slot%64)) != 0 {
-				want = append(want, Match{Pod: x.pods.id(slot), Blocks: 7})
+	for _, capacity := range []int{256, MaxPods} {
+		x := mustIndex(t, capacity)
+		for p := 0; p < capacity; p++ {
+			if _, err := x.AddPod(fmt.Sprint("pod-", p)); err != nil {
+				t.Fatal(err)
 			}
 		}
-		got := make([]Match, 256)
-		got = got[:x.pods.fill(got, set[:], 7)]
-		if !slices.Equal(got, want) {
-			t.Fatalf("set %x: fill wrote %v, want %v", set, got, want)
+		w := capacity / 64
+		full, ends := make([]uint64, w), make([]uint64, w)
+		for i := range full {
+			full[i], ends[i] = ^uint64(0), 1|1<<63
+		}
+		sets := [][]uint64{make([]uint64, w), full, ends}
+		for i := 0; i < 200; i++ {
+			set := make([]uint64, w)
+			for q := range set {
+				set[q] = splitmix(uint64(w*i + q))
+				if i%3 == 0 {
+					set[q] &= splitmix(uint64(w*i+q) + 1<<40) // sparser
+				}
+			}
+			sets = append(sets, set)
+		}
+		for _, set := range sets {
+			var want []Match
+			for slot := 0; slot < capacity; slot++ {
+				if set[slot/64]&(1<<(slot%64)) != 0 {
+					want = append(want, Match{Pod: x.pods.id(slot), Blocks: 7})
+				}
+			}
+			got := make([]Match, capacity+1)
+			got[len(want)] = Match{Pod: 12345, Blocks: 6789} // must stay
+			got = got[:x.pods.fill(got, set, 7)+1]
+			if !slices.Equal(got[:len(got)-1], want) || got[len(got)-1] != (Match{Pod: 12345, Blocks: 6789}) {
+				t.Fatalf("%d pods, set %x: fill wrote %v, want %v", capacity, set, got, want)
+			}
+			ref := make([]Match, capacity)
+			ref = ref[:fillSetGo(unsafe.Pointer(unsafe.SliceData(ref)), x.pods.ids, set, 7)]
+			if !slices.Equal(ref, want) {
+				t.Fatalf("%d pods, set %x: fillSetGo wrote %v, want %v", capacity, set, ref, want)
+			}
 		}
 	}
 }

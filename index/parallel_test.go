@@ -104,9 +104,27 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 		}
 		got := named(x.lookup(chain, nil, scratch))
 		want := ref.lookup(chain)
+		short := named(x.lookupShort(chain, nil))
+		// Any working space: too small for the lookup is answered by
+		// false and nothing written.
+		space := rapid.IntRange(2, 48).Draw(t, "space")
+		inRes, inOK := x.lookupIn(chain, nil, make([]uint64, space*w))
+		if !inOK && inRes != nil {
+			t.Fatalf("lookupIn out of space answered %v", inRes)
+		}
+		var in []namedMatch
+		if inOK {
+			in = named(inRes)
+		}
 		if !broken {
 			if !slices.Equal(got, want) {
 				t.Fatalf("parallel lookup of %d blocks:\n index %v\n naive %v", n, got, want)
+			}
+			if !slices.Equal(short, want) {
+				t.Fatalf("short-space lookup of %d blocks:\n index %v\n naive %v", n, short, want)
+			}
+			if inOK && !slices.Equal(in, want) {
+				t.Fatalf("lookupIn (space %d) of %d blocks:\n index %v\n naive %v", space, n, in, want)
 			}
 			if seq := named(x.lookupSequential(chain, nil)); !slices.Equal(seq, want) {
 				t.Fatalf("sequential lookup of %d blocks:\n index %v\n naive %v", n, seq, want)
@@ -123,7 +141,11 @@ func TestParallelLookupMatchesNaive(t *testing.T) {
 		for _, m := range want {
 			c[m.Name] = m.Blocks
 		}
-		for _, got := range [][]namedMatch{got, named(x.lookupSequential(chain, nil)), named(allGroups(x, chain))} {
+		all := [][]namedMatch{got, short, named(x.lookupSequential(chain, nil)), named(allGroups(x, chain))}
+		if inOK {
+			all = append(all, in)
+		}
+		for _, got := range all {
 			if len(got) != len(want) {
 				t.Fatalf("lookup pods differ:\n index %v\n naive %v", got, want)
 			}

@@ -88,34 +88,41 @@ func (p *pods) id(slot int) PodID {
 // fill writes the pods of set, a bitmap of slots, to dst in slot order,
 // each with the given matched blocks, and returns how many it wrote;
 // dst must have room for them all. An answer is mostly this loop, one
-// iteration per pod, so it is kept to a few instructions: the PodIDs
-// come ready from ids; a set bit's position is bits.TrailingZeros64 (BSF
-// for GOAMD64=v1: on this EPYC BenchmarkFill is 26-32% faster with it
-// than with a de Bruijn multiplication and table, which index26 used);
-// and it writes at a byte offset from dst's start (an index into dst, or
-// a re-sliced dst, made each iteration wait on the last one's
-// bookkeeping).
+// iteration per pod, so it is kept to a few instructions (fillSet): the
+// PodIDs come ready from ids, and it writes at a byte offset from dst's
+// start (an index into dst, or a re-sliced dst, made each iteration wait
+// on the last one's bookkeeping).
 func (p *pods) fill(dst []Match, set []uint64, blocks int) int {
 	n := 0
 	for _, d := range set {
 		n += bits.OnesCount64(d)
 	}
 	dst = dst[:n] // in bounds: the writes below stay in dst[:n]
-	out := unsafe.Pointer(unsafe.SliceData(dst))
+	if len(set) > MaxPods/64 {
+		panic("index: fill: set wider than MaxPods")
+	}
+	return fillSet(unsafe.Pointer(unsafe.SliceData(dst)), p.ids, set, blocks)
+}
+
+// fillSetGo is fillSet in Go: the reference the amd64 assembly is tested
+// against, and fillSet elsewhere. A set bit's position is
+// bits.TrailingZeros64, BSF for GOAMD64=v1 (on this EPYC BenchmarkFill
+// was 26-32% faster with it than with a de Bruijn multiplication and
+// table, which index26 used; TZCNT, which the assembly uses, is faster
+// still). set has at most MaxPods/64 words.
+func fillSetGo(out unsafe.Pointer, ids *[MaxPods]atomic.Uint64, set []uint64, blocks int) int {
 	j := uintptr(0)
 	for q, d := range set {
 		if d != 0 {
-			j = fillWord(out, j, p.ids, q*64, d, blocks)
+			j = fillWord(out, j, ids, q*64, d, blocks)
 		}
 	}
-	return n
+	return int(j / unsafe.Sizeof(Match{}))
 }
 
 // fillWord is fill for the word of the set whose first slot is base,
 // d, writing from byte offset j of out on; it returns the offset after
-// the last Match written. Small enough to be inlined where answers are
-// written a few pods at a time, as lookupSequential does (a call costs
-// its caller the spilling of every value it keeps in registers).
+// the last Match written (fillSetGo's loop).
 func fillWord(out unsafe.Pointer, j uintptr, ids *[MaxPods]atomic.Uint64, base int, d uint64, blocks int) uintptr {
 	for ; d != 0; d &= d - 1 {
 		slot := (base | bits.TrailingZeros64(d)) & (MaxPods - 1)
