@@ -125,3 +125,75 @@ func TestPromptsHitAllocs(t *testing.T) {
 		t.Errorf("a hit allocates %.0f times, budget 11", allocs)
 	}
 }
+
+// BenchmarkPromptHit is the prompt work of one BenchmarkProxyOverhead
+// request (tls=off, not streamed) on its own: the chat body with the
+// 2k-token system prompt, whose encoding the prefix cache holds, and a
+// question that differs each time. parse is ParseBodyShared alone, encode
+// Prompts.Encode of the parsed body alone, both is the two.
+func BenchmarkPromptHit(b *testing.B) {
+	body := chatBody2k(systemPrompt2k(), false)
+	const distinct = 1 << 12
+	raws := make([][]byte, distinct)
+	for i := range raws {
+		raws[i] = []byte(body(i))
+	}
+	newPrompts := func(b *testing.B) *Prompts {
+		p, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 64, 100)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var tb tokenize.Body
+		if err := tokenize.ParseBodyShared([]byte(body(-1)), &tb); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := p.Encode(tb.Model, tokenize.Chat, &tb.Request, ""); err != nil {
+			b.Fatal(err)
+		}
+		return p
+	}
+	b.Run("parse", func(b *testing.B) {
+		var tb tokenize.Body
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if err := tokenize.ParseBodyShared(raws[i%distinct], &tb); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("encode", func(b *testing.B) {
+		p := newPrompts(b)
+		bodies := make([]tokenize.Body, distinct)
+		for i := range bodies {
+			if err := tokenize.ParseBodyShared(raws[i], &bodies[i]); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			tb := &bodies[i%distinct]
+			i++
+			if out, err := p.Encode(tb.Model, tokenize.Chat, &tb.Request, ""); err != nil || out.Reused < 2000 {
+				b.Fatalf("reused %d, err %v", out.Reused, err)
+			}
+		}
+	})
+	b.Run("both", func(b *testing.B) {
+		p := newPrompts(b)
+		var tb tokenize.Body
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if err := tokenize.ParseBodyShared(raws[i%distinct], &tb); err != nil {
+				b.Fatal(err)
+			}
+			i++
+			if out, err := p.Encode(tb.Model, tokenize.Chat, &tb.Request, ""); err != nil || out.Reused < 2000 {
+				b.Fatalf("reused %d, err %v", out.Reused, err)
+			}
+		}
+	})
+}
