@@ -19,6 +19,7 @@ type Encoding struct {
 	n        int
 	partsBuf [2][]uint32 // parts' room when it has at most two
 	restarts []restart
+	memo     chainMemo // chain hashes of its blocks (chain.go)
 }
 
 // maxParts bounds how many parts an encoding built from another has: a
@@ -147,6 +148,7 @@ func (t *Tokenizer) encodeAfter(prev *Encoding, i int, text string) *Encoding {
 	own, _ = t.appendSegments(own, text[r.end:], &e.restarts, r.end, before)
 	e.parts[shared] = own
 	e.n = before + len(own)
+	e.memo.inherited = prev.prefixChain(r.tokens)
 	return e
 }
 

@@ -167,7 +167,9 @@ func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 // taking them over from the records that held them.
 func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused int) {
 	n := min(len(sums), len(e.restarts))
-	size := int64(len(e.Text)) + e.idBytes() + int64(cap(e.restarts))*int64(unsafe.Sizeof(restart{})) + int64(n)*(prefixKeyBytes+8)
+	// Its chain hashes (Encoding.Chain, made later) are charged ahead:
+	// 8 bytes a block of 4 ids or more.
+	size := int64(len(e.Text)) + e.idBytes() + int64(e.n)*2 + int64(cap(e.restarts))*int64(unsafe.Sizeof(restart{})) + int64(n)*(prefixKeyBytes+8)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if reused > 0 {

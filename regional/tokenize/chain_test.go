@@ -1,0 +1,95 @@
+package tokenize
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/meridian-llm/meridian/index"
+)
+
+// TestChainPartsMatchesNaive: hashing ids held in parts, after skipping
+// some, gives index.ChainFrom of the ids after them in one slice (the
+// naive reference), wherever the parts split the blocks, for blocks
+// smaller and larger than chainParts' buffer.
+func TestChainPartsMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		size := rapid.SampledFrom([]int{1, 3, 16, 64, 300}).Draw(rt, "block")
+		seed := rapid.Uint64().Draw(rt, "seed")
+		var parts [][]uint32
+		var ids []uint32
+		for range rapid.IntRange(0, 6).Draw(rt, "parts") {
+			part := rapid.SliceOfN(rapid.Uint32(), 0, 700).Draw(rt, "part")
+			parts, ids = append(parts, part), append(ids, part...)
+		}
+		skip := rapid.IntRange(0, len(ids)/size).Draw(rt, "skip blocks") * size
+		h := seed
+		if skip > 0 {
+			h = index.ChainFrom(seed, size, ids[:skip], nil)[skip/size-1]
+		}
+		got := chainParts(h, size, parts, skip, nil)
+		if want := index.ChainFrom(h, size, ids[skip:], nil); !slices.Equal(got, want) {
+			rt.Fatalf("%d ids in %d parts, %d skipped: chain %x, want %x", len(ids), len(parts), skip, got, want)
+		}
+	})
+}
+
+// TestChainMatchesNaive: through texts that share prefixes in every way,
+// encoded through a prefix cache small enough to evict and extended turn
+// by turn, each encoding's Chain under seeds and block sizes that change
+// between calls (so that some take hashes over from the encoding they
+// reuse and others cannot) is index.ChainFrom of its ids.
+func TestChainMatchesNaive(t *testing.T) {
+	tok := prefixTokenizer(t)
+	rapid.Check(t, func(rt *rapid.T) {
+		c := NewPrefixCache(int64(rapid.SampledFrom([]int{1 << 10, 1 << 20}).Draw(rt, "bytes")))
+		var encs []*Encoding
+		for step := rapid.IntRange(1, 30).Draw(rt, "steps"); step > 0; step-- {
+			var text string
+			if len(encs) > 0 && rapid.IntRange(0, 3).Draw(rt, "fresh") > 0 {
+				base := rapid.SampledFrom(encs).Draw(rt, "base").Text
+				text = base[:rapid.IntRange(0, len(base)).Draw(rt, "cut")]
+			}
+			text += strings.Join(rapid.SliceOfN(rapid.SampledFrom(prefixPieces), 0, 12).Draw(rt, "tail"), "")
+			var e *Encoding
+			if len(encs) > 0 && rapid.Bool().Draw(rt, "extend") {
+				e, _ = tok.Extend(rapid.SampledFrom(encs).Draw(rt, "prev"), text)
+			} else {
+				e, _ = tok.EncodeCached(c, text)
+			}
+			encs = append(encs, e)
+			for range rapid.IntRange(0, 2).Draw(rt, "chains") {
+				seed := rapid.SampledFrom([]uint64{1, 2}).Draw(rt, "seed")
+				size := rapid.SampledFrom([]int{1, 2, 3, 5}).Draw(rt, "size")
+				ids := e.AppendIDs(nil)
+				if got, want := e.Chain(seed, size), index.ChainFrom(seed, size, ids, nil); !slices.Equal(got, want) {
+					rt.Fatalf("Chain(%d, %d) of %q (%d ids): %x, want %x", seed, size, text, len(ids), got, want)
+				}
+			}
+		}
+	})
+}
+
+// TestChainReusesPrefix: a prefix-cache hit on an encoding whose chain was
+// hashed under the same seed and size takes over the hashes of the blocks
+// within the reused ids; under another seed it takes none.
+func TestChainReusesPrefix(t *testing.T) {
+	tok := mustModel(t, DefaultConfig()).Tokenizer()
+	system := "<|im_start|>system\n" + strings.Repeat("You are a careful assistant. ", 400) + "<|im_end|>\n<|im_start|>user\n"
+	c := NewPrefixCache(1 << 30)
+	first, _ := tok.EncodeCached(c, system+"One?<|im_end|>\n")
+	first.Chain(7, 16)
+	second, reused := tok.EncodeCached(c, system+"Two?<|im_end|>\n")
+	if got := len(second.memo.inherited.hashes); got != reused/16 || got == 0 {
+		t.Fatalf("took over %d hashes, want the %d of the %d reused ids", got, reused/16, reused)
+	}
+	if got, want := second.Chain(7, 16), index.ChainFrom(7, 16, second.AppendIDs(nil), nil); !slices.Equal(got, want) {
+		t.Fatalf("chain differs from the naive one")
+	}
+	third, _ := tok.EncodeCached(c, system+"Three?<|im_end|>\n")
+	if got, want := third.Chain(8, 16), index.ChainFrom(8, 16, third.AppendIDs(nil), nil); !slices.Equal(got, want) {
+		t.Fatalf("chain under another seed differs from the naive one")
+	}
+}
