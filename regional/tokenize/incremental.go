@@ -20,6 +20,9 @@ type Encoding struct {
 	partsBuf [2][]uint32 // parts' room when it has at most two
 	restarts []restart
 	memo     chainMemo // chain hashes of its blocks (chain.go)
+	// restartsBuf is restarts' room when it has at most six (a system
+	// prompt and a question in ChatML have five).
+	restartsBuf [6]restart
 }
 
 // maxParts bounds how many parts an encoding built from another has: a
@@ -72,6 +75,7 @@ func (t *Tokenizer) EncodeText(text string) *Encoding {
 	// the bytes rarely needs growing (growing an 8k-token encoding from
 	// nil cost a sixth of its encoding time).
 	e := &Encoding{Text: text}
+	e.restarts = e.restartsBuf[:0]
 	ids, _ := t.appendSegments(make([]uint32, 0, len(text)/3+16), text, &e.restarts, 0, 0)
 	e.parts = e.partsBuf[:1]
 	e.parts[0], e.n = ids, len(ids)
@@ -116,7 +120,12 @@ func (t *Tokenizer) Extend(prev *Encoding, text string) (*Encoding, int) {
 // would have more than maxParts parts gets one, a copy.
 func (t *Tokenizer) encodeAfter(prev *Encoding, i int, text string) *Encoding {
 	r := prev.restarts[i]
-	e := &Encoding{Text: text, restarts: make([]restart, i+1, i+1+(len(prev.restarts)-i))}
+	e := &Encoding{Text: text}
+	if n := len(prev.restarts) + 1; n <= len(e.restartsBuf) {
+		e.restarts = e.restartsBuf[:i+1]
+	} else {
+		e.restarts = make([]restart, i+1, n)
+	}
 	copy(e.restarts, prev.restarts[:i+1])
 	shared := 0 // parts of prev that hold its first r.tokens ids
 	for left := r.tokens; left > 0; shared++ {

@@ -1,8 +1,6 @@
 package tokenize
 
 import (
-	"container/list"
-	"slices"
 	"sync"
 	"unsafe"
 
@@ -39,7 +37,8 @@ type PrefixCache struct {
 	mu    sync.Mutex
 	used  int64
 	keys  map[prefixKey]prefixRef
-	lru   *list.List // of *prefixRecord, most recent first
+	lru   prefixRecord // sentinel of the records' ring, most recent first
+	recs  int
 	stats PrefixCacheStats
 }
 
@@ -63,7 +62,24 @@ type prefixRecord struct {
 	sums  []uint64 // its keys' hashes, by restart point
 	keys  int      // keys that lead to it
 	bytes int64
-	elem  *list.Element
+	// prev and next link it into the cache's ring (nil: not in it).
+	prev, next *prefixRecord
+	sumsBuf    [6]uint64 // sums' room when it has at most six
+}
+
+// pushFront links rec as the ring's most recent record.
+func (c *PrefixCache) pushFront(rec *prefixRecord) {
+	rec.prev, rec.next = &c.lru, c.lru.next
+	c.lru.next.prev = rec
+	c.lru.next = rec
+	c.recs++
+}
+
+// unlink takes rec out of the ring.
+func (c *PrefixCache) unlink(rec *prefixRecord) {
+	rec.prev.next, rec.next.prev = rec.next, rec.prev
+	rec.prev, rec.next = nil, nil
+	c.recs--
 }
 
 // PrefixCacheStats counts the cache's work since it was made.
@@ -80,7 +96,9 @@ const prefixKeyBytes = 64
 // NewPrefixCache makes a cache that holds at most maxBytes of texts, ids
 // and keys. maxBytes <= 0 makes a cache that keeps nothing.
 func NewPrefixCache(maxBytes int64) *PrefixCache {
-	return &PrefixCache{max: maxBytes, keys: map[prefixKey]prefixRef{}, lru: list.New()}
+	c := &PrefixCache{max: maxBytes, keys: map[prefixKey]prefixRef{}}
+	c.lru.prev, c.lru.next = &c.lru, &c.lru
+	return c
 }
 
 // Stats reports the cache's counters and size.
@@ -88,7 +106,7 @@ func (c *PrefixCache) Stats() PrefixCacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	st := c.stats
-	st.Records, st.Keys, st.Bytes, st.MaxBytes = c.lru.Len(), len(c.keys), c.used, c.max
+	st.Records, st.Keys, st.Bytes, st.MaxBytes = c.recs, len(c.keys), c.used, c.max
 	return st
 }
 
@@ -144,7 +162,8 @@ func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 		if ok && ref.i == i && ref.rec.enc.restarts[i].end == points[i] &&
 			ref.rec.enc.Text[:points[i]] == text[:points[i]] {
 			hit, found = ref, true
-			c.lru.MoveToFront(ref.rec.elem)
+			c.unlink(ref.rec)
+			c.pushFront(ref.rec)
 		}
 	}
 	c.mu.Unlock()
@@ -179,8 +198,9 @@ func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused in
 	if n == 0 || size > c.max/4 {
 		return // nothing to key it by, or too big to be worth the room
 	}
-	rec := &prefixRecord{tok: t, enc: e, sums: slices.Clone(sums[:n]), bytes: size}
-	rec.elem = c.lru.PushFront(rec)
+	rec := &prefixRecord{tok: t, enc: e, bytes: size}
+	rec.sums = append(rec.sumsBuf[:0:len(rec.sumsBuf)], sums[:n]...)
+	c.pushFront(rec)
 	c.used += size
 	for i := 0; i < n; i++ {
 		k := prefixKey{t, sums[i]}
@@ -192,8 +212,8 @@ func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused in
 		c.keys[k] = prefixRef{rec, i}
 		rec.keys++
 	}
-	for c.used > c.max && c.lru.Len() > 1 {
-		c.evict(c.lru.Back().Value.(*prefixRecord))
+	for c.used > c.max && c.recs > 1 {
+		c.evict(c.lru.prev)
 	}
 }
 
@@ -221,10 +241,9 @@ func (c *PrefixCache) evict(rec *prefixRecord) {
 
 // drop forgets a record no key leads to.
 func (c *PrefixCache) drop(rec *prefixRecord) {
-	if rec.elem == nil {
+	if rec.next == nil {
 		return
 	}
-	c.lru.Remove(rec.elem)
-	rec.elem = nil
+	c.unlink(rec)
 	c.used -= rec.bytes
 }
