@@ -169,3 +169,18 @@ func TestPrefixCacheHitSharesPrefix(t *testing.T) {
 		t.Errorf("a hit allocates %.0f and %.0f times, budget 3", smallAllocs, bigAllocs)
 	}
 }
+
+// BenchmarkKeyPoints finds the restart points of a ChatML prompt with an
+// 11 KB system prompt and a question: what a prefix-cache lookup scans.
+func BenchmarkKeyPoints(b *testing.B) {
+	tok := mustModel(b, DefaultConfig()).Tokenizer()
+	text := "<|im_start|>system\n" + strings.Repeat("You are a careful assistant, <b>bold</b> x < y. ", 230) +
+		"<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
+	var buf [16]int
+	b.ReportAllocs()
+	for b.Loop() {
+		if n := len(tok.keyPoints(text, buf[:0])); n != 5 {
+			b.Fatalf("%d points", n)
+		}
+	}
+}
