@@ -168,8 +168,12 @@ func commonPrefix(a, b string) int {
 	if a[:n] == b[:n] {
 		return n
 	}
-	// Compare in 8-byte words first, then bytes.
+	// Compare in 256-byte chunks first (memequal's vector loop), then
+	// 8-byte words, then bytes.
 	i := 0
+	for i+256 <= n && a[i:i+256] == b[i:i+256] {
+		i += 256
+	}
 	for i+8 <= n && a[i:i+8] == b[i:i+8] {
 		i += 8
 	}

@@ -39,6 +39,7 @@ type PrefixCache struct {
 	keys  map[prefixKey]prefixRef
 	lru   prefixRecord // sentinel of the records' ring, most recent first
 	recs  int
+	last  *prefixRecord // the record cached last: EncodeCached's first guess
 	stats PrefixCacheStats
 }
 
@@ -113,7 +114,13 @@ func (c *PrefixCache) Stats() PrefixCacheStats {
 // keyPoints appends to dst the end of each special token of text, in
 // order: the restart points EncodeText records.
 func (t *Tokenizer) keyPoints(text string, dst []int) []int {
-	for pos := 0; pos < len(text); {
+	return t.keyPointsFrom(text, 0, dst)
+}
+
+// keyPointsFrom is keyPoints of the special tokens that start at or after
+// from, which must be a key point (or 0).
+func (t *Tokenizer) keyPointsFrom(text string, from int, dst []int) []int {
+	for pos := from; pos < len(text); {
 		_, end, _, ok := t.nextSpecial(text, pos)
 		if !ok {
 			break
@@ -124,17 +131,52 @@ func (t *Tokenizer) keyPoints(text string, dst []int) []int {
 	return dst
 }
 
-// prefixSums returns the hash of text[:p] for each key point p.
-func prefixSums(text string, points []int, dst []uint64) []uint64 {
-	var d xxhash.Digest
-	d.Reset()
+// prefixSums appends to dst the key of text[:p] for each key point p in
+// points[from:], given the key h of text[:points[from-1]] (from > 0). The
+// keys chain: each is the xxhash of the text since the previous point,
+// seeded with the previous key, so a key is a hash of the whole text up
+// to its point and the keys after a known one need only the text after it.
+func prefixSums(text string, points []int, from int, h uint64, dst []uint64) []uint64 {
 	at := 0
-	for _, p := range points {
+	if from > 0 {
+		at = points[from-1]
+	}
+	var d xxhash.Digest
+	for _, p := range points[from:] {
+		d.ResetWithSeed(h)
 		_, _ = d.WriteString(text[at:p])
-		at = p
-		dst = append(dst, d.Sum64())
+		h, at = d.Sum64(), p
+		dst = append(dst, h)
 	}
 	return dst
+}
+
+// keySums returns text's key points and their keys (keyPoints and
+// prefixSums of the whole text), taking over those of the cached record
+// cand (nil: none) that hold for text too, and the length of the prefix
+// text shares with cand's text. A restart point of cand is one of text's,
+// with the same key, when its special token starts at least maxSpecial
+// bytes before the end of the shared prefix: Extend's rule, which makes
+// every special-token match up to it look only at shared bytes.
+// TestKeySumsMatchesNaive compares it with scanning and hashing all of
+// text.
+func (t *Tokenizer) keySums(text string, cand *prefixRecord, points []int, sums []uint64) ([]int, []uint64, int) {
+	shared, k := 0, 0
+	if cand != nil && cand.tok == t {
+		shared = commonPrefix(cand.enc.Text, text)
+		rs := cand.enc.restarts
+		for k < len(cand.sums) && k < len(rs) && rs[k].start+t.maxSpecial <= shared {
+			points = append(points, rs[k].end)
+			k++
+		}
+		sums = append(sums, cand.sums[:k]...)
+	}
+	from, h := 0, uint64(0)
+	if k > 0 {
+		from, h = points[k-1], sums[k-1]
+	}
+	points = t.keyPointsFrom(text, from, points)
+	return points, prefixSums(text, points, k, h, sums), shared
 }
 
 // EncodeCached returns the encoding of text, as EncodeText does, reusing
@@ -148,8 +190,14 @@ func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 	}
 	var pointsBuf [64]int
 	var sumsBuf [64]uint64
-	points := t.keyPoints(text, pointsBuf[:0])
-	sums := prefixSums(text, points, sumsBuf[:0])
+	// The most recently used record is likely to share a prefix with
+	// text (a system prompt, a conversation's history): the keys of the
+	// restart points within it are its keys, and the text there is
+	// known to be the same. Records are immutable once cached.
+	c.mu.Lock()
+	cand := c.last
+	c.mu.Unlock()
+	points, sums, shared := t.keySums(text, cand, pointsBuf[:0], sumsBuf[:0])
 	// The longest cached prefix, confirmed by its text.
 	var hit prefixRef
 	found := false
@@ -158,9 +206,9 @@ func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 	for i := len(sums) - 1; i >= 0 && !found; i-- {
 		ref, ok := c.keys[prefixKey{t, sums[i]}]
 		// Confirm: the same restart point, the same text up to it (a hash
-		// is not proof).
+		// is not proof; cand's text up to shared was compared).
 		if ok && ref.i == i && ref.rec.enc.restarts[i].end == points[i] &&
-			ref.rec.enc.Text[:points[i]] == text[:points[i]] {
+			(ref.rec == cand && points[i] <= shared || ref.rec.enc.Text[:points[i]] == text[:points[i]]) {
 			hit, found = ref, true
 			c.unlink(ref.rec)
 			c.pushFront(ref.rec)
@@ -201,6 +249,7 @@ func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused in
 	rec := &prefixRecord{tok: t, enc: e, bytes: size}
 	rec.sums = append(rec.sumsBuf[:0:len(rec.sumsBuf)], sums[:n]...)
 	c.pushFront(rec)
+	c.last = rec
 	c.used += size
 	for i := 0; i < n; i++ {
 		k := prefixKey{t, sums[i]}
@@ -246,4 +295,7 @@ func (c *PrefixCache) drop(rec *prefixRecord) {
 	}
 	c.unlink(rec)
 	c.used -= rec.bytes
+	if c.last == rec {
+		c.last = nil
+	}
 }

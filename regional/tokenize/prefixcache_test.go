@@ -184,3 +184,59 @@ func BenchmarkKeyPoints(b *testing.B) {
 		}
 	}
 }
+
+// TestKeySumsMatchesNaive: the key points and keys of a text, taking over
+// those of a cached record whose text shares a prefix with it in every
+// way (special tokens completed or lengthened right after the shared
+// part), are those of scanning and hashing the whole text.
+func TestKeySumsMatchesNaive(t *testing.T) {
+	tok := prefixTokenizer(t)
+	other, err := NewTokenizer(Cl100kBase, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		piece := func(label string) string {
+			return strings.Join(rapid.SliceOfN(rapid.SampledFrom(prefixPieces), 0, 12).Draw(rt, label), "")
+		}
+		ctext := piece("cached")
+		text := ctext[:rapid.IntRange(0, len(ctext)).Draw(rt, "cut")] + piece("tail")
+		enc := tok.EncodeText(ctext)
+		cpoints := tok.keyPoints(ctext, nil)
+		csums := prefixSums(ctext, cpoints, 0, 0, nil)
+		cand := &prefixRecord{tok: tok, enc: enc, sums: csums[:min(len(csums), len(enc.restarts))]}
+		if rapid.Bool().Draw(rt, "other tokenizer") {
+			cand.tok = other
+		}
+		points, sums, shared := tok.keySums(text, cand, nil, nil)
+		wantPoints := tok.keyPoints(text, nil)
+		wantSums := prefixSums(text, wantPoints, 0, 0, nil)
+		if !slices.Equal(points, wantPoints) || !slices.Equal(sums, wantSums) {
+			rt.Fatalf("keySums(%q) after %q: points %v sums %x, want %v %x", text, ctext, points, sums, wantPoints, wantSums)
+		}
+		if cand.tok == tok && (shared > min(len(text), len(ctext)) || text[:shared] != ctext[:shared]) {
+			rt.Fatalf("shared %d of %q and %q", shared, text, ctext)
+		}
+	})
+}
+
+// TestCommonPrefixMatchesNaive: commonPrefix's chunked compares give the
+// byte-by-byte answer wherever the first difference lies.
+func TestCommonPrefixMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		a := strings.Repeat("ab", rapid.IntRange(0, 700).Draw(rt, "len"))
+		b := a
+		if len(a) > 0 && rapid.Bool().Draw(rt, "differ") {
+			i := rapid.IntRange(0, len(a)-1).Draw(rt, "at")
+			b = a[:i] + "x" + a[i+1:]
+		}
+		b = b[:rapid.IntRange(0, len(b)).Draw(rt, "cut")]
+		naive := 0
+		for naive < min(len(a), len(b)) && a[naive] == b[naive] {
+			naive++
+		}
+		if got := commonPrefix(a, b); got != naive {
+			rt.Fatalf("commonPrefix: %d, want %d", got, naive)
+		}
+	})
+}
