@@ -168,11 +168,14 @@ func commonPrefix(a, b string) int {
 	if a[:n] == b[:n] {
 		return n
 	}
-	// Compare in 256-byte chunks first (memequal's vector loop), then
-	// 8-byte words, then bytes.
+	// Compare in 2 KB chunks first (memequal's vector loop), then 64
+	// bytes, then 8-byte words, then bytes.
 	i := 0
-	for i+256 <= n && a[i:i+256] == b[i:i+256] {
-		i += 256
+	for i+2048 <= n && a[i:i+2048] == b[i:i+2048] {
+		i += 2048
+	}
+	for i+64 <= n && a[i:i+64] == b[i:i+64] {
+		i += 64
 	}
 	for i+8 <= n && a[i:i+8] == b[i:i+8] {
 		i += 8

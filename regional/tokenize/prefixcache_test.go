@@ -224,7 +224,7 @@ func TestKeySumsMatchesNaive(t *testing.T) {
 // byte-by-byte answer wherever the first difference lies.
 func TestCommonPrefixMatchesNaive(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		a := strings.Repeat("ab", rapid.IntRange(0, 700).Draw(rt, "len"))
+		a := strings.Repeat("ab", rapid.IntRange(0, 3000).Draw(rt, "len"))
 		b := a
 		if len(a) > 0 && rapid.Bool().Draw(rt, "differ") {
 			i := rapid.IntRange(0, len(a)-1).Draw(rt, "at")
@@ -239,4 +239,15 @@ func TestCommonPrefixMatchesNaive(t *testing.T) {
 			rt.Fatalf("commonPrefix: %d, want %d", got, naive)
 		}
 	})
+}
+
+// BenchmarkCommonPrefix compares two 11 KB texts that differ near the end.
+func BenchmarkCommonPrefix(b *testing.B) {
+	x := strings.Repeat("the of and to in is was ", 460)
+	y := x[:len(x)-40] + "X" + x[len(x)-39:]
+	for b.Loop() {
+		if commonPrefix(x, y) != len(x)-40 {
+			b.Fatal("wrong")
+		}
+	}
 }
