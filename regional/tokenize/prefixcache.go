@@ -58,10 +58,14 @@ type prefixRef struct {
 // still lead to it (a later text that extends it takes its keys over; a
 // record no key leads to is dropped).
 type prefixRecord struct {
-	tok   *Tokenizer
-	enc   *Encoding
-	sums  []uint64 // its keys' hashes, by restart point
-	keys  int      // keys that lead to it
+	tok  *Tokenizer
+	enc  *Encoding
+	sums []uint64 // its keys' hashes, by restart point
+	keys int      // keys that lead to it
+	// owned has bit i set while the key of sums[i] (i < 64) leads to it
+	// at i, so that evicting it deletes those keys without looking the
+	// others up.
+	owned uint64
 	bytes int64
 	// prev and next link it into the cache's ring (nil: not in it).
 	prev, next *prefixRecord
@@ -254,12 +258,18 @@ func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused in
 	for i := 0; i < n; i++ {
 		k := prefixKey{t, sums[i]}
 		if old, ok := c.keys[k]; ok {
+			if old.i < 64 {
+				old.rec.owned &^= 1 << old.i
+			}
 			if old.rec.keys--; old.rec.keys == 0 {
 				c.drop(old.rec)
 			}
 		}
 		c.keys[k] = prefixRef{rec, i}
 		rec.keys++
+		if i < 64 {
+			rec.owned |= 1 << i
+		}
 	}
 	for c.used > c.max && c.recs > 1 {
 		c.evict(c.lru.prev)
@@ -279,9 +289,13 @@ func (e *Encoding) idBytes() int64 {
 
 // evict removes a record and the keys that still lead to it.
 func (c *PrefixCache) evict(rec *prefixRecord) {
-	for _, sum := range rec.sums {
+	for i, sum := range rec.sums {
 		k := prefixKey{rec.tok, sum}
-		if ref, ok := c.keys[k]; ok && ref.rec == rec {
+		if i < 64 {
+			if rec.owned&(1<<i) != 0 {
+				delete(c.keys, k)
+			}
+		} else if ref, ok := c.keys[k]; ok && ref.rec == rec {
 			delete(c.keys, k)
 		}
 	}

@@ -61,6 +61,7 @@ func TestPrefixCacheExact(t *testing.T) {
 			if st := c.Stats(); st.Bytes > st.MaxBytes && st.Records > 1 {
 				rt.Fatalf("cache holds %d bytes, bound %d", st.Bytes, st.MaxBytes)
 			}
+			checkPrefixCache(rt, c)
 			encs, snapshots = append(encs, got), append(snapshots, want.AppendIDs(nil))
 		}
 		// Hits share the cached ids: none of them was written since.
@@ -248,6 +249,48 @@ func BenchmarkCommonPrefix(b *testing.B) {
 	for b.Loop() {
 		if commonPrefix(x, y) != len(x)-40 {
 			b.Fatal("wrong")
+		}
+	}
+}
+
+// checkPrefixCache checks the cache's bookkeeping: every key leads to a
+// record in the ring, at a restart point whose sum it is and that the
+// record owns; every record in the ring counts and owns exactly the keys
+// that lead to it; the bytes add up.
+func checkPrefixCache(t interface{ Fatalf(string, ...any) }, c *PrefixCache) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	inRing := map[*prefixRecord]bool{}
+	var used int64
+	for rec := c.lru.next; rec != &c.lru; rec = rec.next {
+		inRing[rec] = true
+		used += rec.bytes
+	}
+	if len(inRing) != c.recs || used != c.used {
+		t.Fatalf("ring holds %d records of %d bytes, counted %d of %d", len(inRing), used, c.recs, c.used)
+	}
+	leading := map[*prefixRecord]int{}
+	for k, ref := range c.keys {
+		if !inRing[ref.rec] || ref.i >= len(ref.rec.sums) || ref.rec.sums[ref.i] != k.sum || k.tok != ref.rec.tok {
+			t.Fatalf("key %x leads to a record out of the ring or to another sum", k.sum)
+		}
+		if ref.i < 64 && ref.rec.owned&(1<<ref.i) == 0 {
+			t.Fatalf("key %x leads to restart %d of a record that does not own it", k.sum, ref.i)
+		}
+		leading[ref.rec]++
+	}
+	for rec := range inRing {
+		owned := 0
+		for i := range min(len(rec.sums), 64) {
+			if rec.owned&(1<<i) != 0 {
+				owned++
+				if ref, ok := c.keys[prefixKey{rec.tok, rec.sums[i]}]; !ok || ref.rec != rec || ref.i != i {
+					t.Fatalf("a record owns restart %d, whose key leads elsewhere", i)
+				}
+			}
+		}
+		if rec.keys != leading[rec] || rec.keys == 0 || (len(rec.sums) <= 64 && owned != rec.keys) {
+			t.Fatalf("a record counts %d keys and owns %d; %d lead to it", rec.keys, owned, leading[rec])
 		}
 	}
 }
