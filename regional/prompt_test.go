@@ -107,7 +107,10 @@ func TestPromptsHitAllocs(t *testing.T) {
 // request (tls=off, not streamed) on its own: the chat body with the
 // 2k-token system prompt, whose encoding the prefix cache holds, and a
 // question that differs each time. parse is ParseBodyShared alone, encode
-// Prompts.Encode of the parsed body alone, both is the two.
+// Prompts.Encode of the parsed body alone, both is the two. Besides the
+// wall time it reports cpu-ns/op, the CPU time of the benchmark's own
+// thread (locked to it) per op: what the work costs on one core, however
+// busy the shared machine is (background GC work not counted).
 func BenchmarkPromptHit(b *testing.B) {
 	body := chatBody2k(systemPrompt2k(), false)
 	const distinct = 1 << 12
@@ -132,6 +135,7 @@ func BenchmarkPromptHit(b *testing.B) {
 	b.Run("parse", func(b *testing.B) {
 		var tb tokenize.Body
 		b.ReportAllocs()
+		defer reportThreadCPU(b)()
 		i := 0
 		for b.Loop() {
 			if err := tokenize.ParseBodyShared(raws[i%distinct], &tb); err != nil {
@@ -149,6 +153,7 @@ func BenchmarkPromptHit(b *testing.B) {
 			}
 		}
 		b.ReportAllocs()
+		defer reportThreadCPU(b)()
 		i := 0
 		for b.Loop() {
 			tb := &bodies[i%distinct]
@@ -162,6 +167,7 @@ func BenchmarkPromptHit(b *testing.B) {
 		p := newPrompts(b)
 		var tb tokenize.Body
 		b.ReportAllocs()
+		defer reportThreadCPU(b)()
 		i := 0
 		for b.Loop() {
 			if err := tokenize.ParseBodyShared(raws[i%distinct], &tb); err != nil {
@@ -173,4 +179,18 @@ func BenchmarkPromptHit(b *testing.B) {
 			}
 		}
 	})
+}
+
+// reportThreadCPU locks the benchmark to its thread and returns the
+// function that reports the thread's CPU time per op as cpu-ns/op (when
+// the platform tells it) and unlocks it.
+func reportThreadCPU(b *testing.B) func() {
+	lockThread()
+	c0, ok := threadCPU()
+	return func() {
+		defer unlockThread()
+		if c1, ok1 := threadCPU(); ok && ok1 && b.N > 0 {
+			b.ReportMetric(float64(c1-c0)/float64(b.N), "cpu-ns/op")
+		}
+	}
 }
