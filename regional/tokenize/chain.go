@@ -21,6 +21,11 @@ type blockChain struct {
 type chainMemo struct {
 	own       atomic.Pointer[blockChain]
 	inherited blockChain // set before the encoding is returned, then read only
+	// ownBuf is own's room for the first Chain call that claims it (an
+	// encoding is usually hashed under one seed, once): written once,
+	// before own points to it.
+	ownBuf  blockChain
+	claimed atomic.Bool
 }
 
 // prefixChain returns e's chain hashes that also hold for another
@@ -70,7 +75,12 @@ func (e *Encoding) Chain(seed uint64, size int) []uint64 {
 		}
 	}
 	hashes = chainParts(h, size, e.parts, len(hashes)*size, hashes)
-	e.memo.own.Store(&blockChain{seed: seed, size: size, hashes: hashes})
+	c := &e.memo.ownBuf
+	if !e.memo.claimed.CompareAndSwap(false, true) {
+		c = new(blockChain)
+	}
+	*c = blockChain{seed: seed, size: size, hashes: hashes}
+	e.memo.own.Store(c)
 	return hashes
 }
 

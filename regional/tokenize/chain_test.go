@@ -3,6 +3,7 @@ package tokenize
 import (
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"pgregory.net/rapid"
@@ -92,4 +93,27 @@ func TestChainReusesPrefix(t *testing.T) {
 	if got, want := third.Chain(8, 16), index.ChainFrom(8, 16, third.AppendIDs(nil), nil); !slices.Equal(got, want) {
 		t.Fatalf("chain under another seed differs from the naive one")
 	}
+}
+
+// TestChainConcurrent: goroutines asking one encoding for its chain under
+// different seeds at once each get index.ChainFrom's (run with -race).
+func TestChainConcurrent(t *testing.T) {
+	tok := mustModel(t, DefaultConfig()).Tokenizer()
+	e := tok.EncodeText(strings.Repeat("<|im_start|>user\nhello there<|im_end|>\n", 50))
+	ids := e.AppendIDs(nil)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 50 {
+				seed := uint64(g*100 + i%3)
+				if got := e.Chain(seed, 4); !slices.Equal(got, index.ChainFrom(seed, 4, ids, nil)) {
+					t.Errorf("seed %d: chain differs from the naive one", seed)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
