@@ -163,7 +163,7 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		// lie; the blocks within a reused prefix whose encoding was hashed
 		// under ns before are not hashed again.
 		out.enc, out.Tokens = enc, enc.Len()
-		out.Chain = enc.Chain(ns.Seed(), p.blockSize)
+		out.Chain = enc.Chain(chainHasher, ns.Seed(), p.blockSize)
 		return out, nil
 	}
 	ids, err := m.AppendRequest(nil, k, r)
@@ -174,6 +174,9 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 	out.Chain = index.ChainHashes(ns, ids, make([]uint64, 0, len(ids)/p.blockSize))
 	return out, nil
 }
+
+// chainHasher chains blocks for Encoding.Chain as index.ChainHashes does.
+var chainHasher = &tokenize.BlockHasher{Extend: index.Extend}
 
 func (p *Prompts) session(key string) *tokenize.Encoding {
 	p.mu.Lock()

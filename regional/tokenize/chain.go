@@ -1,18 +1,31 @@
 package tokenize
 
 import (
+	"sync"
 	"sync/atomic"
-
-	"github.com/meridian-llm/meridian/index"
 )
 
+// BlockHasher chains the hashes of token blocks: Extend(parent, block)
+// is the hash of block chained from parent (the seed for the first
+// block). Encodings keep the chains Encoding.Chain computes keyed by the
+// hasher (its address), the seed and the block size, so a program uses
+// one BlockHasher per hash function (the router: index.Extend).
+type BlockHasher struct {
+	Extend func(parent uint64, block []uint32) uint64
+}
+
 // blockChain is the chain hashes of an encoding's first len(hashes) full
-// blocks of size ids, chained from seed: index.ChainFrom(seed, size, ids).
-// It is immutable; encodings share it.
+// blocks of size ids, chained by hasher from seed. It is immutable;
+// encodings share it.
 type blockChain struct {
+	hasher *BlockHasher
 	seed   uint64
 	size   int
 	hashes []uint64
+}
+
+func (c *blockChain) is(hasher *BlockHasher, seed uint64, size int) bool {
+	return c.hasher == hasher && c.seed == seed && c.size == size
 }
 
 // chainMemo is where an Encoding keeps the chain hashes of its blocks:
@@ -43,43 +56,43 @@ func (e *Encoding) prefixChain(tokens int) blockChain {
 	if k == 0 {
 		return blockChain{}
 	}
-	return blockChain{seed: c.seed, size: c.size, hashes: c.hashes[:k:k]}
+	return blockChain{hasher: c.hasher, seed: c.seed, size: c.size, hashes: c.hashes[:k:k]}
 }
 
-// Chain returns index.ChainFrom(seed, size, ids, nil) of e's ids: the
-// chain hashes of its full blocks. The result is shared with e and with
-// encodings that reuse e's ids: read it, never modify it.
+// Chain returns the chain hashes of e's full blocks of size ids, chained
+// by hasher from seed (for index.Extend, index.ChainFrom(seed, size, ids)
+// of e's ids). The result is shared with e and with encodings that reuse
+// e's ids: read it, never modify it.
 //
-// It is computed once per encoding (for the last seed and size asked),
-// and an encoding that reuses another's prefix (Extend, EncodeCached)
-// takes over the hashes of the blocks within that prefix, when the other
-// encoding's were computed under the same seed and size, so that only the
-// blocks after it are hashed. Exact because a block's chain hash depends
-// only on the seed, the size and the ids up to the end of the block, and
-// the reused ids are the same. TestChainMatchesNaive holds it to
-// index.ChainHashes of the ids.
-func (e *Encoding) Chain(seed uint64, size int) []uint64 {
+// It is computed once per encoding (for the last hasher, seed and size
+// asked), and an encoding that reuses another's prefix (Extend,
+// EncodeCached) takes over the hashes of the blocks within that prefix,
+// when the other encoding's were computed with the same hasher, seed and
+// size, so that only the blocks after it are hashed. Exact because a
+// block's chain hash depends only on those and the ids up to the end of
+// the block, and the reused ids are the same. TestChainMatchesNaive holds
+// it to index.ChainFrom of the ids.
+func (e *Encoding) Chain(hasher *BlockHasher, seed uint64, size int) []uint64 {
 	if size <= 0 {
 		return nil
 	}
-	if c := e.memo.own.Load(); c != nil && c.seed == seed && c.size == size {
+	if c := e.memo.own.Load(); c != nil && c.is(hasher, seed, size) {
 		return c.hashes
 	}
-	n := e.n / size
-	hashes := make([]uint64, 0, n)
+	hashes := make([]uint64, 0, e.n/size)
 	h := seed
-	if c := &e.memo.inherited; c.seed == seed && c.size == size {
+	if c := &e.memo.inherited; c.is(hasher, seed, size) {
 		hashes = append(hashes, c.hashes...)
 		if len(hashes) > 0 {
 			h = hashes[len(hashes)-1]
 		}
 	}
-	hashes = chainParts(h, size, e.parts, len(hashes)*size, hashes)
+	hashes = chainParts(hasher, h, size, e.parts, len(hashes)*size, hashes)
 	c := &e.memo.ownBuf
 	if !e.memo.claimed.CompareAndSwap(false, true) {
 		c = new(blockChain)
 	}
-	*c = blockChain{seed: seed, size: size, hashes: hashes}
+	*c = blockChain{hasher: hasher, seed: seed, size: size, hashes: hashes}
 	e.memo.own.Store(c)
 	return hashes
 }
@@ -88,13 +101,20 @@ func (e *Encoding) Chain(seed uint64, size int) []uint64 {
 // blocks of the ids held in consecutive parts after the first skip: a
 // block that spans parts is gathered into a buffer, the others are hashed
 // where they lie.
-func chainParts(h uint64, size int, parts [][]uint32, skip int, dst []uint64) []uint64 {
-	var stack [256]uint32
-	carry := stack[:0] // the start of a block that spans parts
-	if size > len(stack) {
-		carry = make([]uint32, 0, size)
+func chainParts(hasher *BlockHasher, h uint64, size int, parts [][]uint32, skip int, dst []uint64) []uint64 {
+	// The start of a block that spans parts. A buffer passed to the
+	// hasher escapes: it comes from a pool.
+	var carry []uint32
+	if len(parts) > 1 {
+		if size <= carryBufLen {
+			buf := carryBufs.Get().(*[carryBufLen]uint32)
+			defer carryBufs.Put(buf)
+			carry = buf[:0]
+		} else {
+			carry = make([]uint32, 0, size)
+		}
 	}
-	for _, part := range parts {
+	for pi, part := range parts {
 		if skip >= len(part) {
 			skip -= len(part)
 			continue
@@ -106,16 +126,24 @@ func chainParts(h uint64, size int, parts [][]uint32, skip int, dst []uint64) []
 			if len(carry) < size {
 				continue
 			}
-			h = index.Extend(h, carry)
+			h = hasher.Extend(h, carry)
 			dst = append(dst, h)
 			carry = carry[:0]
 		}
-		full := len(part) / size * size
-		if full > 0 {
-			dst = index.ChainFrom(h, size, part[:full], dst)
-			h = dst[len(dst)-1]
+		for len(part) >= size {
+			h = hasher.Extend(h, part[:size])
+			dst = append(dst, h)
+			part = part[size:]
 		}
-		carry = append(carry, part[full:]...)
+		if pi < len(parts)-1 {
+			carry = append(carry, part...)
+		}
 	}
 	return dst
 }
+
+// carryBufs hold chainParts' blocks that span parts, for block sizes up
+// to carryBufLen.
+const carryBufLen = 256
+
+var carryBufs = sync.Pool{New: func() any { return new([carryBufLen]uint32) }}

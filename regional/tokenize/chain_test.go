@@ -11,6 +11,9 @@ import (
 	"github.com/meridian-llm/meridian/index"
 )
 
+// indexHasher chains blocks as the router does.
+var indexHasher = &BlockHasher{Extend: index.Extend}
+
 // TestChainPartsMatchesNaive: hashing ids held in parts, after skipping
 // some, gives index.ChainFrom of the ids after them in one slice (the
 // naive reference), wherever the parts split the blocks, for blocks
@@ -30,7 +33,7 @@ func TestChainPartsMatchesNaive(t *testing.T) {
 		if skip > 0 {
 			h = index.ChainFrom(seed, size, ids[:skip], nil)[skip/size-1]
 		}
-		got := chainParts(h, size, parts, skip, nil)
+		got := chainParts(indexHasher, h, size, parts, skip, nil)
 		if want := index.ChainFrom(h, size, ids[skip:], nil); !slices.Equal(got, want) {
 			rt.Fatalf("%d ids in %d parts, %d skipped: chain %x, want %x", len(ids), len(parts), skip, got, want)
 		}
@@ -65,7 +68,7 @@ func TestChainMatchesNaive(t *testing.T) {
 				seed := rapid.SampledFrom([]uint64{1, 2}).Draw(rt, "seed")
 				size := rapid.SampledFrom([]int{1, 2, 3, 5}).Draw(rt, "size")
 				ids := e.AppendIDs(nil)
-				if got, want := e.Chain(seed, size), index.ChainFrom(seed, size, ids, nil); !slices.Equal(got, want) {
+				if got, want := e.Chain(indexHasher, seed, size), index.ChainFrom(seed, size, ids, nil); !slices.Equal(got, want) {
 					rt.Fatalf("Chain(%d, %d) of %q (%d ids): %x, want %x", seed, size, text, len(ids), got, want)
 				}
 			}
@@ -74,24 +77,32 @@ func TestChainMatchesNaive(t *testing.T) {
 }
 
 // TestChainReusesPrefix: a prefix-cache hit on an encoding whose chain was
-// hashed under the same seed and size takes over the hashes of the blocks
-// within the reused ids; under another seed it takes none.
+// hashed with the same hasher, seed and size takes over the hashes of the
+// blocks within the reused ids; under another seed or hasher it takes
+// none.
 func TestChainReusesPrefix(t *testing.T) {
 	tok := mustModel(t, DefaultConfig()).Tokenizer()
 	system := "<|im_start|>system\n" + strings.Repeat("You are a careful assistant. ", 400) + "<|im_end|>\n<|im_start|>user\n"
 	c := NewPrefixCache(1 << 30)
 	first, _ := tok.EncodeCached(c, system+"One?<|im_end|>\n")
-	first.Chain(7, 16)
+	first.Chain(indexHasher, 7, 16)
 	second, reused := tok.EncodeCached(c, system+"Two?<|im_end|>\n")
 	if got := len(second.memo.inherited.hashes); got != reused/16 || got == 0 {
 		t.Fatalf("took over %d hashes, want the %d of the %d reused ids", got, reused/16, reused)
 	}
-	if got, want := second.Chain(7, 16), index.ChainFrom(7, 16, second.AppendIDs(nil), nil); !slices.Equal(got, want) {
+	if got, want := second.Chain(indexHasher, 7, 16), index.ChainFrom(7, 16, second.AppendIDs(nil), nil); !slices.Equal(got, want) {
 		t.Fatalf("chain differs from the naive one")
 	}
 	third, _ := tok.EncodeCached(c, system+"Three?<|im_end|>\n")
-	if got, want := third.Chain(8, 16), index.ChainFrom(8, 16, third.AppendIDs(nil), nil); !slices.Equal(got, want) {
+	if got, want := third.Chain(indexHasher, 8, 16), index.ChainFrom(8, 16, third.AppendIDs(nil), nil); !slices.Equal(got, want) {
 		t.Fatalf("chain under another seed differs from the naive one")
+	}
+	// The same seed and size with another hash function: nothing taken over.
+	other := &BlockHasher{Extend: func(parent uint64, block []uint32) uint64 { return index.Extend(parent^1, block) }}
+	fourth, _ := tok.EncodeCached(c, system+"Four?<|im_end|>\n")
+	want := index.ChainFrom(7, 16, fourth.AppendIDs(nil), nil)
+	if got := fourth.Chain(other, 7, 16); slices.Equal(got[:1], want[:1]) {
+		t.Fatalf("a chain by another hasher took over the index's hashes")
 	}
 }
 
@@ -108,7 +119,7 @@ func TestChainConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := range 50 {
 				seed := uint64(g*100 + i%3)
-				if got := e.Chain(seed, 4); !slices.Equal(got, index.ChainFrom(seed, 4, ids, nil)) {
+				if got := e.Chain(indexHasher, seed, 4); !slices.Equal(got, index.ChainFrom(seed, 4, ids, nil)) {
 					t.Errorf("seed %d: chain differs from the naive one", seed)
 					return
 				}
@@ -116,4 +127,26 @@ func TestChainConcurrent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+}
+
+// TestChainAllocs: hashing an encoding's chain allocates its hashes and
+// nothing else, whether its ids are in one part or span two.
+func TestChainAllocs(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	tok := mustModel(t, DefaultConfig()).Tokenizer()
+	system := "<|im_start|>system\n" + strings.Repeat("You are a careful assistant. ", 100) + "<|im_end|>\n<|im_start|>user\n"
+	c := NewPrefixCache(1 << 30)
+	one, _ := tok.EncodeCached(c, system+"One?<|im_end|>\n")
+	two, reused := tok.EncodeCached(c, system+"Two?<|im_end|>\n")
+	if len(one.parts) != 1 || len(two.parts) != 2 || reused == 0 {
+		t.Fatalf("test setup: want encodings of one and two parts, got %d and %d", len(one.parts), len(two.parts))
+	}
+	for _, e := range []*Encoding{one, two} {
+		seed := uint64(0)
+		if n := testing.AllocsPerRun(20, func() { seed++; e.Chain(indexHasher, seed, 7) }); n > 2 {
+			t.Errorf("Chain of %d parts: %.0f allocations, want at most 2 (the hashes, their header)", len(e.parts), n)
+		}
+	}
 }
