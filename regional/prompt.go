@@ -107,6 +107,8 @@ func (p *Prompts) PrefixCacheStats() tokenize.PrefixCacheStats { return p.prefix
 // Prompt is a tokenized request.
 type Prompt struct {
 	Tokens int // how many ids
+	// Chain is the hashes of the full blocks. A chat prompt's is shared
+	// with the caches: read it, never modify it.
 	Chain  []uint64
 	Reused int // ids taken from the session's previous turn or the prefix cache
 
@@ -143,8 +145,9 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 			return nil, err
 		}
 		var prev *tokenize.Encoding
-		key := model + "\x00" + sessionID
+		var key string
 		if sessionID != "" {
+			key = model + "\x00" + sessionID
 			prev = p.session(key)
 		}
 		var enc *tokenize.Encoding
@@ -156,11 +159,11 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		if sessionID != "" {
 			p.remember(key, enc)
 		}
-		// The reused ids are the caches' own, in parts: hashed where they
-		// lie, not gathered into one slice.
+		// The reused ids are the caches' own, in parts, hashed where they
+		// lie; the blocks within a reused prefix whose encoding was hashed
+		// under ns before are not hashed again.
 		out.enc, out.Tokens = enc, enc.Len()
-		var buf [8][]uint32 // an encoding has at most 8 parts
-		out.Chain = chainParts(ns, enc.AppendParts(buf[:0]), make([]uint64, 0, enc.Len()/p.blockSize))
+		out.Chain = enc.Chain(chainHasher, ns.Seed(), p.blockSize)
 		return out, nil
 	}
 	ids, err := m.AppendRequest(nil, k, r)
@@ -172,40 +175,8 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 	return out, nil
 }
 
-// chainParts is index.ChainHashes of ids held in consecutive parts: a
-// block that spans parts is gathered into a buffer, the others are hashed
-// where they lie. TestChainParts compares it with ChainHashes.
-func chainParts(ns index.Namespace, parts [][]uint32, dst []uint64) []uint64 {
-	bs := ns.BlockSize
-	if bs <= 0 {
-		return dst
-	}
-	var stack [256]uint32
-	carry := stack[:0] // the start of a block that spans parts
-	if bs > len(stack) {
-		carry = make([]uint32, 0, bs)
-	}
-	h := ns.Seed()
-	for _, part := range parts {
-		if len(carry) > 0 {
-			k := min(bs-len(carry), len(part))
-			carry, part = append(carry, part[:k]...), part[k:]
-			if len(carry) < bs {
-				continue
-			}
-			h = index.Extend(h, carry)
-			dst = append(dst, h)
-			carry = carry[:0]
-		}
-		full := len(part) / bs * bs
-		if full > 0 {
-			dst = index.ChainFrom(h, bs, part[:full], dst)
-			h = dst[len(dst)-1]
-		}
-		carry = append(carry, part[full:]...)
-	}
-	return dst
-}
+// chainHasher chains blocks for Encoding.Chain as index.ChainHashes does.
+var chainHasher = &tokenize.BlockHasher{Extend: index.Extend}
 
 func (p *Prompts) session(key string) *tokenize.Encoding {
 	p.mu.Lock()

@@ -184,7 +184,17 @@ func (p *bodyParser) str() (s []byte, plain, valid bool, err error) {
 	ascii, escaped := true, false
 	i := start
 	for {
-		// Eight bytes at a time while none of them needs a look.
+		// Thirty-two bytes at a time while none of them needs a look
+		// (a word's flags are all zero exactly when none of its bytes
+		// needs one), then eight at a time to find the one that does.
+		for i+32 <= len(p.data) {
+			d := p.data[i : i+32]
+			if plainASCII(binary.LittleEndian.Uint64(d))|plainASCII(binary.LittleEndian.Uint64(d[8:]))|
+				plainASCII(binary.LittleEndian.Uint64(d[16:]))|plainASCII(binary.LittleEndian.Uint64(d[24:])) != 0 {
+				break
+			}
+			i += 32
+		}
 		for i+8 <= len(p.data) {
 			special := plainASCII(binary.LittleEndian.Uint64(p.data[i:]))
 			if special != 0 {
@@ -248,7 +258,7 @@ const (
 // plainASCII flags, in the high bit of each byte of x, the bytes a string
 // scan must look at: '"', '\\', control characters and non-ASCII. Only
 // the lowest flag is exact (a borrow may flag a byte above it too), which
-// is all the scan uses.
+// is all the scan uses; a word with no such byte has no flag at all.
 func plainASCII(x uint64) uint64 {
 	zero := func(v uint64) uint64 { return (v - ones) &^ v & highs }
 	return zero(x^(ones*'"')) | zero(x^(ones*'\\')) | (x-ones*' ')&^x&highs | x&highs

@@ -434,3 +434,20 @@ func BenchmarkParseBody(b *testing.B) {
 		}
 	})
 }
+
+// TestPropertyParseBodyLongStrings compares ParseBody with json.Unmarshal
+// on contents long enough for the string scan's 32- and 8-byte steps,
+// with a byte that needs a look (quote, backslash escape, control
+// character, non-ASCII or broken UTF-8) at every offset of each step.
+func TestPropertyParseBodyLongStrings(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var sb strings.Builder
+		for range rapid.IntRange(0, 4).Draw(t, "runs") {
+			sb.WriteString(strings.Repeat("x", rapid.IntRange(0, 80).Draw(t, "plain")))
+			sb.WriteString(rapid.SampledFrom([]string{`\"`, `\\`, `\n`, `\u00e9`, "\t", "\x01", "é", "😀", "\xff", "\xe2\x82", `"`, "\x7f", " "}).Draw(t, "look"))
+		}
+		sb.WriteString(strings.Repeat("y", rapid.IntRange(0, 40).Draw(t, "tail")))
+		raw := `{"model":"m","messages":[{"role":"user","content":"` + sb.String() + `"}]}`
+		checkParseBody(t, []byte(raw))
+	})
+}

@@ -75,6 +75,10 @@
 //     share the ids they reuse with the encoding they take them from,
 //     holding them in parts rather than copying them; a reader gets them
 //     through Len, AppendParts and AppendIDs.
+//   - Encoding.Chain hashes an encoding's blocks with the caller's
+//     BlockHasher once and keeps the hashes with it; an encoding that reuses
+//     another's ids takes over the hashes of the blocks within them when
+//     hasher, seed and block size are the same.
 //
 // It imports nothing of ours, nor anything that pulls in net/http, Kafka or
 // Prometheus (the root's deps_test.go checks both): the engine simulator

@@ -19,6 +19,10 @@ type Encoding struct {
 	n        int
 	partsBuf [2][]uint32 // parts' room when it has at most two
 	restarts []restart
+	memo     chainMemo // chain hashes of its blocks (chain.go)
+	// restartsBuf is restarts' room when it has at most six (a system
+	// prompt and a question in ChatML have five).
+	restartsBuf [6]restart
 }
 
 // maxParts bounds how many parts an encoding built from another has: a
@@ -71,6 +75,7 @@ func (t *Tokenizer) EncodeText(text string) *Encoding {
 	// the bytes rarely needs growing (growing an 8k-token encoding from
 	// nil cost a sixth of its encoding time).
 	e := &Encoding{Text: text}
+	e.restarts = e.restartsBuf[:0]
 	ids, _ := t.appendSegments(make([]uint32, 0, len(text)/3+16), text, &e.restarts, 0, 0)
 	e.parts = e.partsBuf[:1]
 	e.parts[0], e.n = ids, len(ids)
@@ -115,7 +120,12 @@ func (t *Tokenizer) Extend(prev *Encoding, text string) (*Encoding, int) {
 // would have more than maxParts parts gets one, a copy.
 func (t *Tokenizer) encodeAfter(prev *Encoding, i int, text string) *Encoding {
 	r := prev.restarts[i]
-	e := &Encoding{Text: text, restarts: make([]restart, i+1, i+1+(len(prev.restarts)-i))}
+	e := &Encoding{Text: text}
+	if n := len(prev.restarts) + 1; n <= len(e.restartsBuf) {
+		e.restarts = e.restartsBuf[:i+1]
+	} else {
+		e.restarts = make([]restart, i+1, n)
+	}
 	copy(e.restarts, prev.restarts[:i+1])
 	shared := 0 // parts of prev that hold its first r.tokens ids
 	for left := r.tokens; left > 0; shared++ {
@@ -147,6 +157,7 @@ func (t *Tokenizer) encodeAfter(prev *Encoding, i int, text string) *Encoding {
 	own, _ = t.appendSegments(own, text[r.end:], &e.restarts, r.end, before)
 	e.parts[shared] = own
 	e.n = before + len(own)
+	e.memo.inherited = prev.prefixChain(r.tokens)
 	return e
 }
 
@@ -157,8 +168,15 @@ func commonPrefix(a, b string) int {
 	if a[:n] == b[:n] {
 		return n
 	}
-	// Compare in 8-byte words first, then bytes.
+	// Compare in 2 KB chunks first (memequal's vector loop), then 64
+	// bytes, then 8-byte words, then bytes.
 	i := 0
+	for i+2048 <= n && a[i:i+2048] == b[i:i+2048] {
+		i += 2048
+	}
+	for i+64 <= n && a[i:i+64] == b[i:i+64] {
+		i += 64
+	}
 	for i+8 <= n && a[i:i+8] == b[i:i+8] {
 		i += 8
 	}

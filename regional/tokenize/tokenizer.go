@@ -1,12 +1,15 @@
 package tokenize
 
 import (
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/tiktoken-go/tokenizer"
 )
@@ -80,6 +83,20 @@ type Tokenizer struct {
 	first      [256]bool         // first bytes of specials
 	firstOne   int               // the only first byte when all share one, else -1
 	maxSpecial int               // longest special, in bytes
+	// few: when there are at most maxFewSpecials specials, all of them,
+	// longest first, matched by comparing instead of hashing each length.
+	few []fewSpecial
+}
+
+// maxFewSpecials bounds the specials nextSpecial compares one by one.
+const maxFewSpecials = 16
+
+// fewSpecial is a special token and its first eight bytes as a
+// little-endian word (when it has eight).
+type fewSpecial struct {
+	s    string
+	id   uint32
+	head uint64
 }
 
 // NewTokenizer returns the tokenizer of a tiktoken encoding (see Encodings)
@@ -137,6 +154,16 @@ func NewTokenizer(encoding string, extra map[string]uint32) (*Tokenizer, error) 
 		for b := range firsts {
 			t.firstOne = int(b)
 		}
+	}
+	if len(t.specials) <= maxFewSpecials {
+		for s, id := range t.specials {
+			f := fewSpecial{s: s, id: id}
+			if len(s) >= 8 {
+				f.head = binary.LittleEndian.Uint64([]byte(s[:8]))
+			}
+			t.few = append(t.few, f)
+		}
+		slices.SortFunc(t.few, func(a, b fewSpecial) int { return cmp.Compare(len(b.s), len(a.s)) })
 	}
 	return t, nil
 }
@@ -202,6 +229,12 @@ func (t *Tokenizer) nextSpecial(text string, from int) (start, end int, id uint3
 		} else if !t.first[text[p]] {
 			continue
 		}
+		if t.few != nil {
+			if id, l, ok := t.matchFew(text[p:]); ok {
+				return p, p + l, id, true
+			}
+			continue
+		}
 		for _, l := range t.lengths {
 			if p+l > len(text) {
 				continue
@@ -212,6 +245,26 @@ func (t *Tokenizer) nextSpecial(text string, from int) (start, end int, id uint3
 		}
 	}
 	return 0, 0, 0, false
+}
+
+// matchFew returns the longest special in t.few that text starts with: what
+// looking text's prefixes up in t.specials, longest first, finds
+// (TestSpecialSplittingMatchesNaive).
+func (t *Tokenizer) matchFew(text string) (id uint32, n int, ok bool) {
+	var head uint64
+	if len(text) >= 8 {
+		head = binary.LittleEndian.Uint64(unsafe.Slice(unsafe.StringData(text), 8))
+	}
+	for i := range t.few {
+		f := &t.few[i]
+		if len(f.s) > len(text) || len(f.s) >= 8 && f.head != head {
+			continue
+		}
+		if text[:len(f.s)] == f.s {
+			return f.id, len(f.s), true
+		}
+	}
+	return 0, 0, false
 }
 
 func (t *Tokenizer) appendBPE(dst []uint32, text string) []uint32 {

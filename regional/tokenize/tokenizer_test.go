@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"sort"
 	"strings"
@@ -105,7 +106,7 @@ var textPieces = []string{
 	"<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|", "|>", "im_start", "<", "|",
 	"[BOS]", "[", "<|im_start|>x", " ", "  ", "\n", "\n\n", "\t", "hello", " world",
 	"Hello", "'s", "'ll", "123", "4567", "é", "日本語", "🙂", "!!", "...", "func()", "{", "}",
-	"user", "assistant", "\r\n", " \n", "a", "x", "BOS]",
+	"user", "assistant", "\r\n", " \n", "a", "x", "BOS]", "<|reserved_1|>", "<|reserved_12|>", "<|reserved_",
 }
 
 // boundaryPieces is a small alphabet dense in special tokens, their
@@ -124,12 +125,18 @@ func genText(t *rapid.T, label string) string {
 func TestSpecialSplittingMatchesNaive(t *testing.T) {
 	single := mustTokenizer(t, Cl100kBase, map[string]uint32{"<|im_start|>x": 300000})
 	multi := mustTokenizer(t, Cl100kBase, map[string]uint32{"[BOS]": 300001, "<|im_start|>x": 300000})
-	if single.firstOne < 0 || multi.firstOne >= 0 {
-		t.Fatal("test setup: want one tokenizer with a single first byte and one with several")
+	// Past maxFewSpecials, specials are looked up by length in the map.
+	extra := map[string]uint32{"[BOS]": 300001, "<|im_start|>x": 300000}
+	for i := range maxFewSpecials {
+		extra[fmt.Sprintf("<|reserved_%d|>", i)] = uint32(300100 + i)
+	}
+	many := mustTokenizer(t, Cl100kBase, extra)
+	if single.firstOne < 0 || multi.firstOne >= 0 || single.few == nil || multi.few == nil || many.few != nil {
+		t.Fatal("test setup: want one tokenizer with a single first byte and one with several, both with few specials, and one with many")
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		text := genText(rt, "text")
-		for _, tk := range []*Tokenizer{single, multi} {
+		for _, tk := range []*Tokenizer{single, multi, many} {
 			if got, want := tk.Encode(text), naiveEncode(tk, text); !slices.Equal(got, want) {
 				rt.Fatalf("%q: got %v, naive %v", text, got, want)
 			}
