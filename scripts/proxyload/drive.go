@@ -44,9 +44,10 @@ type result struct {
 	DirectRPS     float64            `json:"direct_rps"`
 	Samples       int                `json:"samples"` // through the proxy
 	DirectSamples int                `json:"direct_samples"`
-	LateShare     float64            `json:"late_share"`   // sent > 1 ms after due by the generator
-	QueuedShare   float64            `json:"queued_share"` // waited for a free connection
-	Failed        int                `json:"failed"`       // failed or unfinished requests, both arms (counted as infinitely slow)
+	LateShare     float64            `json:"late_share"`        // handed on > 1 ms after due by the pacer (judged: -max-late)
+	WorkerLate    float64            `json:"worker_late_share"` // started > 1 ms after handed on, by a worker waiting for a CPU (not judged)
+	QueuedShare   float64            `json:"queued_share"`      // waited for a free connection
+	Failed        int                `json:"failed"`            // failed or unfinished requests, both arms (counted as infinitely slow)
 	GenCPU        float64            `json:"gen_cpu_cores"`
 	GenCPUperReq  float64            `json:"gen_cpu_us_per_req"`
 	CPU           map[string]float64 `json:"cpu_cores"` // the generator's and each -procs group's
@@ -58,6 +59,7 @@ type result struct {
 	AtMaxAdded99   float64            `json:"added_p99_us_at_max"`
 	AtMaxCI        [2]float64         `json:"added_p99_ci95_us_at_max"`
 	AtMaxLate      float64            `json:"late_share_at_max"`
+	AtMaxWorker    float64            `json:"worker_late_share_at_max"`
 	AtMaxSamples   int                `json:"samples_at_max"`
 	AtMaxGenCPU    float64            `json:"gen_cpu_cores_at_max"`
 	AtMaxCPU       map[string]float64 `json:"cpu_cores_at_max"`
@@ -80,6 +82,7 @@ type stepJSON struct {
 	Direct     int                `json:"direct_samples"`
 	Windows    int                `json:"windows"`
 	LateShare  float64            `json:"late_share"`
+	WorkerLate float64            `json:"worker_late_share"`
 	GenCPU     float64            `json:"gen_cpu_cores"`
 	CPU        map[string]float64 `json:"cpu_cores"`
 	Load       string             `json:"load"`
@@ -88,7 +91,8 @@ type stepJSON struct {
 func (d *driver) toJSON(s step) stepJSON {
 	return stepJSON{RPS: s.rate, Verdict: s.verdict, AddedP50us: r1(s.est.p50), AddedP99us: r1(s.est.p99), AddedP99CI: r2(s.est.p99CI),
 		Samples: len(s.win.proxied), Direct: len(s.win.direct), Windows: s.windows, LateShare: s.win.lateShare(),
-		GenCPU: perSec(s.win.genCPU, s.win.wall), CPU: d.cpu(s.win), Load: loadavg()}
+		WorkerLate: s.win.workerLateShare(),
+		GenCPU:     perSec(s.win.genCPU, s.win.wall), CPU: d.cpu(s.win), Load: loadavg()}
 }
 
 // cpu is the cores used in w by the generator and each -procs group.
@@ -112,7 +116,7 @@ func drive(args []string) error {
 	samples := fs.Int("samples", 20000, "requests per arm in a window (the smaller arm)")
 	maxWindow := fs.Duration("max-window", 60*time.Second, "longest window: below this rate arms get fewer samples (and a wider CI)")
 	maxAdded := fs.Duration("max-added", time.Millisecond, "p99 added that still counts as sustained")
-	maxLate := fs.Float64("max-late", 0.01, "share of requests sent over 1 ms late above which a window is invalid")
+	maxLate := fs.Float64("max-late", 0.01, "share of requests the pacer handed on over 1 ms after due above which a window is invalid (a worker's wait for a CPU is reported, not judged)")
 	tries := fs.Int("tries", 3, "windows per rate at most, pooled while the CI straddles -max-added")
 	resamples := fs.Int("resamples", 1000, "bootstrap resamples")
 	maxRate := fs.Float64("max-rate", 40000, "highest rate tried")
@@ -164,9 +168,9 @@ func drive(args []string) error {
 		try := func(r float64) step {
 			s := judge(r, measure, c)
 			fmt.Fprintf(os.Stderr, "proxyload: %s at %.0f req/s (+%.0f direct): %s, added p50 %.0f us, p99 %.0f us [%.0f, %.0f] "+
-				"(direct p50 %.0f p99 %.0f us; %d+%d samples, %d window(s), late %.2f%%, cores %v; load %s)\n",
+				"(direct p50 %.0f p99 %.0f us; %d+%d samples, %d window(s), late %.2f%% (workers %.2f%%), cores %v; load %s)\n",
 				name, r, r**ratio, s.verdict, s.est.p50, s.est.p99, s.est.p99CI[0], s.est.p99CI[1], s.est.directP50, s.est.directP99,
-				len(s.win.proxied), len(s.win.direct), s.windows, 100*s.win.lateShare(),
+				len(s.win.proxied), len(s.win.direct), s.windows, 100*s.win.lateShare(), 100*s.win.workerLateShare(),
 				d.cpu(s.win), loadavg())
 			return s
 		}
@@ -182,7 +186,7 @@ func drive(args []string) error {
 		res := result{Proxy: name, RPS: *rate, AddedP50us: r1(e.p50), AddedP99us: r1(e.p99), MaxRPS: best.rate,
 			AddedP50CI: r2(e.p50CI), AddedP99CI: r2(e.p99CI), Verdict: fixed.verdict,
 			DirectRPS: *rate * *ratio, Samples: len(w.proxied), DirectSamples: len(w.direct),
-			LateShare: w.lateShare(), QueuedShare: share(w.queued, w.offered), Failed: failed(w),
+			LateShare: w.lateShare(), WorkerLate: w.workerLateShare(), QueuedShare: share(w.queued, w.offered), Failed: failed(w),
 			GenCPU: perSec(w.genCPU, w.wall), GenCPUperReq: r1(1e6 * w.genCPU / float64(max(w.offered, 1))),
 			CPU:   d.cpu(w),
 			P50us: r1(e.proxiedP50), P99us: r1(e.proxiedP99), DirectP50us: r1(e.directP50), DirectP99us: r1(e.directP99),
@@ -190,6 +194,7 @@ func drive(args []string) error {
 		if best.rate > 0 {
 			res.AtMaxAdded99, res.AtMaxCI = r1(best.est.p99), r2(best.est.p99CI)
 			res.AtMaxLate, res.AtMaxSamples = best.win.lateShare(), len(best.win.proxied)
+			res.AtMaxWorker = best.win.workerLateShare()
 			res.AtMaxGenCPU, res.AtMaxCPU = perSec(best.win.genCPU, best.win.wall), d.cpu(best.win)
 		}
 		for _, s := range steps {
@@ -294,13 +299,14 @@ type clientConn struct {
 	body []byte // its body
 }
 
-// job is request i of a window, due at due, for arm (0 direct, 1 proxied).
+// job is request i of a window, due at due and handed on by the pacer at
+// at, for arm (0 direct, 1 proxied).
 type job struct {
-	s      *session
-	i      int
-	due    time.Time
-	arm    int
-	queued bool
+	s       *session
+	i       int
+	due, at time.Time
+	arm     int
+	queued  bool
 }
 
 // session is one window: its results and its idle workers and queue.
@@ -308,7 +314,8 @@ type session struct {
 	deadline atomic.Int64 // unix nanoseconds: requests not done by then fail
 	lat      []float64    // by request; +Inf until it succeeds
 	arm      []int8
-	late     atomic.Int64
+	late     int          // pacer's lag over maxLag (the pacer's own)
+	wlate    atomic.Int64 // worker's start delay over maxLag
 	wg       sync.WaitGroup
 	mu       sync.Mutex
 	idle     []*worker
@@ -528,8 +535,8 @@ func (d *driver) do(w *worker, j job) {
 		return
 	}
 	lat := time.Since(j.due)
-	if !j.queued && sent.Sub(j.due) > time.Millisecond {
-		j.s.late.Add(1)
+	if workerLate(j.at, sent, j.queued) {
+		j.s.wlate.Add(1)
 	}
 	j.s.lat[j.i] = float64(lat) / 1e3
 }
@@ -594,7 +601,11 @@ func (d *driver) window(rate, ratio float64, samples int, length time.Duration) 
 		s.arm[i] = int8(arm)
 		s.wg.Add(1)
 		offered++
-		s.dispatch(job{s: s, i: i, due: due, arm: arm})
+		at := time.Now()
+		if pacerLate(due, at) {
+			s.late++
+		}
+		s.dispatch(job{s: s, i: i, due: due, at: at, arm: arm})
 		// Let the worker send it now, on this thread, rather than after
 		// the next sleep.
 		runtime.Gosched()
@@ -607,7 +618,7 @@ func (d *driver) window(rate, ratio float64, samples int, length time.Duration) 
 	wall := time.Since(start).Seconds()
 	d.workers = s.idle
 	var out window
-	out.offered, out.late, out.queued = offered, int(s.late.Load()), s.queued
+	out.offered, out.late, out.workerLate, out.queued = offered, s.late, int(s.wlate.Load()), s.queued
 	out.genCPU, out.wall = selfCPU()-cpu0, wall
 	out.procCPU = procCPU(d.procs)
 	for i := range out.procCPU {

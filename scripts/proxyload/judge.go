@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 )
 
 // window is one paired measurement at one rate: the latencies (in
@@ -19,11 +20,14 @@ import (
 type window struct {
 	direct, proxied []float64
 	// offered is how many requests the schedule held; late how many of
-	// them the generator sent more than a millisecond after they were due
-	// (not counting those that waited for a free connection: that wait
-	// is the proxy's queue, not the generator's lag); queued how many
-	// waited for a free connection.
-	offered, late, queued int
+	// them the pacer handed on more than a millisecond after they were
+	// due (the schedule was not offered: the window is invalid above
+	// maxLate); workerLate how many a worker started to send more than a
+	// millisecond after the pacer handed them to it (its wait for a CPU
+	// on a busy machine, which both arms carry: reported, not judged; see
+	// lateness); queued how many waited for a free connection (that wait
+	// is the proxy's queue, counted in neither late nor workerLate).
+	offered, late, workerLate, queued int
 	// genCPU is the generator's own CPU time in the window and procCPU
 	// that of each process group it was told of (-procs; core-seconds),
 	// wall its length in seconds.
@@ -38,6 +42,7 @@ func (w *window) add(o window) {
 	w.proxied = append(w.proxied, o.proxied...)
 	w.offered += o.offered
 	w.late += o.late
+	w.workerLate += o.workerLate
 	w.queued += o.queued
 	w.genCPU += o.genCPU
 	w.wall += o.wall
@@ -49,11 +54,49 @@ func (w *window) add(o window) {
 	}
 }
 
-func (w *window) lateShare() float64 {
-	if w.offered == 0 {
-		return 0
-	}
-	return float64(w.late) / float64(w.offered)
+// lateShare is the share of the requests offered that the pacer handed
+// on late: what judge and decide hold against -max-late.
+func (w *window) lateShare() float64 { return share(w.late, w.offered) }
+
+// workerLateShare is the share of the requests offered that waited over
+// a millisecond for their worker to run: reported, never judged.
+func (w *window) workerLateShare() float64 { return share(w.workerLate, w.offered) }
+
+// maxLag is how late a request may be handed on, or started, and still
+// count as on time.
+const maxLag = time.Millisecond
+
+// How late a request was sent, measured from due, is split in two: the
+// pacer's lag (dispatched - due: the pacer handed it to a worker, or
+// queued it, that late) and the worker's start delay (sent - dispatched:
+// the worker it was handed to waited that long for a CPU before writing
+// it). Each counts when over maxLag. A queued request has no start delay
+// of the worker's: it waited for a connection to come free, which is the
+// proxy's queue.
+//
+// Why only the pacer's lag makes a window invalid: the schedule is open
+// loop and every latency counts from due, so neither delay is hidden
+// from the latencies; what a late pacer breaks is the schedule itself,
+// since the requests it did not hand on in time were not offered at the
+// rate claimed (they come later, in a bunch, and the proxy rested
+// meanwhile). A worker's start delay is the machine being busy at that
+// rate (proxy, backend and generator share the cores): the request was
+// offered on time, and since each request's arm is drawn at random both
+// arms wait alike, so the delay lands in both distributions of the
+// paired difference, like any other load effect. Counting it as the
+// generator's lag, as drive did before, judged windows invalid at the
+// very rates where the proxies load the machine, which is what is to be
+// measured.
+
+// pacerLate reports whether a request due at due and handed on at
+// dispatched was offered late.
+func pacerLate(due, dispatched time.Time) bool { return dispatched.Sub(due) > maxLag }
+
+// workerLate reports whether a request handed to a worker at dispatched
+// and written at sent waited long for its worker to run; never when it
+// was queued for a free connection.
+func workerLate(dispatched, sent time.Time, queued bool) bool {
+	return !queued && sent.Sub(dispatched) > maxLag
 }
 
 // qIndex is the index in n sorted samples of the p-quantile: the sample
@@ -185,8 +228,8 @@ type criteria struct {
 
 // decide judges one estimate. It passes only when the upper bound of the
 // 95% CI of added p99 is within the limit and fails only when its lower
-// bound is above it; a generator that fell behind its schedule makes the
-// window invalid whatever its latencies.
+// bound is above it; a pacer that fell behind its schedule (lateShare,
+// see pacerLate) makes the window invalid whatever its latencies.
 func decide(e estimate, lateShare float64, c criteria) verdict {
 	switch {
 	case lateShare > c.maxLate || math.IsNaN(e.p99CI[0]) || math.IsNaN(e.p99CI[1]):

@@ -181,6 +181,10 @@ func TestJudge(t *testing.T) {
 		{"straddles to the end", []window{mk(1000, 2000, 0), mk(1000, 2000, 0), mk(1000, 2000, 0), mk(200, 2000, 0)}, straddle, 3, 6000},
 		{"late, then a valid pass", []window{mk(200, 5000, 0.05), mk(200, 4000, 0)}, pass, 2, 4000},
 		{"late every time", []window{mk(200, 5000, 0.05), mk(200, 5000, 0.05), mk(200, 5000, 0.05)}, invalid, 3, 5000},
+		// Workers that waited for a CPU are the machine's load, carried by
+		// both arms: a window is not invalid for them, however many.
+		{"workers late, pacer on time", []window{workerLateWin(mk(200, 5000, 0), 0.5)}, pass, 1, 5000},
+		{"workers late, fails", []window{workerLateWin(mk(3000, 5000, 0), 0.9)}, fail, 1, 5000},
 	} {
 		i := 0
 		s := judge(1500, func(rate float64) window {
@@ -194,6 +198,61 @@ func TestJudge(t *testing.T) {
 			t.Errorf("%s: %s after %d windows (%d measured) judging %d samples; want %s after %d judging %d (CI %v)",
 				tc.name, s.verdict, s.windows, i, len(s.win.proxied), tc.want, tc.measured, tc.pooled, s.est.p99CI)
 		}
+	}
+}
+
+// workerLateWin is w with share of its requests started late by their
+// workers.
+func workerLateWin(w window, share float64) window {
+	w.workerLate = int(share * float64(w.offered))
+	return w
+}
+
+// The pacer's lag is counted from due to when the pacer handed the
+// request on, the worker's start delay from then to when it was written;
+// each over a millisecond, and a queued request has none of the
+// worker's.
+func TestLateness(t *testing.T) {
+	due := time.Unix(1000, 0)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name              string
+		dispatched, sent  time.Duration // after due
+		queued            bool
+		pacer, workerLate bool
+	}{
+		{"on time", 0, 100 * time.Microsecond, false, false, false},
+		{"both at the bound", ms, 2 * ms, false, false, false},
+		{"pacer just late", ms + 1, ms + 2, false, true, false},
+		// Sent 5 ms after due, all of it the pacer's: the worker started
+		// at once.
+		{"pacer late, worker prompt", 5 * ms, 5*ms + 500*time.Microsecond, false, true, false},
+		// Sent 3 ms after due, all of it the worker's wait: not the
+		// pacer's lag.
+		{"worker late, pacer prompt", 100 * time.Microsecond, 3 * ms, false, false, true},
+		{"worker just late", 0, ms + 1, false, false, true},
+		// A queued request waited for a connection (the proxy's queue).
+		{"queued", 0, 30 * ms, true, false, false},
+		{"queued, pacer late", 2 * ms, 30 * ms, true, true, false},
+	} {
+		at, sent := due.Add(tc.dispatched), due.Add(tc.sent)
+		if got := pacerLate(due, at); got != tc.pacer {
+			t.Errorf("%s: pacerLate %v, want %v", tc.name, got, tc.pacer)
+		}
+		if got := workerLate(at, sent, tc.queued); got != tc.workerLate {
+			t.Errorf("%s: workerLate %v, want %v", tc.name, got, tc.workerLate)
+		}
+	}
+}
+
+// Pooled windows add up both kinds of lateness, and the two shares are
+// of the requests offered.
+func TestWindowAddLateness(t *testing.T) {
+	var w window
+	w.add(window{offered: 100, late: 1, workerLate: 10, queued: 2})
+	w.add(window{offered: 300, late: 3, workerLate: 30})
+	if w.late != 4 || w.workerLate != 40 || w.queued != 2 || w.lateShare() != 0.01 || w.workerLateShare() != 0.1 {
+		t.Errorf("pooled %+v: late share %v, worker late share %v; want 4, 40, 2, 0.01, 0.1", w, w.lateShare(), w.workerLateShare())
 	}
 }
 
@@ -276,8 +335,8 @@ func TestWindowAgainstBackend(t *testing.T) {
 	if n := failed(w); n != 0 {
 		t.Errorf("%d requests failed", n)
 	}
-	if w.late > w.offered || w.queued > w.offered || w.wall <= 0 {
-		t.Errorf("late %d, queued %d of %d offered, wall %v", w.late, w.queued, w.offered, w.wall)
+	if w.late > w.offered || w.workerLate > w.offered || w.queued > w.offered || w.wall <= 0 {
+		t.Errorf("late %d, workers late %d, queued %d of %d offered, wall %v", w.late, w.workerLate, w.queued, w.offered, w.wall)
 	}
 	if len(d.workers) != 8 {
 		t.Errorf("%d workers idle after the window, want 8", len(d.workers))
