@@ -20,13 +20,12 @@ import (
 type window struct {
 	direct, proxied []float64
 	// offered is how many requests the schedule held; late how many of
-	// them the pacer handed on more than a millisecond after they were
-	// due (the schedule was not offered: the window is invalid above
-	// maxLate); workerLate how many a worker started to send more than a
-	// millisecond after the pacer handed them to it (its wait for a CPU
-	// on a busy machine, which both arms carry: reported, not judged; see
-	// lateness); queued how many waited for a free connection (that wait
-	// is the proxy's queue, counted in neither late nor workerLate).
+	// them the pacer took up more than a millisecond after they were due
+	// (the schedule was not offered: the window is invalid above
+	// maxLate); workerLate how many were written more than a millisecond
+	// after that (reported, not judged; see pacerLate); queued how many
+	// waited for a free connection (that wait is the proxy's queue,
+	// counted in neither late nor workerLate).
 	offered, late, workerLate, queued int
 	// genCPU is the generator's own CPU time in the window and procCPU
 	// that of each process group it was told of (-procs; core-seconds),
@@ -54,47 +53,51 @@ func (w *window) add(o window) {
 	}
 }
 
-// lateShare is the share of the requests offered that the pacer handed
-// on late: what judge and decide hold against -max-late.
+// lateShare is the share of the requests offered that the pacer took up
+// late: what judge and decide hold against -max-late.
 func (w *window) lateShare() float64 { return share(w.late, w.offered) }
 
-// workerLateShare is the share of the requests offered that waited over
-// a millisecond for their worker to run: reported, never judged.
+// workerLateShare is the share of the requests offered that were written
+// over a millisecond after the pacer took them up: reported, never
+// judged.
 func (w *window) workerLateShare() float64 { return share(w.workerLate, w.offered) }
 
-// maxLag is how late a request may be handed on, or started, and still
-// count as on time.
+// maxLag is how late a request may be taken up, or written after that,
+// and still count as on time.
 const maxLag = time.Millisecond
 
 // How late a request was sent, measured from due, is split in two: the
-// pacer's lag (dispatched - due: the pacer handed it to a worker, or
-// queued it, that late) and the worker's start delay (sent - dispatched:
-// the worker it was handed to waited that long for a CPU before writing
-// it). Each counts when over maxLag. A queued request has no start delay
-// of the worker's: it waited for a connection to come free, which is the
-// proxy's queue.
+// pacer's lag (dispatched - due: the pacer took it up, to write it or to
+// queue it, that late) and the start delay (sent - dispatched: from then
+// to writing it). Each counts when over maxLag. The pacer now writes
+// most requests itself, so the start delay is the time to build one,
+// plus a dial for a connection the other end had closed; when a worker
+// goroutine was handed each request to write (before), it was mostly
+// that worker's wait for a CPU. A queued request has no start delay: it
+// waited for a connection to come free, which is the proxy's queue.
 //
 // Why only the pacer's lag makes a window invalid: the schedule is open
 // loop and every latency counts from due, so neither delay is hidden
 // from the latencies; what a late pacer breaks is the schedule itself,
-// since the requests it did not hand on in time were not offered at the
+// since the requests it did not take up in time were not offered at the
 // rate claimed (they come later, in a bunch, and the proxy rested
-// meanwhile). A worker's start delay is the machine being busy at that
-// rate (proxy, backend and generator share the cores): the request was
-// offered on time, and since each request's arm is drawn at random both
-// arms wait alike, so the delay lands in both distributions of the
-// paired difference, like any other load effect. Counting it as the
-// generator's lag, as drive did before, judged windows invalid at the
-// very rates where the proxies load the machine, which is what is to be
-// measured.
+// meanwhile). A goroutine's wait for a CPU after that (the writer's
+// before, a reader's before it reads an answer) is the machine being
+// busy at that rate (proxy, backend and generator share the cores): the
+// request was offered on time, and since each request's arm is drawn at
+// random both arms wait alike, so the delay lands in both distributions
+// of the paired difference, like any other load effect. Counting it as
+// the generator's lag, as drive did before, judged windows invalid at
+// the very rates where the proxies load the machine, which is what is to
+// be measured.
 
-// pacerLate reports whether a request due at due and handed on at
-// dispatched was offered late.
+// pacerLate reports whether a request due at due and taken up by the
+// pacer at dispatched was offered late.
 func pacerLate(due, dispatched time.Time) bool { return dispatched.Sub(due) > maxLag }
 
-// workerLate reports whether a request handed to a worker at dispatched
-// and written at sent waited long for its worker to run; never when it
-// was queued for a free connection.
+// workerLate reports whether a request taken up at dispatched and
+// written at sent started late; never when it was queued for a free
+// connection.
 func workerLate(dispatched, sent time.Time, queued bool) bool {
 	return !queued && sent.Sub(dispatched) > maxLag
 }

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -338,7 +341,79 @@ func TestWindowAgainstBackend(t *testing.T) {
 	if w.late > w.offered || w.workerLate > w.offered || w.queued > w.offered || w.wall <= 0 {
 		t.Errorf("late %d, workers late %d, queued %d of %d offered, wall %v", w.late, w.workerLate, w.queued, w.offered, w.wall)
 	}
-	if len(d.workers) != 8 {
-		t.Errorf("%d workers idle after the window, want 8", len(d.workers))
+	if len(d.idle[0]) != 8 || len(d.idle[1]) != 8 {
+		t.Errorf("%d+%d connections idle after the window, want 8+8", len(d.idle[0]), len(d.idle[1]))
+	}
+}
+
+// serveOneEach answers one request on each connection ln accepts, then
+// closes it; with announce, its answer says so (Connection: close).
+func serveOneEach(ln net.Listener, announce bool) {
+	answer := chatAnswer
+	if announce {
+		answer = bytes.Replace(chatAnswer, []byte("\r\n\r\n"), []byte("\r\nConnection: close\r\n\r\n"), 1)
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if _, err := br.ReadSlice('\n'); err != nil {
+				return
+			}
+			length := int64(0)
+			for {
+				k, v, end, err := headerLine(br)
+				if err != nil {
+					return
+				}
+				if end {
+					break
+				}
+				if bytes.EqualFold(k, []byte("Content-Length")) {
+					length, _ = strconv.ParseInt(string(v), 10, 64)
+				}
+			}
+			if _, err := readRequestBody(br, nil, length, false); err == nil {
+				_, _ = c.Write(answer)
+			}
+		}()
+	}
+}
+
+// Connections the other end closes are dialed again when next given a
+// request, by the pacer's hand-off or from the queue: with one connection
+// per arm, every request after the first of each arm is sent on a new
+// one, most of them queued. Announced closes lose no request; unannounced
+// ones may lose a request written just as the close arrives, but the
+// window ends, every request accounted for, and the connections are idle.
+func TestWindowRedials(t *testing.T) {
+	for _, announce := range []bool{true, false} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go serveOneEach(ln, announce)
+		url := "http://" + ln.Addr().String() + "/v1/chat/completions"
+		d := &driver{body: chatBody(false)}
+		if err := d.open(url, url, 1); err != nil {
+			t.Fatal(err)
+		}
+		w := d.window(2000, 1, 200, 30*time.Second)
+		if len(w.direct) < 200 || len(w.proxied) < 200 || len(w.direct)+len(w.proxied) != w.offered {
+			t.Errorf("announce %v: window of %d requests gave %d direct and %d proxied samples, want >= 200 each, %d in all",
+				announce, w.offered, len(w.direct), len(w.proxied), w.offered)
+		}
+		if n := failed(w); announce && n != 0 || n > w.offered/2 {
+			t.Errorf("announce %v: %d of %d requests failed", announce, n, w.offered)
+		}
+		if len(d.idle[0]) != 1 || len(d.idle[1]) != 1 {
+			t.Errorf("announce %v: %d+%d connections idle after the window, want 1+1", announce, len(d.idle[0]), len(d.idle[1]))
+		}
+		d.close()
+		ln.Close()
 	}
 }
