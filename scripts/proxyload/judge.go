@@ -10,6 +10,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"time"
 )
 
 // window is one paired measurement at one rate: the latencies (in
@@ -19,11 +20,13 @@ import (
 type window struct {
 	direct, proxied []float64
 	// offered is how many requests the schedule held; late how many of
-	// them the generator sent more than a millisecond after they were due
-	// (not counting those that waited for a free connection: that wait
-	// is the proxy's queue, not the generator's lag); queued how many
-	// waited for a free connection.
-	offered, late, queued int
+	// them the pacer took up more than a millisecond after they were due
+	// (the schedule was not offered: the window is invalid above
+	// maxLate); workerLate how many were written more than a millisecond
+	// after that (reported, not judged; see pacerLate); queued how many
+	// waited for a free connection (that wait is the proxy's queue,
+	// counted in neither late nor workerLate).
+	offered, late, workerLate, queued int
 	// genCPU is the generator's own CPU time in the window and procCPU
 	// that of each process group it was told of (-procs; core-seconds),
 	// wall its length in seconds.
@@ -38,6 +41,7 @@ func (w *window) add(o window) {
 	w.proxied = append(w.proxied, o.proxied...)
 	w.offered += o.offered
 	w.late += o.late
+	w.workerLate += o.workerLate
 	w.queued += o.queued
 	w.genCPU += o.genCPU
 	w.wall += o.wall
@@ -49,11 +53,53 @@ func (w *window) add(o window) {
 	}
 }
 
-func (w *window) lateShare() float64 {
-	if w.offered == 0 {
-		return 0
-	}
-	return float64(w.late) / float64(w.offered)
+// lateShare is the share of the requests offered that the pacer took up
+// late: what judge and decide hold against -max-late.
+func (w *window) lateShare() float64 { return share(w.late, w.offered) }
+
+// workerLateShare is the share of the requests offered that were written
+// over a millisecond after the pacer took them up: reported, never
+// judged.
+func (w *window) workerLateShare() float64 { return share(w.workerLate, w.offered) }
+
+// maxLag is how late a request may be taken up, or written after that,
+// and still count as on time.
+const maxLag = time.Millisecond
+
+// How late a request was sent, measured from due, is split in two: the
+// pacer's lag (dispatched - due: the pacer took it up, to write it or to
+// queue it, that late) and the start delay (sent - dispatched: from then
+// to writing it). Each counts when over maxLag. The pacer now writes
+// most requests itself, so the start delay is the time to build one,
+// plus a dial for a connection the other end had closed; when a worker
+// goroutine was handed each request to write (before), it was mostly
+// that worker's wait for a CPU. A queued request has no start delay: it
+// waited for a connection to come free, which is the proxy's queue.
+//
+// Why only the pacer's lag makes a window invalid: the schedule is open
+// loop and every latency counts from due, so neither delay is hidden
+// from the latencies; what a late pacer breaks is the schedule itself,
+// since the requests it did not take up in time were not offered at the
+// rate claimed (they come later, in a bunch, and the proxy rested
+// meanwhile). A goroutine's wait for a CPU after that (the writer's
+// before, a reader's before it reads an answer) is the machine being
+// busy at that rate (proxy, backend and generator share the cores): the
+// request was offered on time, and since each request's arm is drawn at
+// random both arms wait alike, so the delay lands in both distributions
+// of the paired difference, like any other load effect. Counting it as
+// the generator's lag, as drive did before, judged windows invalid at
+// the very rates where the proxies load the machine, which is what is to
+// be measured.
+
+// pacerLate reports whether a request due at due and taken up by the
+// pacer at dispatched was offered late.
+func pacerLate(due, dispatched time.Time) bool { return dispatched.Sub(due) > maxLag }
+
+// workerLate reports whether a request taken up at dispatched and
+// written at sent started late; never when it was queued for a free
+// connection.
+func workerLate(dispatched, sent time.Time, queued bool) bool {
+	return !queued && sent.Sub(dispatched) > maxLag
 }
 
 // qIndex is the index in n sorted samples of the p-quantile: the sample
@@ -185,8 +231,8 @@ type criteria struct {
 
 // decide judges one estimate. It passes only when the upper bound of the
 // 95% CI of added p99 is within the limit and fails only when its lower
-// bound is above it; a generator that fell behind its schedule makes the
-// window invalid whatever its latencies.
+// bound is above it; a pacer that fell behind its schedule (lateShare,
+// see pacerLate) makes the window invalid whatever its latencies.
 func decide(e estimate, lateShare float64, c criteria) verdict {
 	switch {
 	case lateShare > c.maxLate || math.IsNaN(e.p99CI[0]) || math.IsNaN(e.p99CI[1]):

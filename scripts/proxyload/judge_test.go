@@ -1,10 +1,13 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"math"
 	"math/rand/v2"
 	"net"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -181,6 +184,10 @@ func TestJudge(t *testing.T) {
 		{"straddles to the end", []window{mk(1000, 2000, 0), mk(1000, 2000, 0), mk(1000, 2000, 0), mk(200, 2000, 0)}, straddle, 3, 6000},
 		{"late, then a valid pass", []window{mk(200, 5000, 0.05), mk(200, 4000, 0)}, pass, 2, 4000},
 		{"late every time", []window{mk(200, 5000, 0.05), mk(200, 5000, 0.05), mk(200, 5000, 0.05)}, invalid, 3, 5000},
+		// Workers that waited for a CPU are the machine's load, carried by
+		// both arms: a window is not invalid for them, however many.
+		{"workers late, pacer on time", []window{workerLateWin(mk(200, 5000, 0), 0.5)}, pass, 1, 5000},
+		{"workers late, fails", []window{workerLateWin(mk(3000, 5000, 0), 0.9)}, fail, 1, 5000},
 	} {
 		i := 0
 		s := judge(1500, func(rate float64) window {
@@ -194,6 +201,61 @@ func TestJudge(t *testing.T) {
 			t.Errorf("%s: %s after %d windows (%d measured) judging %d samples; want %s after %d judging %d (CI %v)",
 				tc.name, s.verdict, s.windows, i, len(s.win.proxied), tc.want, tc.measured, tc.pooled, s.est.p99CI)
 		}
+	}
+}
+
+// workerLateWin is w with share of its requests started late by their
+// workers.
+func workerLateWin(w window, share float64) window {
+	w.workerLate = int(share * float64(w.offered))
+	return w
+}
+
+// The pacer's lag is counted from due to when the pacer handed the
+// request on, the worker's start delay from then to when it was written;
+// each over a millisecond, and a queued request has none of the
+// worker's.
+func TestLateness(t *testing.T) {
+	due := time.Unix(1000, 0)
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name              string
+		dispatched, sent  time.Duration // after due
+		queued            bool
+		pacer, workerLate bool
+	}{
+		{"on time", 0, 100 * time.Microsecond, false, false, false},
+		{"both at the bound", ms, 2 * ms, false, false, false},
+		{"pacer just late", ms + 1, ms + 2, false, true, false},
+		// Sent 5 ms after due, all of it the pacer's: the worker started
+		// at once.
+		{"pacer late, worker prompt", 5 * ms, 5*ms + 500*time.Microsecond, false, true, false},
+		// Sent 3 ms after due, all of it the worker's wait: not the
+		// pacer's lag.
+		{"worker late, pacer prompt", 100 * time.Microsecond, 3 * ms, false, false, true},
+		{"worker just late", 0, ms + 1, false, false, true},
+		// A queued request waited for a connection (the proxy's queue).
+		{"queued", 0, 30 * ms, true, false, false},
+		{"queued, pacer late", 2 * ms, 30 * ms, true, true, false},
+	} {
+		at, sent := due.Add(tc.dispatched), due.Add(tc.sent)
+		if got := pacerLate(due, at); got != tc.pacer {
+			t.Errorf("%s: pacerLate %v, want %v", tc.name, got, tc.pacer)
+		}
+		if got := workerLate(at, sent, tc.queued); got != tc.workerLate {
+			t.Errorf("%s: workerLate %v, want %v", tc.name, got, tc.workerLate)
+		}
+	}
+}
+
+// Pooled windows add up both kinds of lateness, and the two shares are
+// of the requests offered.
+func TestWindowAddLateness(t *testing.T) {
+	var w window
+	w.add(window{offered: 100, late: 1, workerLate: 10, queued: 2})
+	w.add(window{offered: 300, late: 3, workerLate: 30})
+	if w.late != 4 || w.workerLate != 40 || w.queued != 2 || w.lateShare() != 0.01 || w.workerLateShare() != 0.1 {
+		t.Errorf("pooled %+v: late share %v, worker late share %v; want 4, 40, 2, 0.01, 0.1", w, w.lateShare(), w.workerLateShare())
 	}
 }
 
@@ -276,10 +338,82 @@ func TestWindowAgainstBackend(t *testing.T) {
 	if n := failed(w); n != 0 {
 		t.Errorf("%d requests failed", n)
 	}
-	if w.late > w.offered || w.queued > w.offered || w.wall <= 0 {
-		t.Errorf("late %d, queued %d of %d offered, wall %v", w.late, w.queued, w.offered, w.wall)
+	if w.late > w.offered || w.workerLate > w.offered || w.queued > w.offered || w.wall <= 0 {
+		t.Errorf("late %d, workers late %d, queued %d of %d offered, wall %v", w.late, w.workerLate, w.queued, w.offered, w.wall)
 	}
-	if len(d.workers) != 8 {
-		t.Errorf("%d workers idle after the window, want 8", len(d.workers))
+	if len(d.idle[0]) != 8 || len(d.idle[1]) != 8 {
+		t.Errorf("%d+%d connections idle after the window, want 8+8", len(d.idle[0]), len(d.idle[1]))
+	}
+}
+
+// serveOneEach answers one request on each connection ln accepts, then
+// closes it; with announce, its answer says so (Connection: close).
+func serveOneEach(ln net.Listener, announce bool) {
+	answer := chatAnswer
+	if announce {
+		answer = bytes.Replace(chatAnswer, []byte("\r\n\r\n"), []byte("\r\nConnection: close\r\n\r\n"), 1)
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			br := bufio.NewReader(c)
+			if _, err := br.ReadSlice('\n'); err != nil {
+				return
+			}
+			length := int64(0)
+			for {
+				k, v, end, err := headerLine(br)
+				if err != nil {
+					return
+				}
+				if end {
+					break
+				}
+				if bytes.EqualFold(k, []byte("Content-Length")) {
+					length, _ = strconv.ParseInt(string(v), 10, 64)
+				}
+			}
+			if _, err := readRequestBody(br, nil, length, false); err == nil {
+				_, _ = c.Write(answer)
+			}
+		}()
+	}
+}
+
+// Connections the other end closes are dialed again when next given a
+// request, by the pacer's hand-off or from the queue: with one connection
+// per arm, every request after the first of each arm is sent on a new
+// one, most of them queued. Announced closes lose no request; unannounced
+// ones may lose a request written just as the close arrives, but the
+// window ends, every request accounted for, and the connections are idle.
+func TestWindowRedials(t *testing.T) {
+	for _, announce := range []bool{true, false} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		go serveOneEach(ln, announce)
+		url := "http://" + ln.Addr().String() + "/v1/chat/completions"
+		d := &driver{body: chatBody(false)}
+		if err := d.open(url, url, 1); err != nil {
+			t.Fatal(err)
+		}
+		w := d.window(2000, 1, 200, 30*time.Second)
+		if len(w.direct) < 200 || len(w.proxied) < 200 || len(w.direct)+len(w.proxied) != w.offered {
+			t.Errorf("announce %v: window of %d requests gave %d direct and %d proxied samples, want >= 200 each, %d in all",
+				announce, w.offered, len(w.direct), len(w.proxied), w.offered)
+		}
+		if n := failed(w); announce && n != 0 || n > w.offered/2 {
+			t.Errorf("announce %v: %d of %d requests failed", announce, n, w.offered)
+		}
+		if len(d.idle[0]) != 1 || len(d.idle[1]) != 1 {
+			t.Errorf("announce %v: %d+%d connections idle after the window, want 1+1", announce, len(d.idle[0]), len(d.idle[1]))
+		}
+		d.close()
+		ln.Close()
 	}
 }

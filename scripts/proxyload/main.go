@@ -17,10 +17,13 @@
 // sustained when the interval's upper bound is at most -max-added, not
 // when its lower bound is above it, and measured again (pooled, at most
 // -tries windows) when the interval holds -max-added. A window in which
-// the generator sent more than -max-late of its requests over a
-// millisecond late is invalid, neither a pass nor a fail. drive does that
-// at -rate, then searches for the highest rate that passes (see search in
-// judge.go), and prints one JSON line per target.
+// the pacer took up more than -max-late of its requests over a
+// millisecond after they were due is invalid, neither a pass nor a fail;
+// a goroutine's wait for a CPU after that (the machine busy with the
+// proxy and the backend, which both arms carry) is not held against it
+// (see pacerLate in judge.go). drive does that at -rate, then searches
+// for the highest rate that passes (see search in judge.go), and prints
+// one JSON line per target.
 //
 // Both ends are cheap so that they do not cap what a proxy can be shown
 // to sustain: raw HTTP/1.1 on kept-alive connections, requests serialized
