@@ -60,6 +60,7 @@ var importRules = map[string]importRule{
 
 	// One region's controller.
 	"regional/tokenize":          {lean: true},
+	"regional/reqbody":           {lean: true},
 	"regional/kvevents":          {imports: []string{"index"}, lean: true},
 	"regional/summary":           {imports: []string{"index", "gorgo"}, lean: true},
 	"regional/route":             {imports: []string{"index", "gorgo", "residency"}, lean: true},
@@ -83,7 +84,7 @@ var importRules = map[string]importRule{
 	"regional/console": {},
 	"regional": {imports: []string{"index", "gorgo", "residency", "global", "global/audit", "global/identity", "regional/auth",
 		"regional/discovery", "regional/route", "regional/tokenize", "regional/kvevents", "regional/summary", "regional/gossip", "regional/kafkasec",
-		"regional/console"}},
+		"regional/console", "regional/reqbody"}},
 
 	// Disaster recovery: the check reads folders and needs nothing of the
 	// running system; the drill needs the admin API client and the policy.
