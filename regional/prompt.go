@@ -140,21 +140,23 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 	ns := index.Namespace{Model: model, CacheSalt: r.CacheSalt, BlockSize: p.blockSize}
 	if k == tokenize.Chat && len(r.Messages) > 0 {
 		gen := r.AddGenerationPrompt == nil || *r.AddGenerationPrompt
-		text, err := m.RenderChat(r.Messages, gen)
-		if err != nil {
-			return nil, err
-		}
 		var prev *tokenize.Encoding
 		var key string
 		if sessionID != "" {
 			key = model + "\x00" + sessionID
 			prev = p.session(key)
 		}
+		// Rendered against the encoding reused: the text repeated from it
+		// is compared, not copied, scanned or hashed again.
 		var enc *tokenize.Encoding
+		var err error
 		if prev != nil {
-			enc, out.Reused = m.Tokenizer().Extend(prev, text)
+			enc, out.Reused, err = m.ExtendChat(prev, r.Messages, gen)
 		} else {
-			enc, out.Reused = m.Tokenizer().EncodeCached(p.prefixes, text)
+			enc, out.Reused, err = m.EncodeChatCached(p.prefixes, r.Messages, gen)
+		}
+		if err != nil {
+			return nil, err
 		}
 		if sessionID != "" {
 			p.remember(key, enc)

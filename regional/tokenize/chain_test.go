@@ -53,7 +53,7 @@ func TestChainMatchesNaive(t *testing.T) {
 		for step := rapid.IntRange(1, 30).Draw(rt, "steps"); step > 0; step-- {
 			var text string
 			if len(encs) > 0 && rapid.IntRange(0, 3).Draw(rt, "fresh") > 0 {
-				base := rapid.SampledFrom(encs).Draw(rt, "base").Text
+				base := rapid.SampledFrom(encs).Draw(rt, "base").Text()
 				text = base[:rapid.IntRange(0, len(base)).Draw(rt, "cut")]
 			}
 			text += strings.Join(rapid.SliceOfN(rapid.SampledFrom(prefixPieces), 0, 12).Draw(rt, "tail"), "")

@@ -13,10 +13,44 @@ import (
 // input a compiled form does not cover, goes through gonja.
 type compiled struct {
 	family string
-	// render appends the rendering of msgs to b. ok false: not covered,
-	// render with gonja instead. A template's own refusal
-	// (raise_exception) is an error, worded as gonja's would be.
-	render func(b *strings.Builder, msgs []Message, gen bool, bos, eos string) (ok bool, err error)
+	form   compiledForm
+	// arg is the form's variant: what follows an assistant turn's end of
+	// sentence (Mistral), the generation prompt's opening (DeepSeek-R1).
+	arg string
+}
+
+// compiledForm is the Go code rendering a compiled template.
+type compiledForm uint8
+
+const (
+	formChatML compiledForm = iota
+	formQwen25
+	formLlama3
+	formMistral
+	formGemma
+	formDeepSeekR1
+)
+
+// render appends the rendering of msgs to b. ok false: not covered,
+// render with gonja instead. A template's own refusal (raise_exception)
+// is an error, worded as gonja's would be. (A switch, not a func value:
+// b does not escape through it.)
+func (c *compiled) render(b *renderSink, msgs []Message, gen bool, bos, eos string) (ok bool, err error) {
+	switch c.form {
+	case formChatML:
+		return renderChatML(b, msgs, gen)
+	case formQwen25:
+		return renderQwen25(b, msgs, gen)
+	case formLlama3:
+		return renderLlama3(b, msgs, gen, bos)
+	case formMistral:
+		return renderMistral(b, msgs, bos, eos, c.arg)
+	case formGemma:
+		return renderGemma(b, msgs, gen, bos)
+	case formDeepSeekR1:
+		return renderDeepSeekR1(b, msgs, gen, bos, c.arg)
+	}
+	return false, nil
 }
 
 // raised is the error of a template's raise_exception(msg), worded as
@@ -38,22 +72,22 @@ func compiledFor(source string) (compiled, bool) {
 // copies have them (the two render alike).
 var knownTemplates = func() map[string]compiled {
 	m := map[string]compiled{}
-	add := func(family string, render func(*strings.Builder, []Message, bool, string, string) (bool, error), sources ...string) {
+	add := func(c compiled, sources ...string) {
 		for _, s := range sources {
-			m[s] = compiled{family: family, render: render}
+			m[s] = c
 			if !strings.Contains(s, "%}\n") {
-				m[strings.ReplaceAll(s, "\n", `\n`)] = compiled{family: family, render: render}
+				m[strings.ReplaceAll(s, "\n", `\n`)] = c
 			}
 		}
 	}
-	add("chatml", renderChatML, DefaultChatTemplate, chatMLSource)
-	add("qwen2.5", renderQwen25, qwen25Source)
-	add("llama3", renderLlama3, llama3Source)
-	add("mistral", renderMistral(" "), mistralSource)
-	add("mixtral", renderMistral(""), mixtralSource)
-	add("gemma", renderGemma, gemmaSource)
-	add("deepseek-r1", renderDeepSeekR1(""), deepSeekR1Source)
-	add("deepseek-r1", renderDeepSeekR1("<think>\n"), deepSeekR1ThinkSource)
+	add(compiled{family: "chatml", form: formChatML}, DefaultChatTemplate, chatMLSource)
+	add(compiled{family: "qwen2.5", form: formQwen25}, qwen25Source)
+	add(compiled{family: "llama3", form: formLlama3}, llama3Source)
+	add(compiled{family: "mistral", form: formMistral, arg: " "}, mistralSource)
+	add(compiled{family: "mixtral", form: formMistral}, mixtralSource)
+	add(compiled{family: "gemma", form: formGemma}, gemmaSource)
+	add(compiled{family: "deepseek-r1", form: formDeepSeekR1}, deepSeekR1Source)
+	add(compiled{family: "deepseek-r1", form: formDeepSeekR1, arg: "<think>\n"}, deepSeekR1ThinkSource)
 	return m
 }()
 
@@ -61,7 +95,7 @@ var knownTemplates = func() map[string]compiled {
 // DefaultChatTemplate does.
 const chatMLSource = "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 
-func renderChatML(b *strings.Builder, msgs []Message, gen bool, _, _ string) (bool, error) {
+func renderChatML(b *renderSink, msgs []Message, gen bool) (bool, error) {
 	for _, m := range msgs {
 		b.WriteString("<|im_start|>")
 		b.WriteString(m.Role)
@@ -133,7 +167,7 @@ const qwen25Source = `{%- if tools %}
 {%- endif %}
 `
 
-func renderQwen25(b *strings.Builder, msgs []Message, gen bool, _, _ string) (bool, error) {
+func renderQwen25(b *renderSink, msgs []Message, gen bool) (bool, error) {
 	if len(msgs) == 0 {
 		return false, nil
 	}
@@ -173,7 +207,7 @@ func renderQwen25(b *strings.Builder, msgs []Message, gen bool, _, _ string) (bo
 // Meta-Llama-3-8B-Instruct and -70B-Instruct.
 const llama3Source = "{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"
 
-func renderLlama3(b *strings.Builder, msgs []Message, gen bool, bos, _ string) (bool, error) {
+func renderLlama3(b *renderSink, msgs []Message, gen bool, bos string) (bool, error) {
 	for i, m := range msgs {
 		if i == 0 {
 			b.WriteString(bos)
@@ -197,34 +231,32 @@ const (
 	mixtralSource = "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ '[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles are supported!') }}{% endif %}{% endfor %}"
 )
 
-func renderMistral(afterEOS string) func(*strings.Builder, []Message, bool, string, string) (bool, error) {
-	return func(b *strings.Builder, msgs []Message, _ bool, bos, eos string) (bool, error) {
-		b.WriteString(bos)
-		for i, m := range msgs {
-			if (m.Role == "user") != (i%2 == 0) {
-				return true, raised("Conversation roles must alternate user/assistant/user/assistant/...")
-			}
-			switch m.Role {
-			case "user":
-				b.WriteString("[INST] ")
-				b.WriteString(m.Content)
-				b.WriteString(" [/INST]")
-			case "assistant":
-				b.WriteString(m.Content)
-				b.WriteString(eos)
-				b.WriteString(afterEOS)
-			default:
-				return true, raised("Only user and assistant roles are supported!")
-			}
+func renderMistral(b *renderSink, msgs []Message, bos, eos, afterEOS string) (bool, error) {
+	b.WriteString(bos)
+	for i, m := range msgs {
+		if (m.Role == "user") != (i%2 == 0) {
+			return true, raised("Conversation roles must alternate user/assistant/user/assistant/...")
 		}
-		return true, nil
+		switch m.Role {
+		case "user":
+			b.WriteString("[INST] ")
+			b.WriteString(m.Content)
+			b.WriteString(" [/INST]")
+		case "assistant":
+			b.WriteString(m.Content)
+			b.WriteString(eos)
+			b.WriteString(afterEOS)
+		default:
+			return true, raised("Only user and assistant roles are supported!")
+		}
 	}
+	return true, nil
 }
 
 // gemma-7b-it and gemma-2 instruct models.
 const gemmaSource = "{{ bos_token }}{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}{% for message in messages %}{% if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}{% if (message['role'] == 'assistant') %}{% set role = 'model' %}{% else %}{% set role = message['role'] %}{% endif %}{{ '<start_of_turn>' + role + '\n' + message['content'] | trim + '<end_of_turn>\n' }}{% endfor %}{% if add_generation_prompt %}{{'<start_of_turn>model\n'}}{% endif %}"
 
-func renderGemma(b *strings.Builder, msgs []Message, gen bool, bos, _ string) (bool, error) {
+func renderGemma(b *renderSink, msgs []Message, gen bool, bos string) (bool, error) {
 	if len(msgs) == 0 {
 		return false, nil
 	}
@@ -260,57 +292,55 @@ const (
 	deepSeekR1ThinkSource = `{% if not add_generation_prompt is defined %}{% set add_generation_prompt = false %}{% endif %}{% set ns = namespace(is_first=false, is_tool=false, is_output_first=true, system_prompt='') %}{%- for message in messages %}{%- if message['role'] == 'system' %}{% set ns.system_prompt = message['content'] %}{%- endif %}{%- endfor %}{{bos_token}}{{ns.system_prompt}}{%- for message in messages %}{%- if message['role'] == 'user' %}{%- set ns.is_tool = false -%}{{'<｜User｜>' + message['content']}}{%- endif %}{%- if message['role'] == 'assistant' and message['content'] is none %}{%- set ns.is_tool = false -%}{%- for tool in message['tool_calls']%}{%- if not ns.is_first %}{{'<｜Assistant｜><｜tool▁calls▁begin｜><｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '` + "```json" + `' + '\n' + tool['function']['arguments'] + '\n' + '` + "```" + `' + '<｜tool▁call▁end｜>'}}{%- set ns.is_first = true -%}{%- else %}{{'\n' + '<｜tool▁call▁begin｜>' + tool['type'] + '<｜tool▁sep｜>' + tool['function']['name'] + '\n' + '` + "```json" + `' + '\n' + tool['function']['arguments'] + '\n' + '` + "```" + `' + '<｜tool▁call▁end｜>'}}{{'<｜tool▁calls▁end｜><｜end▁of▁sentence｜>'}}{%- endif %}{%- endfor %}{%- endif %}{%- if message['role'] == 'assistant' and message['content'] is not none %}{%- if ns.is_tool %}{{'<｜tool▁outputs▁end｜>' + message['content'] + '<｜end▁of▁sentence｜>'}}{%- set ns.is_tool = false -%}{%- else %}{% set content = message['content'] %}{% if '</think>' in content %}{% set content = content.split('</think>')[-1] %}{% endif %}{{'<｜Assistant｜>' + content + '<｜end▁of▁sentence｜>'}}{%- endif %}{%- endif %}{%- if message['role'] == 'tool' %}{%- set ns.is_tool = true -%}{%- if ns.is_output_first %}{{'<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- set ns.is_output_first = false %}{%- else %}{{'\n<｜tool▁output▁begin｜>' + message['content'] + '<｜tool▁output▁end｜>'}}{%- endif %}{%- endif %}{%- endfor -%}{% if ns.is_tool %}{{'<｜tool▁outputs▁end｜>'}}{% endif %}{% if add_generation_prompt and not ns.is_tool %}{{'<｜Assistant｜><think>\n'}}{% endif %}`
 )
 
-func renderDeepSeekR1(think string) func(*strings.Builder, []Message, bool, string, string) (bool, error) {
-	return func(b *strings.Builder, msgs []Message, gen bool, bos, _ string) (bool, error) {
-		system := ""
-		for _, m := range msgs {
-			if m.Role == "system" {
-				system = m.Content
-			}
+func renderDeepSeekR1(b *renderSink, msgs []Message, gen bool, bos, think string) (bool, error) {
+	system := ""
+	for _, m := range msgs {
+		if m.Role == "system" {
+			system = m.Content
 		}
-		b.WriteString(bos)
-		b.WriteString(system)
-		isTool, outputFirst := false, true
-		for _, m := range msgs {
-			switch m.Role {
-			case "user":
-				isTool = false
-				b.WriteString("<｜User｜>")
-				b.WriteString(m.Content)
-			case "assistant":
-				if isTool {
-					b.WriteString("<｜tool▁outputs▁end｜>")
-					b.WriteString(m.Content)
-					b.WriteString("<｜end▁of▁sentence｜>")
-					isTool = false
-					break
-				}
-				content := m.Content
-				if i := strings.LastIndex(content, "</think>"); i >= 0 {
-					content = content[i+len("</think>"):]
-				}
-				b.WriteString("<｜Assistant｜>")
-				b.WriteString(content)
-				b.WriteString("<｜end▁of▁sentence｜>")
-			case "tool":
-				isTool = true
-				if outputFirst {
-					b.WriteString("<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>")
-					outputFirst = false
-				} else {
-					b.WriteString("\n<｜tool▁output▁begin｜>")
-				}
-				b.WriteString(m.Content)
-				b.WriteString("<｜tool▁output▁end｜>")
-			}
-		}
-		if isTool {
-			b.WriteString("<｜tool▁outputs▁end｜>")
-		}
-		if gen && !isTool {
-			b.WriteString("<｜Assistant｜>")
-			b.WriteString(think)
-		}
-		return true, nil
 	}
+	b.WriteString(bos)
+	b.WriteString(system)
+	isTool, outputFirst := false, true
+	for _, m := range msgs {
+		switch m.Role {
+		case "user":
+			isTool = false
+			b.WriteString("<｜User｜>")
+			b.WriteString(m.Content)
+		case "assistant":
+			if isTool {
+				b.WriteString("<｜tool▁outputs▁end｜>")
+				b.WriteString(m.Content)
+				b.WriteString("<｜end▁of▁sentence｜>")
+				isTool = false
+				break
+			}
+			content := m.Content
+			if i := strings.LastIndex(content, "</think>"); i >= 0 {
+				content = content[i+len("</think>"):]
+			}
+			b.WriteString("<｜Assistant｜>")
+			b.WriteString(content)
+			b.WriteString("<｜end▁of▁sentence｜>")
+		case "tool":
+			isTool = true
+			if outputFirst {
+				b.WriteString("<｜tool▁outputs▁begin｜><｜tool▁output▁begin｜>")
+				outputFirst = false
+			} else {
+				b.WriteString("\n<｜tool▁output▁begin｜>")
+			}
+			b.WriteString(m.Content)
+			b.WriteString("<｜tool▁output▁end｜>")
+		}
+	}
+	if isTool {
+		b.WriteString("<｜tool▁outputs▁end｜>")
+	}
+	if gen && !isTool {
+		b.WriteString("<｜Assistant｜>")
+		b.WriteString(think)
+	}
+	return true, nil
 }

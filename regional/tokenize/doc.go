@@ -74,7 +74,11 @@
 //   - An Encoding is immutable. Extend and EncodeCached (the prefix cache)
 //     share the ids they reuse with the encoding they take them from,
 //     holding them in parts rather than copying them; a reader gets them
-//     through Len, AppendParts and AppendIDs.
+//     through Len, AppendParts and AppendIDs. ExtendChat and
+//     EncodeChatCached render the messages against that encoding
+//     (renderSink): the text it already holds is compared, not copied, and
+//     shared in pieces; only what follows its last safe restart point is
+//     copied, scanned, hashed and encoded.
 //   - Encoding.Chain hashes an encoding's blocks with the caller's
 //     BlockHasher once and keeps the hashes with it; an encoding that reuses
 //     another's ids takes over the hashes of the blocks within them when

@@ -1,5 +1,7 @@
 package tokenize
 
+import "unsafe"
+
 // Encoding is a text with its token ids and the points where tokenization
 // restarts (the end of each special token): what a multi-turn session keeps
 // from one turn to the next so that Extend re-encodes only the new part.
@@ -9,7 +11,14 @@ package tokenize
 // prefix (Extend, EncodeCached) shares that prefix's ids instead of copying
 // them, so every part but the last may also belong to other encodings.
 type Encoding struct {
-	Text string
+	// text, in order, is the text in pieces, tlen bytes in all: an
+	// encoding made from another's by rendering against it (Model.ExtendChat,
+	// Model.EncodeChatCached) shares the other's text up to where it
+	// reused its ids, and owns only the rest. Like parts, nothing writes
+	// to a piece once the Encoding is returned.
+	text    []textPiece
+	tlen    int
+	textBuf [2]textPiece // text's room when it has at most two pieces
 
 	// parts, in order, are the ids; n counts them. Each part starts at
 	// index 0 of its backing array, so its capacity is the array's whole
@@ -23,6 +32,130 @@ type Encoding struct {
 	// restartsBuf is restarts' room when it has at most six (a system
 	// prompt and a question in ChatML have five).
 	restartsBuf [6]restart
+}
+
+// textPiece is a piece of an encoding's text, and the length of the
+// string it was cut from: what it keeps from being collected.
+type textPiece struct {
+	s     string
+	whole int
+}
+
+// Text returns the encoded text (one allocation when it is held in
+// several pieces).
+func (e *Encoding) Text() string {
+	if len(e.text) == 1 {
+		return e.text[0].s
+	}
+	b := make([]byte, 0, e.tlen)
+	for _, p := range e.text {
+		b = append(b, p.s...)
+	}
+	return string(b)
+}
+
+// textBytes is what e's text keeps from being collected: every string a
+// piece is cut from, whole (charged to each encoding sharing it, as
+// idBytes charges ids).
+func (e *Encoding) textBytes() int64 {
+	var n int64
+	for _, p := range e.text {
+		n += int64(p.whole)
+	}
+	return n
+}
+
+// setText makes e's text head's first n bytes (none when head is nil)
+// followed by tail. An encoding that would have more than maxParts
+// pieces gets one, a copy.
+func (e *Encoding) setText(head *Encoding, n int, tail textPiece) {
+	e.tlen = n + len(tail.s)
+	k := 0 // pieces of head that hold its first n bytes
+	for left := n; left > 0; k++ {
+		left -= len(head.text[k].s)
+	}
+	switch {
+	case k == 0:
+		e.text = e.textBuf[:1]
+		e.text[0] = tail
+		return
+	case k+1 > maxParts:
+		b := make([]byte, 0, e.tlen)
+		b = appendText(b, head.text, 0, n)
+		b = append(b, tail.s...)
+		e.text = e.textBuf[:1]
+		e.text[0] = textPiece{s: unsafe.String(unsafe.SliceData(b), len(b)), whole: cap(b)}
+		return
+	case k+1 <= len(e.textBuf):
+		e.text = e.textBuf[:k+1]
+	default:
+		e.text = make([]textPiece, k+1)
+	}
+	copy(e.text, head.text[:k])
+	last := &e.text[k-1]
+	last.s = last.s[:len(last.s)-(e.textPrefixLen(k)-n)]
+	e.text[k] = tail
+}
+
+// textPrefixLen is the length of e's first k pieces.
+func (e *Encoding) textPrefixLen(k int) int {
+	n := 0
+	for _, p := range e.text[:k] {
+		n += len(p.s)
+	}
+	return n
+}
+
+// appendText appends the bytes [from, to) of the text held in pieces.
+func appendText(dst []byte, pieces []textPiece, from, to int) []byte {
+	for _, p := range pieces {
+		if to <= 0 {
+			break
+		}
+		s := p.s[:min(to, len(p.s))]
+		if from < len(s) {
+			dst = append(dst, s[max(from, 0):]...)
+		}
+		from, to = from-len(p.s), to-len(p.s)
+	}
+	return dst
+}
+
+// piecesEqual reports whether the first n bytes of two texts held in
+// pieces are the same; both hold n bytes at least.
+func piecesEqual(a, b []textPiece, n int) bool {
+	var as, bs string
+	for n > 0 {
+		if as == "" {
+			as, a = a[0].s, a[1:]
+			continue
+		}
+		if bs == "" {
+			bs, b = b[0].s, b[1:]
+			continue
+		}
+		k := min(len(as), len(bs), n)
+		if as[:k] != bs[:k] {
+			return false
+		}
+		as, bs, n = as[k:], bs[k:], n-k
+	}
+	return true
+}
+
+// commonPrefixPieces returns the length of the longest common prefix of
+// the text held in pieces and s.
+func commonPrefixPieces(pieces []textPiece, s string) int {
+	n := 0
+	for _, p := range pieces {
+		c := commonPrefix(p.s, s)
+		n += c
+		if c < len(p.s) {
+			break
+		}
+		s = s[c:]
+	}
+	return n
 }
 
 // maxParts bounds how many parts an encoding built from another has: a
@@ -74,12 +207,20 @@ func (t *Tokenizer) EncodeText(text string) *Encoding {
 	// Sized like Extend's: at about 4 bytes a token in English, a third of
 	// the bytes rarely needs growing (growing an 8k-token encoding from
 	// nil cost a sixth of its encoding time).
-	e := &Encoding{Text: text}
+	e := new(Encoding)
+	t.encodePiece(e, textPiece{s: text, whole: len(text)})
+	return e
+}
+
+// encodePiece makes e, which must be zero, the encoding of a text in one
+// piece.
+func (t *Tokenizer) encodePiece(e *Encoding, text textPiece) {
+	e.text = e.textBuf[:1]
+	e.text[0], e.tlen = text, len(text.s)
 	e.restarts = e.restartsBuf[:0]
-	ids, _ := t.appendSegments(make([]uint32, 0, len(text)/3+16), text, &e.restarts, 0, 0)
+	ids, _ := t.appendSegments(make([]uint32, 0, len(text.s)/3+16), text.s, &e.restarts, 0, 0)
 	e.parts = e.partsBuf[:1]
 	e.parts[0], e.n = ids, len(ids)
-	return e
 }
 
 // Extend returns the encoding of text, reusing the ids of prev (the previous
@@ -101,7 +242,7 @@ func (t *Tokenizer) Extend(prev *Encoding, text string) (*Encoding, int) {
 	if prev == nil || len(prev.restarts) == 0 {
 		return t.EncodeText(text), 0
 	}
-	common := commonPrefix(prev.Text, text)
+	common := commonPrefixPieces(prev.text, text)
 	i := len(prev.restarts) - 1
 	for i >= 0 && prev.restarts[i].start+t.maxSpecial > common {
 		i--
@@ -109,18 +250,20 @@ func (t *Tokenizer) Extend(prev *Encoding, text string) (*Encoding, int) {
 	if i < 0 {
 		return t.EncodeText(text), 0
 	}
-	e := t.encodeAfter(prev, i, text)
+	e := new(Encoding)
+	t.encodeAfter(e, prev, i, text[prev.restarts[i].end:])
+	e.setText(nil, 0, textPiece{s: text, whole: len(text)})
 	return e, prev.restarts[i].tokens
 }
 
-// encodeAfter encodes text, which has prev's text up to the end of its
-// restart point i and tokenizes the same up to there: prev's ids up to
-// that point are shared (the parts that hold them, the last one cut), and
-// only the rest of text is encoded, into a new last part. An encoding that
-// would have more than maxParts parts gets one, a copy.
-func (t *Tokenizer) encodeAfter(prev *Encoding, i int, text string) *Encoding {
+// encodeAfter makes e, which must be zero, the encoding of a text that has prev's text up to the end of its
+// restart point i, and tokenizes the same up to there, followed by rest:
+// prev's ids up to that point are shared (the parts that hold them, the
+// last one cut), and only rest is encoded, into a new last part. An
+// encoding that would have more than maxParts parts gets one, a copy. The
+// caller sets the encoding's text (setText).
+func (t *Tokenizer) encodeAfter(e, prev *Encoding, i int, rest string) {
 	r := prev.restarts[i]
-	e := &Encoding{Text: text}
 	if n := len(prev.restarts) + 1; n <= len(e.restartsBuf) {
 		e.restarts = e.restartsBuf[:i+1]
 	} else {
@@ -131,7 +274,7 @@ func (t *Tokenizer) encodeAfter(prev *Encoding, i int, text string) *Encoding {
 	for left := r.tokens; left > 0; shared++ {
 		left -= len(prev.parts[shared])
 	}
-	room := (len(text)-r.end)/3 + 16
+	room := len(rest)/3 + 16
 	var own []uint32
 	if shared+1 > maxParts {
 		own = prev.appendIDs(make([]uint32, 0, r.tokens+room), r.tokens)
@@ -154,11 +297,10 @@ func (t *Tokenizer) encodeAfter(prev *Encoding, i int, text string) *Encoding {
 	// appendSegments counts a restart's tokens from the start of own; the
 	// shared parts hold the ids before it.
 	before := r.tokens - len(own)
-	own, _ = t.appendSegments(own, text[r.end:], &e.restarts, r.end, before)
+	own, _ = t.appendSegments(own, rest, &e.restarts, r.end, before)
 	e.parts[shared] = own
 	e.n = before + len(own)
 	e.memo.inherited = prev.prefixChain(r.tokens)
-	return e
 }
 
 // commonPrefix returns the length in bytes of the longest common prefix of a

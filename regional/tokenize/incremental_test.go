@@ -20,7 +20,7 @@ func mustModel(t testing.TB, cfg Config) *Model {
 }
 
 func sameEncoding(a, b *Encoding) bool {
-	return a.Text == b.Text && reflect.DeepEqual(a.AppendIDs(nil), b.AppendIDs(nil)) && reflect.DeepEqual(a.restarts, b.restarts)
+	return a.Text() == b.Text() && reflect.DeepEqual(a.AppendIDs(nil), b.AppendIDs(nil)) && reflect.DeepEqual(a.restarts, b.restarts)
 }
 
 // Extend must equal a full encode for any pair of texts: an extension of

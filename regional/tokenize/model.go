@@ -297,14 +297,42 @@ func (m *Model) EncodeChat(msgs []Message, addGenerationPrompt bool) (*Encoding,
 
 // ExtendChat is EncodeChat reusing prev, the previous turn of the same
 // session (see Tokenizer.Extend); it also returns how many ids it reused.
-// The template is rendered in full (rendering is cheap next to encoding).
+// The messages are rendered against prev's text: the history they repeat
+// is compared with it, not copied, and shared with prev (see renderSink).
 func (m *Model) ExtendChat(prev *Encoding, msgs []Message, addGenerationPrompt bool) (*Encoding, int, error) {
-	text, err := m.tmpl.Render(msgs, addGenerationPrompt)
-	if err != nil {
+	var w renderSink
+	maxI := -1
+	if prev != nil {
+		maxI = len(prev.restarts) - 1
+	}
+	w.reset(prev, maxI, m.tok.maxSpecial, m.tmpl.estimate(msgs))
+	if err := m.tmpl.renderTo(&w, msgs, addGenerationPrompt); err != nil {
 		return nil, 0, err
 	}
-	e, reused := m.tok.Extend(prev, text)
-	return e, reused, nil
+	cut, tail := w.finish()
+	e := new(Encoding)
+	if cut < 0 {
+		m.tok.encodePiece(e, tail)
+		return e, 0, nil
+	}
+	m.tok.encodeAfter(e, prev, cut, tail.s)
+	e.setText(prev, prev.restarts[cut].end, tail)
+	return e, prev.restarts[cut].tokens, nil
+}
+
+// EncodeChatCached is EncodeChat through the prefix cache c (see
+// Tokenizer.EncodeCached): it reuses the longest prefix of the rendering,
+// ending at a special token, that c holds the encoding of, then caches
+// the rendering's encoding; it also returns how many ids it reused. A
+// request that repeats the text of the last one cached (its system
+// prompt) only compares that text, and renders, scans and hashes the
+// rest. A nil or empty cache encodes in full.
+func (m *Model) EncodeChatCached(c *PrefixCache, msgs []Message, addGenerationPrompt bool) (*Encoding, int, error) {
+	if c == nil || c.max <= 0 {
+		e, err := m.EncodeChat(msgs, addGenerationPrompt)
+		return e, 0, err
+	}
+	return m.tok.encodeCached(c, &renderInput{tmpl: m.tmpl, msgs: msgs, gen: addGenerationPrompt})
 }
 
 // AppendCompletion appends the ids of a completions prompt given as text:

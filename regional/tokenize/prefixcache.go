@@ -26,7 +26,9 @@ import (
 // The text between special tokens is the same, so are its ids. Entries are
 // keyed by the hash of text[:e] and confirmed by comparing the bytes (a
 // hash collision can cost a lookup, never a wrong id).
-// TestPrefixCacheExact checks it against encoding the whole text.
+// TestPrefixCacheExact checks it against encoding the whole text, and
+// TestEncodeChatCachedExact Model.EncodeChatCached, which renders a chat
+// against the last cached record, against rendering and encoding whole.
 //
 // A hit shares the cached encoding's ids up to the reused point instead of
 // copying them (encodings are immutable), so its cost does not grow with
@@ -70,6 +72,10 @@ type prefixRecord struct {
 	// prev and next link it into the cache's ring (nil: not in it).
 	prev, next *prefixRecord
 	sumsBuf    [6]uint64 // sums' room when it has at most six
+	// encoding is enc's room: an encoding is made in the record that
+	// may cache it, one allocation for both (an encoding kept after its
+	// record left the cache keeps the record's few hundred bytes too).
+	encoding Encoding
 }
 
 // pushFront links rec as the ring's most recent record.
@@ -115,72 +121,35 @@ func (c *PrefixCache) Stats() PrefixCacheStats {
 	return st
 }
 
-// keyPoints appends to dst the end of each special token of text, in
-// order: the restart points EncodeText records.
-func (t *Tokenizer) keyPoints(text string, dst []int) []int {
-	return t.keyPointsFrom(text, 0, dst)
-}
+// The key of a restart point p of a text is the xxhash of the text since
+// the previous point, seeded with the previous point's key (0 for the
+// first): a hash of the whole text up to p, whose keys after a known one
+// need only the text after it (tailKeys).
 
-// keyPointsFrom is keyPoints of the special tokens that start at or after
-// from, which must be a key point (or 0).
-func (t *Tokenizer) keyPointsFrom(text string, from int, dst []int) []int {
-	for pos := from; pos < len(text); {
-		_, end, _, ok := t.nextSpecial(text, pos)
+// tailKeys appends to points the key points of tail, a text's bytes from
+// base on (base is a key point, or 0), as offsets in the text, and to sums
+// their keys, given the key h of the text up to base (0 when base is 0):
+// the key points and keys of the whole text (TestTailKeysMatchesNaive)
+// from base on, without reading the text before it.
+func (t *Tokenizer) tailKeys(tail string, base int, h uint64, points []int, sums []uint64) ([]int, []uint64) {
+	from := len(points)
+	for pos := 0; pos < len(tail); {
+		_, end, _, ok := t.nextSpecial(tail, pos)
 		if !ok {
 			break
 		}
-		dst = append(dst, end)
+		points = append(points, base+end)
 		pos = end
 	}
-	return dst
-}
-
-// prefixSums appends to dst the key of text[:p] for each key point p in
-// points[from:], given the key h of text[:points[from-1]] (from > 0). The
-// keys chain: each is the xxhash of the text since the previous point,
-// seeded with the previous key, so a key is a hash of the whole text up
-// to its point and the keys after a known one need only the text after it.
-func prefixSums(text string, points []int, from int, h uint64, dst []uint64) []uint64 {
 	at := 0
-	if from > 0 {
-		at = points[from-1]
-	}
 	var d xxhash.Digest
 	for _, p := range points[from:] {
 		d.ResetWithSeed(h)
-		_, _ = d.WriteString(text[at:p])
-		h, at = d.Sum64(), p
-		dst = append(dst, h)
+		_, _ = d.WriteString(tail[at : p-base])
+		h, at = d.Sum64(), p-base
+		sums = append(sums, h)
 	}
-	return dst
-}
-
-// keySums returns text's key points and their keys (keyPoints and
-// prefixSums of the whole text), taking over those of the cached record
-// cand (nil: none) that hold for text too, and the length of the prefix
-// text shares with cand's text. A restart point of cand is one of text's,
-// with the same key, when its special token starts at least maxSpecial
-// bytes before the end of the shared prefix: Extend's rule, which makes
-// every special-token match up to it look only at shared bytes.
-// TestKeySumsMatchesNaive compares it with scanning and hashing all of
-// text.
-func (t *Tokenizer) keySums(text string, cand *prefixRecord, points []int, sums []uint64) ([]int, []uint64, int) {
-	shared, k := 0, 0
-	if cand != nil && cand.tok == t {
-		shared = commonPrefix(cand.enc.Text, text)
-		rs := cand.enc.restarts
-		for k < len(cand.sums) && k < len(rs) && rs[k].start+t.maxSpecial <= shared {
-			points = append(points, rs[k].end)
-			k++
-		}
-		sums = append(sums, cand.sums[:k]...)
-	}
-	from, h := 0, uint64(0)
-	if k > 0 {
-		from, h = points[k-1], sums[k-1]
-	}
-	points = t.keyPointsFrom(text, from, points)
-	return points, prefixSums(text, points, k, h, sums), shared
+	return points, sums
 }
 
 // EncodeCached returns the encoding of text, as EncodeText does, reusing
@@ -192,55 +161,145 @@ func (t *Tokenizer) EncodeCached(c *PrefixCache, text string) (*Encoding, int) {
 	if c == nil || c.max <= 0 {
 		return t.EncodeText(text), 0
 	}
-	var pointsBuf [64]int
-	var sumsBuf [64]uint64
-	// The most recently used record is likely to share a prefix with
-	// text (a system prompt, a conversation's history): the keys of the
-	// restart points within it are its keys, and the text there is
-	// known to be the same. Records are immutable once cached.
-	c.mu.Lock()
-	cand := c.last
-	c.mu.Unlock()
-	points, sums, shared := t.keySums(text, cand, pointsBuf[:0], sumsBuf[:0])
-	// The longest cached prefix, confirmed by its text.
-	var hit prefixRef
-	found := false
-	c.mu.Lock()
-	c.stats.Lookups++
-	for i := len(sums) - 1; i >= 0 && !found; i-- {
-		ref, ok := c.keys[prefixKey{t, sums[i]}]
-		// Confirm: the same restart point, the same text up to it (a hash
-		// is not proof; cand's text up to shared was compared).
-		if ok && ref.i == i && ref.rec.enc.restarts[i].end == points[i] &&
-			(ref.rec == cand && points[i] <= shared || ref.rec.enc.Text[:points[i]] == text[:points[i]]) {
-			hit, found = ref, true
-			c.unlink(ref.rec)
-			c.pushFront(ref.rec)
-		}
-	}
-	c.mu.Unlock()
-
-	var e *Encoding
-	reused := 0
-	if found {
-		// The cached encoding is immutable: its ids up to the hit are
-		// shared, not copied.
-		e = t.encodeAfter(hit.rec.enc, hit.i, text)
-		reused = hit.rec.enc.restarts[hit.i].tokens
-	} else {
-		e = t.EncodeText(text)
-	}
-	c.insert(t, e, sums, reused)
+	e, reused, _ := t.encodeCached(c, &renderInput{text: text})
 	return e, reused
 }
 
-// insert caches e under the keys of its restart points (sums, in order),
-// taking them over from the records that held them.
-func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused int) {
+// renderInput is a text to encode: a chat template's rendering of
+// messages, or text as it is (tmpl nil).
+type renderInput struct {
+	tmpl *Template
+	msgs []Message
+	gen  bool
+	text string
+}
+
+func (in *renderInput) estimate() int {
+	if in.tmpl == nil {
+		return len(in.text)
+	}
+	return in.tmpl.estimate(in.msgs)
+}
+
+func (in *renderInput) renderTo(w *renderSink) error {
+	if in.tmpl == nil {
+		w.WriteString(in.text)
+		return nil
+	}
+	return in.tmpl.renderTo(w, in.msgs, in.gen)
+}
+
+// encodeCached is EncodeCached of in's text (c is on). The most recently
+// cached record is likely to share a prefix with it (a system prompt, a
+// conversation's history): in is rendered against that record's
+// encoding, so the text they share is compared, not copied, and its
+// restart points and keys, up to the last that the shared text makes
+// safe, are the record's (Extend's rule); only the text after it is
+// scanned and hashed. Then the longest cached prefix beyond that point, if
+// any, is looked up by its key and confirmed by its text (a hash is not
+// proof), else the record's own is reused. Records are immutable once
+// cached. TestEncodeChatCachedExact checks it against encoding the whole
+// rendering.
+func (t *Tokenizer) encodeCached(c *PrefixCache, in *renderInput) (*Encoding, int, error) {
+	c.mu.Lock()
+	cand := c.last
+	c.mu.Unlock()
+	var ref *Encoding
+	maxI := -1
+	if cand != nil && cand.tok == t {
+		ref = cand.enc
+		maxI = min(len(cand.sums), len(ref.restarts)) - 1
+	}
+	var w renderSink
+	w.reset(ref, maxI, t.maxSpecial, in.estimate())
+	if err := in.renderTo(&w); err != nil {
+		return nil, 0, err
+	}
+	cut, tail := w.finish()
+
+	// The keys: the record's up to cut, then the tail's.
+	var pointsBuf [16]int
+	var sumsBuf [64]uint64
+	sums := sumsBuf[:0]
+	base, h := 0, uint64(0)
+	if cut >= 0 {
+		sums = append(sums, cand.sums[:cut+1]...)
+		base, h = ref.restarts[cut].end, cand.sums[cut]
+	} else {
+		ref = nil
+	}
+	from := len(sums)
+	points, sums := t.tailKeys(tail.s, base, h, pointsBuf[:0], sums)
+
+	// The text is ref's up to base, then tail: as pieces, to confirm a
+	// hit by.
+	var textBuf [maxParts + 1]textPiece
+	text := textBuf[:0]
+	var hit *prefixRecord
+	hitI := -1
+	c.mu.Lock()
+	c.stats.Lookups++
+	for j := len(points) - 1; j >= 0 && hit == nil; j-- {
+		i, p := from+j, points[j]
+		r, ok := c.keys[prefixKey{t, sums[i]}]
+		if !ok || r.i != i || r.rec.enc.restarts[i].end != p {
+			continue
+		}
+		if len(text) == 0 {
+			text = appendPieces(text, ref, base)
+			text = append(text, tail)
+		}
+		if piecesEqual(r.rec.enc.text, text, p) {
+			hit, hitI = r.rec, i
+		}
+	}
+	if hit == nil && cut >= 0 {
+		hit, hitI = cand, cut
+	}
+	if hit != nil && hit.next != nil {
+		c.unlink(hit)
+		c.pushFront(hit)
+	}
+	c.mu.Unlock()
+
+	// The encoding is made in its record (one allocation), cached or not.
+	rec := new(prefixRecord)
+	e := &rec.encoding
+	reused := 0
+	if hit != nil {
+		// The cached encoding is immutable: its ids up to the hit are
+		// shared, not copied.
+		r := hit.enc.restarts[hitI]
+		t.encodeAfter(e, hit.enc, hitI, tail.s[r.end-base:])
+		e.setText(ref, base, tail)
+		reused = r.tokens
+	} else {
+		t.encodePiece(e, tail)
+	}
+	c.insert(t, rec, sums, reused)
+	return e, reused, nil
+}
+
+// appendPieces appends the pieces of e's first n bytes (none when e is
+// nil).
+func appendPieces(dst []textPiece, e *Encoding, n int) []textPiece {
+	for k := 0; n > 0; k++ {
+		p := e.text[k]
+		p.s = p.s[:min(n, len(p.s))]
+		dst = append(dst, p)
+		n -= len(p.s)
+	}
+	return dst
+}
+
+// insert caches rec's encoding under the keys of its restart points
+// (sums, in order), taking them over from the records that held them.
+func (c *PrefixCache) insert(t *Tokenizer, rec *prefixRecord, sums []uint64, reused int) {
+	e := &rec.encoding
 	n := min(len(sums), len(e.restarts))
 	// Its chain hashes (Encoding.Chain, made later) are charged ahead:
 	// 8 bytes a block of 4 ids or more.
-	size := int64(len(e.Text)) + e.idBytes() + int64(e.n)*2 + int64(cap(e.restarts))*int64(unsafe.Sizeof(restart{})) + int64(n)*(prefixKeyBytes+8)
+	size := e.textBytes() + e.idBytes() + int64(e.n)*2 + int64(cap(e.restarts))*int64(unsafe.Sizeof(restart{})) + int64(n)*(prefixKeyBytes+8)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if reused > 0 {
@@ -250,7 +309,7 @@ func (c *PrefixCache) insert(t *Tokenizer, e *Encoding, sums []uint64, reused in
 	if n == 0 || size > c.max/4 {
 		return // nothing to key it by, or too big to be worth the room
 	}
-	rec := &prefixRecord{tok: t, enc: e, bytes: size}
+	rec.tok, rec.enc, rec.bytes = t, e, size
 	rec.sums = append(rec.sumsBuf[:0:len(rec.sumsBuf)], sums[:n]...)
 	c.pushFront(rec)
 	c.last = rec

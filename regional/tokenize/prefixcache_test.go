@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/cespare/xxhash/v2"
 	"pgregory.net/rapid"
 )
 
@@ -52,7 +53,7 @@ func TestPrefixCacheExact(t *testing.T) {
 			if !slices.Equal(got.AppendIDs(nil), want.AppendIDs(nil)) {
 				rt.Fatalf("EncodeCached(%q) reused %d:\n got  %v\n want %v", text, reused, got.AppendIDs(nil), want.AppendIDs(nil))
 			}
-			if !slices.Equal(got.restarts, want.restarts) || got.Text != text {
+			if !slices.Equal(got.restarts, want.restarts) || got.Text() != text {
 				rt.Fatalf("EncodeCached(%q): restarts %v, want %v", text, got.restarts, want.restarts)
 			}
 			if reused > want.Len() {
@@ -67,7 +68,7 @@ func TestPrefixCacheExact(t *testing.T) {
 		// Hits share the cached ids: none of them was written since.
 		for i, e := range encs {
 			if !slices.Equal(e.AppendIDs(nil), snapshots[i]) {
-				rt.Fatalf("encoding %d (%q) changed after later hits shared it", i, e.Text)
+				rt.Fatalf("encoding %d (%q) changed after later hits shared it", i, e.Text())
 			}
 		}
 	})
@@ -171,52 +172,63 @@ func TestPrefixCacheHitSharesPrefix(t *testing.T) {
 	}
 }
 
+// naiveKeys returns the key points of text, found by scanning all of it,
+// and their keys, each the xxhash of the text since the previous point
+// seeded with the previous key: the reference for tailKeys.
+func naiveKeys(tok *Tokenizer, text string) ([]int, []uint64) {
+	var points []int
+	for pos := 0; pos < len(text); {
+		_, end, _, ok := tok.nextSpecial(text, pos)
+		if !ok {
+			break
+		}
+		points = append(points, end)
+		pos = end
+	}
+	var sums []uint64
+	at, h := 0, uint64(0)
+	for _, p := range points {
+		d := xxhash.NewWithSeed(h)
+		_, _ = d.WriteString(text[at:p])
+		h, at = d.Sum64(), p
+		sums = append(sums, h)
+	}
+	return points, sums
+}
+
 // BenchmarkKeyPoints finds the restart points of a ChatML prompt with an
-// 11 KB system prompt and a question: what a prefix-cache lookup scans.
+// 11 KB system prompt and a question, and their keys: what a prefix-cache
+// lookup scans and hashes when nothing of the text is known.
 func BenchmarkKeyPoints(b *testing.B) {
 	tok := mustModel(b, DefaultConfig()).Tokenizer()
 	text := "<|im_start|>system\n" + strings.Repeat("You are a careful assistant, <b>bold</b> x < y. ", 230) +
 		"<|im_end|>\n<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n"
 	var buf [16]int
+	var sums [16]uint64
 	b.ReportAllocs()
 	for b.Loop() {
-		if n := len(tok.keyPoints(text, buf[:0])); n != 5 {
-			b.Fatalf("%d points", n)
+		if points, _ := tok.tailKeys(text, 0, 0, buf[:0], sums[:0]); len(points) != 5 {
+			b.Fatalf("%d points", len(points))
 		}
 	}
 }
 
-// TestKeySumsMatchesNaive: the key points and keys of a text, taking over
-// those of a cached record whose text shares a prefix with it in every
-// way (special tokens completed or lengthened right after the shared
-// part), are those of scanning and hashing the whole text.
-func TestKeySumsMatchesNaive(t *testing.T) {
+// TestTailKeysMatchesNaive: the key points and keys of a text from one of
+// its key points on, given the key there, are those of scanning and
+// hashing the whole text.
+func TestTailKeysMatchesNaive(t *testing.T) {
 	tok := prefixTokenizer(t)
-	other, err := NewTokenizer(Cl100kBase, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	rapid.Check(t, func(rt *rapid.T) {
-		piece := func(label string) string {
-			return strings.Join(rapid.SliceOfN(rapid.SampledFrom(prefixPieces), 0, 12).Draw(rt, label), "")
+		text := strings.Join(rapid.SliceOfN(rapid.SampledFrom(prefixPieces), 0, 16).Draw(rt, "text"), "")
+		wantPoints, wantSums := naiveKeys(tok, text)
+		k := rapid.IntRange(0, len(wantPoints)).Draw(rt, "known")
+		base, h := 0, uint64(0)
+		if k > 0 {
+			base, h = wantPoints[k-1], wantSums[k-1]
 		}
-		ctext := piece("cached")
-		text := ctext[:rapid.IntRange(0, len(ctext)).Draw(rt, "cut")] + piece("tail")
-		enc := tok.EncodeText(ctext)
-		cpoints := tok.keyPoints(ctext, nil)
-		csums := prefixSums(ctext, cpoints, 0, 0, nil)
-		cand := &prefixRecord{tok: tok, enc: enc, sums: csums[:min(len(csums), len(enc.restarts))]}
-		if rapid.Bool().Draw(rt, "other tokenizer") {
-			cand.tok = other
-		}
-		points, sums, shared := tok.keySums(text, cand, nil, nil)
-		wantPoints := tok.keyPoints(text, nil)
-		wantSums := prefixSums(text, wantPoints, 0, 0, nil)
-		if !slices.Equal(points, wantPoints) || !slices.Equal(sums, wantSums) {
-			rt.Fatalf("keySums(%q) after %q: points %v sums %x, want %v %x", text, ctext, points, sums, wantPoints, wantSums)
-		}
-		if cand.tok == tok && (shared > min(len(text), len(ctext)) || text[:shared] != ctext[:shared]) {
-			rt.Fatalf("shared %d of %q and %q", shared, text, ctext)
+		points, sums := tok.tailKeys(text[base:], base, h, []int{-1}, []uint64{7})
+		if !slices.Equal(points[1:], wantPoints[k:]) || !slices.Equal(sums[1:], wantSums[k:]) || points[0] != -1 || sums[0] != 7 {
+			rt.Fatalf("tailKeys(%q from %d): points %v sums %x, want %v %x", text, base, points[1:], sums[1:], wantPoints[k:], wantSums[k:])
 		}
 	})
 }

@@ -122,22 +122,43 @@ func (t *Template) Source() string { return t.source }
 // Render renders messages. An error caused by the messages (the template
 // raised, or rendering failed) wraps ErrInvalidPrompt.
 func (t *Template) Render(msgs []Message, addGenerationPrompt bool) (string, error) {
+	var w renderSink
+	w.reset(nil, -1, 0, t.estimate(msgs))
+	if err := t.renderTo(&w, msgs, addGenerationPrompt); err != nil {
+		return "", err
+	}
+	_, text := w.finish()
+	return text.s, nil
+}
+
+// estimate is about the length of a rendering of msgs (room to render
+// into).
+func (t *Template) estimate(msgs []Message) int {
+	size := 64 + len(t.bos) + len(t.eos)
+	for i := range msgs {
+		size += len(msgs[i].Content) + len(msgs[i].Role) + 32
+	}
+	return size
+}
+
+// renderTo renders messages into w.
+func (t *Template) renderTo(w *renderSink, msgs []Message, addGenerationPrompt bool) error {
 	if t.fast != nil {
-		var b strings.Builder
-		size := 64
-		for i := range msgs {
-			size += len(msgs[i].Content) + len(msgs[i].Role) + 32
-		}
-		b.Grow(size + len(t.bos) + len(t.eos))
-		ok, err := t.fast.render(&b, msgs, addGenerationPrompt, t.bos, t.eos)
+		ok, err := t.fast.render(w, msgs, addGenerationPrompt, t.bos, t.eos)
 		if err != nil {
-			return "", err
+			return err
 		}
 		if ok {
-			return b.String(), nil
+			return nil
 		}
+		w.rewind()
 	}
-	return t.renderGonja(msgs, addGenerationPrompt)
+	out, err := t.renderGonja(msgs, addGenerationPrompt)
+	if err != nil {
+		return err
+	}
+	w.WriteString(out)
+	return nil
 }
 
 // renderGonja renders with the interpreter.
