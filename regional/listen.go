@@ -135,13 +135,13 @@ func (l *capListener) Accept() (net.Conn, error) {
 			continue
 		}
 		l.open.Inc()
-		return &cappedConn{Conn: c, rw: rawReadWriter(c), l: l}, nil
+		return &cappedConn{Conn: c, rw: rawReadAhead(c), l: l}, nil
 	}
 }
 
 type cappedConn struct {
 	net.Conn
-	rw   io.ReadWriter // c's I/O: rawReadWriter
+	rw   io.ReadWriter // c's I/O: rawReadAhead
 	l    *capListener
 	once sync.Once
 }

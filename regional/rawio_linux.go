@@ -31,6 +31,17 @@ import (
 // call's error, os.ErrDeadlineExceeded past a deadline, net.ErrClosed on
 // a closed connection), deadlines and concurrent Close honoured (the
 // poller's, through syscall.RawConn).
+//
+// A rawIO made by rawReadAhead also reads ahead: asked for less than
+// readAheadSize, it asks the socket for up to readAheadSize and keeps the
+// rest for the next reads. net/http's server reads its connections 4 KB
+// at a time, so a chat request of 4-16 KB (a 2k-token prompt is about
+// 8 KB) took two or more read calls on the request's path; read ahead it
+// takes one, and a copy from memory. The buffer comes from a pool while a
+// read is under way and goes back when its bytes are taken or the read
+// finds nothing, so an idle connection (one waiting for its next request)
+// holds none. Bytes read ahead are returned before the socket is read
+// again, whatever the deadline: as a bufio.Reader's would be.
 type rawIO struct {
 	c  net.Conn
 	rc syscall.RawConn
@@ -39,11 +50,19 @@ type rawIO struct {
 	// functions given to rc work on: closures over a call's own
 	// variables would be allocated on every call. rmu and wmu keep
 	// concurrent reads (writes) apart, as the poller's own lock does.
-	rmu     sync.Mutex
-	rp      []byte
-	rn      int
-	rerrno  syscall.Errno
-	readFn  func(fd uintptr) bool
+	rmu    sync.Mutex
+	rp     []byte
+	rn     int
+	rerrno syscall.Errno
+	readFn func(fd uintptr) bool
+
+	// Read-ahead (rawReadAhead), under rmu: the read under way reads into
+	// abuf when rahead; a holds abuf's bytes not yet returned.
+	ahead  bool
+	rahead bool
+	abuf   *[]byte
+	a      []byte
+
 	wmu     sync.Mutex
 	wp      []byte
 	wn      int
@@ -66,15 +85,43 @@ func rawReadWriter(c net.Conn) io.ReadWriter {
 	return r
 }
 
+// readAheadSize is how much a read-ahead rawIO asks the socket for.
+const readAheadSize = 16 << 10
+
+var readAheadPool = sync.Pool{New: func() any {
+	b := make([]byte, readAheadSize)
+	return &b
+}}
+
+// rawReadAhead is rawReadWriter reading ahead (see rawIO).
+func rawReadAhead(c net.Conn) io.ReadWriter {
+	rw := rawReadWriter(c)
+	if r, ok := rw.(*rawIO); ok {
+		r.ahead = true
+	}
+	return rw
+}
+
 func (r *rawIO) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
 	r.rmu.Lock()
+	if len(r.a) > 0 {
+		n := r.take(p)
+		r.rmu.Unlock()
+		return n, nil
+	}
+	r.rahead = r.ahead && len(p) < readAheadSize
 	r.rp, r.rn, r.rerrno = p, 0, 0
 	err := r.rc.Read(r.readFn)
 	n, errno := r.rn, r.rerrno
 	r.rp = nil
+	if r.abuf != nil {
+		// read kept the buffer: it holds n > 0 bytes.
+		r.a = (*r.abuf)[:n]
+		n = r.take(p)
+	}
 	r.rmu.Unlock()
 	switch {
 	case err != nil:
@@ -87,15 +134,37 @@ func (r *rawIO) Read(p []byte) (int, error) {
 	return n, nil
 }
 
-// read is one attempt of Read on fd: false when it must wait.
+// take copies read-ahead bytes into p, giving the buffer back once they
+// are all taken; rmu is held.
+func (r *rawIO) take(p []byte) int {
+	n := copy(p, r.a)
+	r.a = r.a[n:]
+	if len(r.a) == 0 {
+		readAheadPool.Put(r.abuf)
+		r.abuf, r.a = nil, nil
+	}
+	return n
+}
+
+// read is one attempt of Read on fd: false when it must wait. Reading
+// ahead, it reads into a pooled buffer that it keeps (r.abuf) only when
+// the read brought bytes.
 func (r *rawIO) read(fd uintptr) bool {
 	p := r.rp
+	if r.rahead {
+		r.abuf = readAheadPool.Get().(*[]byte)
+		p = *r.abuf
+	}
 	for {
 		m, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
-		switch e {
-		case syscall.EINTR:
+		if e == syscall.EINTR {
 			continue
-		case syscall.EAGAIN:
+		}
+		if r.abuf != nil && (e != 0 || m == 0) {
+			readAheadPool.Put(r.abuf)
+			r.abuf = nil
+		}
+		if e == syscall.EAGAIN {
 			return false // wait until readable
 		}
 		r.rn, r.rerrno = int(m), e

@@ -11,6 +11,7 @@ import (
 	"slices"
 	"syscall"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 )
@@ -55,21 +56,26 @@ func TestRawReadWriterIsRaw(t *testing.T) {
 	}
 }
 
-// TestRawIOLikeConn: what goes through rawIO, both ways, in chunks of any
-// size (past the socket buffers, so writes wait for the peer and reads for
-// data), arrives as net.Conn delivers it: the same bytes in order, then
-// io.EOF when the peer closes.
+// TestRawIOLikeConn: what goes through rawIO, reading ahead or not, both
+// ways, in chunks of any size (past the socket buffers, so writes wait for
+// the peer and reads for data; below and above readAheadSize), arrives as
+// net.Conn delivers it: the same bytes in order, then io.EOF when the peer
+// closes.
 func TestRawIOLikeConn(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		a, b := tcpPair(t)
 		raw := rawReadWriter(a)
+		ahead := rapid.Bool().Draw(rt, "ahead")
+		if ahead {
+			raw = rawReadAhead(a)
+		}
 		for i, ops := 0, rapid.IntRange(1, 4).Draw(rt, "ops"); i < ops; i++ {
 			size := rapid.IntRange(0, 256<<10).Draw(rt, "size")
 			data := make([]byte, size)
 			for j := range data {
 				data[j] = byte(j*7 + i)
 			}
-			chunk := rapid.IntRange(1, 64<<10).Draw(rt, "chunk")
+			chunk := rapid.OneOf(rapid.IntRange(1, 64<<10), rapid.IntRange(1, 2*readAheadSize)).Draw(rt, "chunk")
 			var from io.Writer = b
 			var to io.Reader = raw
 			if rapid.Bool().Draw(rt, "outward") {
@@ -97,6 +103,9 @@ func TestRawIOLikeConn(t *testing.T) {
 			}
 			if !bytes.Equal(got, data) {
 				rt.Fatalf("%d bytes arrived altered", size)
+			}
+			if r := raw.(*rawIO); r.abuf != nil || len(r.a) != 0 {
+				rt.Fatalf("after every byte was taken, the read-ahead buffer is still held (%d bytes unread)", len(r.a))
 			}
 		}
 		_ = b.Close()
@@ -161,15 +170,17 @@ func TestRawIOErrorsLikeConn(t *testing.T) {
 		},
 	}
 	for name, do := range cases {
-		t.Run(name, func(t *testing.T) {
-			a1, _ := tcpPair(t)
-			a2, _ := tcpPair(t)
-			want := do(a1, a1)
-			got := do(a2, rawReadWriter(a2))
-			if w, g := describe(want), describe(got); w.op != g.op || w.timeout != g.timeout || !slices.Equal(w.is, g.is) {
-				t.Fatalf("rawIO: %v %+v; net.Conn: %v %+v", got, g, want, w)
-			}
-		})
+		for _, raw := range []func(net.Conn) io.ReadWriter{rawReadWriter, rawReadAhead} {
+			t.Run(name, func(t *testing.T) {
+				a1, _ := tcpPair(t)
+				a2, _ := tcpPair(t)
+				want := do(a1, a1)
+				got := do(a2, raw(a2))
+				if w, g := describe(want), describe(got); w.op != g.op || w.timeout != g.timeout || !slices.Equal(w.is, g.is) {
+					t.Fatalf("rawIO: %v %+v; net.Conn: %v %+v", got, g, want, w)
+				}
+			})
+		}
 	}
 	t.Run("peer reset", func(t *testing.T) {
 		// The peer closes with unread data: it resets the connection, and
@@ -192,6 +203,96 @@ func TestRawIOErrorsLikeConn(t *testing.T) {
 			t.Fatalf("write to a reset connection: %v %+v", err, o)
 		}
 	})
+}
+
+// TestReadAhead: a small read takes what the socket has, up to
+// readAheadSize, in one call and returns the rest from memory, even past a
+// read deadline (as a bufio.Reader would); a read that finds nothing holds
+// no buffer while it waits; a big read goes straight to the socket.
+func TestReadAhead(t *testing.T) {
+	a, b := tcpPair(t)
+	raw := rawReadAhead(a).(*rawIO)
+	msg := bytes.Repeat([]byte("0123456789abcdef"), 600) // 9,600 bytes, as a chat request
+	if _, err := b.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+	first := make([]byte, 4096)
+	got := 0
+	for got < len(first) {
+		n, err := raw.Read(first[got:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		got += n
+	}
+	// The sender wrote everything at once: the socket holds it all
+	// unless the kernel split it, which loopback does not below 64 KB.
+	// Either way what was read ahead is exactly what follows.
+	if len(raw.a) == 0 {
+		t.Fatalf("a 4 KB read of a 9.6 KB message read nothing ahead")
+	}
+	if !bytes.Equal(raw.a, msg[4096:4096+len(raw.a)]) {
+		t.Fatal("the bytes read ahead are not the ones that follow")
+	}
+	_ = a.SetReadDeadline(aLongTimeAgo)
+	rest := make([]byte, len(msg))
+	n, err := raw.Read(rest)
+	if err != nil || n == 0 {
+		t.Fatalf("read of bytes read ahead, past the deadline = %d, %v; want them", n, err)
+	}
+	if !bytes.Equal(append(first, rest[:n]...), msg[:4096+n]) {
+		t.Fatal("bytes read ahead arrived altered")
+	}
+	_ = a.SetReadDeadline(time.Time{})
+	for 4096+n < len(msg) {
+		m, err := raw.Read(rest[n:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += m
+	}
+	if raw.abuf != nil {
+		t.Fatal("buffer held after its bytes were taken")
+	}
+
+	// An attempt that finds nothing to read (the read then waits for the
+	// poller) keeps no buffer: an idle connection holds none.
+	small := make([]byte, 8)
+	raw.rmu.Lock()
+	raw.rp, raw.rahead = small, true
+	var waits bool
+	if err := raw.rc.Control(func(fd uintptr) { waits = !raw.read(fd) }); err != nil {
+		t.Fatal(err)
+	}
+	held := raw.abuf != nil
+	raw.rp = nil
+	raw.rmu.Unlock()
+	if !waits || held {
+		t.Fatalf("read attempt on an empty socket: waits %v, buffer held %v; want true, false", waits, held)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := raw.Read(small)
+		done <- err
+	}()
+	if _, err := b.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if small[0] != 'x' || raw.abuf != nil || len(raw.a) != 0 {
+		t.Fatalf("one byte read ahead: got %q, buffer held %v", small[0], raw.abuf != nil)
+	}
+
+	// A read of readAheadSize or more goes to the socket directly.
+	big := make([]byte, readAheadSize)
+	if _, err := b.Write([]byte("yz")); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := raw.Read(big); err != nil || string(big[:n]) != "yz"[:n] || raw.abuf != nil {
+		t.Fatalf("big read = %d, %v, buffer held %v", n, err, raw.abuf != nil)
+	}
 }
 
 // TestPeekLikeRecvfrom: peek answers as recvfrom with MSG_PEEK does, and
