@@ -152,14 +152,8 @@ func TestPrefixCacheHitSharesPrefix(t *testing.T) {
 				t.Fatalf("reused %d ids, want the system prompt's %d", reused, prefixIDs)
 			}
 		}
-		allocs = testing.AllocsPerRun(100, hit)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		for range 100 {
-			hit()
-		}
-		runtime.ReadMemStats(&after)
-		return float64(after.TotalAlloc-before.TotalAlloc) / 100, allocs, prefixIDs
+		bytes, allocs = perCall(hit)
+		return bytes, allocs, prefixIDs
 	}
 	smallBytes, smallAllocs, smallIDs := perHit(2000)
 	bigBytes, bigAllocs, bigIDs := perHit(20000)
@@ -305,4 +299,17 @@ func checkPrefixCache(t interface{ Fatalf(string, ...any) }, c *PrefixCache) {
 			t.Fatalf("a record counts %d keys and owns %d; %d lead to it", rec.keys, owned, leading[rec])
 		}
 	}
+}
+
+// perCall is what f allocates per call: bytes and allocations, averaged
+// over 100 calls.
+func perCall(f func()) (bytes, allocs float64) {
+	allocs = testing.AllocsPerRun(100, f)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range 100 {
+		f()
+	}
+	runtime.ReadMemStats(&after)
+	return float64(after.TotalAlloc-before.TotalAlloc) / 100, allocs
 }

@@ -2,7 +2,6 @@ package tokenize
 
 import (
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -244,14 +243,7 @@ func TestEncodeChatCachedHitAllocs(t *testing.T) {
 				t.Fatalf("reused %d, err %v", reused, err)
 			}
 		}
-		allocs = testing.AllocsPerRun(100, hit)
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		for range 100 {
-			hit()
-		}
-		runtime.ReadMemStats(&after)
-		return float64(after.TotalAlloc-before.TotalAlloc) / 100, allocs
+		return perCall(hit)
 	}
 	smallBytes, smallAllocs := perHit(2000)
 	bigBytes, bigAllocs := perHit(20000)
