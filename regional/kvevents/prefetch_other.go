@@ -2,10 +2,14 @@
 
 package kvevents
 
-import "unsafe"
+import (
+	"sync/atomic"
+	"unsafe"
+)
 
-// prefetchSink keeps prefetchLines's loads from being optimized away.
-var prefetchSink uint8
+// prefetchSink keeps prefetchLines's loads from being optimized away; the
+// store is atomic because every Rekeyer in the process shares it.
+var prefetchSink atomic.Uint32
 
 // prefetchLines loads a byte at each address in lines (see the amd64
 // version, which prefetches them): the loads do not depend on each other,
@@ -16,6 +20,6 @@ func prefetchLines(lines []unsafe.Pointer) {
 		acc += *(*uint8)(p)
 	}
 	if acc == 1 {
-		prefetchSink = acc
+		prefetchSink.Store(1)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/meridian-llm/meridian/index"
@@ -920,10 +921,11 @@ func (r *Rekeyer) prefetchStored(k ekey, hashes []uint64, ebs int) {
 }
 
 // touchSink keeps touchLines's loads from being optimized away: written
-// only when the sum is 1, never read on purpose.
-//
-//lint:ignore U1000 a store target only, so that the loads stay
-var touchSink uint8
+// only when the sum is 1, never read on purpose. It is shared by every
+// Rekeyer in the process (a controller's replicas in one test binary, the
+// shards of one ingester), so the store is atomic: a plain one is a data
+// race between two of them.
+var touchSink atomic.Uint32
 
 // touchLines loads a byte at each address in lines: the loads do not
 // depend on each other, so the CPU overlaps their misses, as many as its
@@ -934,7 +936,7 @@ func touchLines(lines []unsafe.Pointer) {
 		acc += *(*uint8)(p)
 	}
 	if acc == 1 {
-		touchSink = acc
+		touchSink.Store(1)
 	}
 }
 
