@@ -71,7 +71,9 @@ type IngestConfig struct {
 	// and the consumer more per byte (a fetch of each partition in flight
 	// no longer fits in the cache while it is copied: 4 MiB took the
 	// in-process broker of BenchmarkIngestKafka 1.8x the CPU of 2 MiB) and
-	// delay the first message of a partition by the whole fetch.
+	// delay the first message of a partition by the whole fetch. The
+	// consumer reads up to 16 fetches' worth of messages (32 MiB by
+	// default) ahead of the one it applies.
 	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
@@ -1139,9 +1141,9 @@ func (g *Ingester) indexStage(commit func(kafka.Message) error) (staged chan<- s
 	}
 }
 
-// fetchDepth is how many messages the consumer's fetch goroutine fetches
-// and decodes ahead of the one being applied.
-const fetchDepth = 4
+// spareDecoders is how many decoders the fetch goroutine keeps for reuse
+// once their messages are applied; it makes more when it is further ahead.
+const spareDecoders = 8
 
 // fetchedMsg is a message the fetch goroutine handed over, with its value
 // decoded, or the error that stopped it (fetchErr, the last one sent).
@@ -1154,37 +1156,43 @@ type fetchedMsg struct {
 }
 
 // fetchAhead starts the goroutine that fetches r's messages and decodes
-// their values, fetchDepth ahead of apply, off the goroutine that applies
+// their values, up to the read-ahead bound (see readAheadFetches) ahead
+// of apply, off the goroutine that applies
 // them in order (decoding a message does not depend on the ones before
 // it). It sends them, in order, on the channel it returns, then the error
 // that stops it (ctx done, or the reader's), and closes the channel when it
 // has stopped.
 func (g *Ingester) fetchAhead(ctx context.Context, r *kafka.Reader) <-chan fetchedMsg {
-	free := make(chan *kvevents.Decoder, fetchDepth)
-	for range fetchDepth {
-		d, err := kvevents.NewDecoder(g.decCfg)
-		if err != nil {
-			panic(err) // the configuration NewIngester validated
-		}
-		free <- d
-	}
-	out := make(chan fetchedMsg, fetchDepth)
+	spare := make(chan *kvevents.Decoder, spareDecoders)
+	budget := newReadBudget(readAheadFetches * int64(g.cfg.FetchMaxBytes))
+	out := make(chan fetchedMsg, readAheadMsgs)
 	go func() {
 		defer close(out)
 		for {
-			var d *kvevents.Decoder
-			select {
-			case d = <-free:
-			case <-ctx.Done():
-				out <- fetchedMsg{fetchErr: ctx.Err()}
-				return
-			}
 			m, err := r.FetchMessage(ctx)
+			if err == nil {
+				err = budget.acquire(ctx, int64(len(m.Value)))
+			}
 			if err != nil {
 				out <- fetchedMsg{fetchErr: err}
 				return
 			}
-			f := fetchedMsg{msg: m, done: func() { free <- d }}
+			var d *kvevents.Decoder
+			select {
+			case d = <-spare:
+			default:
+				if d, err = kvevents.NewDecoder(g.decCfg); err != nil {
+					panic(err) // the configuration NewIngester validated
+				}
+			}
+			n := int64(len(m.Value))
+			f := fetchedMsg{msg: m, done: func() {
+				select {
+				case spare <- d:
+				default: // enough spares: this one goes to the GC
+				}
+				budget.release(n)
+			}}
 			f.batch, f.err = d.Decode(m.Value)
 			select {
 			case out <- f:
