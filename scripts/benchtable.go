@@ -133,7 +133,7 @@ func main() {
 		{"  p99", "BenchmarkDecide/pods=256/blocks=128/depths=16", "p99-ns", atMost(200000, "ns")},
 		{"decision, 128 depths (worst): p50", "BenchmarkDecide/pods=256/blocks=128/depths=128", "p50-ns", atMost(50000, "ns")},
 		{"  p99", "BenchmarkDecide/pods=256/blocks=128/depths=128", "p99-ns", atMost(200000, "ns")},
-		{"tokenize + decide, 8k-token prompt", "BenchmarkTokenizeAndDecide", "ns/op", nil},
+		{"tokenize + decide, 8k-token prompt", "BenchmarkTokenizeAndDecide/tokens=8192", "ns/op", nil},
 		{"20th turn, full re-tokenization", "BenchmarkSessionTokenization/full", "ns/op", nil},
 		{"20th turn, from the session cache", "BenchmarkSessionTokenization/session", "ns/op", nil},
 		{"proxy: added p99 at 1,000 req/s", "BenchmarkProxyOverhead/tls=off/stream=false", "added-p99-us", atMost(1000, "us")},
