@@ -73,7 +73,8 @@ type IngestConfig struct {
 	// in-process broker of BenchmarkIngestKafka 1.8x the CPU of 2 MiB) and
 	// delay the first message of a partition by the whole fetch. The
 	// consumer reads up to 16 fetches' worth of messages (32 MiB by
-	// default) ahead of the one it applies.
+	// default) ahead of the one it applies, decoded: about 160 MiB at the
+	// defaults while it is behind (see readAheadFetches).
 	FetchMaxBytes int `yaml:"fetch_max_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
