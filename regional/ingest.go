@@ -71,11 +71,16 @@ type IngestConfig struct {
 	// and the consumer more per byte (a fetch of each partition in flight
 	// no longer fits in the cache while it is copied: 4 MiB took the
 	// in-process broker of BenchmarkIngestKafka 1.8x the CPU of 2 MiB) and
-	// delay the first message of a partition by the whole fetch. The
-	// consumer reads up to 16 fetches' worth of messages (32 MiB by
-	// default) ahead of the one it applies, decoded: about 160 MiB at the
-	// defaults while it is behind (see readAheadFetches).
+	// delay the first message of a partition by the whole fetch.
 	FetchMaxBytes int `yaml:"fetch_max_bytes"`
+	// ReadAheadBytes bounds the values of the messages the consumer has
+	// read and decoded but not yet applied. A decoded engine batch holds
+	// about 3.9 times its message's bytes, so a full read-ahead holds about
+	// 5 times this while the consumer is behind (160 MiB at the default);
+	// a consumer that keeps up holds a few messages. Default 0: 16 x
+	// fetch_max_bytes (32 MiB). Set, it must be >= fetch_max_bytes. See
+	// readAheadFetches for what reading ahead gains.
+	ReadAheadBytes int `yaml:"read_ahead_bytes"`
 	// Backoff bounds the reconnect delay after a broker failure.
 	// Defaults 100ms and 5s.
 	BackoffMin time.Duration `yaml:"backoff_min"`
@@ -103,6 +108,14 @@ func DefaultIngestConfig() IngestConfig {
 		ProbeInterval: 2 * time.Second}
 }
 
+// readAhead is ReadAheadBytes with its default applied.
+func (c IngestConfig) readAhead() int64 {
+	if c.ReadAheadBytes > 0 {
+		return int64(c.ReadAheadBytes)
+	}
+	return readAheadFetches * int64(c.FetchMaxBytes)
+}
+
 // Validate names the first field that is wrong.
 func (c IngestConfig) Validate() error {
 	switch {
@@ -120,6 +133,8 @@ func (c IngestConfig) Validate() error {
 		return fmt.Errorf("ingest config: commit_interval and max_wait must be > 0")
 	case c.FetchMaxBytes < 64<<10:
 		return fmt.Errorf("ingest config: fetch_max_bytes = %d: want >= 65536 (above the largest message)", c.FetchMaxBytes)
+	case c.ReadAheadBytes != 0 && c.ReadAheadBytes < c.FetchMaxBytes:
+		return fmt.Errorf("ingest config: read_ahead_bytes = %d: want 0 (16 x fetch_max_bytes) or >= fetch_max_bytes (%d)", c.ReadAheadBytes, c.FetchMaxBytes)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return fmt.Errorf("ingest config: backoff_min = %v, backoff_max = %v: want 0 < min <= max", c.BackoffMin, c.BackoffMax)
 	case c.ProbeInterval <= 0:
@@ -1165,7 +1180,7 @@ type fetchedMsg struct {
 // has stopped.
 func (g *Ingester) fetchAhead(ctx context.Context, r *kafka.Reader) <-chan fetchedMsg {
 	spare := make(chan *kvevents.Decoder, spareDecoders)
-	budget := newReadBudget(readAheadFetches * int64(g.cfg.FetchMaxBytes))
+	budget := newReadBudget(g.cfg.readAhead())
 	out := make(chan fetchedMsg, readAheadMsgs)
 	go func() {
 		defer close(out)

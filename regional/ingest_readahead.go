@@ -16,16 +16,17 @@ import (
 // and the broker waited on the re-keyer in lockstep. A deeper queue in
 // messages would bound nothing in bytes (a message may be 1 MiB). So the
 // fetch goroutine now takes and decodes messages as long as those not yet
-// applied hold at most readAheadFetches fetches' worth of values (16 x
-// fetch_max_bytes: 32 MiB by default) and number at most readAheadMsgs,
+// applied hold at most read_ahead_bytes of values (by default
+// readAheadFetches fetches' worth, 16 x fetch_max_bytes: 32 MiB) and
+// number at most readAheadMsgs,
 // with a decoder each (spares are kept for reuse).
 //
 // The cost is memory while the consumer is behind (catching up from the
 // topic): a decoded engine batch holds about 3.9 times its message's
 // bytes (200 benchmark messages, 6.2 MB, held 24.1 MB live once
 // decoded), so a full read-ahead is about 32 MiB of values and 125 MiB of
-// decoded batches, about 160 MiB at the defaults (it scales with
-// fetch_max_bytes). A consumer that keeps up holds a few messages.
+// decoded batches, about 160 MiB at the defaults (read_ahead_bytes sets
+// it). A consumer that keeps up holds a few messages.
 //
 // BenchmarkIngestKafka, alternated rounds of test binaries against the
 // old code, benchstat: events/s +18.9% (10 rounds, p=0.004), then +14%

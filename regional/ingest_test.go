@@ -457,13 +457,34 @@ func TestIngestConfigValidate(t *testing.T) {
 		"backoff":           func(c *IngestConfig) { c.BackoffMax = time.Millisecond },
 		"kv_blocks_per_pod": func(c *IngestConfig) { c.KVBlocksPerPod = -1 },
 		"fetch_max_bytes":   func(c *IngestConfig) { c.FetchMaxBytes = 1 << 10 },
+		"read_ahead_bytes":  func(c *IngestConfig) { c.ReadAheadBytes = c.FetchMaxBytes - 1 },
+		"read_ahead_bytes ": func(c *IngestConfig) { c.ReadAheadBytes = -1 },
 	} {
 		c := DefaultIngestConfig()
 		c.Brokers, c.Region = []string{"127.0.0.1:9092"}, "r"
 		mut(&c)
-		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), name) {
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), strings.TrimSpace(name)) {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+// read_ahead_bytes: 0 is 16 fetches; a value set is used as it is.
+func TestIngestConfigReadAhead(t *testing.T) {
+	c := DefaultIngestConfig()
+	c.Brokers, c.Region = []string{"127.0.0.1:9092"}, "r"
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := c.readAhead(), int64(16*c.FetchMaxBytes); got != want {
+		t.Errorf("default read-ahead %d, want %d", got, want)
+	}
+	c.ReadAheadBytes = c.FetchMaxBytes
+	if err := c.Validate(); err != nil {
+		t.Fatalf("read_ahead_bytes = fetch_max_bytes: %v", err)
+	}
+	if got := c.readAhead(); got != int64(c.FetchMaxBytes) {
+		t.Errorf("read-ahead %d, want %d", got, c.FetchMaxBytes)
 	}
 }
 
