@@ -205,6 +205,9 @@ func (c Config) notedDefaults() map[string]string {
 	if c.Kafka.GroupID == "" {
 		notes["kafka.group_id"] = fmt.Sprintf("default: meridian-%s-%s-<start time> (a group of its own per start)", c.Region, c.ControllerID)
 	}
+	if c.Kafka.ReadAheadBytes == 0 {
+		notes["kafka.read_ahead_bytes"] = fmt.Sprintf("default: 16 x fetch_max_bytes = %d", c.Kafka.readAhead())
+	}
 	if c.PolicyFile == "" {
 		if c.multiRegion() {
 			notes["policy_file"] = "not set: the shipped default policy (stay in the origin zone)"
