@@ -457,25 +457,32 @@ func TestRekeyConfigValidate(t *testing.T) {
 
 // TestRekeyAllocs: in steady state (a stream that leaves the pod as it
 // found it, replayed), re-keying allocates nothing.
+// decodeStream decodes each message of stream with a decoder of its own
+// (a batch is valid only until its decoder decodes again).
+func decodeStream(t *testing.T, stream [][]byte) []*Batch {
+	t.Helper()
+	cfg := newTestDecoder(t).Config()
+	batches := make([]*Batch, 0, len(stream))
+	for _, msg := range stream {
+		d, err := NewDecoder(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := d.Decode(msg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		batches = append(batches, b)
+	}
+	return batches
+}
+
 func TestRekeyAllocs(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts differ under the race detector")
 	}
 	for _, ebs := range []int{64, 16} {
-		stream := engineStream(t, 64, 32, ebs, Encoding{})
-		d := newTestDecoder(t)
-		var batches []*Batch
-		for _, msg := range stream {
-			b, err := NewDecoder(d.Config())
-			if err != nil {
-				t.Fatal(err)
-			}
-			batch, err := b.Decode(msg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			batches = append(batches, batch)
-		}
+		batches := decodeStream(t, engineStream(t, 64, 32, ebs, Encoding{}))
 		r := newTestRekeyer(t, 64)
 		ops := make([]Op, 0, 1024)
 		run := func() {
@@ -621,19 +628,7 @@ func TestTouchSinkSharedSafely(t *testing.T) {
 // prefetch sinks: their results are what each gives alone.
 func TestRekeyersRunConcurrently(t *testing.T) {
 	for _, ebs := range []int{64, 16} {
-		stream := engineStream(t, 64, 32, ebs, Encoding{})
-		var batches []*Batch
-		for _, msg := range stream {
-			d, err := NewDecoder(newTestDecoder(t).Config())
-			if err != nil {
-				t.Fatal(err)
-			}
-			b, err := d.Decode(msg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			batches = append(batches, b)
-		}
+		batches := decodeStream(t, engineStream(t, 64, 32, ebs, Encoding{}))
 		replay := func() string {
 			r := newTestRekeyer(t, 64)
 			var all []Op
