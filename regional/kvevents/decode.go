@@ -803,6 +803,10 @@ func (d *Decoder) hashList(what string) ([]uint64, error) {
 // other forms engines send: strings (TensorRT-LLM) and [token, next] pairs
 // (SGLang's bigram keys).
 func (d *Decoder) tokenList(u *union) error {
+	// A map event that repeats token_ids keeps the last list, as it keeps
+	// the last of any field, and that list's strings and pairs: none of
+	// an earlier list's may describe positions of this one.
+	u.tokens, u.strToks, u.pairs, u.pairNext = nil, nil, false, 0
 	n, _, err := d.list("token_ids", "tokens", d.cfg.MaxTokensPerEvent)
 	if n == 0 || err != nil {
 		return err

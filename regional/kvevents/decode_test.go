@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -329,5 +330,79 @@ func TestRawJSON(t *testing.T) {
 		if got := string(AppendRawJSON(nil, c.raw)); got != c.want {
 			t.Errorf("%x: got %s, want %s", c.raw, got, c.want)
 		}
+	}
+}
+
+// TestRepeatedTokenIDs: a map event that repeats token_ids keeps the last
+// list whole, with its own strings and pairs and none of an earlier list's
+// (found by FuzzDecode: an earlier list's string token stayed attached to
+// a position of the last, so the event no longer re-encoded to itself).
+func TestRepeatedTokenIDs(t *testing.T) {
+	ints := func(dst []byte, toks ...uint64) []byte {
+		dst = appendArrayHeader(dst, len(toks))
+		for _, v := range toks {
+			dst = appendUint(dst, v)
+		}
+		return dst
+	}
+	withString := appendArrayHeader(nil, 8)
+	for i := range 8 {
+		if i == 5 {
+			withString = appendStr(withString, "<image>")
+			continue
+		}
+		withString = appendUint(withString, uint64(10+i))
+	}
+	pairs := appendArrayHeader(nil, 8)
+	for i := range 8 {
+		pairs = appendUint(appendUint(append(pairs, 0x92), uint64(20+i)), uint64(21+i))
+	}
+	event := func(lists ...[]byte) []byte {
+		ev := appendMapHeader(nil, 3+len(lists))
+		ev = appendStr(appendStr(ev, "type"), "BlockStored")
+		ev = ints(appendStr(ev, "block_hashes"), 101, 102)
+		ev = appendUint(appendStr(ev, "block_size"), 4)
+		for _, l := range lists {
+			ev = append(appendStr(ev, "token_ids"), l...)
+		}
+		msg := appendFloat64(appendArrayHeader(nil, 3), 1.5)
+		msg = append(appendArrayHeader(msg, 1), ev...)
+		return appendUint(msg, 0)
+	}
+	for _, tc := range []struct {
+		name    string
+		msg     []byte
+		tokens  []uint32
+		strings []StringToken
+		pairs   bool
+	}{
+		{"strings then plain", event(withString, ints(nil, 30, 31, 32, 33, 34, 35, 36, 37)), []uint32{30, 31, 32, 33, 34, 35, 36, 37}, nil, false},
+		{"plain then strings", event(ints(nil, 30, 31, 32, 33, 34, 35, 36, 37), withString), []uint32{10, 11, 12, 13, 14, 0, 16, 17}, []StringToken{{Pos: 5, Value: "<image>"}}, false},
+		{"strings then empty", event(withString, ints(nil)), nil, nil, false},
+		{"pairs then plain", event(pairs, ints(nil, 30, 31, 32, 33, 34, 35, 36, 37)), []uint32{30, 31, 32, 33, 34, 35, 36, 37}, nil, false},
+		{"plain then pairs", event(ints(nil, 30, 31, 32, 33, 34, 35, 36, 37), pairs), []uint32{20, 21, 22, 23, 24, 25, 26, 27}, nil, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := decodeWith(t, DefaultDecoderConfig(), tc.msg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := b.Events[0].(*BlockStored)
+			if !slices.Equal(ev.TokenIDs, tc.tokens) || !slices.Equal(ev.StringTokens, tc.strings) || ev.Pairs != tc.pairs {
+				t.Fatalf("tokens %v, strings %v, pairs %v; want %v, %v, %v", ev.TokenIDs, ev.StringTokens, ev.Pairs, tc.tokens, tc.strings, tc.pairs)
+			}
+			// The event re-encodes to itself, as FuzzDecode requires.
+			for _, enc := range allEncodings() {
+				msg, err := enc.AppendBatch(nil, b)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b2, err := decodeWith(t, DefaultDecoderConfig(), msg)
+				if err != nil {
+					t.Fatalf("%+v: %v", enc, err)
+				}
+				assertSameBatch(t, b, b2)
+			}
+		})
 	}
 }
