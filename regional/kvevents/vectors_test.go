@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -294,6 +295,11 @@ func assertSameBatch(t interface {
 	t.Helper()
 	w, g := *want, *got
 	w.Skipped, g.Skipped = nil, nil
+	if math.IsNaN(w.TS) && math.IsNaN(g.TS) {
+		// No engine sends a NaN ts, but one decodes and re-encodes as
+		// NaN, which DeepEqual calls unequal to itself.
+		w.TS, g.TS = 0, 0
+	}
 	if w.Events == nil {
 		w.Events = []Event{}
 	}
