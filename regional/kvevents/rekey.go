@@ -141,7 +141,8 @@ type RekeyStats struct {
 	// BadBlocks: BlockStored events dropped because block_size is not
 	// positive, token_ids is not len(block_hashes)*block_size long, the ratio
 	// to the router block size is not whole, or a block's size differs from
-	// its parent's.
+	// its parent's or from the size the same block was announced with
+	// before (the event's blocks up to it are kept).
 	BadBlocks uint64
 	// BadRank: events dropped because the data-parallel rank or group_idx is
 	// out of range.
@@ -633,6 +634,15 @@ func (r *Rekeyer) stored(k ekey, ev *BlockStored) {
 			strs = strs[1:]
 		}
 		if i := r.lookup(k); i != none {
+			if int64(r.entries[i].ebs()) != ebs {
+				// The pod announced this block before with blocks of
+				// another size: the chain cannot go on through it (its
+				// children's router blocks would take its tokens as
+				// this event's size), as it cannot from a parent of
+				// another size.
+				r.stats.BadBlocks++
+				return
+			}
 			if r.entries[i].parent != parent {
 				r.stats.Conflicts++
 			}

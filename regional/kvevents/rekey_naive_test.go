@@ -155,6 +155,8 @@ func (n *naiveRekeyer) event(rank int64, ev Event) {
 					b.lora, b.salt = lora, salt
 				}
 				n.blocks[k] = b
+			} else if len(b.tokens) != E {
+				return // announced before at another size: the event ends here
 			}
 			b.held[t] = true
 			parent = b

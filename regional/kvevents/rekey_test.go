@@ -142,6 +142,41 @@ func TestRekeyUnknownParentAndBadBlocks(t *testing.T) {
 	}
 }
 
+// TestRekeySizeChangeMidChain: a block the pod announced with blocks of
+// one size, met again inside an event of another size, ends that event
+// there (BadBlocks), as a parent of another size does. Continuing through
+// it crashed the controller: the next block's router block took the
+// earlier block's tokens as chunks of the new size, and a block whose size
+// equals the router block's keeps none (FuzzDecode found it, with a
+// re-keyer shared across inputs).
+func TestRekeySizeChangeMidChain(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		first, again int // engine block sizes; the router block is 4 tokens
+	}{
+		{"router-sized, then half", 4, 2},
+		{"larger, then half", 8, 2},
+		{"half, then router-sized", 2, 4},
+		{"quarter, then half", 1, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newTestRekeyer(t, 4)
+			r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, tc.first, seq(tc.first, 0), 1))
+			// Block 1 again, then two new blocks under it, at the other size.
+			r.ApplyEvent(nil, 0, stored(Opt[uint64]{}, tc.again, seq(3*tc.again, 100), 1, 2, 3))
+			s := r.Stats()
+			if s.BadBlocks != 1 || s.StoredBlocks != 1 || s.Entries != 1 {
+				t.Fatalf("stats %+v, want the second event dropped at its first block (BadBlocks 1) and one entry", s)
+			}
+			// The first size still works, through the same block.
+			r.ApplyEvent(nil, 0, stored(Some[uint64](1), tc.first, seq(tc.first, 200), 4))
+			if s := r.Stats(); s.Entries != 2 || s.BadBlocks != 1 {
+				t.Fatalf("stats %+v after a block of the first size under it", s)
+			}
+		})
+	}
+}
+
 // TestRekeyDuplicates: announcements of one engine block on one medium are
 // a set. vLLM with kv_cache_report_mode="full" re-announces every reused
 // block and removes it once (vllm/v1/core/kv_cache_manager.py); counting
