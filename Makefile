@@ -35,7 +35,7 @@ bench: ## run the benchmarks behind every published target and print a table (ab
 	@: > bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(Lookup|NaiveLookup|Register|Memory|GrowthPause)' -benchmem -count $(BENCH_COUNT) -cpu 1,2 ./index/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkDecodeApply(Parallel)?$$' -benchmem -count $(BENCH_COUNT) ./regional/kvevents/ | tee -a bin/bench.txt
-	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place)$$' -benchmem -count $(BENCH_COUNT) ./regional/route/ | tee -a bin/bench.txt
+	$(GO) test -run '^$$' -bench 'Benchmark(Decide|Place|BacklogMs)$$' -benchmem -count $(BENCH_COUNT) ./regional/route/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(TokenizeAndDecide|SessionTokenization)$$' -benchmem -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'BenchmarkProxyOverhead/' -benchtime 3000x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt
 	$(GO) test -run '^$$' -bench 'Benchmark(IngestKafka|IngestApply)$$' -benchtime 3x -count $(BENCH_COUNT) ./regional/ | tee -a bin/bench.txt

@@ -167,6 +167,7 @@ func main() {
 		{"  p99", "BenchmarkPlace/pods=256/remotes=10", "p99-ns", atMost(30000, "ns")},
 		{"  machine floor p99 (same work each time, same run)", "BenchmarkPlace/pods=256/remotes=10", "floor-p99-ns", nil},
 		{"  allocations", "BenchmarkPlace/pods=256/remotes=10", "allocs/op", atMost(0, "allocs")},
+		{"region backlog for the trend (every forwardable request), 256 pods", "BenchmarkBacklogMs", "ns/op", nil},
 		{"tokenize + decide, 8k tokens, cold: p50", "BenchmarkTokenizeAndDecide/tokens=8192", "p50-ns", atMost(300000, "ns")},
 		{"proxy, 2k-token chat, 1k req/s: added p50", "BenchmarkProxyOverhead/tls=off/stream=false", "added-p50-us", atMost(100, "us")},
 		{"  added p99", "BenchmarkProxyOverhead/tls=off/stream=false", "added-p99-us", atMost(400, "us")},

@@ -92,3 +92,20 @@ func splitmixBench(x uint64) uint64 {
 	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
 	return x ^ (x >> 31) | 1
 }
+
+// BenchmarkBacklogMs is the region's mean backlog per pod, which a
+// controller that may forward computes for every request (Trend.Note):
+// one pass over the pods at 256 of them.
+func BenchmarkBacklogMs(b *testing.B) {
+	dec, _ := routetest.Decider256(b, 16)
+	now := time.Now()
+	b.ReportAllocs()
+	b.ResetTimer()
+	sink := 0.0
+	for i := 0; i < b.N; i++ {
+		sink += dec.BacklogMs(now)
+	}
+	if sink < 0 {
+		b.Fatal("negative backlog")
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/meridian-llm/meridian/gorgo"
 	"github.com/meridian-llm/meridian/index"
 )
 
@@ -89,6 +90,18 @@ type Pod struct {
 type podFactor struct {
 	gen    uint64
 	factor float64
+}
+
+// factorAt is m's correction of p's rate, gen being m.PodFactorGen read
+// before: the one p keeps from an earlier read while m has published none
+// since, so that pricing a pod costs no lookup by name.
+func (p *Pod) factorAt(m *gorgo.Model, gen uint64) float64 {
+	if f := p.factor.Load(); f != nil && f.gen == gen {
+		return f.factor
+	}
+	f := m.PodFactor(p.Name)
+	p.factor.Store(&podFactor{gen: gen, factor: f})
+	return f
 }
 
 // podPad rounds Pod up to whole cache lines (TestPodLayout).

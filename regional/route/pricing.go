@@ -173,17 +173,8 @@ func (c *cycle) refine(i int, limit float64) bool {
 	return !(c.bound[i] > limit)
 }
 
-// podFactor is the cost model's correction of p's rate: the one p keeps
-// from an earlier decision while the model has published none since, so
-// that pricing a pod costs no lookup by name.
-func (c *cycle) podFactor(p *Pod) float64 {
-	if f := p.factor.Load(); f != nil && f.gen == c.factorGen {
-		return f.factor
-	}
-	f := c.d.model.PodFactor(p.Name)
-	p.factor.Store(&podFactor{gen: c.factorGen, factor: f})
-	return f
-}
+// podFactor is the cost model's correction of p's rate (Pod.factorAt).
+func (c *cycle) podFactor(p *Pod) float64 { return p.factorAt(c.d.model, c.factorGen) }
 
 // more lists the next group (see list): the candidates of the next
 // matched depth (index answers are ranked by depth), or, after the last,

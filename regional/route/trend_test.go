@@ -1,12 +1,14 @@
 package route
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
 	"pgregory.net/rapid"
 
 	"github.com/meridian-llm/meridian/gorgo"
+	"github.com/meridian-llm/meridian/index"
 )
 
 // TestTrendAdjust is the rule: a remote candidate is charged the growth
@@ -113,6 +115,76 @@ func TestTrendMatchesNaive(t *testing.T) {
 			since := t0.Add(time.Duration(rapid.Int64Range(-1e9, int64(at.Sub(t0))+1e9).Draw(rt, "since")))
 			if got, want := tr.Growth(since), nv.growth(since); got != want {
 				rt.Fatalf("Growth(%v) = %v, naive %v", since.Sub(t0), got, want)
+			}
+		}
+	})
+}
+
+// TestBacklogMsMatchesNaive: BacklogMs, which reads each profile's rate
+// once and each pod's rate correction from the copy the pod keeps, gives
+// exactly the mean its definition does (every live pod's backlog at
+// RateFor by name), across profiles, per-pod corrections published
+// between calls, and pods removed.
+func TestBacklogMsMatchesNaive(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		idx, err := index.New(index.DefaultConfig())
+		if err != nil {
+			rt.Fatal(err)
+		}
+		reg := NewRegistry(idx)
+		n := rapid.IntRange(0, 24).Draw(rt, "pods")
+		var infos []PodInfo
+		for i := 0; i < n; i++ {
+			info := PodInfo{Name: fmt.Sprintf("pod-%d", i), Endpoint: "http://x", Model: "m",
+				Profile: rapid.SampledFrom([]string{"h100", "h200", "b200", "tpu-v9"}).Draw(rt, "profile")}
+			if _, _, err := reg.Upsert(info); err != nil {
+				rt.Fatal(err)
+			}
+			infos = append(infos, info)
+		}
+		model := drawModel(rt, gorgo.DefaultConfig(), infos)
+		now := time.Unix(1000, 0)
+		dec, err := NewDecider(DefaultConfig(), idx, reg, model, func() time.Time { return now })
+		if err != nil {
+			rt.Fatal(err)
+		}
+		naive := func() float64 {
+			sum, k := 0.0, 0
+			for _, p := range reg.Pods() {
+				if !idx.Alive(p.ID) {
+					continue
+				}
+				rate, _ := model.RateFor(p.Info().Profile, p.Name)
+				sum += float64(BacklogTokens(p, now, rate)) * rate
+				k++
+			}
+			if k == 0 {
+				return 0
+			}
+			return sum / float64(k)
+		}
+		cal := gorgo.NewCalibrator(model, gorgo.CalibratorConfig{MinSamples: 3, MaxStep: 1, RateBand: [2]float64{0.5, 2}, MaxRelSE: 1})
+		for step := range rapid.IntRange(1, 6).Draw(rt, "steps") {
+			switch pods := reg.Pods(); {
+			case len(pods) == 0:
+			case rapid.IntRange(0, 3).Draw(rt, "op") == 0:
+				reg.Remove(rapid.SampledFrom(pods).Draw(rt, "remove").Name)
+			case rapid.Bool().Draw(rt, "publish"):
+				p := rapid.SampledFrom(pods).Draw(rt, "calibrate")
+				factor := rapid.SampledFrom([]float64{0.6, 0.8, 1.3}).Draw(rt, "factor")
+				prof := p.Info().Profile
+				for i := 1; i <= 40; i++ {
+					u := 500 * i
+					cal.Observe(gorgo.Observation{Profile: prof, Pod: p.Name, UncachedTokens: u,
+						TTFTMs: model.Nominal(prof).OverheadMs + model.PrefillMs(prof, "", 0, u)*factor})
+				}
+			default:
+				p := rapid.SampledFrom(pods).Draw(rt, "admit")
+				p.Admit(rapid.IntRange(1, 50000).Draw(rt, "uncached"), time.Duration(rapid.IntRange(0, 5000).Draw(rt, "work_ms"))*time.Millisecond, now)
+			}
+			now = now.Add(time.Duration(rapid.IntRange(0, 2000).Draw(rt, "advance_ms")) * time.Millisecond)
+			if got, want := dec.BacklogMs(now), naive(); got != want {
+				rt.Fatalf("step %d: BacklogMs %v, naive %v", step, got, want)
 			}
 		}
 	})
