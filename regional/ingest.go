@@ -566,7 +566,18 @@ func (g *Ingester) apply(msg Message, gen int, pre *decoded, j *indexJob) {
 					return // counted and logged by stream
 				}
 			}
-			g.ops = ps.rekey.ApplyEvents(g.ops[:0], rank, evs[:n])
+			if g.ops, err = ps.rekey.ApplyEventsGuarded(g.ops[:0], rank, evs[:n]); err != nil {
+				// A defect, not bad input: the process lives on, the pod's
+				// blocks leave the index (the OpClearPod in g.ops) and
+				// are learnt again from its next events.
+				g.m.decodeErrors.WithLabelValues("rekeyer_panic").Inc()
+				args := []any{"pod", name, "partition", msg.Partition, "offset", msg.Offset, "err", err}
+				var rp *kvevents.RekeyPanic
+				if errors.As(err, &rp) {
+					args = append(args, "stack", string(rp.Stack))
+				}
+				g.log.Error("re-keying a message's KV events failed: the pod's cache state is dropped and learnt again", args...)
+			}
 			g.queueOps(name, ps, g.ops, j)
 			evs = evs[n:]
 		}

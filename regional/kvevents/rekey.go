@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"fmt"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -428,6 +429,37 @@ func (r *Rekeyer) Reset(dst []Op) []Op {
 	r.begin()
 	r.clearAll()
 	return r.finish(dst)
+}
+
+// ApplyEventsGuarded is ApplyEvents for events nobody vouches for (the
+// consumer's): a panic while re-keying them, a defect of this package
+// that the fuzzers have not found, does not reach the caller, whose
+// process would otherwise die on the message and again on its every
+// replay. The re-keyer's state may be half-changed then, so it forgets
+// everything, as Reset does: dst gets the OpClearPod that says so in
+// place of the events' ops, and err describes the panic. The pod's
+// blocks are learnt again from its next events.
+func (r *Rekeyer) ApplyEventsGuarded(dst []Op, rank int64, evs []Event) (out []Op, err error) {
+	n := len(dst)
+	defer func() {
+		if v := recover(); v != nil {
+			err = &RekeyPanic{Events: len(evs), Value: v, Stack: debug.Stack()}
+			out = r.Reset(dst[:n])
+		}
+	}()
+	return r.ApplyEvents(dst, rank, evs), nil
+}
+
+// RekeyPanic is the error of ApplyEventsGuarded: what the panic was, and
+// where (for a bug report).
+type RekeyPanic struct {
+	Events int // in the call
+	Value  any
+	Stack  []byte
+}
+
+func (e *RekeyPanic) Error() string {
+	return fmt.Sprintf("re-keying %d events panicked (%v): the pod's state was reset", e.Events, e.Value)
 }
 
 func (r *Rekeyer) begin() {

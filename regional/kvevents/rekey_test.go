@@ -690,3 +690,32 @@ func TestRekeyersRunConcurrently(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyEventsGuarded: a panic inside the re-keyer (simulated by
+// corrupting an entry's token chunk, which the next block's router block
+// reads) leaves the re-keyer reset, with the OpClearPod that says so in
+// place of the events' ops and an error, and the re-keyer works again
+// from the next event. Without a panic it is ApplyEvents.
+func TestApplyEventsGuarded(t *testing.T) {
+	r := newTestRekeyer(t, 4)
+	ops, err := r.ApplyEventsGuarded(nil, 0, []Event{stored(Opt[uint64]{}, 2, seq(2, 0), 1)})
+	if err != nil || len(ops) != 0 || r.Len() != 1 {
+		t.Fatalf("first half of a router block: ops %v, err %v, %d entries", ops, err, r.Len())
+	}
+	r.entries[0].tok = 1 << 20 // a defect: a chunk that does not exist
+	before := []Op{{Kind: OpRegister}}
+	ops, err = r.ApplyEventsGuarded(before, 0, []Event{stored(Some[uint64](1), 2, seq(2, 2), 2)})
+	if err == nil || !strings.Contains(err.Error(), "panicked") {
+		t.Fatalf("err %v, want the panic reported", err)
+	}
+	if len(ops) != 2 || ops[0].Kind != OpRegister || ops[1].Kind != OpClearPod {
+		t.Fatalf("ops %v, want the caller's op then OpClearPod", ops)
+	}
+	if r.Len() != 0 {
+		t.Fatalf("%d entries after the reset", r.Len())
+	}
+	ops, err = r.ApplyEventsGuarded(nil, 0, []Event{stored(Opt[uint64]{}, 4, seq(4, 0), 9)})
+	if err != nil || len(ops) != 1 || ops[0].Kind != OpRegister || r.Len() != 1 {
+		t.Fatalf("after the reset: ops %v, err %v, %d entries", ops, err, r.Len())
+	}
+}
