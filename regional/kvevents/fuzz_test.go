@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -120,4 +121,57 @@ func TestWriteFuzzCorpus(t *testing.T) {
 		write(fmt.Sprintf("encoded-%02d", i), benchBatch(t, 2, 2, 4, enc))
 	}
 	write("stream", engineStream(t, 2, 12, 4, Encoding{Events: EventsMap})[0])
+}
+
+// FuzzRekeySequence feeds a fresh re-keyer a sequence of messages (each
+// prefixed with its length, two bytes little-endian), as one pod's stream:
+// the re-keyer must not panic whatever the order, sizes and parents of the
+// blocks (FuzzDecode, whose re-keyer outlives each input, found
+// TestRekeySizeChangeMidChain's panic by chance; here a sequence is one
+// input, so such a find reproduces), and must stay within its cap.
+func FuzzRekeySequence(f *testing.F) {
+	frame := func(msgs ...[]byte) []byte {
+		var out []byte
+		for _, m := range msgs {
+			out = binary.LittleEndian.AppendUint16(out, uint16(len(m)))
+			out = append(out, m...)
+		}
+		return out
+	}
+	enc := func(evs ...Event) []byte {
+		m, err := Encoding{}.AppendBatch(nil, &Batch{TS: 1, Events: evs})
+		if err != nil {
+			f.Fatal(err)
+		}
+		return m
+	}
+	f.Add(frame(enc(stored(Opt[uint64]{}, 4, seq(4, 0), 1)), enc(stored(Opt[uint64]{}, 2, seq(6, 100), 1, 2, 3))))
+	f.Add(frame(enc(stored(Opt[uint64]{}, 2, seq(4, 0), 1, 2)), enc(stored(Some[uint64](2), 2, seq(4, 9), 3, 4)),
+		enc(removed("GPU", 2)), enc(stored(Some[uint64](1), 2, seq(2, 7), 5)), enc(&AllBlocksCleared{})))
+	f.Add(frame(engineStream(f, 2, 6, 2, Encoding{Events: EventsMap})...))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		d, err := NewDecoder(fuzzConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultRekeyConfig()
+		cfg.Model, cfg.BlockSize, cfg.MaxEntries = "m", 4, 64
+		r, err := NewRekeyer(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := 0; k < 8 && len(data) >= 2; k++ {
+			n := min(int(binary.LittleEndian.Uint16(data)), len(data)-2)
+			msg := data[2 : 2+n]
+			data = data[2+n:]
+			b, err := d.Decode(msg)
+			if err != nil {
+				continue
+			}
+			r.ApplyEvents(nil, b.Rank(), b.Events)
+			if r.Len() > 64 {
+				t.Fatalf("message %d: re-keyer holds %d entries, cap 64", k, r.Len())
+			}
+		}
+	})
 }
