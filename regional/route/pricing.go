@@ -116,7 +116,7 @@ func (c *cycle) priceAt(i int) {
 	*t = terms{
 		slot:    p.ID.Slot(),
 		prof:    prof,
-		rate:    c.profs[prof].rate * c.podFactor(p),
+		rate:    c.profs[prof].rate * p.factorAt(c.d.model, c.factorGen),
 		running: int(p.InFlight()),
 		busy:    p.prefillBusy.Load(),
 		kv:      math.Float64frombits(p.kvUtil.Load()),
@@ -172,9 +172,6 @@ func (c *cycle) refine(i int, limit float64) bool {
 	}
 	return !(c.bound[i] > limit)
 }
-
-// podFactor is the cost model's correction of p's rate (Pod.factorAt).
-func (c *cycle) podFactor(p *Pod) float64 { return p.factorAt(c.d.model, c.factorGen) }
 
 // more lists the next group (see list): the candidates of the next
 // matched depth (index answers are ranked by depth), or, after the last,
