@@ -1,7 +1,6 @@
 package route
 
 import (
-	"slices"
 	"sync"
 	"time"
 
@@ -22,10 +21,33 @@ type Speculation struct {
 	ttl time.Duration
 	max int
 
-	mu      sync.Mutex
-	entries map[uint64][]specPod // chain hash -> pods that computed it
-	queue   []specRecord         // insertion order, for expiry
-	size    int
+	mu sync.Mutex
+	// entries holds, per chain hash, the pods that computed it: the first
+	// specInline in its slab entry, the rest in more (only hashes many pods
+	// computed, such as a shared system prompt's). entries, slab, ring and queue
+	// hold no pointers: at 1<<20 hashes the collector has nothing to trace
+	// in them (as one slice per record and one per hash, they were the
+	// largest count of live objects in a proxying controller).
+	entries map[uint64]int32 // hash -> its entry in slab
+	slab    []specEntry
+	free    []int32 // slab's unused entries
+	more    map[uint64][]specPod
+	// ring holds the records' hashes back to back, in insertion order: the
+	// oldest record's first hash at logical position start, size of them
+	// in all, position p at ring[p&(len(ring)-1)] (len is a power of two,
+	// grown as needed).
+	ring  []uint64
+	start uint64
+	size  int
+	queue []specRecord // insertion order, for expiry
+}
+
+// specInline is how many pods of a hash its slab entry holds itself.
+const specInline = 2
+
+type specEntry struct {
+	n    int
+	pods [specInline]specPod
 }
 
 type specPod struct {
@@ -33,15 +55,17 @@ type specPod struct {
 	until int64 // unix nanos
 }
 
+// specRecord is one Observe: its hashes are ring's n positions from at.
 type specRecord struct {
-	until  int64
-	id     index.PodID
-	hashes []uint64
+	until int64
+	id    index.PodID
+	at    uint64
+	n     int
 }
 
 // NewSpeculation keeps entries for ttl, at most max chain hashes in all.
 func NewSpeculation(ttl time.Duration, max int) *Speculation {
-	return &Speculation{ttl: ttl, max: max, entries: map[uint64][]specPod{}}
+	return &Speculation{ttl: ttl, max: max, entries: map[uint64]int32{}, more: map[uint64][]specPod{}}
 }
 
 // Observe records that pod has computed the prefix chain (whole: every
@@ -55,56 +79,166 @@ func (s *Speculation) Observe(pod index.PodID, chain []uint64, now time.Time) {
 	defer s.mu.Unlock()
 	s.expireLocked(now.UnixNano())
 	for s.size+len(chain) > s.max && len(s.queue) > 0 {
-		s.dropLocked(s.queue[0])
-		s.queue = s.queue[1:]
+		s.dropFrontLocked()
 	}
 	if len(chain) > s.max {
 		chain = chain[:s.max]
 	}
-	hs := slices.Clone(chain)
-	for _, h := range hs {
-		pods := s.entries[h]
-		found := false
-		for i := range pods {
-			if pods[i].id == pod {
-				pods[i].until, found = until, true
-			}
-		}
-		if !found {
-			s.entries[h] = append(pods, specPod{pod, until})
+	s.reserveLocked(s.size + len(chain))
+	at := s.start + uint64(s.size)
+	mask := uint64(len(s.ring) - 1)
+	for i, h := range chain {
+		s.ring[(at+uint64(i))&mask] = h
+		s.addLocked(h, pod, until)
+	}
+	s.queue = append(s.queue, specRecord{until: until, id: pod, at: at, n: len(chain)})
+	s.size += len(chain)
+}
+
+// reserveLocked grows ring to hold n hashes, keeping their positions.
+func (s *Speculation) reserveLocked(n int) {
+	if n <= len(s.ring) {
+		return
+	}
+	c := max(len(s.ring), 64)
+	for c < n {
+		c *= 2
+	}
+	ring := make([]uint64, c)
+	if len(s.ring) > 0 {
+		old, nm := uint64(len(s.ring)-1), uint64(c-1)
+		for p := s.start; p < s.start+uint64(s.size); p++ {
+			ring[p&nm] = s.ring[p&old]
 		}
 	}
-	s.queue = append(s.queue, specRecord{until, pod, hs})
-	s.size += len(hs)
+	s.ring = ring
+}
+
+// addLocked renews pod's time on h, or adds pod to h's pods.
+func (s *Speculation) addLocked(h uint64, pod index.PodID, until int64) {
+	at, ok := s.entries[h]
+	if !ok {
+		if n := len(s.free); n > 0 {
+			at = s.free[n-1]
+			s.free = s.free[:n-1]
+		} else {
+			at = int32(len(s.slab))
+			s.slab = append(s.slab, specEntry{})
+		}
+		s.entries[h] = at
+	}
+	e := &s.slab[at]
+	for i := range e.n {
+		if e.pods[i].id == pod {
+			e.pods[i].until = until
+			return
+		}
+	}
+	if e.n < specInline {
+		e.pods[e.n] = specPod{pod, until}
+		e.n++
+		return
+	}
+	more := s.more[h]
+	for i := range more {
+		if more[i].id == pod {
+			more[i].until = until
+			return
+		}
+	}
+	s.more[h] = append(more, specPod{pod, until})
 }
 
 func (s *Speculation) expireLocked(now int64) {
-	n := 0
-	for n < len(s.queue) && s.queue[n].until <= now {
-		s.dropLocked(s.queue[n])
-		n++
-	}
-	if n > 0 {
-		s.queue = s.queue[n:]
+	for len(s.queue) > 0 && s.queue[0].until <= now {
+		s.dropFrontLocked()
 	}
 }
 
-// dropLocked removes a record's pod from its hashes, unless a later record
-// renewed it.
-func (s *Speculation) dropLocked(r specRecord) {
-	s.size -= len(r.hashes)
-	for _, h := range r.hashes {
-		pods := s.entries[h]
-		for i := range pods {
-			if pods[i].id == r.id && pods[i].until <= r.until {
-				pods = slices.Delete(pods, i, i+1)
-				break
-			}
+// dropFrontLocked drops the oldest record: removes its pod from its
+// hashes, unless a later record renewed it.
+func (s *Speculation) dropFrontLocked() {
+	r := s.queue[0]
+	s.queue = s.queue[1:]
+	mask := uint64(len(s.ring) - 1)
+	for p := r.at; p < r.at+uint64(r.n); p++ {
+		s.removeLocked(s.ring[p&mask], r.id, r.until)
+	}
+	s.start += uint64(r.n)
+	s.size -= r.n
+	if len(s.queue) == 0 {
+		s.queue = s.queue[:0:0] // let the emptied array go
+	}
+}
+
+// removeLocked removes pod from h's pods if its time is not after until,
+// keeping the others in order.
+func (s *Speculation) removeLocked(h uint64, pod index.PodID, until int64) {
+	at, ok := s.entries[h]
+	if !ok {
+		return
+	}
+	e := &s.slab[at]
+	var more []specPod
+	if e.n == specInline {
+		more = s.more[h]
+	}
+	i := 0
+	for i < e.n && e.pods[i].id != pod {
+		i++
+	}
+	if i < e.n {
+		if e.pods[i].until > until {
+			return
 		}
-		if len(pods) == 0 {
-			delete(s.entries, h)
-		} else {
-			s.entries[h] = pods
+		copy(e.pods[i:e.n], e.pods[i+1:e.n])
+		e.n--
+		if len(more) > 0 { // the first of the rest moves in
+			e.pods[e.n] = more[0]
+			e.n++
+			more = more[1:]
+		}
+	} else {
+		j := 0
+		for j < len(more) && more[j].id != pod {
+			j++
+		}
+		if j == len(more) || more[j].until > until {
+			return
+		}
+		more = append(more[:j], more[j+1:]...)
+	}
+	switch {
+	case len(more) > 0:
+		s.more[h] = more
+	case e.n == specInline:
+		delete(s.more, h)
+	case e.n == 0:
+		*e = specEntry{}
+		delete(s.entries, h)
+		s.free = append(s.free, at)
+	}
+}
+
+// pods calls f for each pod of h, in the order they were added, while f
+// returns true.
+func (s *Speculation) pods(h uint64, f func(p specPod) bool) {
+	at, ok := s.entries[h]
+	if !ok {
+		return
+	}
+	e := &s.slab[at]
+	for i := range e.n {
+		if !f(e.pods[i]) {
+			return
+		}
+	}
+	if e.n < specInline {
+		return
+	}
+	for _, p := range s.more[h] {
+		if !f(p) {
+			return
 		}
 	}
 }
@@ -121,12 +255,12 @@ func (s *Speculation) Match(chain []uint64, now time.Time, f func(pod index.PodI
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	live := func(i int) bool {
-		for _, p := range s.entries[chain[i]] {
-			if p.until > t {
-				return true
-			}
-		}
-		return false
+		found := false
+		s.pods(chain[i], func(p specPod) bool {
+			found = p.until > t
+			return !found
+		})
+		return found
 	}
 	if !live(0) {
 		return
@@ -140,11 +274,12 @@ func (s *Speculation) Match(chain []uint64, now time.Time, f func(pod index.PodI
 			hi = m
 		}
 	}
-	for _, p := range s.entries[chain[lo]] {
+	s.pods(chain[lo], func(p specPod) bool {
 		if p.until > t {
 			f(p.id, lo+1)
 		}
-	}
+		return true
+	})
 }
 
 // Confirmed tells the speculation that the index now shows pod holding the
@@ -157,10 +292,24 @@ func (s *Speculation) Confirmed(pod index.PodID, chain []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, h := range chain {
-		pods := s.entries[h]
-		for i := range pods {
-			if pods[i].id == pod {
-				pods[i].until = 0 // expired; the record's expiry frees it
+		// Expired; the record's expiry frees it.
+		at, ok := s.entries[h]
+		if !ok {
+			continue
+		}
+		e := &s.slab[at]
+		for i := range e.n {
+			if e.pods[i].id == pod {
+				e.pods[i].until = 0
+				break
+			}
+		}
+		if e.n < specInline {
+			continue
+		}
+		for i, p := range s.more[h] {
+			if p.id == pod {
+				s.more[h][i].until = 0
 				break
 			}
 		}
