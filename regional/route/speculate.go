@@ -29,13 +29,14 @@ type Speculation struct {
 	// in them (as one slice per record and one per hash, they were the
 	// largest count of live objects in a proxying controller).
 	entries map[uint64]int32 // hash -> its entry in slab
-	slab    []specEntry
-	free    []int32 // slab's unused entries
+	slab    []*[specChunk]specEntry
+	used    int32   // slab's entries ever handed out
+	free    []int32 // of those, the unused ones
 	more    map[uint64][]specPod
 	// ring holds the records' hashes back to back, in insertion order: the
 	// oldest record's first hash at logical position start, size of them
-	// in all, position p at ring[p&(len(ring)-1)] (len is a power of two,
-	// grown as needed).
+	// in all, position p at ring[p&(len(ring)-1)] (len is a power of two
+	// at least max, allocated on first use).
 	ring  []uint64
 	start uint64
 	size  int
@@ -44,6 +45,14 @@ type Speculation struct {
 
 // specInline is how many pods of a hash its slab entry holds itself.
 const specInline = 2
+
+// specChunk is how many entries the slab grows by: in chunks, so that
+// growing copies nothing while a request waits.
+const specChunk = 1 << 12
+
+func (s *Speculation) entry(at int32) *specEntry {
+	return &s.slab[uint32(at)/specChunk][uint32(at)%specChunk]
+}
 
 type specEntry struct {
 	n    int
@@ -95,23 +104,19 @@ func (s *Speculation) Observe(pod index.PodID, chain []uint64, now time.Time) {
 	s.size += len(chain)
 }
 
-// reserveLocked grows ring to hold n hashes, keeping their positions.
+// reserveLocked makes room in ring for n hashes: on first use, all the
+// room the bound may take at once (a power of two at least max; its pages
+// are only touched as hashes are written), so that no request waits for
+// the ring to be copied into a larger one.
 func (s *Speculation) reserveLocked(n int) {
 	if n <= len(s.ring) {
 		return
 	}
-	c := max(len(s.ring), 64)
-	for c < n {
+	c := 1
+	for c < max(s.max, n) {
 		c *= 2
 	}
-	ring := make([]uint64, c)
-	if len(s.ring) > 0 {
-		old, nm := uint64(len(s.ring)-1), uint64(c-1)
-		for p := s.start; p < s.start+uint64(s.size); p++ {
-			ring[p&nm] = s.ring[p&old]
-		}
-	}
-	s.ring = ring
+	s.ring = make([]uint64, c) // empty: only the first use gets here
 }
 
 // addLocked renews pod's time on h, or adds pod to h's pods.
@@ -122,12 +127,15 @@ func (s *Speculation) addLocked(h uint64, pod index.PodID, until int64) {
 			at = s.free[n-1]
 			s.free = s.free[:n-1]
 		} else {
-			at = int32(len(s.slab))
-			s.slab = append(s.slab, specEntry{})
+			at = s.used
+			s.used++
+			if int(at)/specChunk == len(s.slab) {
+				s.slab = append(s.slab, new([specChunk]specEntry))
+			}
 		}
 		s.entries[h] = at
 	}
-	e := &s.slab[at]
+	e := s.entry(at)
 	for i := range e.n {
 		if e.pods[i].id == pod {
 			e.pods[i].until = until
@@ -178,7 +186,7 @@ func (s *Speculation) removeLocked(h uint64, pod index.PodID, until int64) {
 	if !ok {
 		return
 	}
-	e := &s.slab[at]
+	e := s.entry(at)
 	var more []specPod
 	if e.n == specInline {
 		more = s.more[h]
@@ -227,7 +235,7 @@ func (s *Speculation) pods(h uint64, f func(p specPod) bool) {
 	if !ok {
 		return
 	}
-	e := &s.slab[at]
+	e := s.entry(at)
 	for i := range e.n {
 		if !f(e.pods[i]) {
 			return
@@ -297,7 +305,7 @@ func (s *Speculation) Confirmed(pod index.PodID, chain []uint64) {
 		if !ok {
 			continue
 		}
-		e := &s.slab[at]
+		e := s.entry(at)
 		for i := range e.n {
 			if e.pods[i].id == pod {
 				e.pods[i].until = 0

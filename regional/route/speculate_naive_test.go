@@ -1,6 +1,8 @@
 package route
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -209,7 +211,7 @@ func TestSpeculationMatchesNaive(t *testing.T) {
 			if fast.Len() != naive.Len() {
 				rt.Fatalf("step %d: Len %d, naive %d", step, fast.Len(), naive.Len())
 			}
-			if used := len(fast.slab) - len(fast.free); used != len(fast.entries) || len(fast.entries) != len(naive.entries) {
+			if used := int(fast.used) - len(fast.free); used != len(fast.entries) || len(fast.entries) != len(naive.entries) {
 				rt.Fatalf("step %d: %d hashes in %d slab entries in use; naive %d hashes", step, len(fast.entries), used, len(naive.entries))
 			}
 		}
@@ -249,5 +251,49 @@ func BenchmarkSpeculationObserve(b *testing.B) {
 				s.Match(chain, clock, func(index.PodID, int) {})
 			}
 		})
+	}
+}
+
+// TestSpeculationManyHashes: past one slab chunk of hashes, and through
+// entries freed by expiry and handed out again, the speculation still
+// reports what the naive one does.
+func TestSpeculationManyHashes(t *testing.T) {
+	const bound = 1 << 15
+	fast, naive := NewSpeculation(time.Second, bound), newNaiveSpeculation(time.Second, bound)
+	rng := rand.New(rand.NewPCG(1, 2))
+	clock := time.Unix(1000, 0)
+	var chains [][]uint64
+	for round := range 3 {
+		for i := range 200 {
+			c := make([]uint64, 1+rng.IntN(100))
+			for j := range c {
+				c[j] = rng.Uint64N(1 << 40)
+			}
+			if i > 0 && rng.IntN(4) == 0 { // shares a prefix with an earlier chain
+				prev := chains[rng.IntN(len(chains))]
+				copy(c, prev[:min(len(prev), len(c)/2)])
+			}
+			chains = append(chains, c)
+			pod := index.PodID(1 + rng.IntN(5))
+			fast.Observe(pod, c, clock)
+			naive.Observe(pod, c, clock)
+			clock = clock.Add(2 * time.Millisecond)
+		}
+		for i, c := range chains {
+			var got, want []string
+			fast.Match(c, clock, func(p index.PodID, b int) { got = append(got, fmt.Sprint(p, b)) })
+			naive.Match(c, clock, func(p index.PodID, b int) { want = append(want, fmt.Sprint(p, b)) })
+			if !slices.Equal(got, want) {
+				t.Fatalf("round %d chain %d: Match %v, naive %v", round, i, got, want)
+			}
+		}
+		if fast.Len() != naive.Len() || len(fast.entries) != len(naive.entries) || int(fast.used)-len(fast.free) != len(fast.entries) {
+			t.Fatalf("round %d: %d hashes (%d entries, %d used, %d free); naive %d hashes (%d entries)",
+				round, fast.Len(), len(fast.entries), fast.used, len(fast.free), naive.Len(), len(naive.entries))
+		}
+		if round == 0 && len(fast.slab) < 2 {
+			t.Fatalf("round 0: %d hashes fit one slab chunk; the test must cross one", len(fast.entries))
+		}
+		clock = clock.Add(700 * time.Millisecond) // the first half of this round expires at the next Observe
 	}
 }
