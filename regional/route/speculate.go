@@ -34,10 +34,14 @@ type Speculation struct {
 	free    []int32 // of those, the unused ones
 	more    map[uint64][]specPod
 	// ring holds the records' hashes back to back, in insertion order: the
-	// oldest record's first hash at logical position start, size of them
-	// in all, position p at ring[p&(len(ring)-1)] (len is a power of two
-	// at least max, allocated on first use).
-	ring  []uint64
+	// oldest record's first hash at position start, size of them in all,
+	// in chunks of specChunk: position p is ring[p/specChunk-first]
+	// [p%specChunk]. Chunks that expiry leaves behind wait in spare to be
+	// reused, so that the ring neither moves nor grows by more than a
+	// chunk while a request waits.
+	ring  []*[specChunk]uint64
+	first uint64
+	spare []*[specChunk]uint64
 	start uint64
 	size  int
 	queue []specRecord // insertion order, for expiry
@@ -46,8 +50,9 @@ type Speculation struct {
 // specInline is how many pods of a hash its slab entry holds itself.
 const specInline = 2
 
-// specChunk is how many entries the slab grows by: in chunks, so that
-// growing copies nothing while a request waits.
+// specChunk is how many entries the slab, and how many hashes the ring,
+// grows by: in chunks, so that growing copies nothing while a request
+// waits.
 const specChunk = 1 << 12
 
 func (s *Speculation) entry(at int32) *specEntry {
@@ -93,31 +98,33 @@ func (s *Speculation) Observe(pod index.PodID, chain []uint64, now time.Time) {
 	if len(chain) > s.max {
 		chain = chain[:s.max]
 	}
-	s.reserveLocked(s.size + len(chain))
 	at := s.start + uint64(s.size)
-	mask := uint64(len(s.ring) - 1)
 	for i, h := range chain {
-		s.ring[(at+uint64(i))&mask] = h
+		s.setHashLocked(at+uint64(i), h)
 		s.addLocked(h, pod, until)
 	}
 	s.queue = append(s.queue, specRecord{until: until, id: pod, at: at, n: len(chain)})
 	s.size += len(chain)
 }
 
-// reserveLocked makes room in ring for n hashes: on first use, all the
-// room the bound may take at once (a power of two at least max; its pages
-// are only touched as hashes are written), so that no request waits for
-// the ring to be copied into a larger one.
-func (s *Speculation) reserveLocked(n int) {
-	if n <= len(s.ring) {
-		return
+// setHashLocked writes h at ring position p, adding a chunk when p is
+// past the last.
+func (s *Speculation) setHashLocked(p, h uint64) {
+	i := p/specChunk - s.first
+	for i >= uint64(len(s.ring)) {
+		var c *[specChunk]uint64
+		if n := len(s.spare); n > 0 {
+			c = s.spare[n-1]
+			s.spare = s.spare[:n-1]
+		} else {
+			c = new([specChunk]uint64)
+		}
+		s.ring = append(s.ring, c)
 	}
-	c := 1
-	for c < max(s.max, n) {
-		c *= 2
-	}
-	s.ring = make([]uint64, c) // empty: only the first use gets here
+	s.ring[i][p%specChunk] = h
 }
+
+func (s *Speculation) hashLocked(p uint64) uint64 { return s.ring[p/specChunk-s.first][p%specChunk] }
 
 // addLocked renews pod's time on h, or adds pod to h's pods.
 func (s *Speculation) addLocked(h uint64, pod index.PodID, until int64) {
@@ -168,12 +175,17 @@ func (s *Speculation) expireLocked(now int64) {
 func (s *Speculation) dropFrontLocked() {
 	r := s.queue[0]
 	s.queue = s.queue[1:]
-	mask := uint64(len(s.ring) - 1)
 	for p := r.at; p < r.at+uint64(r.n); p++ {
-		s.removeLocked(s.ring[p&mask], r.id, r.until)
+		s.removeLocked(s.hashLocked(p), r.id, r.until)
 	}
 	s.start += uint64(r.n)
 	s.size -= r.n
+	for len(s.ring) > 0 && (s.first+1)*specChunk <= s.start {
+		s.spare = append(s.spare, s.ring[0])
+		s.ring[0] = nil
+		s.ring = s.ring[1:]
+		s.first++
+	}
 	if len(s.queue) == 0 {
 		s.queue = s.queue[:0:0] // let the emptied array go
 	}

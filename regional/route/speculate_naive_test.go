@@ -263,7 +263,7 @@ func TestSpeculationManyHashes(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	clock := time.Unix(1000, 0)
 	var chains [][]uint64
-	for round := range 3 {
+	for round := range 5 {
 		for i := range 200 {
 			c := make([]uint64, 1+rng.IntN(100))
 			for j := range c {
@@ -291,9 +291,14 @@ func TestSpeculationManyHashes(t *testing.T) {
 			t.Fatalf("round %d: %d hashes (%d entries, %d used, %d free); naive %d hashes (%d entries)",
 				round, fast.Len(), len(fast.entries), fast.used, len(fast.free), naive.Len(), len(naive.entries))
 		}
+		if len(fast.ring) > fast.size/specChunk+2 || len(fast.ring)+len(fast.spare) > bound/specChunk+2 {
+			t.Fatalf("round %d: %d hashes in %d ring chunks, %d spare", round, fast.size, len(fast.ring), len(fast.spare))
+		}
 		if round == 0 && len(fast.slab) < 2 {
 			t.Fatalf("round 0: %d hashes fit one slab chunk; the test must cross one", len(fast.entries))
 		}
-		clock = clock.Add(700 * time.Millisecond) // the first half of this round expires at the next Observe
+		// The first half of this round expires at the next Observe, or
+		// all of it at once, which leaves several ring chunks spare.
+		clock = clock.Add([]time.Duration{700 * time.Millisecond, 1500 * time.Millisecond}[round%2])
 	}
 }
