@@ -22,10 +22,9 @@ import (
 // valid UTF-8 (which the library's regexp engine rewrites to U+FFFD) is
 // left to the library.
 type fastBPE struct {
-	encoding string
-	ranks    map[string]uint32 // only when table is nil (rankTable cannot hold the encoding)
-	table    *rankTable
-	split    func(s string, i int) int // end of the piece that starts at i
+	ranks map[string]uint32 // only when table is nil (rankTable cannot hold the encoding)
+	table *rankTable
+	split func(s string, i int) int // end of the piece that starts at i
 	// words: split takes asciiWord's pieces as asciiWord does (cl100k_base),
 	// so appendEncode may find them and their ranks from one or two 8-byte loads.
 	words bool
@@ -98,10 +97,10 @@ func newFastBPE(encoding string) *fastBPE {
 	var f *fastBPE
 	switch encoding {
 	case Cl100kBase:
-		f = &fastBPE{encoding: encoding, table: rankLookups[encoding](), split: splitCl100k}
+		f = &fastBPE{table: rankLookups[encoding](), split: splitCl100k}
 		f.words = f.table != nil
 	case O200kBase:
-		f = &fastBPE{encoding: encoding, table: rankLookups[encoding](), split: splitO200k}
+		f = &fastBPE{table: rankLookups[encoding](), split: splitO200k}
 	default:
 		return nil
 	}
