@@ -143,25 +143,36 @@ func (s *Speculation) addLocked(h uint64, pod index.PodID, until int64) {
 		s.entries[h] = at
 	}
 	e := s.entry(at)
-	for i := range e.n {
-		if e.pods[i].id == pod {
-			e.pods[i].until = until
-			return
-		}
+	if p := s.podLocked(h, e, pod); p != nil {
+		p.until = until
+		return
 	}
 	if e.n < specInline {
 		e.pods[e.n] = specPod{pod, until}
 		e.n++
 		return
 	}
+	s.more[h] = append(s.more[h], specPod{pod, until})
+}
+
+// podLocked returns pod's place among the pods of h, whose entry is e, or
+// nil.
+func (s *Speculation) podLocked(h uint64, e *specEntry, pod index.PodID) *specPod {
+	for i := range e.n {
+		if e.pods[i].id == pod {
+			return &e.pods[i]
+		}
+	}
+	if e.n < specInline {
+		return nil
+	}
 	more := s.more[h]
 	for i := range more {
 		if more[i].id == pod {
-			more[i].until = until
-			return
+			return &more[i]
 		}
 	}
-	s.more[h] = append(more, specPod{pod, until})
+	return nil
 }
 
 func (s *Speculation) expireLocked(now int64) {
@@ -312,25 +323,9 @@ func (s *Speculation) Confirmed(pod index.PodID, chain []uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, h := range chain {
-		// Expired; the record's expiry frees it.
-		at, ok := s.entries[h]
-		if !ok {
-			continue
-		}
-		e := s.entry(at)
-		for i := range e.n {
-			if e.pods[i].id == pod {
-				e.pods[i].until = 0
-				break
-			}
-		}
-		if e.n < specInline {
-			continue
-		}
-		for i, p := range s.more[h] {
-			if p.id == pod {
-				s.more[h][i].until = 0
-				break
+		if at, ok := s.entries[h]; ok {
+			if p := s.podLocked(h, s.entry(at), pod); p != nil {
+				p.until = 0 // expired; the record's expiry frees it
 			}
 		}
 	}
