@@ -439,7 +439,7 @@ type Controller struct {
 	listenM    *listenerMetrics
 	ln         net.Listener // the API listener (TLS and capped)
 	rawLn      net.Listener // its TCP listener
-	http       *http.Server
+	http       *h1Server
 	transports []*http.Transport  // to the pods and peers: idle connections closed on Close
 	handBack   context.CancelFunc // ends every request's context
 	cancel     context.CancelFunc
@@ -572,7 +572,7 @@ func Open(ctx context.Context, cfg Config, deps Deps) (*Controller, error) {
 		// presents its own, verified (VerifyClientCertIfGiven).
 		apiTLS = c.tls.ServerConfig(false)
 	}
-	c.http, c.ln = serve("api", c.rawLn, cfg.Server.Limits, apiTLS, c.Server, c.listenM, c.log)
+	c.http, c.ln = serveAPI(c.rawLn, cfg.Server.Limits, apiTLS, c.Server, c.listenM, c.log)
 	// Every request's context ends when a graceful stop's grace is over
 	// (handBack), so the requests still waiting for an answer can be
 	// handed back with a retryable status.

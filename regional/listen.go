@@ -92,13 +92,8 @@ func newListenerMetrics(r prometheus.Registerer) (*listenerMetrics, error) {
 // serve wraps ln for one listener: at most cfg.MaxConnections open (more
 // are closed on arrival), then TLS when tlsCfg is set; and returns the
 // http.Server with the listener's timeouts. Serve it on the returned
-// listener.
+// listener. The admin listener's server.
 func serve(name string, ln net.Listener, cfg ListenerConfig, tlsCfg *tls.Config, h http.Handler, m *listenerMetrics, log *slog.Logger) (*http.Server, net.Listener) {
-	var l net.Listener = &capListener{Listener: ln, max: int64(cfg.MaxConnections), open: m.open.WithLabelValues(name),
-		rejected: m.rejected.WithLabelValues(name)}
-	if tlsCfg != nil {
-		l = tls.NewListener(l, tlsCfg)
-	}
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
@@ -108,7 +103,30 @@ func serve(name string, ln net.Listener, cfg ListenerConfig, tlsCfg *tls.Config,
 		// No WriteTimeout: an answer streams as long as generation takes.
 		ErrorLog: slog.NewLogLogger(log.With("listener", name).Handler(), slog.LevelDebug),
 	}
-	return srv, l
+	return srv, wrapListener(name, ln, cfg, tlsCfg, m)
+}
+
+// serveAPI is serve for the API listener, whose server is an h1Server
+// (the proxy's fast path: see h1Server).
+func serveAPI(ln net.Listener, cfg ListenerConfig, tlsCfg *tls.Config, h http.Handler, m *listenerMetrics, log *slog.Logger) (*h1Server, net.Listener) {
+	srv := &h1Server{
+		Handler:           h,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		ReadTimeout:       cfg.ReadTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ErrorLog:          log.With("listener", "api"),
+	}
+	return srv, wrapListener("api", ln, cfg, tlsCfg, m)
+}
+
+func wrapListener(name string, ln net.Listener, cfg ListenerConfig, tlsCfg *tls.Config, m *listenerMetrics) net.Listener {
+	var l net.Listener = &capListener{Listener: ln, max: int64(cfg.MaxConnections), open: m.open.WithLabelValues(name),
+		rejected: m.rejected.WithLabelValues(name)}
+	if tlsCfg != nil {
+		l = tls.NewListener(l, tlsCfg)
+	}
+	return l
 }
 
 // capListener closes connections past max as they are accepted, so that a

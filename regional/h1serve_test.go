@@ -1,0 +1,223 @@
+package regional
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startH1 serves h on a loopback h1Server and returns its address.
+func startH1(t *testing.T, s *h1Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = s.Serve(ln) }()
+	t.Cleanup(func() { _ = s.Close() })
+	return ln.Addr().String()
+}
+
+// waitWatch yields until the server's only connection watches its client,
+// or fails after a bound; the channel closes when that watch ends.
+func waitWatch(t *testing.T, s *h1Server) <-chan struct{} {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		var done chan struct{}
+		for c := range s.conns {
+			c.wmu.Lock()
+			if c.wstate == watchRunning {
+				done = c.wdone
+			}
+			c.wmu.Unlock()
+		}
+		s.mu.Unlock()
+		if done != nil {
+			return done
+		}
+		runtime.Gosched()
+	}
+	t.Fatal("the client watch never started")
+	return nil
+}
+
+// TestH1ServerWatchKeepsPipelinedRequest: a request that arrives while the
+// previous one's client is watched is not lost: the watch leaves its bytes
+// buffered, does not cancel the running request, and the next request is
+// answered after it, in order.
+func TestH1ServerWatchKeepsPipelinedRequest(t *testing.T) {
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	s := &h1Server{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		MaxHeaderBytes: 4096, WatchAfter: time.Nanosecond}
+	s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		started <- struct{}{}
+		if r.URL.Path == "/slow" {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				w.WriteHeader(499)
+				return
+			}
+		}
+		_, _ = io.WriteString(w, r.URL.Path+":"+string(body))
+	})
+	c, err := net.Dial("tcp", startH1(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab"); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	watched := waitWatch(t, s)
+	if _, err := io.WriteString(c, "POST /next HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\ncde"); err != nil {
+		t.Fatal(err)
+	}
+	// The watch ends when the next request's bytes reach it.
+	select {
+	case <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not end when the next request came")
+	}
+	close(release)
+	br := bufio.NewReader(c)
+	for _, want := range []string{"/slow:ab", "/next:cde"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("%s: %v", want, err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(got) != want {
+			t.Fatalf("got %d %q, want 200 %q", resp.StatusCode, got, want)
+		}
+	}
+}
+
+// waitWatchState yields until the server's only connection's watch is in
+// state, or fails after a bound.
+func waitWatchState(t *testing.T, s *h1Server, state int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		s.mu.Lock()
+		in := false
+		for c := range s.conns {
+			c.wmu.Lock()
+			in = c.wstate == state
+			c.wmu.Unlock()
+		}
+		s.mu.Unlock()
+		if in {
+			return
+		}
+		runtime.Gosched()
+	}
+	t.Fatalf("the client watch never reached state %d", state)
+}
+
+// TestH1ServerWatchCancelsOnClose: a watched request's context ends when its
+// client closes the connection, also when the body was still being read
+// as the countdown to watching ended (the watch then starts with the
+// body's end).
+func TestH1ServerWatchCancelsOnClose(t *testing.T) {
+	for _, late := range []bool{false, true} {
+		t.Run(fmt.Sprintf("body-after-countdown=%v", late), func(t *testing.T) {
+			cancelled := make(chan error, 1)
+			s := &h1Server{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+				MaxHeaderBytes: 4096, WatchAfter: time.Nanosecond}
+			s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				_, _ = io.ReadAll(r.Body)
+				select {
+				case <-r.Context().Done():
+					cancelled <- context.Cause(r.Context())
+				case <-time.After(10 * time.Second):
+					cancelled <- nil
+				}
+			})
+			c, err := net.Dial("tcp", startH1(t, s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			head, body := "POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n", "ab"
+			if late {
+				// Half the body: the handler waits for the rest past the
+				// countdown.
+				head, body = head+body[:1], body[1:]
+			}
+			if _, err := io.WriteString(c, head); err != nil {
+				t.Fatal(err)
+			}
+			if late {
+				waitWatchState(t, s, watchPending)
+				if _, err := io.WriteString(c, body); err != nil {
+					t.Fatal(err)
+				}
+			} else if _, err := io.WriteString(c, body); err != nil {
+				t.Fatal(err)
+			}
+			waitWatch(t, s)
+			c.Close()
+			if err := <-cancelled; err == nil {
+				t.Fatal("the handler's context was not cancelled when its client closed")
+			}
+		})
+	}
+}
+
+// TestH1ServerHeaderLimits: a request whose line and header exceed
+// MaxHeaderBytes+4096 is answered 431 and the connection closed, also
+// when it arrives pipelined behind a request that fits; one within the
+// limit is served.
+func TestH1ServerHeaderLimits(t *testing.T) {
+	s := &h1Server{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		MaxHeaderBytes: 4096}
+	s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	addr := startH1(t, s)
+	for _, tc := range []struct {
+		name  string
+		pad   int
+		codes []int
+	}{
+		{"fits", 6000, []int{200, 200}},
+		{"too long", 9000, []int{200, 431}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+			req := "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("a", tc.pad) + "\r\n\r\n"
+			if _, err := io.WriteString(c, req); err != nil {
+				t.Fatal(err)
+			}
+			br := bufio.NewReader(c)
+			for i, want := range tc.codes {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("answer %d: %v", i, err)
+				}
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != want {
+					t.Fatalf("answer %d: status %d, want %d", i, resp.StatusCode, want)
+				}
+			}
+		})
+	}
+}
