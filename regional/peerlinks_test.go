@@ -23,7 +23,7 @@ func forwardOnce(t *testing.T, f *serverFixture) (attempt, *httptest.ResponseRec
 	t.Helper()
 	w := httptest.NewRecorder()
 	r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
-	p := &parsed{raw: reqbody.Of([]byte(chatBody)), started: f.clock}
+	p := &parsed{raw: reqbody.Of([]byte(chatBody)), started: f.clock.Now()}
 	lim := limits{connect: 10 * time.Second, firstByte: 30 * time.Second, within: 60 * time.Second}
 	res := f.srv.forwardRemote(context.Background(), w, r, p, "x", "here", "d1", lim, func() {})
 	return res, w
@@ -178,7 +178,7 @@ func TestForwardFirstByteBoundStartsWhenConnected(t *testing.T) {
 		}()
 		w := httptest.NewRecorder()
 		r := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
-		p := &parsed{raw: reqbody.Of([]byte(chatBody)), started: f.clock}
+		p := &parsed{raw: reqbody.Of([]byte(chatBody)), started: f.clock.Now()}
 		res := f.srv.relay(context.Background(), &http.Client{Transport: tr}, w, r, p, "http://x/v1/chat/completions", nil, nil, "region x", lim, func(int) {})
 		return res
 	}

@@ -32,7 +32,7 @@ func (s staticRemotes) Serves(string) (bool, bool)          { return true, true 
 func TestReadyNeedsThePodsTheOtherReplicasSee(t *testing.T) {
 	f := newServerFixture(t, nil, nil)
 	f.srv.SetTopology(Topology{Region: "r", Remotes: staticRemotes{"other": {"http://127.0.0.1:1"}}})
-	clock := func() time.Time { return f.clock }
+	clock := f.clock.Now
 	here, err := newReplicaShare(f.reg, f.dec.Sessions(), func() int { n, _ := f.srv.servingPods(); return n }, clock,
 		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
@@ -52,10 +52,10 @@ func TestReadyNeedsThePodsTheOtherReplicasSee(t *testing.T) {
 	here.MergeReplicaState("peer", st)
 	ready("the other replica sees 3 pods", http.StatusServiceUnavailable, "the region's other replicas see 3 pods; this one sees none yet")
 
-	f.clock = f.clock.Add(peerReportFresh + time.Second)
+	f.clock.Add(peerReportFresh + time.Second)
 	ready("the other replica's report is stale", http.StatusOK, `"ready":true`)
 
-	gone := newReplica(t, func() time.Time { return f.clock.Add(time.Second) }) // restarted, sees none
+	gone := newReplica(t, func() time.Time { return f.clock.Now().Add(time.Second) }) // restarted, sees none
 	st, _ = gone.share.ReplicaState()
 	here.MergeReplicaState("peer", st)
 	ready("no replica sees a pod again", http.StatusOK, `"ready":true`)
@@ -87,7 +87,7 @@ func TestReadyWaitsForTheReplicasFirstReports(t *testing.T) {
 	f := newServerFixture(t, nil, nil)
 	f.srv.SetTopology(Topology{Region: "r", Remotes: staticRemotes{"other": {"http://127.0.0.1:1"}},
 		Replicas: func() []string { return []string{"peer"} }})
-	clock := func() time.Time { return f.clock }
+	clock := f.clock.Now
 	here, err := newReplicaShare(f.reg, f.dec.Sessions(), func() int { n, _ := f.srv.servingPods(); return n }, clock,
 		slog.New(slog.DiscardHandler), prometheus.NewRegistry())
 	if err != nil {
@@ -117,7 +117,7 @@ func TestReadyWaitsForTheReplicasFirstReports(t *testing.T) {
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("silent replica, just started: readyz %d %s", resp.StatusCode, b)
 	}
-	g.clock = g.clock.Add(peerReportFresh + time.Second)
+	g.clock.Add(peerReportFresh + time.Second)
 	if resp, b := get(t, g.url+"/readyz"); resp.StatusCode != http.StatusOK {
 		t.Fatalf("a replica silent since the start held this one past peerReportFresh: readyz %d %s", resp.StatusCode, b)
 	}

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ type serverFixture struct {
 	idx   *index.Index
 	reg   *route.Registry
 	dec   *route.Decider
-	clock time.Time
+	clock *testClock
 	srv   *Server
 	url   string
 	prom  *prometheus.Registry
@@ -85,10 +86,30 @@ type fixtureConfig struct {
 	poisonBodies bool
 }
 
+// testClock is a fixture's clock, which a test moves while the server
+// reads it.
+type testClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *testClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+// Add moves the clock on by d.
+func (c *testClock) Add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
 func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtureConfig)) *serverFixture {
 	t.Helper()
 	idx, _ := index.New(index.DefaultConfig())
-	f := &serverFixture{idx: idx, reg: route.NewRegistry(idx), clock: time.Unix(1000, 0)}
+	f := &serverFixture{idx: idx, reg: route.NewRegistry(idx), clock: &testClock{t: time.Unix(1000, 0)}}
 	fc := fixtureConfig{server: DefaultServerConfig(), decision: route.DefaultConfig()}
 	fc.server.RetryBackoff = 0
 	fc.server.Outlier.BaseEjection = time.Second
@@ -104,7 +125,7 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	}
 	model, _ := gorgo.New(gorgo.DefaultConfig())
 	var err error
-	if f.dec, err = route.NewDecider(fc.decision, idx, f.reg, model, func() time.Time { return f.clock }); err != nil {
+	if f.dec, err = route.NewDecider(fc.decision, idx, f.reg, model, f.clock.Now); err != nil {
 		t.Fatal(err)
 	}
 	prompts, err := NewPrompts([]ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}, 16, 100)
@@ -118,30 +139,28 @@ func newServerFixture(t testing.TB, handlers []http.HandlerFunc, mut func(*fixtu
 	f.prom = prometheus.NewRegistry()
 	f.ready.Store(true)
 	f.srv, err = NewServer(cfg, ServerDeps{Decider: f.dec, Prompts: prompts, Metrics: f.prom,
-		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: func() time.Time { return f.clock },
+		Ready: func() (bool, map[string]any) { return f.ready.Load(), map[string]any{"ingest": "x"} }, Clock: f.clock.Now,
 		Auth: fc.auth, PeerTransport: fc.peer, Calibrator: f.calib, Transport: fc.transport})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.srv.bodies.Poison = fc.poisonBodies
-	if fc.tls != nil {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lm, err := newListenerMetrics(prometheus.NewRegistry())
-		if err != nil {
-			t.Fatal(err)
-		}
-		hs, l := serve("api", ln, DefaultAPIListener(), fc.tls, f.srv, lm, slog.New(slog.DiscardHandler))
-		go func() { _ = hs.Serve(l) }()
-		t.Cleanup(func() { _ = hs.Close() })
-		f.url = "https://" + ln.Addr().String()
-		return f
+	// The controller's API server, as Open starts it.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	hs := httptest.NewServer(f.srv)
-	t.Cleanup(hs.Close)
-	f.url = hs.URL
+	lm, err := newListenerMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, l := serveAPI(ln, DefaultAPIListener(), fc.tls, syncedHandler(f.srv), lm, slog.New(slog.DiscardHandler))
+	go func() { _ = hs.Serve(l) }()
+	t.Cleanup(func() { _ = hs.Close() })
+	f.url = "http://" + ln.Addr().String()
+	if fc.tls != nil {
+		f.url = "https://" + ln.Addr().String()
+	}
 	return f
 }
 
@@ -273,7 +292,7 @@ func TestServerRetriesAndEjects(t *testing.T) {
 		}
 	}
 	p0, _ := f.reg.Get("pod-0")
-	if !p0.Ejected(f.clock) {
+	if !p0.Ejected(f.clock.Now()) {
 		t.Fatalf("broken pod not ejected after %d calls", f.pods[0].calls.Load())
 	}
 	if got := f.pods[0].calls.Load(); got != 5 {
@@ -281,7 +300,7 @@ func TestServerRetriesAndEjects(t *testing.T) {
 	}
 	// Healed and readmitted after the ejection time.
 	f.pods[0].set(okJSON)
-	f.clock = f.clock.Add(2 * time.Second)
+	f.clock.Add(2 * time.Second)
 	served := false
 	for i := 0; i < 40 && !served; i++ {
 		resp, _ := post(t, f.url+"/v1/chat/completions", chatBody)
@@ -506,7 +525,7 @@ func TestServerRefusedPodEjectedAtOnce(t *testing.T) {
 			t.Fatalf("request %d: %d %s from %q", i, resp.StatusCode, b, resp.Header.Get("X-Meridian-Pod"))
 		}
 	}
-	if p0, _ := f.reg.Get("pod-0"); !p0.Ejected(f.clock) {
+	if p0, _ := f.reg.Get("pod-0"); !p0.Ejected(f.clock.Now()) {
 		t.Fatal("the refusing pod is not ejected")
 	}
 	if got := testutil.ToFloat64(f.srv.m.upstreamErrors.WithLabelValues("refused")); got != 1 {
