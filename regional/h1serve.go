@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -43,8 +44,12 @@ import (
 //     to close after), exactly one valid Host header on HTTP/1.1 (400),
 //     valid header names and values (400), no transfer coding but
 //     chunked (501);
-//   - a request's deadlines start with its first four bytes, and up to
-//     four CR or LF after a POST's body are skipped;
+//   - a kept-alive connection's next request starts with its first four
+//     bytes (the first request's deadlines run from the connection's
+//     start), and up to four CR or LF after a POST's body are skipped;
+//   - Connection and Expect read as net/http reads them (tokens
+//     separated by spaces, tabs or commas); a request line or header
+//     line already malformed within the header limit is 400, not 431;
 //   - Expect: 100-continue answered at the handler's first read of the
 //     body, any other expectation refused (417);
 //   - keep-alive by HTTP/1.1's and 1.0's rules and the handler's
@@ -70,7 +75,8 @@ import (
 // request pay.
 //
 // Deadlines: the next request's first bytes within IdleTimeout, its line
-// and header within ReadHeaderTimeout of them, the whole request, body
+// and header within ReadHeaderTimeout of them (of the connection's start
+// for the first request), the whole request, body
 // included, within ReadTimeout. No deadline bounds the answer, which
 // streams as long as generation takes, and the client watch reads
 // without one.
@@ -424,10 +430,17 @@ func (hc *h1Conn) serve() {
 		st := tc.ConnectionState()
 		hc.tls = &st
 	}
-	for {
-		if s.IdleTimeout > 0 {
-			_ = hc.c.SetReadDeadline(time.Now().Add(s.IdleTimeout))
-		} else {
+	for first := true; ; first = false {
+		// The first request's deadlines run from the connection's start;
+		// the next ones' from their first bytes, which may take up to
+		// IdleTimeout to come (as net/http's server does).
+		t0 := time.Now()
+		switch {
+		case first && s.ReadHeaderTimeout > 0:
+			_ = hc.c.SetReadDeadline(t0.Add(s.ReadHeaderTimeout))
+		case !first && s.IdleTimeout > 0:
+			_ = hc.c.SetReadDeadline(t0.Add(s.IdleTimeout))
+		default:
 			_ = hc.c.SetReadDeadline(time.Time{})
 		}
 		// Wait for the next request without holding buffers.
@@ -447,7 +460,7 @@ func (hc *h1Conn) serve() {
 		if !hc.state.CompareAndSwap(h1Idle, h1Active) && hc.state.Load() != h1Active {
 			return
 		}
-		if !hc.serveOne() {
+		if !hc.serveOne(first, t0) {
 			return
 		}
 	}
@@ -466,30 +479,33 @@ func (hc *h1Conn) h1Error(code int, text string) {
 
 // serveOne reads one request and answers it; it reports whether the
 // connection stays open.
-func (hc *h1Conn) serveOne() bool {
+func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 	s := hc.s
 	hc.lr.limit = int64(s.headerLimit())
 	hc.lr.hit = false
 	br := hc.reader()
-	// As net/http: the request's deadlines start with its first four
-	// bytes (a client that sends fewer and leaves is not answered), and
-	// up to four CR or LF after a POST's body are skipped (RFC 7230 3.5).
-	peek, err := br.Peek(4)
-	if err != nil {
-		return false
-	}
-	if hc.lastMethod == http.MethodPost {
-		n := 0
-		for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
-			n++
+	if !first {
+		// As net/http: a kept-alive connection's next request starts
+		// with its first four bytes (a client that sends fewer and
+		// leaves is not answered), and up to four CR or LF after a
+		// POST's body are skipped (RFC 7230 3.5).
+		peek, err := br.Peek(4)
+		if err != nil {
+			return false
 		}
-		_, _ = br.Discard(n)
-	}
-	t0 := time.Now()
-	if s.ReadHeaderTimeout > 0 {
-		_ = hc.c.SetReadDeadline(t0.Add(s.ReadHeaderTimeout))
-	} else {
-		_ = hc.c.SetReadDeadline(time.Time{})
+		if hc.lastMethod == http.MethodPost {
+			n := 0
+			for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+				n++
+			}
+			_, _ = br.Discard(n)
+		}
+		t0 = time.Now()
+		if s.ReadHeaderTimeout > 0 {
+			_ = hc.c.SetReadDeadline(t0.Add(s.ReadHeaderTimeout))
+		} else {
+			_ = hc.c.SetReadDeadline(time.Time{})
+		}
 	}
 	hosts, host, err := hc.scanHeader(br)
 	var req *http.Request
@@ -500,7 +516,13 @@ func (hc *h1Conn) serveOne() bool {
 	if err != nil {
 		switch {
 		case hc.lr.hit || errors.Is(err, bufio.ErrBufferFull):
-			hc.h1Error(http.StatusRequestHeaderFieldsTooLarge, "")
+			// net/http's parser meets a malformed line before the limit:
+			// parse what came within it.
+			if malformedWithin(br) {
+				hc.h1Error(http.StatusBadRequest, "")
+			} else {
+				hc.h1Error(http.StatusRequestHeaderFieldsTooLarge, "")
+			}
 		case fmt.Sprintf("%T", err) == "*http.unsupportedTEError":
 			// Its type is net/http's own; its message varies.
 			hc.h1Error(http.StatusNotImplemented, "")
@@ -558,7 +580,7 @@ func (hc *h1Conn) serveOne() bool {
 		body.eof.Store(true)
 	}
 	if expect := req.Header.Get("Expect"); expect != "" {
-		if !httpguts.HeaderValuesContainsToken([]string{expect}, "100-continue") {
+		if !hasToken(expect, "100-continue") {
 			w.header.Set("Connection", "close")
 			w.closeAfter = true
 			w.WriteHeader(http.StatusExpectationFailed)
@@ -576,7 +598,13 @@ func (hc *h1Conn) serveOne() bool {
 	// In place: the body fills in the trailers of the request it was
 	// read with.
 	*req = *req.WithContext(ctx)
-	w.closeAfter = req.Close || s.shutdown.Load()
+	if conn := req.Header.Get("Connection"); req.ProtoAtLeast(1, 1) {
+		w.closeAfter = req.Close || hasToken(conn, "close")
+	} else {
+		// HTTP/1.0 keeps the connection only when asked to.
+		w.closeAfter = !hasToken(conn, "keep-alive") || hasToken(conn, "close")
+	}
+	w.closeAfter = w.closeAfter || s.shutdown.Load()
 	hc.arm(cancel, body)
 	panicked := true
 	func() {
@@ -677,6 +705,16 @@ func optionsStar(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// malformedWithin reports whether the bytes buffered in br, the start of
+// a request too long for the header limit, already fail to parse.
+func malformedWithin(br *bufio.Reader) bool {
+	buf, _ := br.Peek(br.Buffered())
+	// Whole lines only: a line cut by the limit is not malformed.
+	buf = buf[:bytes.LastIndexByte(buf, '\n')+1]
+	_, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(buf)))
+	return err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
+}
+
 // scanHeader reads until the request's line and header are buffered in
 // br (within br's size: the header limit) and counts its Host headers,
 // which http.ReadRequest does not tell; host is the first one's value.
@@ -718,6 +756,29 @@ func (hc *h1Conn) scanHeader(br *bufio.Reader) (hosts int, host string, err erro
 		}
 	}
 }
+
+// hasToken reports whether token is in the header value v, a list in
+// which spaces, tabs and commas separate tokens, ignoring case: how
+// net/http's server reads Connection and Expect (a space separates
+// where httpguts.HeaderValuesContainsToken would not).
+func hasToken(v, token string) bool {
+	for start := 0; start < len(v); {
+		for start < len(v) && isTokenSep(v[start]) {
+			start++
+		}
+		end := start
+		for end < len(v) && !isTokenSep(v[end]) {
+			end++
+		}
+		if end > start && strings.EqualFold(v[start:end], token) {
+			return true
+		}
+		start = end
+	}
+	return false
+}
+
+func isTokenSep(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
 
 // hostValue is the Host header to validate: the request's Host, which
 // http.ReadRequest unfolds, unless an absolute URI set it.
