@@ -22,14 +22,16 @@ type RuntimeConfig struct {
 	// runtime's default (the CPUs it may use, within its cgroup's limit)
 	// as soon as it uses 0.6 of a core over 100ms or 5% of its goroutines
 	// keep waiting 1ms or more to run for 0.5s (its thread gets too little
-	// of a busy machine). Below about half a core one thread serves every
-	// request at once, and a second P only costs: each proxied request
-	// makes net/http start and then stop a goroutine (its background read
-	// of the client's connection), and with an idle P each of those wakes
-	// another thread, which spins and sleeps again. On 2 cores at 1,000
-	// req/s that was about 4 of the 7.5 context switches per request, 15%
-	// of the CPU and 40us of added p50 (scripts/proxy-vs-nginx; see the
-	// commit that added it). With one P, work that runs long in the
+	// of a busy machine). It was added when net/http's server served the
+	// API: each proxied request made it start and then stop a goroutine
+	// (its background read of the client's connection), and with an idle
+	// P each of those woke another thread, which spun and slept again. On
+	// 2 cores at 1,000 req/s that was about 4 of the 7.5 context switches
+	// per request, 15% of the CPU and 40us of added p50
+	// (scripts/proxy-vs-nginx; see the commit that added it). h1Server,
+	// which serves the API now, starts no goroutine per request: at 2,500
+	// req/s two Ps then cost what one does (docs/perf/proxy-tail.md), and
+	// one P saves little. With one P, work that runs long in the
 	// background holds requests up to 10ms (the runtime's preemption
 	// slice): a controller with cross-region components builds a summary
 	// of its index every summary_interval (24ms for 1M blocks), so it
