@@ -54,7 +54,8 @@ import (
 //     body, any other expectation refused (417);
 //   - keep-alive by HTTP/1.1's and 1.0's rules and the handler's
 //     Connection: close; a body the handler left unread, as the answer's
-//     header goes out: drained up to 256 KiB, or the connection closed
+//     header goes out: drained up to 256 KiB (unless the answer is 413,
+//     http.MaxBytesReader's refusal), or the connection closed
 //     after the answer, its sending side first, and the close held back
 //     500 ms so that the client reads the answer before any reset;
 //   - Content-Length for an answer the handler completed within 4 KiB,
@@ -664,6 +665,13 @@ func (w *h1Response) settleBody() {
 		return
 	}
 	switch {
+	case w.status == http.StatusRequestEntityTooLarge:
+		// http.MaxBytesReader refused the rest, which it tells
+		// net/http's server (to close after the answer) through an
+		// interface of net/http's own: a 413 with the body unread is
+		// taken for that.
+		w.bodyLimitHit, w.closeAfter = true, true
+		return
 	case b.expect && !b.continued:
 		w.closeAfter = true
 		return
@@ -686,13 +694,6 @@ func (w *h1Response) settleBody() {
 	default:
 		w.closeAfter = true
 	}
-}
-
-// requestTooLarge is told by http.MaxBytesReader that the handler refused
-// the rest of the body: the connection closes after the answer.
-func (w *h1Response) requestTooLarge() {
-	w.closeAfter = true
-	w.bodyLimitHit = true
 }
 
 // optionsStar answers OPTIONS *, as net/http's server does: 200 with

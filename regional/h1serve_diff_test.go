@@ -201,6 +201,16 @@ func diffHandler(w http.ResponseWriter, r *http.Request) {
 	switch r.URL.Path {
 	case "/probe":
 		_, _ = io.WriteString(w, "probe")
+	case "/limited":
+		// As the controller reads a prompt: through http.MaxBytesReader,
+		// 413 past its limit, which then tells the server (through an
+		// interface net/http does not export) to close after the answer.
+		if _, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 64)); err != nil {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		_, _ = io.WriteString(w, "ok")
+		return
 	case "/noread":
 		_, _ = io.WriteString(w, diffSummary(r, false))
 	case "/typed":
@@ -679,6 +689,9 @@ func diffCases() []diffCase {
 		diffOne("handler does not read a small body", "POST /noread HTTP/1.1\r\n"+diffHost+"Content-Length: 1000\r\n\r\n"+small, 200),
 		diffOne("handler does not read a large body", "POST /noread HTTP/1.1\r\n"+diffHost+"Content-Length: "+strconv.Itoa(diffLargeLen)+"\r\n\r\n"+large, 200),
 		diffOne("handler does not read a large chunked body", "POST /noread HTTP/1.1\r\n"+diffHost+"Transfer-Encoding: chunked\r\n\r\n"+strconv.FormatInt(diffLargeLen, 16)+"\r\n"+large+"\r\n0\r\n\r\n", 200),
+		diffOne("body within http.MaxBytesReader's limit", "POST /limited HTTP/1.1\r\n"+diffHost+"Content-Length: 10\r\n\r\n0123456789", 200),
+		diffOne("body past http.MaxBytesReader's limit", "POST /limited HTTP/1.1\r\n"+diffHost+"Content-Length: 1000\r\n\r\n"+small, 413),
+		diffOne("large body past http.MaxBytesReader's limit", "POST /limited HTTP/1.1\r\n"+diffHost+"Content-Length: "+strconv.Itoa(diffLargeLen)+"\r\n\r\n"+large, 413),
 		diffOne("handler reads a large body", "POST /echo HTTP/1.1\r\n"+diffHost+"Content-Length: "+strconv.Itoa(diffLargeLen)+"\r\n\r\n"+large, 200),
 		diffOne("HEAD", "HEAD /echo HTTP/1.1\r\n"+diffHost+"\r\n", 200),
 		diffOne("HEAD with a typed answer", "HEAD /typed HTTP/1.1\r\n"+diffHost+"\r\n", 200),
