@@ -997,6 +997,24 @@ func waitListenerClosed(t *testing.T, addr string) {
 	t.Fatal("the listener was not closed")
 }
 
+// startWaiting starts a kind of server whose handler waits on a gate,
+// and sends it one request, returning once the handler has started.
+func startWaiting(t *testing.T, kind string) (*diffGate, *diffRunning, net.Conn) {
+	t.Helper()
+	g := newDiffGate()
+	run := startDiff(t, kind, http.HandlerFunc(g.handler), nil, nil)
+	c, err := diffDial(run.diffTarget)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.WriteString(c, "GET /wait HTTP/1.1\r\n"+diffHost+"\r\n"); err != nil {
+		c.Close()
+		t.Fatal(err)
+	}
+	waitDiff(t, g.started, "handler start")
+	return g, run, c
+}
+
 // TestH1ServerShutdown proves, for both servers, Shutdown's contract: an
 // idle kept-alive connection is closed; a request in flight when Shutdown
 // starts is answered 200 and its connection then closed, and Shutdown
@@ -1032,17 +1050,8 @@ func TestH1ServerShutdown(t *testing.T) {
 			}
 		})
 		t.Run(kind+"/request in flight", func(t *testing.T) {
-			g := newDiffGate()
-			run := startDiff(t, kind, http.HandlerFunc(g.handler), nil, nil)
-			c, err := diffDial(run.diffTarget)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, run, c := startWaiting(t, kind)
 			defer c.Close()
-			if _, err := io.WriteString(c, "GET /wait HTTP/1.1\r\n"+diffHost+"\r\n"); err != nil {
-				t.Fatal(err)
-			}
-			waitDiff(t, g.started, "handler start")
 			shut := make(chan error, 1)
 			go func() {
 				ctx, cancel := context.WithTimeout(context.Background(), diffGuard)
@@ -1075,17 +1084,8 @@ func TestH1ServerShutdown(t *testing.T) {
 			}
 		})
 		t.Run(kind+"/expired context", func(t *testing.T) {
-			g := newDiffGate()
-			run := startDiff(t, kind, http.HandlerFunc(g.handler), nil, nil)
-			c, err := diffDial(run.diffTarget)
-			if err != nil {
-				t.Fatal(err)
-			}
+			g, run, c := startWaiting(t, kind)
 			defer c.Close()
-			if _, err := io.WriteString(c, "GET /wait HTTP/1.1\r\n"+diffHost+"\r\n"); err != nil {
-				t.Fatal(err)
-			}
-			waitDiff(t, g.started, "handler start")
 			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
 			defer cancel()
 			if err := run.srv.Shutdown(ctx); !errors.Is(err, context.DeadlineExceeded) {
