@@ -607,23 +607,19 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 	}
 	w.closeAfter = w.closeAfter || s.shutdown.Load()
 	hc.arm(cancel, body)
-	panicked := true
 	func() {
+		// Also when the handler panics (the panic then closes the
+		// connection in serve).
 		defer func() {
-			if panicked {
-				hc.disarm()
-				cancel()
-			}
+			hc.disarm()
+			cancel()
 		}()
 		if req.RequestURI == "*" && req.Method == http.MethodOptions {
 			optionsStar(w, req)
 		} else {
 			s.Handler.ServeHTTP(w, req)
 		}
-		panicked = false
 	}()
-	hc.disarm()
-	cancel()
 	w.finish()
 	if w.closeAfter && !w.failed && (w.bodyLimitHit || !body.eof.Load()) {
 		hc.closeWriteAndWait()
