@@ -29,9 +29,12 @@ type RuntimeConfig struct {
 	// 2 cores at 1,000 req/s that was about 4 of the 7.5 context switches
 	// per request, 15% of the CPU and 40us of added p50
 	// (scripts/proxy-vs-nginx; see the commit that added it). h1Server,
-	// which serves the API now, starts no goroutine per request: at 2,500
-	// req/s two Ps then cost what one does (docs/perf/proxy-tail.md), and
-	// one P saves little. With one P, work that runs long in the
+	// which serves the API now, starts no goroutine per request, and at
+	// 2,500 req/s two Ps cost what one does; but at 1,000 req/s one P
+	// still costs less CPU and adds less latency: 0.12-0.16 of a core
+	// against 0.16-0.18, and 66-117us of added p50 against 129-149us, in 4
+	// alternated pairs of windows (docs/perf/proxy-tail.md). With one P,
+	// work that runs long in the
 	// background holds requests up to 10ms (the runtime's preemption
 	// slice): a controller with cross-region components builds a summary
 	// of its index every summary_interval (24ms for 1M blocks), so it
