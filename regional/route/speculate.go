@@ -23,8 +23,9 @@ type Speculation struct {
 
 	mu sync.Mutex
 	// entries holds, per chain hash, the pods that computed it: the first
-	// specInline in its slab entry, the rest in more (only hashes many pods
-	// computed, such as a shared system prompt's). entries, slab, ring and queue
+	// specInline in its slab entry, the rest in one of lists (only hashes
+	// many pods computed, such as a shared system prompt's), which the
+	// entry names (specEntry.more). entries, slab, ring and queue
 	// hold no pointers: at 1<<20 hashes the collector has nothing to trace
 	// in them (as one slice per record and one per hash, they were the
 	// largest count of live objects in a proxying controller).
@@ -32,19 +33,45 @@ type Speculation struct {
 	slab    []*[specChunk]specEntry
 	used    int32   // slab's entries ever handed out
 	free    []int32 // of those, the unused ones
-	more    map[uint64][]specPod
+	// lists are the pods of hashes past their entries' specInline;
+	// freeLists, those of lists no entry names (kept for their arrays).
+	lists     [][]specPod
+	freeLists []int32
 	// ring holds the records' hashes back to back, in insertion order: the
 	// oldest record's first hash at position start, size of them in all,
 	// in chunks of specChunk: position p is ring[p/specChunk-first]
-	// [p%specChunk]. Chunks that expiry leaves behind wait in spare to be
-	// reused, so that the ring neither moves nor grows by more than a
-	// chunk while a request waits.
-	ring  []*[specChunk]uint64
+	// [p%specChunk]. Beside each hash it keeps where the hash's entry was
+	// in slab when the record was made, so that renewing or expiring it
+	// needs no map lookup while that still holds (an entry names its
+	// hash: a freed and reused one does not pass for it). Chunks that
+	// expiry leaves behind wait in spare to be reused, so that the ring
+	// neither moves nor grows by more than a chunk while a request waits.
+	ring  []*ringChunk
 	first uint64
-	spare []*[specChunk]uint64
+	spare []*ringChunk
 	start uint64
 	size  int
 	queue []specRecord // insertion order, for expiry
+	// last is each pod's latest record still held: an Observe for the pod
+	// finds the entries of the prefix its chain shares with that record
+	// through the ring. A pod's next request mostly shares a long prefix
+	// with its last (a system prompt, the turns so far), and those
+	// renewals were two map lookups per block (the renewal and the
+	// expiry of the record it renews), most of an Observe's time.
+	last map[index.PodID]specSpan
+}
+
+// ringChunk is specChunk positions of the ring: the hash at each, and
+// where its entry was in slab.
+type ringChunk struct {
+	h  [specChunk]uint64
+	at [specChunk]int32
+}
+
+// specSpan is where a record's hashes are in the ring.
+type specSpan struct {
+	at uint64
+	n  int
 }
 
 // specInline is how many pods of a hash its slab entry holds itself.
@@ -60,8 +87,18 @@ func (s *Speculation) entry(at int32) *specEntry {
 }
 
 type specEntry struct {
-	n    int
+	h    uint64 // the hash whose entry it is, while n > 0
+	n    int    // pods inline; 0: free
+	more int32  // 1 + the index in lists of the pods past pods; 0: none
 	pods [specInline]specPod
+}
+
+// moreLocked is the pods of e past its inline ones.
+func (s *Speculation) moreLocked(e *specEntry) []specPod {
+	if e.more == 0 {
+		return nil
+	}
+	return s.lists[e.more-1]
 }
 
 type specPod struct {
@@ -79,7 +116,7 @@ type specRecord struct {
 
 // NewSpeculation keeps entries for ttl, at most max chain hashes in all.
 func NewSpeculation(ttl time.Duration, max int) *Speculation {
-	return &Speculation{ttl: ttl, max: max, entries: map[uint64]int32{}, more: map[uint64][]specPod{}}
+	return &Speculation{ttl: ttl, max: max, entries: map[uint64]int32{}, last: map[index.PodID]specSpan{}}
 }
 
 // Observe records that pod has computed the prefix chain (whole: every
@@ -99,36 +136,66 @@ func (s *Speculation) Observe(pod index.PodID, chain []uint64, now time.Time) {
 		chain = chain[:s.max]
 	}
 	at := s.start + uint64(s.size)
+	prev := s.last[pod] // n is 0 when the pod has no record held
 	for i, h := range chain {
-		s.setHashLocked(at+uint64(i), h)
-		s.addLocked(h, pod, until)
+		s.setLocked(at+uint64(i), h, s.addLocked(h, s.hintLocked(prev, i, h), pod, until))
 	}
 	s.queue = append(s.queue, specRecord{until: until, id: pod, at: at, n: len(chain)})
 	s.size += len(chain)
+	s.last[pod] = specSpan{at: at, n: len(chain)}
 }
 
-// setHashLocked writes h at ring position p, adding a chunk when p is
-// past the last.
-func (s *Speculation) setHashLocked(p, h uint64) {
+// setLocked writes h, whose entry is at, at ring position p, adding a
+// chunk when p is past the last.
+func (s *Speculation) setLocked(p, h uint64, at int32) {
 	i := p/specChunk - s.first
 	for i >= uint64(len(s.ring)) {
-		var c *[specChunk]uint64
+		var c *ringChunk
 		if n := len(s.spare); n > 0 {
 			c = s.spare[n-1]
 			s.spare = s.spare[:n-1]
 		} else {
-			c = new([specChunk]uint64)
+			c = new(ringChunk)
 		}
 		s.ring = append(s.ring, c)
 	}
-	s.ring[i][p%specChunk] = h
+	c := s.ring[i]
+	c.h[p%specChunk], c.at[p%specChunk] = h, at
 }
 
-func (s *Speculation) hashLocked(p uint64) uint64 { return s.ring[p/specChunk-s.first][p%specChunk] }
+// slotLocked is the hash at ring position p and where its entry was.
+func (s *Speculation) slotLocked(p uint64) (uint64, int32) {
+	c := s.ring[p/specChunk-s.first]
+	return c.h[p%specChunk], c.at[p%specChunk]
+}
 
-// addLocked renews pod's time on h, or adds pod to h's pods.
-func (s *Speculation) addLocked(h uint64, pod index.PodID, until int64) {
+// hintLocked is where the entry of h, block i of a chain, may be: where
+// it was when the record prev was made, if prev's block i is h; else -1.
+func (s *Speculation) hintLocked(prev specSpan, i int, h uint64) int32 {
+	if i < prev.n {
+		if ph, at := s.slotLocked(prev.at + uint64(i)); ph == h {
+			return at
+		}
+	}
+	return -1
+}
+
+// findLocked returns the slab entry of h: at, when that is still h's
+// (hint; -1 for none), else the map's.
+func (s *Speculation) findLocked(h uint64, hint int32) (int32, bool) {
+	if hint >= 0 {
+		if e := s.entry(hint); e.n > 0 && e.h == h {
+			return hint, true
+		}
+	}
 	at, ok := s.entries[h]
+	return at, ok
+}
+
+// addLocked renews pod's time on h, or adds pod to h's pods, and returns
+// where h's entry is; hint is where it may be (findLocked).
+func (s *Speculation) addLocked(h uint64, hint int32, pod index.PodID, until int64) int32 {
+	at, ok := s.findLocked(h, hint)
 	if !ok {
 		if n := len(s.free); n > 0 {
 			at = s.free[n-1]
@@ -141,18 +208,29 @@ func (s *Speculation) addLocked(h uint64, pod index.PodID, until int64) {
 			}
 		}
 		s.entries[h] = at
+		s.entry(at).h = h
 	}
 	e := s.entry(at)
 	if p := s.podLocked(h, e, pod); p != nil {
 		p.until = until
-		return
+		return at
 	}
 	if e.n < specInline {
 		e.pods[e.n] = specPod{pod, until}
 		e.n++
-		return
+		return at
 	}
-	s.more[h] = append(s.more[h], specPod{pod, until})
+	if e.more == 0 {
+		if n := len(s.freeLists); n > 0 {
+			e.more = s.freeLists[n-1] + 1
+			s.freeLists = s.freeLists[:n-1]
+		} else {
+			s.lists = append(s.lists, nil)
+			e.more = int32(len(s.lists))
+		}
+	}
+	s.lists[e.more-1] = append(s.lists[e.more-1], specPod{pod, until})
+	return at
 }
 
 // podLocked returns pod's place among the pods of h, whose entry is e, or
@@ -166,7 +244,7 @@ func (s *Speculation) podLocked(h uint64, e *specEntry, pod index.PodID) *specPo
 	if e.n < specInline {
 		return nil
 	}
-	more := s.more[h]
+	more := s.moreLocked(e)
 	for i := range more {
 		if more[i].id == pod {
 			return &more[i]
@@ -187,7 +265,11 @@ func (s *Speculation) dropFrontLocked() {
 	r := s.queue[0]
 	s.queue = s.queue[1:]
 	for p := r.at; p < r.at+uint64(r.n); p++ {
-		s.removeLocked(s.hashLocked(p), r.id, r.until)
+		h, at := s.slotLocked(p)
+		s.removeLocked(h, at, r.id, r.until)
+	}
+	if l, ok := s.last[r.id]; ok && l.at == r.at {
+		delete(s.last, r.id)
 	}
 	s.start += uint64(r.n)
 	s.size -= r.n
@@ -203,17 +285,15 @@ func (s *Speculation) dropFrontLocked() {
 }
 
 // removeLocked removes pod from h's pods if its time is not after until,
-// keeping the others in order.
-func (s *Speculation) removeLocked(h uint64, pod index.PodID, until int64) {
-	at, ok := s.entries[h]
+// keeping the others in order; hint is where h's entry may be
+// (findLocked).
+func (s *Speculation) removeLocked(h uint64, hint int32, pod index.PodID, until int64) {
+	at, ok := s.findLocked(h, hint)
 	if !ok {
 		return
 	}
 	e := s.entry(at)
-	var more []specPod
-	if e.n == specInline {
-		more = s.more[h]
-	}
+	more := s.moreLocked(e)
 	i := 0
 	for i < e.n && e.pods[i].id != pod {
 		i++
@@ -241,9 +321,11 @@ func (s *Speculation) removeLocked(h uint64, pod index.PodID, until int64) {
 	}
 	switch {
 	case len(more) > 0:
-		s.more[h] = more
-	case e.n == specInline:
-		delete(s.more, h)
+		s.lists[e.more-1] = more
+	case e.more != 0:
+		s.lists[e.more-1] = more[:0]
+		s.freeLists = append(s.freeLists, e.more-1)
+		e.more = 0
 	case e.n == 0:
 		*e = specEntry{}
 		delete(s.entries, h)
@@ -267,7 +349,7 @@ func (s *Speculation) pods(h uint64, f func(p specPod) bool) {
 	if e.n < specInline {
 		return
 	}
-	for _, p := range s.more[h] {
+	for _, p := range s.moreLocked(e) {
 		if !f(p) {
 			return
 		}
@@ -322,8 +404,9 @@ func (s *Speculation) Confirmed(pod index.PodID, chain []uint64) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, h := range chain {
-		if at, ok := s.entries[h]; ok {
+	prev := s.last[pod]
+	for i, h := range chain {
+		if at, ok := s.findLocked(h, s.hintLocked(prev, i, h)); ok {
 			if p := s.podLocked(h, s.entry(at), pod); p != nil {
 				p.until = 0 // expired; the record's expiry frees it
 			}
