@@ -148,8 +148,11 @@ const (
 )
 
 // Serve accepts connections on ln and serves each until ln fails or the
-// server is stopped; then it returns http.ErrServerClosed.
+// server is stopped; then it returns http.ErrServerClosed. It closes ln
+// when it returns, as net/http's does, so that a listener no longer
+// served refuses clients instead of queueing them.
 func (s *h1Server) Serve(ln net.Listener) error {
+	defer ln.Close()
 	if !s.track(ln) {
 		return http.ErrServerClosed
 	}
@@ -165,8 +168,11 @@ func (s *h1Server) Serve(ln net.Listener) error {
 			if s.shutdown.Load() {
 				return http.ErrServerClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
+			// Temporary, not Timeout: EMFILE and ENFILE are temporary
+			// but no timeout, and returning on them would leave the
+			// listener unserved for good.
+			var te interface{ Temporary() bool }
+			if errors.As(err, &te) && te.Temporary() {
 				// Out of file descriptors and the like: wait, as net/http does.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 				time.Sleep(backoff)
@@ -652,9 +658,11 @@ const rstAvoidanceDelay = 500 * time.Millisecond
 
 // settleBody decides, as the answer's header is written, what becomes of
 // a request body the handler has not read to its end (net/http's rules):
-// with 100-continue never sent, or closed early, the connection closes;
-// otherwise up to h1DrainMax of it is read and dropped, and past that
-// the connection closes (Connection: close) after the answer.
+// with 100-continue never sent, the connection closes; otherwise up to
+// h1DrainMax of it is read and dropped, and past that the connection
+// closes (Connection: close) after the answer. A body the handler closed
+// is no exception: net/http's Close reads up to as much to keep the
+// connection.
 func (w *h1Response) settleBody() {
 	b := w.body
 	if b == nil || b.eof.Load() || w.closeAfter {
@@ -669,9 +677,6 @@ func (w *h1Response) settleBody() {
 		w.bodyLimitHit, w.closeAfter = true, true
 		return
 	case b.expect && !b.continued:
-		w.closeAfter = true
-		return
-	case b.closed:
 		w.closeAfter = true
 		return
 	case w.req.ContentLength == 0:
@@ -714,9 +719,10 @@ func malformedWithin(br *bufio.Reader) bool {
 
 // scanHeader reads until the request's line and header are buffered in
 // br (within br's size: the header limit) and counts its Host headers,
-// which http.ReadRequest does not tell; host is the first one's value.
+// which http.ReadRequest does not tell; host is the first one's value,
+// its continuation lines (obs-fold) joined as net/textproto joins them.
 func (hc *h1Conn) scanHeader(br *bufio.Reader) (hosts int, host string, err error) {
-	for off, first := 0, true; ; {
+	for off, first, inHost := 0, true, false; ; {
 		buf, _ := br.Peek(br.Buffered())
 		for off < len(buf) {
 			i := bytes.IndexByte(buf[off:], '\n')
@@ -733,9 +739,17 @@ func (hc *h1Conn) scanHeader(br *bufio.Reader) (hosts int, host string, err erro
 			if len(line) == 0 {
 				return hosts, host, nil
 			}
+			if inHost && (line[0] == ' ' || line[0] == '\t') {
+				// A continuation of the first Host header, part of the
+				// value net/http's server validates (then malformed).
+				host += " " + string(bytes.Trim(line, " \t"))
+				continue
+			}
+			inHost = false
 			if len(line) >= 5 && line[4] == ':' && bytes.EqualFold(line[:4], []byte("host")) {
 				if hosts == 0 {
 					host = string(bytes.Trim(line[5:], " \t"))
+					inHost = true
 				}
 				hosts++
 			}
@@ -960,6 +974,9 @@ type h1Response struct {
 	// bodyLimitHit: the connection closes with some of the request's
 	// body unread.
 	bodyLimitHit bool
+	// declaredCL is the Content-Length header's value as WriteHeader
+	// took it (declared), which the answer is framed by.
+	declaredCL string
 }
 
 func (w *h1Response) Header() http.Header { return w.header }
@@ -989,6 +1006,7 @@ func (w *h1Response) WriteHeader(code int) {
 	if cl := w.header.Get("Content-Length"); cl != "" {
 		if v, err := strconv.ParseInt(cl, 10, 64); err == nil && v >= 0 {
 			w.declared = v
+			w.declaredCL = cl
 		} else {
 			w.hc.logf("http: invalid Content-Length written", "value", cl)
 			w.header.Del("Content-Length")
@@ -1104,6 +1122,16 @@ func (w *h1Response) commit(final bool, next []byte) {
 		}
 		if _, ok := h["Content-Type"]; !ok && len(sniff) > 0 && h.Get("Content-Encoding") == "" {
 			h.Set("Content-Type", http.DetectContentType(sniff))
+		}
+		// The Content-Length is the one WriteHeader took, which the
+		// writes were held to: a handler may change its header map after
+		// WriteHeader, which net/http ignores, and a length set or
+		// changed since must not frame the answer (a shorter one would
+		// leave the rest of the body to be read as the next answer).
+		if cl := h["Content-Length"]; w.declared >= 0 && (len(cl) != 1 || cl[0] != w.declaredCL) {
+			h["Content-Length"] = []string{w.declaredCL}
+		} else if w.declared < 0 {
+			h.Del("Content-Length")
 		}
 		switch {
 		case w.declared >= 0:

@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -213,6 +214,11 @@ func diffHandler(w http.ResponseWriter, r *http.Request) {
 		return
 	case "/noread":
 		_, _ = io.WriteString(w, diffSummary(r, false))
+	case "/closebody":
+		// Closes the body unread, as a handler's deferred Close does
+		// when it answers without reading.
+		_ = r.Body.Close()
+		_, _ = io.WriteString(w, diffSummary(r, false))
 	case "/typed":
 		w.Header().Set("Content-Type", "application/x-diff")
 		_, _ = io.WriteString(w, diffSummary(r, true))
@@ -224,6 +230,22 @@ func diffHandler(w http.ResponseWriter, r *http.Request) {
 		// Declares more than it writes: the client cannot find the end.
 		w.Header().Set("Content-Length", "100")
 		_, _ = io.WriteString(w, "short")
+	case "/late-length":
+		// Changes Content-Length after WriteHeader, which then has no
+		// effect: the answer is framed by the length declared before.
+		s := diffSummary(r, true)
+		w.Header().Set("Content-Length", strconv.Itoa(len(s)))
+		w.WriteHeader(http.StatusOK)
+		w.Header().Set("Content-Length", "1")
+		_, _ = io.WriteString(w, s)
+	case "/late-length-big":
+		// Sets a Content-Length after WriteHeader and writes more than
+		// either server buffers: the answer is chunked, without it.
+		w.WriteHeader(http.StatusOK)
+		w.Header().Set("Content-Length", "1")
+		for i := range 64 {
+			_, _ = fmt.Fprintf(w, "line %02d %s\n", i, strings.Repeat("b", 1000))
+		}
 	case "/close":
 		w.Header().Set("Connection", "close")
 		_, _ = io.WriteString(w, diffSummary(r, true))
@@ -404,6 +426,10 @@ func readDiffResp(br *bufio.Reader, method string) (diffResp, error) {
 		}
 		a.ContentType = resp.Header.Get("Content-Type")
 		a.Connection = strings.Join(resp.Header.Values("Connection"), ", ")
+		if resp.Close {
+			// http.ReadResponse takes "close" out of the header into Close.
+			a.Connection = strings.TrimPrefix(a.Connection+", close", ", ")
+		}
 		switch {
 		case slices.Contains(resp.TransferEncoding, "chunked"):
 			a.Framing = "chunked"
@@ -637,6 +663,7 @@ func diffCases() []diffCase {
 		diffOne("lowercase http version", "GET /echo http/1.1\r\n"+diffHost+"\r\n", 400),
 		diffOne("absolute-form URI", "POST http://x/v1?a=b HTTP/1.1\r\nHost: y\r\nContent-Length: 2\r\n\r\nhi", 200),
 		diffOne("absolute-form URI with invalid Host header", "GET http://x/v1 HTTP/1.1\r\nHost: a b\r\n\r\n", 400),
+		diffOne("absolute-form URI with obs-fold on Host", "GET http://x/v1 HTTP/1.1\r\nHost: a\r\n b\r\n\r\n", 400),
 		diffOne("absolute-form URI without Host header", "GET http://x/v1 HTTP/1.1\r\n\r\n", 400),
 		diffOne("path with fragment and dot segments", "GET /a/../echo/./b?x#frag HTTP/1.1\r\n"+diffHost+"\r\n", 200),
 		diffOne("CONNECT", "CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n", 200),
@@ -685,6 +712,10 @@ func diffCases() []diffCase {
 		{name: "two requests then the client's half-close", diffExchange: diffExchange{
 			steps: []string{"GET /echo?n=1 HTTP/1.1\r\n" + diffHost + "\r\nGET /echo?n=2 HTTP/1.1\r\n" + diffHost + "\r\n"}}, status: 200},
 		diffOne("HTTP/1.0 keep-alive, handler does not read a small body", "POST /noread HTTP/1.0\r\nConnection: keep-alive\r\nContent-Length: 1000\r\n\r\n"+small, 200),
+		diffOne("handler closes a small body unread", "POST /closebody HTTP/1.1\r\n"+diffHost+"Content-Length: 1000\r\n\r\n"+small, 200),
+		diffOne("handler closes a small chunked body unread", "POST /closebody HTTP/1.1\r\n"+diffHost+"Transfer-Encoding: chunked\r\n\r\n3e8\r\n"+small+"\r\n0\r\n\r\n", 200),
+		diffOne("handler closes a large body unread", "POST /closebody HTTP/1.1\r\n"+diffHost+"Content-Length: "+strconv.Itoa(diffLargeLen)+"\r\n\r\n"+large, 200),
+		diffOne("handler closes a large chunked body unread", "POST /closebody HTTP/1.1\r\n"+diffHost+"Transfer-Encoding: chunked\r\n\r\n"+strconv.FormatInt(diffLargeLen, 16)+"\r\n"+large+"\r\n0\r\n\r\n", 200),
 		diffOne("CRLF before the first request", "\r\nGET /echo HTTP/1.1\r\n"+diffHost+"\r\n", 400),
 		diffOne("handler does not read a small body", "POST /noread HTTP/1.1\r\n"+diffHost+"Content-Length: 1000\r\n\r\n"+small, 200),
 		diffOne("handler does not read a large body", "POST /noread HTTP/1.1\r\n"+diffHost+"Content-Length: "+strconv.Itoa(diffLargeLen)+"\r\n\r\n"+large, 200),
@@ -703,6 +734,8 @@ func diffCases() []diffCase {
 		diffOne("handler writes nothing", "GET /empty HTTP/1.1\r\n"+diffHost+"\r\n", 200),
 		diffOne("handler sets Content-Length", "GET /length HTTP/1.1\r\n"+diffHost+"\r\n", 200),
 		diffOne("handler writes less than its Content-Length", "GET /short HTTP/1.1\r\n"+diffHost+"\r\n", 200),
+		diffOne("handler changes Content-Length after WriteHeader", "GET /late-length HTTP/1.1\r\n"+diffHost+"\r\n", 200),
+		diffOne("handler sets Content-Length after WriteHeader, large answer", "GET /late-length-big HTTP/1.1\r\n"+diffHost+"\r\n", 200),
 		diffOne("handler sets Connection: close", "GET /close HTTP/1.1\r\n"+diffHost+"\r\n", 200),
 		diffOne("handler sets Content-Type", "GET /typed HTTP/1.1\r\n"+diffHost+"\r\n", 200),
 		diffOne("status 204", "GET /204 HTTP/1.1\r\n"+diffHost+"\r\n", 204),
@@ -1097,6 +1130,46 @@ func TestH1ServerShutdown(t *testing.T) {
 			}
 			if err := run.served(t); !errors.Is(err, http.ErrServerClosed) {
 				t.Fatalf("Serve: %v, want http.ErrServerClosed", err)
+			}
+		})
+	}
+}
+
+// brokenListener's Accept fails for good; it counts its Close calls.
+type brokenListener struct {
+	net.Listener
+	closes atomic.Int32
+}
+
+var errDiffBroken = errors.New("diff test: the listener is broken")
+
+func (l *brokenListener) Accept() (net.Conn, error) { return nil, errDiffBroken }
+
+func (l *brokenListener) Close() error {
+	l.closes.Add(1)
+	return l.Listener.Close()
+}
+
+// TestH1ServerServeClosesListener proves, for both servers, that Serve
+// returns a listener's lasting Accept error and closes the listener: a
+// client is then refused at once, not left waiting in the listener's
+// backlog for a server that no longer accepts.
+func TestH1ServerServeClosesListener(t *testing.T) {
+	for _, kind := range diffKinds {
+		t.Run(kind, func(t *testing.T) {
+			srv, connsGone := newDiffServer(kind, http.HandlerFunc(diffHandler))
+			defer connsGone()
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			bl := &brokenListener{Listener: ln}
+			defer ln.Close()
+			if err := srv.Serve(bl); !errors.Is(err, errDiffBroken) {
+				t.Fatalf("Serve returned %v, want %v", err, errDiffBroken)
+			}
+			if bl.closes.Load() == 0 {
+				t.Fatal("Serve returned without closing its listener")
 			}
 		})
 	}

@@ -7,8 +7,12 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
+	"os"
 	"runtime"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -219,5 +223,110 @@ func TestH1ServerHeaderLimits(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// emfileListener fails its first Accept as accept(2) does when the process
+// is out of file descriptors, then accepts as its listener does.
+type emfileListener struct {
+	net.Listener
+	failed atomic.Bool
+}
+
+func (l *emfileListener) Accept() (net.Conn, error) {
+	if l.failed.CompareAndSwap(false, true) {
+		return nil, &net.OpError{Op: "accept", Net: "tcp", Addr: l.Addr(), Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	}
+	return l.Listener.Accept()
+}
+
+// TestH1ServerAcceptSurvivesEMFILE: a temporary Accept error (EMFILE, out
+// of file descriptors: a net.Error whose Temporary is true, Timeout false)
+// does not end Serve, as it does not end net/http's: the listener is tried
+// again and the next connection served.
+func TestH1ServerAcceptSurvivesEMFILE(t *testing.T) {
+	s := &h1Server{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		MaxHeaderBytes: 4096}
+	s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "ok") })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serveErr error
+	served := make(chan struct{})
+	go func() {
+		serveErr = s.Serve(&emfileListener{Listener: ln})
+		close(served)
+	}()
+	defer func() {
+		_ = s.Close()
+		_ = ln.Close()
+		<-served
+	}()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		code int
+		err  error
+	}
+	answered := make(chan answer, 1)
+	go func() {
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			answered <- answer{0, err}
+			return
+		}
+		resp.Body.Close()
+		answered <- answer{resp.StatusCode, nil}
+	}()
+	select {
+	case <-served:
+		t.Fatalf("Serve returned %v after one EMFILE from Accept; want it to retry", serveErr)
+	case a := <-answered:
+		if a.err != nil || a.code != 200 {
+			t.Fatalf("answer %d, %v; want 200", a.code, a.err)
+		}
+	}
+}
+
+// TestH1ServerLateContentLength: a Content-Length the handler sets after
+// WriteHeader does not reach the answer's header (net/http writes the
+// header as WriteHeader saw it): a chunked answer must not also carry a
+// Content-Length (RFC 9112 6.1), which a client or proxy in between may
+// frame the answer by instead.
+func TestH1ServerLateContentLength(t *testing.T) {
+	s := &h1Server{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		MaxHeaderBytes: 4096}
+	s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.Header().Set("Content-Length", "1")
+		_, _ = io.WriteString(w, strings.Repeat("b", 3*h1BodyBuffer))
+	})
+	c, err := net.Dial("tcp", startH1(t, s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	tp := textproto.NewReader(bufio.NewReader(c))
+	if _, err := tp.ReadLine(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := tp.ReadMIMEHeader()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cl := h.Values("Content-Length"); len(cl) > 0 {
+		t.Fatalf("answer framed by Transfer-Encoding %q also carries Content-Length %q", h.Values("Transfer-Encoding"), cl)
 	}
 }
