@@ -29,6 +29,22 @@ func startH1(t *testing.T, s *h1Server) string {
 	return ln.Addr().String()
 }
 
+// sendH1 dials addr, with a deadline for the whole test's exchange, and
+// writes req; the connection closes with the test.
+func sendH1(t *testing.T, addr, req string) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // waitWatch yields until the server's only connection watches its client,
 // or fails after a bound; the channel closes when that watch ends.
 func waitWatch(t *testing.T, s *h1Server) <-chan struct{} {
@@ -76,15 +92,7 @@ func TestH1ServerWatchKeepsPipelinedRequest(t *testing.T) {
 		}
 		_, _ = io.WriteString(w, r.URL.Path+":"+string(body))
 	})
-	c, err := net.Dial("tcp", startH1(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.WriteString(c, "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab"); err != nil {
-		t.Fatal(err)
-	}
+	c := sendH1(t, startH1(t, s), "POST /slow HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab")
 	<-started
 	watched := waitWatch(t, s)
 	if _, err := io.WriteString(c, "POST /next HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\ncde"); err != nil {
@@ -200,16 +208,7 @@ func TestH1ServerHeaderLimits(t *testing.T) {
 		{"too long", 9000, []int{200, 431}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, err := net.Dial("tcp", addr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-			req := "GET / HTTP/1.1\r\nHost: x\r\n\r\n" + "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: " + strings.Repeat("a", tc.pad) + "\r\n\r\n"
-			if _, err := io.WriteString(c, req); err != nil {
-				t.Fatal(err)
-			}
+			c := sendH1(t, addr, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"+"GET / HTTP/1.1\r\nHost: x\r\nX-Pad: "+strings.Repeat("a", tc.pad)+"\r\n\r\n")
 			br := bufio.NewReader(c)
 			for i, want := range tc.codes {
 				resp, err := http.ReadResponse(br, nil)
@@ -263,15 +262,7 @@ func TestH1ServerAcceptSurvivesEMFILE(t *testing.T) {
 		_ = ln.Close()
 		<-served
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
+	c := sendH1(t, ln.Addr().String(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	type answer struct {
 		code int
 		err  error
@@ -309,15 +300,7 @@ func TestH1ServerLateContentLength(t *testing.T) {
 		w.Header().Set("Content-Length", "1")
 		_, _ = io.WriteString(w, strings.Repeat("b", 3*h1BodyBuffer))
 	})
-	c, err := net.Dial("tcp", startH1(t, s))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
-		t.Fatal(err)
-	}
+	c := sendH1(t, startH1(t, s), "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 	tp := textproto.NewReader(bufio.NewReader(c))
 	if _, err := tp.ReadLine(); err != nil {
 		t.Fatal(err)
