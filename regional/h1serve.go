@@ -721,14 +721,21 @@ func malformedWithin(br *bufio.Reader) bool {
 // br (within br's size: the header limit) and counts its Host headers,
 // which http.ReadRequest does not tell; host is the first one's value,
 // its continuation lines (obs-fold) joined as net/textproto joins them.
+//
+// A line that arrives in pieces is searched for its end only in the bytes
+// new since the last search (scanned): a header sent a byte at a time
+// costs its length, not its square.
 func (hc *h1Conn) scanHeader(br *bufio.Reader) (hosts int, host string, err error) {
-	for off, first, inHost := 0, true, false; ; {
+	for off, scanned, first, inHost := 0, 0, true, false; ; {
 		buf, _ := br.Peek(br.Buffered())
 		for off < len(buf) {
-			i := bytes.IndexByte(buf[off:], '\n')
+			from := max(off, scanned)
+			i := bytes.IndexByte(buf[from:], '\n')
 			if i < 0 {
+				scanned = len(buf)
 				break
 			}
+			i += from - off
 			line := buf[off : off+i]
 			off += i + 1
 			line = bytes.TrimSuffix(line, []byte("\r"))

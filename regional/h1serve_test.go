@@ -313,3 +313,53 @@ func TestH1ServerLateContentLength(t *testing.T) {
 		t.Fatalf("answer framed by Transfer-Encoding %q also carries Content-Length %q", h.Values("Transfer-Encoding"), cl)
 	}
 }
+
+// oneByteReader hands out its text a byte per Read, as a client sending
+// a header slowly does.
+type oneByteReader struct{ s string }
+
+func (r *oneByteReader) Read(p []byte) (int, error) {
+	if r.s == "" {
+		return 0, io.EOF
+	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	p[0], r.s = r.s[0], r.s[1:]
+	return 1, nil
+}
+
+// slowHeader is a request whose header has a long line before two Host
+// headers, the first folded.
+func slowHeader(pad int) string {
+	return "GET / HTTP/1.1\r\nX-Pad: " + strings.Repeat("a", pad) + "\r\nHost: a.example\r\n b\r\nHost: c\r\n\r\n"
+}
+
+// TestH1ScanHeaderInPieces: a header that arrives a byte at a time counts
+// the same Host headers, with the same first value, as one that arrives
+// whole.
+func TestH1ScanHeaderInPieces(t *testing.T) {
+	req := slowHeader(3000)
+	var hc h1Conn
+	wantHosts, wantHost, err := hc.scanHeader(bufio.NewReaderSize(strings.NewReader(req), 64<<10))
+	if err != nil || wantHosts != 2 || wantHost != "a.example b" {
+		t.Fatalf("whole: %d hosts, first %q, %v; want 2, \"a.example b\"", wantHosts, wantHost, err)
+	}
+	hosts, host, err := hc.scanHeader(bufio.NewReaderSize(&oneByteReader{req}, 64<<10))
+	if err != nil || hosts != wantHosts || host != wantHost {
+		t.Fatalf("a byte at a time: %d hosts, first %q, %v; whole: %d, %q", hosts, host, err, wantHosts, wantHost)
+	}
+}
+
+// BenchmarkH1ScanHeaderByteAtATime: what scanning a 32 KiB header line
+// that arrives a byte at a time costs.
+func BenchmarkH1ScanHeaderByteAtATime(b *testing.B) {
+	req := slowHeader(32 << 10)
+	var hc h1Conn
+	b.ReportAllocs()
+	for range b.N {
+		if _, _, err := hc.scanHeader(bufio.NewReaderSize(&oneByteReader{req}, 64<<10)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
