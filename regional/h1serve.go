@@ -442,13 +442,10 @@ func (hc *h1Conn) serve() {
 		// the next ones' from their first bytes, which may take up to
 		// IdleTimeout to come (as net/http's server does).
 		t0 := time.Now()
-		switch {
-		case first && s.ReadHeaderTimeout > 0:
-			_ = hc.c.SetReadDeadline(t0.Add(s.ReadHeaderTimeout))
-		case !first && s.IdleTimeout > 0:
-			_ = hc.c.SetReadDeadline(t0.Add(s.IdleTimeout))
-		default:
-			_ = hc.c.SetReadDeadline(time.Time{})
+		if first {
+			hc.readWithin(t0, s.ReadHeaderTimeout)
+		} else {
+			hc.readWithin(t0, s.IdleTimeout)
 		}
 		// Wait for the next request without holding buffers.
 		if hc.br == nil || hc.br.Buffered() == 0 {
@@ -484,6 +481,15 @@ func (hc *h1Conn) h1Error(code int, text string) {
 	_ = bw.Flush()
 }
 
+// readWithin sets the connection's read deadline d after t0; 0 is none.
+func (hc *h1Conn) readWithin(t0 time.Time, d time.Duration) {
+	if d > 0 {
+		_ = hc.c.SetReadDeadline(t0.Add(d))
+	} else {
+		_ = hc.c.SetReadDeadline(time.Time{})
+	}
+}
+
 // serveOne reads one request and answers it; it reports whether the
 // connection stays open.
 func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
@@ -508,11 +514,7 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 			_, _ = br.Discard(n)
 		}
 		t0 = time.Now()
-		if s.ReadHeaderTimeout > 0 {
-			_ = hc.c.SetReadDeadline(t0.Add(s.ReadHeaderTimeout))
-		} else {
-			_ = hc.c.SetReadDeadline(time.Time{})
-		}
+		hc.readWithin(t0, s.ReadHeaderTimeout)
 	}
 	hosts, host, err := hc.scanHeader(br)
 	var req *http.Request
@@ -573,11 +575,7 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 			}
 		}
 	}
-	if s.ReadTimeout > 0 {
-		_ = hc.c.SetReadDeadline(t0.Add(s.ReadTimeout))
-	} else {
-		_ = hc.c.SetReadDeadline(time.Time{})
-	}
+	hc.readWithin(t0, s.ReadTimeout)
 
 	w := &h1Response{hc: hc, req: req, header: http.Header{}, buf: hc.obuf[:0]}
 	defer func() { hc.obuf = w.buf[:0] }()
@@ -1135,10 +1133,11 @@ func (w *h1Response) commit(final bool, next []byte) {
 		// WriteHeader, which net/http ignores, and a length set or
 		// changed since must not frame the answer (a shorter one would
 		// leave the rest of the body to be read as the next answer).
-		if cl := h["Content-Length"]; w.declared >= 0 && (len(cl) != 1 || cl[0] != w.declaredCL) {
-			h["Content-Length"] = []string{w.declaredCL}
-		} else if w.declared < 0 {
+		switch cl := h["Content-Length"]; {
+		case w.declared < 0:
 			h.Del("Content-Length")
+		case len(cl) != 1 || cl[0] != w.declaredCL:
+			h["Content-Length"] = []string{w.declaredCL}
 		}
 		switch {
 		case w.declared >= 0:
