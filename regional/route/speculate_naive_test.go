@@ -306,3 +306,34 @@ func TestSpeculationManyHashes(t *testing.T) {
 		clock = clock.Add([]time.Duration{700 * time.Millisecond, 1500 * time.Millisecond}[round%2])
 	}
 }
+
+// TestSpecQueueMatchesSlice checks the records' ring against a slice used
+// as a queue: the same records come out in the same order, across growth
+// while the ring wraps and after it empties.
+func TestSpecQueueMatchesSlice(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var q specQueue
+		var want []specRecord
+		next := uint64(0)
+		for step := range rapid.IntRange(1, 400).Draw(rt, "steps") {
+			if len(want) > 0 && rapid.IntRange(0, 2).Draw(rt, "op") == 0 {
+				got := q.pop()
+				if got != want[0] {
+					rt.Fatalf("step %d: pop %+v, want %+v", step, got, want[0])
+				}
+				want = want[1:]
+			} else {
+				r := specRecord{until: int64(next), id: index.PodID(next % 7), at: next * 3, n: int(next % 5)}
+				next++
+				q.push(r)
+				want = append(want, r)
+			}
+			if q.n != len(want) {
+				rt.Fatalf("step %d: %d records, want %d", step, q.n, len(want))
+			}
+			if len(want) > 0 && *q.front() != want[0] {
+				rt.Fatalf("step %d: front %+v, want %+v", step, *q.front(), want[0])
+			}
+		}
+	})
+}
