@@ -310,6 +310,10 @@ type h1Conn struct {
 	one [1]byte
 
 	obuf []byte // the answer's first bytes (h1Response.buf), reused
+	// header is the last answer's header map, kept for the next answer
+	// (takeHeader): cleared, a map keeps its room, and a proxied answer's
+	// header was a tenth of what a request allocated.
+	header http.Header
 
 	// The client watch of the request under way (arm, watch, disarm).
 	wmu      sync.Mutex
@@ -577,8 +581,8 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 	}
 	hc.readWithin(t0, s.ReadTimeout)
 
-	w := &h1Response{hc: hc, req: req, header: http.Header{}, buf: hc.obuf[:0]}
-	defer func() { hc.obuf = w.buf[:0] }()
+	w := &h1Response{hc: hc, req: req, header: hc.takeHeader(), buf: hc.obuf[:0]}
+	defer func() { hc.obuf, hc.header = w.buf[:0], w.header }()
 	body := &h1Body{src: req.Body, w: w}
 	w.body = body
 	if req.ContentLength == 0 && len(req.TransferEncoding) == 0 {
@@ -713,6 +717,18 @@ func malformedWithin(br *bufio.Reader) bool {
 	buf = buf[:bytes.LastIndexByte(buf, '\n')+1]
 	_, err := http.ReadRequest(bufio.NewReader(bytes.NewReader(buf)))
 	return err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// takeHeader returns an empty header map for an answer: the last
+// answer's, cleared, once its handler has returned (serveOne keeps it).
+func (hc *h1Conn) takeHeader() http.Header {
+	h := hc.header
+	if h == nil {
+		return http.Header{}
+	}
+	hc.header = nil
+	clear(h)
+	return h
 }
 
 // scanHeader reads until the request's line and header are buffered in

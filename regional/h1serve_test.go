@@ -363,3 +363,36 @@ func BenchmarkH1ScanHeaderByteAtATime(b *testing.B) {
 		}
 	}
 }
+
+// TestH1ServerHeaderPerAnswer: a connection reuses its answers' header
+// map, and a field one answer set is not in the next one's.
+func TestH1ServerHeaderPerAnswer(t *testing.T) {
+	s := &h1Server{ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10 * time.Second, IdleTimeout: 10 * time.Second,
+		MaxHeaderBytes: 4096}
+	s.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(w.Header()) != 0 {
+			t.Errorf("%s: the answer's header starts with %v", r.URL.Path, w.Header())
+		}
+		w.Header().Set("X-Path", r.URL.Path)
+		if r.URL.Path == "/first" {
+			w.Header().Set("X-First", "1")
+		}
+		_, _ = io.WriteString(w, "ok")
+	})
+	c := sendH1(t, startH1(t, s), "GET /first HTTP/1.1\r\nHost: x\r\n\r\nGET /second HTTP/1.1\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	for _, path := range []string{"/first", "/second"} {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		if got := resp.Header.Get("X-Path"); got != path {
+			t.Errorf("answer to %s: X-Path %q", path, got)
+		}
+		if got, want := resp.Header.Get("X-First"), map[string]string{"/first": "1"}[path]; got != want {
+			t.Errorf("answer to %s: X-First %q, want %q", path, got, want)
+		}
+	}
+}
