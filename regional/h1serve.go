@@ -310,9 +310,9 @@ type h1Conn struct {
 	one [1]byte
 
 	obuf []byte // the answer's first bytes (h1Response.buf), reused
-	// header is the last answer's header map, kept for the next answer
-	// (takeHeader): cleared, a map keeps its room, and a proxied answer's
-	// header was a tenth of what a request allocated.
+	// header is the last answer's header map, cleared and kept for the
+	// next answer (takeHeader): a map keeps its room, and a proxied
+	// answer's header was a tenth of what a request allocated.
 	header http.Header
 
 	// The client watch of the request under way (arm, watch, disarm).
@@ -582,7 +582,10 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 	hc.readWithin(t0, s.ReadTimeout)
 
 	w := &h1Response{hc: hc, req: req, header: hc.takeHeader(), buf: hc.obuf[:0]}
-	defer func() { hc.obuf, hc.header = w.buf[:0], w.header }()
+	defer func() {
+		clear(w.header) // let go of the answer's values while the connection idles
+		hc.obuf, hc.header = w.buf[:0], w.header
+	}()
 	body := &h1Body{src: req.Body, w: w}
 	w.body = body
 	if req.ContentLength == 0 && len(req.TransferEncoding) == 0 {
@@ -720,14 +723,13 @@ func malformedWithin(br *bufio.Reader) bool {
 }
 
 // takeHeader returns an empty header map for an answer: the last
-// answer's, cleared, once its handler has returned (serveOne keeps it).
+// answer's, which serveOne cleared and kept once its handler returned.
 func (hc *h1Conn) takeHeader() http.Header {
 	h := hc.header
 	if h == nil {
 		return http.Header{}
 	}
 	hc.header = nil
-	clear(h)
 	return h
 }
 
