@@ -6,6 +6,7 @@ import (
 	"math/bits"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 	"unsafe"
@@ -30,35 +31,37 @@ type fastBPE struct {
 	words bool
 }
 
-// rankTables builds each encoding's rank map at most once per process: the
-// tables are immutable (like the library's own embedded vocabularies) and
-// dozens of simulated engines in one process share them. It is the
-// reference the tests read, and what a fastBPE reads when rankTable cannot
-// hold its encoding; otherwise it is never built.
+// rankTables builds each encoding's rank map at most once per process, from
+// its embedded vocabulary (vocab.go). It is the reference the tests read,
+// and what a fastBPE reads when rankTable cannot hold its encoding;
+// otherwise it is never built.
 var rankTables = map[string]func() map[string]uint32{
-	Cl100kBase: sync.OnceValue(func() map[string]uint32 { return readRanks(Cl100kBase) }),
-	O200kBase:  sync.OnceValue(func() map[string]uint32 { return readRanks(O200kBase) }),
+	Cl100kBase: sync.OnceValue(func() map[string]uint32 { return vocabs[Cl100kBase]().ranks() }),
+	O200kBase:  sync.OnceValue(func() map[string]uint32 { return vocabs[O200kBase]().ranks() }),
 }
 
 // rankLookups are the same ranks as rankTables, as rankTable (nil: keep
-// to the map), built at most once per process from a map read for it and
-// dropped after. Kept, that map would be ~115,000 strings (cl100k_base)
-// and 5.8 MB of map groups, three quarters of a controller's live heap
-// objects, that the collector marks at every cycle: its marks took 12-18
-// ms, and requests arriving meanwhile made the proxy's p99.
+// to the map), built at most once per process straight from the embedded
+// vocabulary. As a map they would be ~115,000 strings (cl100k_base) and 5.8
+// MB of map groups, three quarters of a controller's live heap objects,
+// that the collector marks at every cycle: its marks took 12-18 ms, and
+// requests arriving meanwhile made the proxy's p99.
 var rankLookups = map[string]func() *rankTable{
-	Cl100kBase: sync.OnceValue(func() *rankTable { return newRankTable(readRanks(Cl100kBase)) }),
-	O200kBase:  sync.OnceValue(func() *rankTable { return newRankTable(readRanks(O200kBase)) }),
+	Cl100kBase: sync.OnceValue(func() *rankTable { v := vocabs[Cl100kBase](); return newRankTable(v.n, v.all()) }),
+	O200kBase:  sync.OnceValue(func() *rankTable { v := vocabs[O200kBase](); return newRankTable(v.n, v.all()) }),
 }
 
 // codecs holds each encoding's library codec, built at most once per
-// process and shared by every Tokenizer and by readRanks: tokenizer.Get
-// compiles the encoding's split regexp anew for every codec it returns, and
-// a codec's first Decode builds a reverse vocabulary of the whole encoding.
-// Sharing is safe: a codec is safe for concurrent use as this package uses
-// it (Encode only reads the vocabulary and runs the split regexp, which
-// pools its matchers; Decode builds the reverse vocabulary under a
-// sync.Once), and nothing here changes it (no SetErrorMode).
+// process and shared by every Tokenizer that needs one (those of
+// p50k_base and r50k_base; the tests, for cl100k_base and o200k_base):
+// tokenizer.Get compiles the encoding's split regexp anew for every codec
+// it returns, and a codec's first Decode builds a reverse vocabulary of the
+// whole encoding. Building one also builds the library's package-level
+// vocabulary of the encoding, which stays live (see vocab.go). Sharing is
+// safe: a codec is safe for concurrent use as this package uses it (Encode
+// only reads the vocabulary and runs the split regexp, which pools its
+// matchers; Decode builds the reverse vocabulary under a sync.Once), and
+// nothing here changes it (no SetErrorMode).
 var codecs = map[string]func() tokenizer.Codec{
 	Cl100kBase: onceCodec(Cl100kBase),
 	O200kBase:  onceCodec(O200kBase),
@@ -66,31 +69,18 @@ var codecs = map[string]func() tokenizer.Codec{
 	R50kBase:   onceCodec(R50kBase),
 }
 
+// codecsBuilt counts the codecs built (TestFastTokenizerBuildsNoCodec).
+var codecsBuilt atomic.Int32
+
 func onceCodec(encoding string) func() tokenizer.Codec {
 	return sync.OnceValue(func() tokenizer.Codec {
+		codecsBuilt.Add(1)
 		codec, err := tokenizer.Get(tokenizer.Encoding(encoding))
 		if err != nil {
 			panic("tokenize: " + encoding + ": " + err.Error()) // a name the library ships
 		}
 		return codec
 	})
-}
-
-// readRanks reads every ordinary token of an encoding out of the library by
-// decoding each id on its own.
-func readRanks(encoding string) map[string]uint32 {
-	codec := codecs[encoding]()
-	ranks := make(map[string]uint32, 200000)
-	for id, misses := uint(0), 0; misses < 1024; id++ {
-		s, err := codec.Decode([]uint{id})
-		if err != nil {
-			misses++
-			continue
-		}
-		misses = 0
-		ranks[s] = uint32(id)
-	}
-	return ranks
 }
 
 func newFastBPE(encoding string) *fastBPE {

@@ -284,6 +284,8 @@ func FuzzFastEncode(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		checkFastMatchesReference(t, cl, s)
 		checkFastMatchesReference(t, o2, s)
+		checkInvalidMatchesLibrary(t, cl, s)
+		checkInvalidMatchesLibrary(t, o2, s)
 	})
 }
 

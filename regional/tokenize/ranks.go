@@ -2,6 +2,7 @@ package tokenize
 
 import (
 	"encoding/binary"
+	"iter"
 	"math/bits"
 	"unsafe"
 )
@@ -37,11 +38,12 @@ const (
 	maxRankLen = 255
 )
 
-// newRankTable builds the table of ranks, or returns nil when a token does
-// not fit the packing (a rank of 2^24 or more, a token longer than 255
-// bytes, or more than 4 GB of them); the encoder then uses the map.
-func newRankTable(ranks map[string]uint32) *rankTable {
-	size := 1 << bits.Len(uint(len(ranks)*2))
+// newRankTable builds the table of the n tokens of ranks, or returns nil
+// when a token does not fit the packing (a rank of 2^24 or more, a token
+// longer than 255 bytes, or more than 4 GB of them); the encoder then uses
+// the map.
+func newRankTable(n int, ranks iter.Seq2[string, uint32]) *rankTable {
+	size := 1 << bits.Len(uint(n*2))
 	t := &rankTable{slots: make([]rankSlot, size), shift: uint(64 - bits.TrailingZeros(uint(size)))}
 	var arena []byte
 	for s, r := range ranks {

@@ -74,8 +74,12 @@ func Encodings() []string {
 // with the encoding's ranks. It is safe for concurrent use.
 type Tokenizer struct {
 	encoding string
-	codec    tokenizer.Codec
-	fast     *fastBPE // nil: every encode goes through the library
+	// library is the encoding's github.com/tiktoken-go/tokenizer codec
+	// (shared, built on first use): what encodes and decodes when fast is
+	// nil, and the tests' reference otherwise. With fast set, nothing
+	// outside the tests builds it (TestFastTokenizerBuildsNoCodec).
+	library func() tokenizer.Codec
+	fast    *fastBPE // nil: every encode goes through the library
 
 	specials   map[string]uint32 // content -> id
 	byID       map[uint32]string // id -> content
@@ -112,10 +116,9 @@ func NewTokenizer(encoding string, extra map[string]uint32) (*Tokenizer, error) 
 	if !ok {
 		return nil, fmt.Errorf("new tokenizer %q: %w (no library codec)", encoding, ErrUnknownEncoding)
 	}
-	codec := newCodec()
 	t := &Tokenizer{
 		encoding: encoding,
-		codec:    codec,
+		library:  newCodec,
 		fast:     newFastBPE(encoding),
 		specials: make(map[string]uint32, len(base)+len(extra)),
 		byID:     make(map[uint32]string, len(base)+len(extra)),
@@ -128,7 +131,7 @@ func NewTokenizer(encoding string, extra map[string]uint32) (*Tokenizer, error) 
 		if s == "" {
 			return nil, fmt.Errorf("new tokenizer %q: special token with id %d has empty content", encoding, id)
 		}
-		if _, err := codec.Decode([]uint{uint(id)}); err == nil {
+		if t.ordinary(id) {
 			return nil, fmt.Errorf("new tokenizer %q: special token %q id %d collides with an ordinary token of the encoding", encoding, s, id)
 		}
 		t.specials[s] = id
@@ -165,7 +168,21 @@ func NewTokenizer(encoding string, extra map[string]uint32) (*Tokenizer, error) 
 		}
 		slices.SortFunc(t.few, func(a, b fewSpecial) int { return cmp.Compare(len(b.s), len(a.s)) })
 	}
+	if t.fast == nil {
+		t.library() // built now rather than on the first request
+	}
 	return t, nil
+}
+
+// ordinary reports whether id is the rank of an ordinary token of the
+// encoding.
+func (t *Tokenizer) ordinary(id uint32) bool {
+	if t.fast != nil {
+		_, ok := vocabs[t.encoding]().token(id)
+		return ok
+	}
+	_, err := t.library().Decode([]uint{uint(id)})
+	return err == nil
 }
 
 // Name returns the encoding name, e.g. "cl100k_base".
@@ -184,8 +201,8 @@ func (t *Tokenizer) Encode(text string) []uint32 {
 
 // AppendEncode appends the token ids of text to dst and returns the extended
 // slice. For cl100k_base and o200k_base with enough capacity in dst it does
-// not allocate (TestFastEncodeAllocs); other encodings, and text that is not
-// valid UTF-8, go through github.com/tiktoken-go/tokenizer, which allocates.
+// not allocate (TestFastEncodeAllocs) unless text is not valid UTF-8; other
+// encodings go through github.com/tiktoken-go/tokenizer, which allocates.
 func (t *Tokenizer) AppendEncode(dst []uint32, text string) []uint32 {
 	dst, _ = t.appendSegments(dst, text, nil, 0, 0)
 	return dst
@@ -271,20 +288,26 @@ func (t *Tokenizer) appendBPE(dst []uint32, text string) []uint32 {
 	if text == "" {
 		return dst
 	}
-	if t.fast != nil && utf8.ValidString(text) {
-		return t.fast.appendEncode(dst, text)
+	if t.fast == nil {
+		return t.appendLibrary(dst, text)
 	}
-	return t.appendLibrary(dst, text)
+	if !utf8.ValidString(text) {
+		// What the library (and any regexp engine working on runes) does:
+		// each byte that is not part of a valid sequence becomes U+FFFD
+		// (TestInvalidUTF8MatchesLibrary).
+		text = string([]rune(text))
+	}
+	return t.fast.appendEncode(dst, text)
 }
 
 // appendLibrary encodes with github.com/tiktoken-go/tokenizer itself: the
 // reference the fast path is tested against, and the path for encodings it
-// does not cover and for text that is not valid UTF-8.
+// does not cover.
 func (t *Tokenizer) appendLibrary(dst []uint32, text string) []uint32 {
 	if text == "" {
 		return dst
 	}
-	ids, _, err := t.codec.Encode(text)
+	ids, _, err := t.library().Encode(text)
 	if err != nil {
 		// The codec fails only on a regexp timeout (none is set) or on
 		// invalid UTF-8 in strict mode (not used): a broken invariant.
@@ -306,7 +329,7 @@ func (t *Tokenizer) Decode(ids []uint32) (string, error) {
 		if len(run) == 0 {
 			return nil
 		}
-		s, err := t.codec.Decode(run)
+		s, err := t.decodeRun(run)
 		if err != nil {
 			return fmt.Errorf("decode tokens: %w", err)
 		}
@@ -326,6 +349,23 @@ func (t *Tokenizer) Decode(ids []uint32) (string, error) {
 	}
 	if err := flush(); err != nil {
 		return "", err
+	}
+	return sb.String(), nil
+}
+
+// decodeRun returns the text of ids, none of them special.
+func (t *Tokenizer) decodeRun(ids []uint) (string, error) {
+	if t.fast == nil {
+		return t.library().Decode(ids)
+	}
+	v := vocabs[t.encoding]()
+	var sb strings.Builder
+	for _, id := range ids {
+		s, ok := v.token(uint32(id))
+		if !ok {
+			return "", fmt.Errorf("invalid token: %d", id)
+		}
+		sb.WriteString(s)
 	}
 	return sb.String(), nil
 }

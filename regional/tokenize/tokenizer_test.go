@@ -198,7 +198,7 @@ func TestTokenizersShareCodec(t *testing.T) {
 	for _, enc := range Encodings() {
 		a := mustTokenizer(t, enc, nil)
 		b := mustTokenizer(t, enc, map[string]uint32{"<|extra|>": 300000})
-		if a.codec != b.codec {
+		if a.library() != b.library() {
 			t.Fatalf("%s: two tokenizers, two codecs", enc)
 		}
 		text := "caf\xe9 au lait, " + strings.Repeat("word ", 50)
