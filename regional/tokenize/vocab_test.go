@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/flate"
 	"flag"
+	"fmt"
 	"maps"
 	"os"
 	"os/exec"
@@ -258,4 +259,40 @@ func TestFastTokenizerBuildsNoCodec(t *testing.T) {
 	}
 	runtime.KeepAlive(keep)
 	t.Log("child: ok")
+}
+
+// encodeVocab writes ranks in the format of vocab.go (what -update-vocab
+// writes).
+// A token longer than 255 bytes, or two tokens with one rank, is an error.
+func encodeVocab(ranks map[string]uint32) ([]byte, error) {
+	byRank := map[uint32]string{}
+	var top uint32
+	for s, r := range ranks {
+		if len(s) == 0 || len(s) > 255 {
+			return nil, fmt.Errorf("token %q (rank %d): %d bytes, want 1 to 255", s, r, len(s))
+		}
+		if prev, dup := byRank[r]; dup {
+			return nil, fmt.Errorf("tokens %q and %q share rank %d", prev, s, r)
+		}
+		byRank[r] = s
+		top = max(top, r)
+	}
+	var raw []byte
+	for r := uint32(0); r <= top; r++ {
+		s := byRank[r]
+		raw = append(raw, byte(len(s)))
+		raw = append(raw, s...)
+	}
+	var out bytes.Buffer
+	zw, err := flate.NewWriter(&out, flate.BestCompression)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := zw.Write(raw); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return out.Bytes(), nil
 }
