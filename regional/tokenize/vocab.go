@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"iter"
+	"strings"
 	"sync"
 )
 
@@ -112,7 +113,10 @@ func parseVocab(data []byte) (*vocab, error) {
 	if len(raw) > maxVocab {
 		return nil, fmt.Errorf("more than %d bytes inflated", maxVocab)
 	}
-	var text []byte
+	// Built once, in room for all of it (the tokens are raw less their
+	// length bytes): no copy as it grows, none to make it a string.
+	var text strings.Builder
+	text.Grow(len(raw))
 	var end []uint32
 	n := 0
 	for i := 0; i < len(raw); {
@@ -121,8 +125,8 @@ func parseVocab(data []byte) (*vocab, error) {
 		if len(raw)-i < l {
 			return nil, fmt.Errorf("rank %d: %d bytes, %d left", len(end), l, len(raw)-i)
 		}
-		text = append(text, raw[i:i+l]...)
-		end = append(end, uint32(len(text)))
+		text.Write(raw[i : i+l])
+		end = append(end, uint32(text.Len()))
 		if l > 0 {
 			n++
 		}
@@ -131,5 +135,5 @@ func parseVocab(data []byte) (*vocab, error) {
 	if n == 0 {
 		return nil, fmt.Errorf("no tokens")
 	}
-	return &vocab{text: string(text), end: end, n: n}, nil
+	return &vocab{text: text.String(), end: end, n: n}, nil
 }
