@@ -42,10 +42,11 @@ var rankTables = map[string]func() map[string]uint32{
 
 // rankLookups are the same ranks as rankTables, as rankTable (nil: keep
 // to the map), built at most once per process straight from the embedded
-// vocabulary. As a map they would be ~115,000 strings (cl100k_base) and 5.8
-// MB of map groups, three quarters of a controller's live heap objects,
-// that the collector marks at every cycle: its marks took 12-18 ms, and
-// requests arriving meanwhile made the proxy's p99.
+// vocabulary. As a map they would be 100,256 strings (cl100k_base, as
+// TestRankTableProbes logs) and 5.8 MB of map groups, three quarters of a
+// controller's live heap objects, that the collector marks at every cycle:
+// its marks took 12-18 ms, and requests arriving meanwhile made the proxy's
+// p99.
 var rankLookups = map[string]func() *rankTable{
 	Cl100kBase: sync.OnceValue(func() *rankTable { v := vocabs[Cl100kBase](); return newRankTable(v.n, v.all()) }),
 	O200kBase:  sync.OnceValue(func() *rankTable { v := vocabs[O200kBase](); return newRankTable(v.n, v.all()) }),

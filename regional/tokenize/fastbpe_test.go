@@ -476,8 +476,9 @@ func TestRankTableProbes(t *testing.T) {
 }
 
 // TestFastBPEKeepsOnlyTheTable: a tokenizer whose encoding fits a
-// rankTable holds no rank map, so the ~115,000 strings of one are not
-// live in a controller for the collector to mark at every cycle.
+// rankTable holds no rank map, so its strings (100,256 for cl100k_base,
+// 199,998 for o200k_base, as TestRankTableProbes logs) are not live in a
+// controller for the collector to mark at every cycle.
 func TestFastBPEKeepsOnlyTheTable(t *testing.T) {
 	for _, enc := range fastEncodings {
 		if f := newFastBPE(enc); f.table == nil || f.ranks != nil {
