@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -132,6 +131,8 @@ func drive(args []string) error {
 	var ps procs
 	fs.Var(&ps, "procs", "NAME=PID[,PID...]: processes whose CPU each window reports (repeat)")
 	cpuprofile := fs.String("cpuprofile", "", "write the generator's CPU profile to this file")
+	alternate := fs.Duration("alternate", 0, "compare the targets at -rate instead of searching each: one run whose proxied arm goes to each target in turn for this long (see compare)")
+	sliceWarm := fs.Duration("slice-warmup", 250*time.Millisecond, "with -alternate, the unmeasured start of each slice")
 	_ = fs.Parse(args)
 	if *direct == "" || len(tgts) == 0 {
 		return errors.New("drive: -direct and at least one -target are required")
@@ -169,12 +170,26 @@ func drive(args []string) error {
 		d.hdrKey, d.hdrVal = strings.TrimSpace(k), strings.TrimSpace(v)
 	}
 	c := criteria{limit: float64(*maxAdded) / 1e3, maxLate: *maxLate, tries: *tries, resamples: *resamples, seed: 1}
+	var names, urls []string
 	for _, t := range tgts {
 		name, u, ok := strings.Cut(t, "=")
 		if !ok {
 			return fmt.Errorf("-target %q: want NAME=URL", t)
 		}
-		if err := d.open(*direct, u, *conns); err != nil {
+		names, urls = append(names, name), append(urls, u)
+	}
+	if *alternate > 0 {
+		if *sliceWarm >= *alternate {
+			return fmt.Errorf("-slice-warmup %v leaves nothing of a -alternate %v slice to measure", *sliceWarm, *alternate)
+		}
+		if err := d.open(*direct, urls, *conns); err != nil {
+			return err
+		}
+		defer d.close()
+		return d.compare(names, *rate, *ratio, *samples, *maxWindow, *warmup, slicing{every: *alternate, warm: *sliceWarm}, c)
+	}
+	for i, name := range names {
+		if err := d.open(*direct, urls[i:i+1], *conns); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		measure := func(r float64) window {
@@ -219,11 +234,9 @@ func drive(args []string) error {
 				res.LowestNotPass, res.LowestNotPassV = s.rate, s.verdict
 			}
 		}
-		line, err := json.Marshal(res)
-		if err != nil {
+		if err := printJSON(res); err != nil {
 			return err
 		}
-		fmt.Println(string(line))
 	}
 	return nil
 }
@@ -304,15 +317,15 @@ type driver struct {
 	hdrKey, hdrVal string
 	tls            *tls.Config
 	seq            atomic.Int64
-	ends           [2]*endpoint // direct, proxied
-	procs          procs        // whose CPU each window reports
-	req, reqBody   []byte       // the pacer's request
+	ends           []*endpoint // by arm: direct, then each target open
+	procs          procs       // whose CPU each window reports
+	req, reqBody   []byte      // the pacer's request
 
 	mu      sync.Mutex
 	conns   []*clientConn
-	idle    [2][]*clientConn // by arm, the most recently used last
-	queue   [2][]job         // by arm, waiting for a free connection
-	head    [2]int
+	idle    [][]*clientConn // by arm, the most recently used last
+	queue   [][]job         // by arm, waiting for a free connection
+	head    []int
 	closing bool
 }
 
@@ -336,12 +349,13 @@ type clientConn struct {
 }
 
 // job is request i of a window, due at due and taken up by the pacer at
-// at, for arm (0 direct, 1 proxied).
+// at, for arm (0 direct, 1... the targets), in a slice of target k's
+// (the index of its arm less one).
 type job struct {
 	s       *session
 	i       int
 	due, at time.Time
-	arm     int
+	arm, k  int
 	queued  bool
 }
 
@@ -350,10 +364,13 @@ type session struct {
 	deadline atomic.Int64 // unix nanoseconds: requests not done by then fail
 	lat      []float64    // by request; +Inf until it succeeds
 	arm      []int8
-	late     int          // pacer's lag over maxLag (the pacer's own)
-	wlate    atomic.Int64 // written over maxLag after taken up
-	queued   int          // (the pacer's)
-	wg       sync.WaitGroup
+	k        []int8  // by request, the target whose slice it fell in; -1 unmeasured
+	round    []int32 // by request, its round of slices (sliced runs)
+	// By target (k): of its slices' requests, measured or not.
+	late   []int          // pacer's lag over maxLag (the pacer's own)
+	wlate  []atomic.Int64 // written over maxLag after taken up
+	queued []int          // (the pacer's)
+	wg     sync.WaitGroup
 }
 
 func parseEndpoint(rawURL string, proxied bool) (*endpoint, error) {
@@ -371,18 +388,21 @@ func parseEndpoint(rawURL string, proxied bool) (*endpoint, error) {
 	return &endpoint{scheme: u.Scheme, host: host, path: u.RequestURI(), proxied: proxied}, nil
 }
 
-// open dials n connections to the backend at direct and n to the target
-// at target, checks each with one request, and starts their readers.
-func (d *driver) open(direct, target string, n int) error {
-	for arm, u := range []string{direct, target} {
-		e, err := parseEndpoint(u, arm == 1)
+// open dials n connections to the backend at direct and n to each target,
+// checks each with one request, and starts their readers. Arm 0 is the
+// backend's, arm i the target targets[i-1]'s.
+func (d *driver) open(direct string, targets []string, n int) error {
+	d.ends = d.ends[:0]
+	for arm, u := range append([]string{direct}, targets...) {
+		e, err := parseEndpoint(u, arm > 0)
 		if err != nil {
 			return err
 		}
-		d.ends[arm] = e
+		d.ends = append(d.ends, e)
 	}
 	d.mu.Lock()
 	d.closing = false
+	d.idle, d.queue, d.head = make([][]*clientConn, len(d.ends)), make([][]job, len(d.ends)), make([]int, len(d.ends))
 	d.mu.Unlock()
 	for range n {
 		for arm, e := range d.ends {
@@ -427,7 +447,7 @@ func (d *driver) close() {
 		}
 		close(cc.wake)
 	}
-	d.conns, d.idle, d.queue, d.head = nil, [2][]*clientConn{}, [2][]job{}, [2]int{}
+	d.conns, d.idle, d.queue, d.head = nil, nil, nil, nil
 	d.mu.Unlock()
 }
 
@@ -549,7 +569,7 @@ func (d *driver) dispatch(j job) {
 	n := len(d.idle[a])
 	if n == 0 || d.head[a] < len(d.queue[a]) {
 		j.queued = true
-		j.s.queued++
+		j.s.queued[j.k]++
 		d.queue[a] = append(d.queue[a], j)
 		d.mu.Unlock()
 		return
@@ -566,7 +586,7 @@ func (d *driver) dispatch(j job) {
 	}
 	d.req, d.reqBody = d.request(d.req[:0], d.reqBody[:0], a)
 	if workerLate(j.at, time.Now(), false) {
-		j.s.wlate.Add(1)
+		j.s.wlate[j.k].Add(1)
 	}
 	if _, err := c.Write(d.req); err != nil {
 		c.Close() // its reader finds it closed and fails j
@@ -678,7 +698,7 @@ func (d *driver) write(cc *clientConn, j job) {
 	if err == nil {
 		cc.buf, cc.body = d.request(cc.buf[:0], cc.body[:0], j.arm)
 		if workerLate(j.at, time.Now(), j.queued) {
-			j.s.wlate.Add(1)
+			j.s.wlate[j.k].Add(1)
 		}
 		if _, err = c.Write(cc.buf); err == nil {
 			return // the reader reads the answer
@@ -702,22 +722,81 @@ func (d *driver) write(cc *clientConn, j job) {
 // milliseconds), which added about 0.55 ms at p50 and 2 ms at p99 to every
 // latency measured, proxied or not.
 func (d *driver) window(rate, ratio float64, samples int, length time.Duration) window {
+	return d.run(rate, ratio, samples, length, slicing{})[0]
+}
+
+// slicing is how run shares a window among the targets open: the proxied
+// arm goes to each in turn for a slice of every (a length of 0: all to
+// the first), and the first warm of each slice is not measured (its
+// requests are sent, and count in the slice's CPU and lateness, but
+// their latencies are not samples).
+type slicing struct{ every, warm time.Duration }
+
+// at is the target (its index among those open, of n) whose slice holds
+// the moment elapsed into a window, and whether that moment is measured.
+func (sl slicing) at(elapsed time.Duration, n int) (k int, measured bool) {
+	if sl.every <= 0 || n <= 1 {
+		return 0, true
+	}
+	i := elapsed / sl.every
+	return int(i % time.Duration(n)), elapsed-i*sl.every >= sl.warm
+}
+
+// run is window for every target open, sliced by sl: one window per
+// target, each with its slices' samples of both arms, CPU and lateness,
+// until each target's two arms have samples measured requests or the
+// schedule has lasted length per target.
+func (d *driver) run(rate, ratio float64, samples int, length time.Duration, sl slicing) []window {
+	nt := len(d.ends) - 1
+	if sl.every <= 0 {
+		nt = 1 // the first target only
+	}
 	total := rate * (1 + ratio)
 	directShare := ratio / (1 + ratio)
-	n := int(math.Ceil(total * length.Seconds()))
+	n := int(math.Ceil(total * length.Seconds() * float64(nt)))
 	interval := float64(time.Second) / total
-	s := &session{lat: make([]float64, n), arm: make([]int8, n)}
+	s := &session{lat: make([]float64, n), arm: make([]int8, n), k: make([]int8, n), round: make([]int32, n),
+		late: make([]int, nt), wlate: make([]atomic.Int64, nt), queued: make([]int, nt)}
 	for i := range s.lat {
 		s.lat[i] = math.Inf(1)
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(d.seq.Load())))
+	out := make([]window, nt)
+	// CPU and wall time are charged to the target whose slice they fell
+	// in, read at each change of slice.
 	cpu0, other0 := selfCPU(), procCPU(d.procs)
+	charge := func(k int, since time.Time) {
+		cpu, other := selfCPU(), procCPU(d.procs)
+		w := &out[k]
+		w.genCPU += cpu - cpu0
+		w.wall += time.Since(since).Seconds()
+		if w.procCPU == nil {
+			w.procCPU = make([]float64, len(other))
+		}
+		for i := range other {
+			w.procCPU[i] += other[i] - other0[i]
+		}
+		cpu0, other0 = cpu, other
+	}
 	start := time.Now().Add(time.Millisecond)
-	s.deadline.Store(start.Add(length + length/10 + time.Second).UnixNano())
-	var counts [2]int
-	offered := 0
+	s.deadline.Store(start.Add(time.Duration(nt)*(length+length/10) + time.Second).UnixNano())
+	counts := make([][2]int, nt)
+	offered := make([]int, nt)
+	cur, curSince := 0, start
+	done := func() bool {
+		if samples <= 0 {
+			return false
+		}
+		for _, c := range counts {
+			if c[0] < samples || c[1] < samples {
+				return false
+			}
+		}
+		return true
+	}
+	last := 0
 	for i := 0; i < n; i++ {
-		if samples > 0 && counts[0] >= samples && counts[1] >= samples {
+		if done() {
 			break
 		}
 		due := start.Add(time.Duration(float64(i) * interval))
@@ -725,38 +804,58 @@ func (d *driver) window(rate, ratio float64, samples int, length time.Duration) 
 			ts := syscall.NsecToTimespec(int64(w))
 			sleep(&ts)
 		}
-		arm := 1
+		k, measured := sl.at(due.Sub(start), nt)
+		if sl.every > 0 {
+			s.round[i] = int32(due.Sub(start) / (sl.every * time.Duration(nt)))
+		}
+		if k != cur {
+			charge(cur, curSince)
+			cur, curSince = k, time.Now()
+		}
+		arm := 1 + k
 		if rng.Float64() < directShare {
 			arm = 0
 		}
-		counts[arm]++
-		s.arm[i] = int8(arm)
+		s.arm[i], s.k[i] = int8(arm), -1
+		if measured {
+			s.k[i] = int8(k)
+			counts[k][min(arm, 1)]++
+		}
 		s.wg.Add(1)
-		offered++
+		offered[k]++
+		last = i + 1
 		at := time.Now()
 		if pacerLate(due, at) {
-			s.late++
+			s.late[k]++
 		}
-		d.dispatch(job{s: s, i: i, due: due, at: at, arm: arm})
+		d.dispatch(job{s: s, i: i, due: due, at: at, arm: arm, k: k})
 	}
 	end := time.Now()
 	if dl := end.Add(end.Sub(start)/10 + time.Second).UnixNano(); dl < s.deadline.Load() {
 		s.deadline.Store(dl) // requests in flight keep the deadline they were sent with
 	}
 	s.wg.Wait()
-	wall := time.Since(start).Seconds()
-	var out window
-	out.offered, out.late, out.workerLate, out.queued = offered, s.late, int(s.wlate.Load()), s.queued
-	out.genCPU, out.wall = selfCPU()-cpu0, wall
-	out.procCPU = procCPU(d.procs)
-	for i := range out.procCPU {
-		out.procCPU[i] -= other0[i]
+	charge(cur, curSince)
+	for k := range out {
+		w := &out[k]
+		w.offered, w.late, w.workerLate, w.queued = offered[k], s.late[k], int(s.wlate[k].Load()), s.queued[k]
 	}
-	for i := 0; i < offered; i++ {
+	for i := 0; i < last; i++ {
+		k := s.k[i]
+		if k < 0 {
+			continue
+		}
+		w := &out[k]
 		if s.arm[i] == 0 {
-			out.direct = append(out.direct, s.lat[i])
+			w.direct = append(w.direct, s.lat[i])
+			if sl.every > 0 {
+				w.directRound = append(w.directRound, s.round[i])
+			}
 		} else {
-			out.proxied = append(out.proxied, s.lat[i])
+			w.proxied = append(w.proxied, s.lat[i])
+			if sl.every > 0 {
+				w.proxiedRound = append(w.proxiedRound, s.round[i])
+			}
 		}
 	}
 	return out

@@ -7,6 +7,7 @@ package main
 // the search for the highest rate that passes.
 
 import (
+	"cmp"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -19,6 +20,11 @@ import (
 // backend and of those sent through the proxy, taken from one schedule.
 type window struct {
 	direct, proxied []float64
+	// directRound and proxiedRound, when set (by an alternating run), are
+	// the round of each sample: the cycle of slices, one per target, it
+	// fell in. The samples of one round are not independent (a stall of
+	// the machine slows a run of them), so intervals resample rounds.
+	directRound, proxiedRound []int32
 	// offered is how many requests the schedule held; late how many of
 	// them the pacer took up more than a millisecond after they were due
 	// (the schedule was not offered: the window is invalid above
@@ -39,6 +45,8 @@ type window struct {
 func (w *window) add(o window) {
 	w.direct = append(w.direct, o.direct...)
 	w.proxied = append(w.proxied, o.proxied...)
+	w.directRound = append(w.directRound, o.directRound...)
+	w.proxiedRound = append(w.proxiedRound, o.proxiedRound...)
 	w.offered += o.offered
 	w.late += o.late
 	w.workerLate += o.workerLate
@@ -130,19 +138,18 @@ var ps = []float64{0.50, 0.99}
 // estimateAdded estimates the added p50 and p99 of w with resamples
 // bootstrap resamples of each arm (drawn with replacement, the same size
 // as the arm, independently: the arms are independent samples of the
-// same seconds). seed fixes the resamples, so the same samples give the
-// same interval.
+// same seconds), or, when both arms carry their rounds, of the rounds (the
+// same for both arms; see estimateDifference). seed fixes the resamples,
+// so the same samples give the same interval.
 func estimateAdded(w window, resamples int, seed uint64) estimate {
-	d := slices.Clone(w.direct)
-	p := slices.Clone(w.proxied)
-	slices.Sort(d)
-	slices.Sort(p)
+	d := sortedArm(w.direct, w.directRound)
+	p := sortedArm(w.proxied, w.proxiedRound)
 	e := estimate{
-		directP50: quantile(d, 0.50), directP99: quantile(d, 0.99),
-		proxiedP50: quantile(p, 0.50), proxiedP99: quantile(p, 0.99),
+		directP50: quantile(d.lat, 0.50), directP99: quantile(d.lat, 0.99),
+		proxiedP50: quantile(p.lat, 0.50), proxiedP99: quantile(p.lat, 0.99),
 	}
 	e.p50, e.p99 = e.proxiedP50-e.directP50, e.proxiedP99-e.directP99
-	if len(d) == 0 || len(p) == 0 || resamples <= 0 {
+	if len(d.lat) == 0 || len(p.lat) == 0 || resamples <= 0 {
 		nan := [2]float64{math.NaN(), math.NaN()}
 		e.p50CI, e.p99CI = nan, nan
 		return e
@@ -151,14 +158,166 @@ func estimateAdded(w window, resamples int, seed uint64) estimate {
 	diff50 := make([]float64, resamples)
 	diff99 := make([]float64, resamples)
 	qd, qp := make([]float64, len(ps)), make([]float64, len(ps))
-	cd, cp := make([]int32, len(d)), make([]int32, len(p))
+	cd, cp := make([]int32, len(d.lat)), make([]int32, len(p.lat))
+	var weights []int32
+	if d.round != nil && p.round != nil {
+		weights = make([]int32, max(slices.Max(d.round), slices.Max(p.round))+1)
+	}
 	for b := range resamples {
-		resampleQuantiles(d, ps, cd, qd, rng)
-		resampleQuantiles(p, ps, cp, qp, rng)
+		if weights != nil {
+			drawRounds(weights, rng)
+			weightedQuantiles(d.lat, d.round, weights, ps, qd)
+			weightedQuantiles(p.lat, p.round, weights, ps, qp)
+		} else {
+			resampleQuantiles(d.lat, ps, cd, qd, rng)
+			resampleQuantiles(p.lat, ps, cp, qp, rng)
+		}
 		diff50[b], diff99[b] = qp[0]-qd[0], qp[1]-qd[1]
 	}
 	e.p50CI, e.p99CI = ci95(diff50), ci95(diff99)
 	return e
+}
+
+// drawRounds draws len(weights) rounds with replacement and counts each
+// round's draws in weights.
+func drawRounds(weights []int32, rng *rand.Rand) {
+	clear(weights)
+	for range weights {
+		weights[rng.IntN(len(weights))]++
+	}
+}
+
+// difference is what two targets' windows, taken in alternating slices
+// of one run, say of their added latencies: added pXX of a less that of
+// b, with percentile-bootstrap 95% confidence intervals.
+type difference struct {
+	p50, p99     float64
+	p50CI, p99CI [2]float64
+}
+
+// estimateDifference estimates the difference of a's and b's added p50
+// and p99 with resamples bootstrap resamples. When the four arms carry
+// their rounds, the rounds are resampled, the same for all four (a
+// paired block bootstrap: a round's samples stay together and with the
+// other target's of the same seconds); otherwise each arm's requests,
+// independently, as in estimateAdded. seed fixes the resamples.
+func estimateDifference(a, b window, resamples int, seed uint64) difference {
+	arms := []roundSamples{sortedArm(a.direct, a.directRound), sortedArm(a.proxied, a.proxiedRound),
+		sortedArm(b.direct, b.directRound), sortedArm(b.proxied, b.proxiedRound)}
+	added := func(q [][]float64, j int) float64 { return (q[1][j] - q[0][j]) - (q[3][j] - q[2][j]) }
+	q := make([][]float64, len(arms))
+	blocks, rounds := true, int32(0)
+	for i, v := range arms {
+		q[i] = []float64{quantile(v.lat, ps[0]), quantile(v.lat, ps[1])}
+		if v.round == nil {
+			blocks = false
+		}
+		for _, r := range v.round {
+			rounds = max(rounds, r+1)
+		}
+	}
+	var out difference
+	out.p50, out.p99 = added(q, 0), added(q, 1)
+	nan := [2]float64{math.NaN(), math.NaN()}
+	out.p50CI, out.p99CI = nan, nan
+	for _, v := range arms {
+		if len(v.lat) == 0 {
+			return out
+		}
+	}
+	if resamples <= 0 {
+		return out
+	}
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	diff50 := make([]float64, resamples)
+	diff99 := make([]float64, resamples)
+	counts := make([][]int32, len(arms))
+	for i, v := range arms {
+		counts[i] = make([]int32, len(v.lat))
+	}
+	weights := make([]int32, rounds)
+	for r := range resamples {
+		if blocks {
+			drawRounds(weights, rng)
+		}
+		for i, v := range arms {
+			if blocks {
+				weightedQuantiles(v.lat, v.round, weights, ps, q[i])
+			} else {
+				resampleQuantiles(v.lat, ps, counts[i], q[i], rng)
+			}
+		}
+		diff50[r], diff99[r] = added(q, 0), added(q, 1)
+	}
+	out.p50CI, out.p99CI = ci95(diff50), ci95(diff99)
+	return out
+}
+
+// roundSamples is an arm's latencies, sorted, with the round of each
+// (nil when the arm has none).
+type roundSamples struct {
+	lat   []float64
+	round []int32
+}
+
+// sortedArm sorts lat, and round along with it when it is as long.
+func sortedArm(lat []float64, round []int32) roundSamples {
+	if len(round) != len(lat) || len(lat) == 0 {
+		return roundSamples{lat: slices.Sorted(slices.Values(lat))}
+	}
+	idx := make([]int, len(lat))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(x, y int) int { return cmp.Compare(lat[x], lat[y]) })
+	out := roundSamples{lat: make([]float64, len(lat)), round: make([]int32, len(lat))}
+	for i, j := range idx {
+		out.lat[i], out.round[i] = lat[j], round[j]
+	}
+	return out
+}
+
+// weightedQuantiles writes to out the ps-quantiles (ascending ps) of the
+// samples sorted, each counted weights[round[i]] times: those of a
+// resample of rounds. With no weight in all, out is NaN.
+// weightedQuantilesNaive is the reference.
+func weightedQuantiles(sorted []float64, round, weights []int32, ps, out []float64) {
+	total := 0
+	for _, r := range round {
+		total += int(weights[r])
+	}
+	if total == 0 {
+		for j := range out {
+			out[j] = math.NaN()
+		}
+		return
+	}
+	j, cum := 0, 0
+	for i, r := range round {
+		cum += int(weights[r])
+		for j < len(ps) && cum > qIndex(total, ps[j]) {
+			out[j] = sorted[i]
+			j++
+		}
+		if j == len(ps) {
+			return
+		}
+	}
+}
+
+// weightedQuantilesNaive is weightedQuantiles done the obvious way: each
+// sample repeated by its round's weight, sorted, and picked.
+func weightedQuantilesNaive(lat []float64, round, weights []int32, ps, out []float64) {
+	var all []float64
+	for i, l := range lat {
+		for range weights[round[i]] {
+			all = append(all, l)
+		}
+	}
+	slices.Sort(all)
+	for j, p := range ps {
+		out[j] = quantile(all, p)
+	}
 }
 
 // ci95 is the 2.5th and 97.5th percentiles of the bootstrap differences

@@ -326,7 +326,7 @@ func TestWindowAgainstBackend(t *testing.T) {
 	go serve(ln)
 	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
 	d := &driver{body: chatBody(false)}
-	if err := d.open(url, url, 8); err != nil {
+	if err := d.open(url, []string{url}, 8); err != nil {
 		t.Fatal(err)
 	}
 	defer d.close()
@@ -399,7 +399,7 @@ func TestWindowRedials(t *testing.T) {
 		go serveOneEach(ln, announce)
 		url := "http://" + ln.Addr().String() + "/v1/chat/completions"
 		d := &driver{body: chatBody(false)}
-		if err := d.open(url, url, 1); err != nil {
+		if err := d.open(url, []string{url}, 1); err != nil {
 			t.Fatal(err)
 		}
 		w := d.window(2000, 1, 200, 30*time.Second)

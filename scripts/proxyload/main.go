@@ -4,6 +4,7 @@
 //
 //	go run ./scripts/proxyload backend -addr 127.0.0.1:9100
 //	go run ./scripts/proxyload drive -direct URL -target nginx=URL -target meridian=URL
+//	go run ./scripts/proxyload drive -direct URL -target a=URL -target b=URL -rate 3000 -alternate 500ms -slice-warmup 100ms
 //
 // drive sends chat requests whose system prompt is about 2,000 tokens (the
 // question differs each time) on one fixed-rate schedule, open loop: each
@@ -24,6 +25,14 @@
 // (see pacerLate in judge.go). drive does that at -rate, then searches
 // for the highest rate that passes (see search in judge.go), and prints
 // one JSON line per target.
+//
+// With -alternate D, drive compares its targets at -rate instead (A/B of
+// two builds): one run whose proxied arm goes to each target in turn for
+// D, a line per target and one per pair giving the difference of their
+// added p50 and p99 with a confidence interval from resampling whole
+// rounds of slices (see compare.go): a stall slows a run of requests
+// together, and resampling single requests made two copies of one build
+// look 530 us apart at p99.
 //
 // Both ends are cheap so that they do not cap what a proxy can be shown
 // to sustain: raw HTTP/1.1 on kept-alive connections, requests serialized
