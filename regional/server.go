@@ -198,6 +198,8 @@ type Server struct {
 	links *peerLinks
 	// bodies holds the buffers request bodies are read into.
 	bodies reqbody.Pool
+	// parsedPool holds parsed requests (newParsed, release).
+	parsedPool sync.Pool
 	// trend is this region's backlog over the recent past: a remote
 	// candidate is charged its growth since the candidate's summary was
 	// built (route.Trend).
@@ -367,12 +369,31 @@ type parsed struct {
 	// tw is the handler's writer (serveInference), kept here to save an
 	// allocation.
 	tw trackWriter
+	// dec is where Server.decide writes the decision, reusing its Top
+	// slice from the request p served before (DecideInto): a retry's
+	// decision overwrites the one before it, which serveLocal no longer
+	// reads by then.
+	dec route.Decision
 }
 
-// release gives p's body buffer back to the pool, unless it was kept. The
-// handler calls it when it is done with p; nothing of the body is read
-// after.
-func (s *Server) release(p *parsed) { p.raw.Release() }
+// release gives p's body buffer back to the pool, unless it was kept,
+// and p to the pool of parsed requests. The handler calls it when it is
+// done with p; nothing of p or of the body is read after.
+func (s *Server) release(p *parsed) {
+	p.raw.Release()
+	top, filtered := p.dec.Top[:0], p.dec.Filtered
+	*p = parsed{} // drops what it pointed to: the body's strings, the prompt
+	p.dec.Top, p.dec.Filtered = top, filtered
+	s.parsedPool.Put(p)
+}
+
+// newParsed takes a parsed request from the pool, empty.
+func (s *Server) newParsed() *parsed {
+	if p, ok := s.parsedPool.Get().(*parsed); ok {
+		return p
+	}
+	return new(parsed)
+}
 
 // parse reads, validates and tokenizes a request; on failure it has written
 // the error response and returns nil.
@@ -380,7 +401,8 @@ func (s *Server) release(p *parsed) { p.raw.Release() }
 // The body is in a pooled buffer: the caller gives it back with
 // s.release(p) when done with p.
 func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, api string) (ret *parsed) {
-	p := &parsed{started: s.now()}
+	p := s.newParsed()
+	p.started = s.now()
 	var err error
 	p.raw, err = reqbody.Read(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes), r.ContentLength, s.cfg.MaxBodyBytes, &s.bodies)
 	defer func() {
@@ -480,7 +502,8 @@ func (s *Server) fail(w http.ResponseWriter, api string, status int, code, forma
 // decide runs the decision and accounts for it.
 func (s *Server) decide(p *parsed) (*route.Decision, error) {
 	t0 := time.Now()
-	d, err := s.dec.Decide(&p.req)
+	d := &p.dec
+	err := s.dec.DecideInto(&p.req, d)
 	s.m.decisionTime.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		return nil, err

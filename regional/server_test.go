@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -591,6 +592,83 @@ func TestServerWholeAnswerHasLength(t *testing.T) {
 		}
 		if resp.ContentLength != int64(len(answer)) || len(resp.TransferEncoding) != 0 {
 			t.Fatalf("Content-Length %d, Transfer-Encoding %v: want %d and none", resp.ContentLength, resp.TransferEncoding, len(answer))
+		}
+	}
+}
+
+// Parsed requests and their decisions are pooled: what one request set
+// (a policy override, its prompt, its decision's candidates) never shows
+// in the next one's. Two kinds of request alternate; each answer must be
+// the one its kind gave first.
+func TestPooledRequestsStartClean(t *testing.T) {
+	f := newServerFixture(t, []http.HandlerFunc{okJSON, okJSON, okJSON}, func(fc *fixtureConfig) { fc.server.AllowPolicyOverride = true })
+	ids := make([]string, 40)
+	for i := range ids {
+		ids[i] = strconv.Itoa(i + 1)
+	}
+	long := `{"model":"m","prompt_token_ids":[` + strings.Join(ids, ",") + `]}`
+	type kind struct {
+		url, body string
+		hdr       []string
+	}
+	kinds := []kind{
+		{f.url + "/v1/route?kind=completion", long, []string{"X-Meridian-Policy", route.PolicyRoundRobin}},
+		{f.url + "/v1/route", chatBody, nil},
+	}
+	first := make([]RouteResponse, len(kinds))
+	for i := range 10 {
+		k := i % len(kinds)
+		resp, b := post(t, kinds[k].url, kinds[k].body, kinds[k].hdr...)
+		var rr RouteResponse
+		if err := json.Unmarshal(b, &rr); err != nil || resp.StatusCode != 200 || rr.Decision == nil {
+			t.Fatalf("request %d: %d %s", i, resp.StatusCode, b)
+		}
+		if i < len(kinds) {
+			first[k] = rr
+			continue
+		}
+		want := first[k]
+		if rr.Policy != want.Policy || rr.PromptTokens != want.PromptTokens || rr.Blocks != want.Blocks ||
+			rr.Candidates != want.Candidates || len(rr.Top) != len(want.Top) {
+			t.Fatalf("request %d (kind %d): policy %q, %d tokens, %d blocks, %d candidates, %d scored; its kind first gave %q, %d, %d, %d, %d",
+				i, k, rr.Policy, rr.PromptTokens, rr.Blocks, rr.Candidates, len(rr.Top),
+				want.Policy, want.PromptTokens, want.Blocks, want.Candidates, len(want.Top))
+		}
+	}
+	if first[0].Policy != route.PolicyRoundRobin || first[1].Policy == route.PolicyRoundRobin || first[0].Blocks != 2 {
+		t.Fatalf("the kinds do not differ as the test needs: policies %q and %q, %d blocks", first[0].Policy, first[1].Policy, first[0].Blocks)
+	}
+}
+
+// A request whose pod died mid-stream is ended abnormally; the pooled
+// state that says so must not end the next request, answered in full, the
+// same way.
+func TestPooledRequestsAfterAbort(t *testing.T) {
+	die := dieAfter("text/event-stream", "data: {\"choices\":[{\"delta\":{\"content\":\"Hel\"}}]}\n\n", 0)
+	f := newServerFixture(t, []http.HandlerFunc{func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Test-Die") != "" {
+			die(w, r)
+			return
+		}
+		okJSON(w, r)
+	}}, nil)
+	for i := range 6 {
+		req, _ := http.NewRequest(http.MethodPost, f.url+"/v1/chat/completions", strings.NewReader(chatBody))
+		dies := i%2 == 0
+		if dies {
+			req.Header.Set("X-Test-Die", "1")
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, rerr := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case dies && rerr == nil:
+			t.Fatalf("request %d: its pod died mid-stream, yet the answer ended cleanly: %q", i, body)
+		case !dies && (rerr != nil || resp.StatusCode != 200):
+			t.Fatalf("request %d, after an aborted one: status %d, read error %v, body %q", i, resp.StatusCode, rerr, body)
 		}
 	}
 }
