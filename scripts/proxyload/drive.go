@@ -131,6 +131,7 @@ func drive(args []string) error {
 	var ps procs
 	fs.Var(&ps, "procs", "NAME=PID[,PID...]: processes whose CPU each window reports (repeat)")
 	cpuprofile := fs.String("cpuprofile", "", "write the generator's CPU profile to this file")
+	block := fs.Duration("block", 500*time.Millisecond, "length of the rounds a window's intervals resample (0: resample single requests, as before: too narrow when stalls slow runs of requests)")
 	alternate := fs.Duration("alternate", 0, "compare the targets at -rate instead of searching each: one run whose proxied arm goes to each target in turn for this long (see compare)")
 	sliceWarm := fs.Duration("slice-warmup", 250*time.Millisecond, "with -alternate, the unmeasured start of each slice")
 	_ = fs.Parse(args)
@@ -150,7 +151,7 @@ func drive(args []string) error {
 		}
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
-	d := &driver{body: chatBody(*stream), procs: ps}
+	d := &driver{body: chatBody(*stream), procs: ps, block: *block}
 	if *cacert != "" {
 		pem, err := os.ReadFile(*cacert)
 		if err != nil {
@@ -317,9 +318,10 @@ type driver struct {
 	hdrKey, hdrVal string
 	tls            *tls.Config
 	seq            atomic.Int64
-	ends           []*endpoint // by arm: direct, then each target open
-	procs          procs       // whose CPU each window reports
-	req, reqBody   []byte      // the pacer's request
+	ends           []*endpoint   // by arm: direct, then each target open
+	procs          procs         // whose CPU each window reports
+	block          time.Duration // length of a window's rounds (see window)
+	req, reqBody   []byte        // the pacer's request
 
 	mu      sync.Mutex
 	conns   []*clientConn
@@ -721,16 +723,32 @@ func (d *driver) write(cc *clientConn, j job) {
 // wakes up to a millisecond late (the runtime's poller waits in whole
 // milliseconds), which added about 0.55 ms at p50 and 2 ms at p99 to every
 // latency measured, proxied or not.
+//
+// With d.block set, the window's samples carry rounds of that length (see
+// window.directRound), and its intervals resample them.
 func (d *driver) window(rate, ratio float64, samples int, length time.Duration) window {
-	return d.run(rate, ratio, samples, length, slicing{})[0]
+	return d.run(rate, ratio, samples, length, slicing{block: d.block})[0]
 }
 
 // slicing is how run shares a window among the targets open: the proxied
 // arm goes to each in turn for a slice of every (a length of 0: all to
 // the first), and the first warm of each slice is not measured (its
 // requests are sent, and count in the slice's CPU and lateness, but
-// their latencies are not samples).
-type slicing struct{ every, warm time.Duration }
+// their latencies are not samples). A round is a cycle of slices, one
+// per target; without slices, block (0: no rounds).
+type slicing struct{ every, warm, block time.Duration }
+
+// round is the round of the moment elapsed into a window, of n targets;
+// -1 for none.
+func (sl slicing) round(elapsed time.Duration, n int) int32 {
+	switch {
+	case sl.every > 0:
+		return int32(elapsed / (sl.every * time.Duration(n)))
+	case sl.block > 0:
+		return int32(elapsed / sl.block)
+	}
+	return -1
+}
 
 // at is the target (its index among those open, of n) whose slice holds
 // the moment elapsed into a window, and whether that moment is measured.
@@ -805,9 +823,7 @@ func (d *driver) run(rate, ratio float64, samples int, length time.Duration, sl 
 			sleep(&ts)
 		}
 		k, measured := sl.at(due.Sub(start), nt)
-		if sl.every > 0 {
-			s.round[i] = int32(due.Sub(start) / (sl.every * time.Duration(nt)))
-		}
+		s.round[i] = sl.round(due.Sub(start), nt)
 		if k != cur {
 			charge(cur, curSince)
 			cur, curSince = k, time.Now()
@@ -848,12 +864,12 @@ func (d *driver) run(rate, ratio float64, samples int, length time.Duration, sl 
 		w := &out[k]
 		if s.arm[i] == 0 {
 			w.direct = append(w.direct, s.lat[i])
-			if sl.every > 0 {
+			if s.round[i] >= 0 {
 				w.directRound = append(w.directRound, s.round[i])
 			}
 		} else {
 			w.proxied = append(w.proxied, s.lat[i])
-			if sl.every > 0 {
+			if s.round[i] >= 0 {
 				w.proxiedRound = append(w.proxiedRound, s.round[i])
 			}
 		}

@@ -45,8 +45,20 @@ type window struct {
 func (w *window) add(o window) {
 	w.direct = append(w.direct, o.direct...)
 	w.proxied = append(w.proxied, o.proxied...)
-	w.directRound = append(w.directRound, o.directRound...)
-	w.proxiedRound = append(w.proxiedRound, o.proxiedRound...)
+	// o's rounds follow w's: pooled windows were measured one after the
+	// other.
+	next := int32(0)
+	for _, r := range [][]int32{w.directRound, w.proxiedRound} {
+		if len(r) > 0 {
+			next = max(next, slices.Max(r)+1)
+		}
+	}
+	for _, r := range o.directRound {
+		w.directRound = append(w.directRound, next+r)
+	}
+	for _, r := range o.proxiedRound {
+		w.proxiedRound = append(w.proxiedRound, next+r)
+	}
 	w.offered += o.offered
 	w.late += o.late
 	w.workerLate += o.workerLate

@@ -325,12 +325,22 @@ func TestWindowAgainstBackend(t *testing.T) {
 	defer ln.Close()
 	go serve(ln)
 	url := "http://" + ln.Addr().String() + "/v1/chat/completions"
-	d := &driver{body: chatBody(false)}
+	d := &driver{body: chatBody(false), block: 20 * time.Millisecond}
 	if err := d.open(url, []string{url}, 8); err != nil {
 		t.Fatal(err)
 	}
 	defer d.close()
 	w := d.window(2000, 1, 300, 30*time.Second)
+	// Each sample has its round, in the order due: rounds of 20 ms at
+	// 4,000 requests a second hold about 80, so a window of 600 or more
+	// has at least 7.
+	for arm, rounds := range map[string][]int32{"direct": w.directRound, "proxied": w.proxiedRound} {
+		n := map[string]int{"direct": len(w.direct), "proxied": len(w.proxied)}[arm]
+		if len(rounds) != n || !slices.IsSorted(rounds) || len(rounds) == 0 || rounds[len(rounds)-1] < 6 {
+			t.Errorf("%s arm: %d rounds for %d samples, sorted %v, last %v; want one each, in order, the last >= 6",
+				arm, len(rounds), n, slices.IsSorted(rounds), rounds[max(len(rounds)-1, 0):])
+		}
+	}
 	if len(w.direct) < 300 || len(w.proxied) < 300 || len(w.direct)+len(w.proxied) != w.offered {
 		t.Errorf("window of %d requests gave %d direct and %d proxied samples, want >= 300 each, %d in all",
 			w.offered, len(w.direct), len(w.proxied), w.offered)
@@ -427,5 +437,19 @@ func TestWindowRedials(t *testing.T) {
 		}
 		d.close()
 		ln.Close()
+	}
+}
+
+// Pooled windows were measured one after the other: the second's rounds
+// follow the first's, never merge with them.
+func TestWindowAddRounds(t *testing.T) {
+	var w window
+	w.add(window{direct: []float64{1, 2}, directRound: []int32{0, 3}, proxied: []float64{1}, proxiedRound: []int32{1}})
+	w.add(window{direct: []float64{1}, directRound: []int32{0}, proxied: []float64{1, 2}, proxiedRound: []int32{0, 2}})
+	if want := []int32{0, 3, 4}; !slices.Equal(w.directRound, want) {
+		t.Errorf("direct rounds %v, want %v", w.directRound, want)
+	}
+	if want := []int32{1, 4, 6}; !slices.Equal(w.proxiedRound, want) {
+		t.Errorf("proxied rounds %v, want %v", w.proxiedRound, want)
 	}
 }

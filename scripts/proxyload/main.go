@@ -14,7 +14,9 @@
 // or through the target, so both distributions are taken in the same
 // seconds of the machine; added pXX = pXX(through the target) - pXX(direct).
 // A rate's window lasts until each arm has -samples requests, and the
-// added p99 comes with a bootstrap 95% confidence interval: the rate is
+// added p99 comes with a bootstrap 95% confidence interval (resampling
+// rounds of -block, both arms' samples of a round together: see
+// estimateAdded): the rate is
 // sustained when the interval's upper bound is at most -max-added, not
 // when its lower bound is above it, and measured again (pooled, at most
 // -tries windows) when the interval holds -max-added. A window in which
