@@ -244,6 +244,9 @@ func readResponse(br *bufio.Reader, req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	for {
+		if resp, ok := fastResponse(br, req); ok {
+			return resp, nil // a final answer, never 1xx
+		}
 		resp, err := http.ReadResponse(br, req)
 		if err != nil {
 			return nil, fmt.Errorf("net/http: HTTP/1.x transport connection broken: %w", err)
