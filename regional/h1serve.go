@@ -315,10 +315,16 @@ type h1Conn struct {
 	// answer's header was a tenth of what a request allocated.
 	header http.Header
 
+	// The context of the request under way, and the base's error once
+	// the base is done (baseDone): a request begun after it starts done.
+	ctxMu   sync.Mutex
+	ctx     *h1Ctx
+	baseErr error
+
 	// The client watch of the request under way (arm, watch, disarm).
 	wmu      sync.Mutex
 	wstate   int // watchOff, watchArmed, watchRunning
-	wcancel  context.CancelFunc
+	wcancel  *h1Ctx
 	wbody    *h1Body
 	wtimer   *time.Timer
 	wdone    chan struct{}
@@ -413,7 +419,9 @@ func (hc *h1Conn) logf(msg string, args ...any) {
 func (hc *h1Conn) serve() {
 	s := hc.s
 	hc.lr = h1LimitReader{c: hc.c, pending: -1}
+	stopBase := context.AfterFunc(hc.base, hc.baseDone)
 	defer func() {
+		stopBase()
 		if p := recover(); p != nil && p != http.ErrAbortHandler {
 			hc.logf("http: panic serving", "panic", p)
 		}
@@ -606,7 +614,7 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 	req.Body = body
 	req.RemoteAddr = hc.remote
 	req.TLS = hc.tls
-	ctx, cancel := context.WithCancel(hc.base)
+	ctx := hc.newCtx()
 	// In place: the body fills in the trailers of the request it was
 	// read with.
 	*req = *req.WithContext(ctx)
@@ -617,13 +625,13 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 		w.closeAfter = !hasToken(conn, "keep-alive") || hasToken(conn, "close")
 	}
 	w.closeAfter = w.closeAfter || s.shutdown.Load()
-	hc.arm(cancel, body)
+	hc.arm(ctx, body)
 	func() {
 		// Also when the handler panics (the panic then closes the
 		// connection in serve).
 		defer func() {
 			hc.disarm()
-			cancel()
+			hc.endCtx(ctx)
 		}()
 		if req.RequestURI == "*" && req.Method == http.MethodOptions {
 			optionsStar(w, req)
@@ -845,11 +853,40 @@ const (
 	watchRunning
 )
 
+// newCtx is the context of the request about to be served: done from the
+// start if the base is.
+func (hc *h1Conn) newCtx() *h1Ctx {
+	hc.ctxMu.Lock()
+	defer hc.ctxMu.Unlock()
+	hc.ctx = newH1Ctx(hc.base, hc.baseErr)
+	return hc.ctx
+}
+
+// endCtx ends the context of the request whose handler returned.
+func (hc *h1Conn) endCtx(ctx *h1Ctx) {
+	ctx.cancel(context.Canceled)
+	hc.ctxMu.Lock()
+	hc.ctx = nil
+	hc.ctxMu.Unlock()
+}
+
+// baseDone ends the context of the request under way, and of every
+// request after it, when the base is done.
+func (hc *h1Conn) baseDone() {
+	hc.ctxMu.Lock()
+	hc.baseErr = hc.base.Err()
+	ctx := hc.ctx
+	hc.ctxMu.Unlock()
+	if ctx != nil {
+		ctx.cancel(hc.baseErr)
+	}
+}
+
 // arm starts the countdown to watching the client of the request whose
-// context cancel ends.
-func (hc *h1Conn) arm(cancel context.CancelFunc, body *h1Body) {
+// context is ctx.
+func (hc *h1Conn) arm(ctx *h1Ctx, body *h1Body) {
 	hc.wmu.Lock()
-	hc.wcancel = cancel
+	hc.wcancel = ctx
 	hc.wbody = body
 	hc.wstate = watchArmed
 	d := hc.s.WatchAfter
@@ -895,7 +932,7 @@ func (hc *h1Conn) watch() {
 	_, err := hc.br.Peek(1)
 	hc.wmu.Lock()
 	if err != nil && !hc.wstopped {
-		cancel()
+		cancel.cancel(context.Canceled)
 	}
 	hc.wmu.Unlock()
 	close(done)

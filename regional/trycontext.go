@@ -23,7 +23,8 @@ type tryCtx struct {
 	// fire is t.cancel, made once: the function its timers and the
 	// parent's AfterFunc run.
 	fire       func()
-	stopParent func() bool
+	stopParent func() bool // or, under an h1Ctx, h1.unnotify
+	h1         *h1Ctx
 
 	mu   sync.Mutex
 	err  error         // why it is done; nil: not done
@@ -35,9 +36,20 @@ type tryCtx struct {
 
 // newTryCtx returns a try's context under parent; the caller ends it
 // (end) when the try is over.
+//
+// Under a request of h1Server (an h1Ctx), it waits in the request's list
+// (notify) rather than through context.AfterFunc, whose registration made
+// the request's context a map of children.
 func newTryCtx(parent context.Context) *tryCtx {
 	t := &tryCtx{parent: parent}
 	t.fire = t.cancel
+	if h, ok := parent.(*h1Ctx); ok {
+		t.h1 = h
+		if !h.notify(t) {
+			t.parentDone()
+		}
+		return t
+	}
 	t.stopParent = context.AfterFunc(parent, t.parentDone)
 	return t
 }
@@ -103,7 +115,11 @@ func (t *tryCtx) cancelLocked(err error) {
 
 // end is the try over: it no longer listens to its parent, and is done.
 func (t *tryCtx) end() {
-	t.stopParent()
+	if t.h1 != nil {
+		t.h1.unnotify(t)
+	} else {
+		t.stopParent()
+	}
 	t.cancel()
 }
 

@@ -43,12 +43,21 @@ func (r *refTry) watch(c net.Conn) {
 // is broken off exactly when stop says it was.
 func TestTryCtxLikeWithCancel(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		parent, cancelParent := context.WithCancel(context.Background())
-		defer cancelParent()
+		// The reference's parent is a context.WithCancel; the try's is
+		// the same, or a request's h1Ctx cancelled with it.
+		parent, cancelRef := context.WithCancel(context.Background())
+		defer cancelRef()
+		var gotParent context.Context = parent
+		cancelParent := cancelRef
+		if rapid.Bool().Draw(rt, "under_h1ctx") {
+			h := newH1Ctx(context.Background(), nil)
+			gotParent = h
+			cancelParent = func() { h.cancel(context.Canceled); cancelRef() }
+		}
 		if rapid.Bool().Draw(rt, "parent_done_first") {
 			cancelParent()
 		}
-		got := newTryCtx(parent)
+		got := newTryCtx(gotParent)
 		rctx, rcancel := context.WithCancel(parent)
 		ref := &refTry{ctx: rctx, cancel: rcancel}
 		var conn *deadlineConn
