@@ -20,8 +20,8 @@ import (
 // channel (as from any context not the standard library's).
 type tryCtx struct {
 	parent context.Context
-	// fire is t.cancel, made once: the function its timers and the
-	// parent's AfterFunc run.
+	// fire is t.cancel, made once: the function its timers run (the
+	// parent tells parentDone).
 	fire       func()
 	stopParent func() bool // or, under an h1Ctx, h1.unnotify
 	h1         *h1Ctx
