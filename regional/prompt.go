@@ -130,11 +130,22 @@ func (p *Prompt) AppendIDs(dst []uint32) []uint32 {
 // Encode tokenizes r (of kind k, for model) and hashes its full blocks.
 // Errors caused by the request wrap tokenize.ErrInvalidPrompt.
 func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, sessionID string) (*Prompt, error) {
+	out := &Prompt{}
+	if err := p.EncodeInto(model, k, r, sessionID, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// EncodeInto is Encode writing the prompt into out (overwritten whole),
+// so that a caller can keep it in memory of its own (the pooled parsed
+// request). On an error out's contents are unspecified.
+func (p *Prompts) EncodeInto(model string, k tokenize.Kind, r *tokenize.Request, sessionID string, out *Prompt) error {
 	m, ok := p.models[model]
 	if !ok {
 		m = p.fallback
 	}
-	out := &Prompt{}
+	*out = Prompt{}
 	// A salted request matches only blocks stored under its salt, from any
 	// engine (the re-keyer seeds their chains the same way).
 	ns := index.Namespace{Model: model, CacheSalt: r.CacheSalt, BlockSize: p.blockSize}
@@ -156,7 +167,7 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 			enc, out.Reused, err = m.EncodeChatCached(p.prefixes, r.Messages, gen)
 		}
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if sessionID != "" {
 			p.remember(key, enc)
@@ -166,15 +177,15 @@ func (p *Prompts) Encode(model string, k tokenize.Kind, r *tokenize.Request, ses
 		// under ns before are not hashed again.
 		out.enc, out.Tokens = enc, enc.Len()
 		out.Chain = enc.Chain(chainHasher, ns.Seed(), p.blockSize)
-		return out, nil
+		return nil
 	}
 	ids, err := m.AppendRequest(nil, k, r)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	out.ids, out.Tokens = ids, len(ids)
 	out.Chain = index.ChainHashes(ns, ids, make([]uint64, 0, len(ids)/p.blockSize))
-	return out, nil
+	return nil
 }
 
 // chainHasher chains blocks for Encoding.Chain as index.ChainHashes does.

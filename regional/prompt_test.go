@@ -194,3 +194,35 @@ func reportThreadCPU(b *testing.B) func() {
 		}
 	}
 }
+
+// EncodeInto overwrites the prompt it is given whole: chat and completion
+// prompts encoded one after another into one Prompt (as the pooled parsed
+// request keeps it) read as each encoded into a fresh one.
+func TestEncodeIntoReused(t *testing.T) {
+	models := []ModelConfig{{Name: "m", Tokenizer: tokenize.DefaultConfig()}}
+	rapid.Check(t, func(rt *rapid.T) {
+		into, _ := NewPrompts(models, 4, 3)
+		fresh, _ := NewPrompts(models, 4, 3)
+		var kept Prompt
+		for step := rapid.IntRange(1, 10).Draw(rt, "steps"); step > 0; step-- {
+			k := tokenize.Chat
+			req := &tokenize.Request{Messages: []tokenize.Message{{Role: "user", Content: strings.Repeat("word ", rapid.IntRange(0, 40).Draw(rt, "words"))}}}
+			if rapid.Bool().Draw(rt, "completion") {
+				k = tokenize.Completion
+				req = &tokenize.Request{Prompt: []byte(`"` + strings.Repeat("text ", rapid.IntRange(1, 40).Draw(rt, "words")) + `"`)}
+			}
+			if err := into.EncodeInto("m", k, req, "", &kept); err != nil {
+				rt.Fatal(err)
+			}
+			want, err := fresh.Encode("m", k, req, "")
+			if err != nil {
+				rt.Fatal(err)
+			}
+			if kept.Tokens != want.Tokens || kept.Reused != want.Reused || !slices.Equal(kept.Chain, want.Chain) ||
+				!slices.Equal(kept.AppendIDs(nil), want.AppendIDs(nil)) {
+				rt.Fatalf("kind %v: %d tokens, %d reused, %d blocks; fresh %d, %d, %d", k, kept.Tokens, kept.Reused, len(kept.Chain),
+					want.Tokens, want.Reused, len(want.Chain))
+			}
+		}
+	})
+}

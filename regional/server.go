@@ -357,7 +357,6 @@ type parsed struct {
 	// reqbody). The handler releases it (Server.release).
 	raw     reqbody.Body
 	body    tokenize.Body // what routing reads of raw (borrowed from it)
-	prompt  *Prompt
 	req     route.Request
 	started time.Time
 	// abort: part of an answer reached the client before its upstream
@@ -374,6 +373,9 @@ type parsed struct {
 	// decision overwrites the one before it, which serveLocal no longer
 	// reads by then.
 	dec route.Decision
+	// prompt is the request's tokens and chain, encoded by parse (its
+	// own memory: the pool keeps it).
+	prompt Prompt
 }
 
 // release gives p's body buffer back to the pool, unless it was kept,
@@ -444,7 +446,8 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 	}
 	sessionID := capSessionID(r.Header.Get(HeaderSession))
 	t0 := time.Now()
-	prompt, err := s.prompts.Encode(p.body.Model, k, &p.body.Request, sessionID)
+	prompt := &p.prompt
+	err = s.prompts.EncodeInto(p.body.Model, k, &p.body.Request, sessionID, prompt)
 	s.m.tokenizeTime.Observe(time.Since(t0).Seconds())
 	if err != nil {
 		if tokenize.IsInvalidPrompt(err) {
@@ -454,7 +457,6 @@ func (s *Server) parse(w http.ResponseWriter, r *http.Request, k tokenize.Kind, 
 		}
 		return nil
 	}
-	p.prompt = prompt
 	s.m.tokensReused.Add(float64(prompt.Reused))
 	s.m.tokensEncoded.Add(float64(prompt.Tokens))
 	p.req = route.Request{Model: p.body.Model, Chain: prompt.Chain, BlockSize: s.prompts.blockSize,
