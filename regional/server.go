@@ -383,9 +383,12 @@ type parsed struct {
 // done with p; nothing of p or of the body is read after.
 func (s *Server) release(p *parsed) {
 	p.raw.Release()
-	top, filtered := p.dec.Top[:0], p.dec.Filtered
+	top, filtered, msgs := p.dec.Top[:0], p.dec.Filtered, p.body.Messages[:0]
+	clear(msgs[:cap(msgs)])
 	*p = parsed{} // drops what it pointed to: the body's strings, the prompt
-	p.dec.Top, p.dec.Filtered = top, filtered
+	// Kept for the next request: the decision's Top and Filtered
+	// (DecideInto) and the messages' array (tokenize.ParseBodyShared).
+	p.dec.Top, p.dec.Filtered, p.body.Messages = top, filtered, msgs
 	s.parsedPool.Put(p)
 }
 

@@ -52,13 +52,25 @@ func ParseBody(raw []byte, b *Body) error {
 // is in use; the contents keep raw from being collected while they are
 // referenced. The other strings (model, roles, names) are copies, so a
 // value kept from b does not hold raw.
+//
+// It also reuses the array of b's Messages, if b has one, for the
+// messages it reads: nothing read of an earlier parse into b may be used
+// after (the server's pooled parsed request parses into one Body again
+// and again).
 func ParseBodyShared(raw []byte, b *Body) error {
-	return parseBody(raw, b, true)
+	msgs := b.Messages[:0]
+	clear(msgs[:cap(msgs)]) // no earlier message's strings held
+	*b = Body{}
+	return parseInto(raw, b, bodyParser{data: raw, share: true, msgs: msgs})
 }
 
 func parseBody(raw []byte, b *Body, share bool) error {
 	*b = Body{}
-	p := bodyParser{data: raw, share: share}
+	return parseInto(raw, b, bodyParser{data: raw, share: share})
+}
+
+// parseInto parses raw into b, zeroed, with p.
+func parseInto(raw []byte, b *Body, p bodyParser) error {
 	p.ws()
 	if p.i >= len(p.data) {
 		return p.fail("unexpected end of input")
@@ -92,6 +104,9 @@ type bodyParser struct {
 	// share: message contents without escapes are strings over data
 	// (ParseBodyShared).
 	share bool
+	// msgs, when not nil, is the array the messages are read into
+	// (ParseBodyShared), empty.
+	msgs []Message
 }
 
 func (p *bodyParser) fail(format string, args ...any) error {
@@ -468,9 +483,15 @@ func (p *bodyParser) messages() ([]Message, error) {
 	}
 	empty, err := p.enter('[', ']')
 	if err != nil || empty {
+		if p.msgs != nil {
+			return p.msgs[:0], err
+		}
 		return []Message{}, err
 	}
-	msgs := make([]Message, 0, 4)
+	msgs := p.msgs[:0]
+	if msgs == nil {
+		msgs = make([]Message, 0, 4)
+	}
 	for more := true; more; {
 		var m Message
 		if err := p.message(&m); err != nil {

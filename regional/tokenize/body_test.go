@@ -42,6 +42,23 @@ func checkParseBody(t interface {
 	if d := diffBody(&shared, &want); d != "" {
 		t.Fatalf("%q: ParseBodyShared: %s", raw, d)
 	}
+	// Into a Body parsed into before (its messages' array reused), the
+	// same values, and nothing of the earlier messages left in the array.
+	var reused Body
+	if err := ParseBodyShared([]byte(`{"messages":[{"role":"user","content":"a"},{"role":"user","content":"b"},{"role":"user","content":"c"}]}`), &reused); err != nil {
+		t.Fatalf("the first body: %v", err)
+	}
+	if err := ParseBodyShared(own, &reused); err != nil {
+		t.Fatalf("%q: ParseBodyShared into a used Body: %v", raw, err)
+	}
+	if d := diffBody(&reused, &want); d != "" {
+		t.Fatalf("%q: ParseBodyShared into a used Body: %s", raw, d)
+	}
+	for _, m := range reused.Messages[len(reused.Messages):cap(reused.Messages)] {
+		if !reflect.DeepEqual(m, Message{}) {
+			t.Fatalf("%q: an earlier message is left in the array: %+v", raw, m)
+		}
+	}
 }
 
 // diffBody says how two bodies differ ("" when they do not), field by
