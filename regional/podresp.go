@@ -90,12 +90,14 @@ func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
 				return nil, false
 			}
 		}
+		// k is a token (checked above): ASCII, so EqualFold's Unicode
+		// folding is ASCII's.
 		switch {
-		case asciiEqualFold(k, "Content-Length"):
+		case bytes.EqualFold(k, []byte("Content-Length")):
 			lengths++
 			length = bytes.Trim(v, " \t")
-		case asciiEqualFold(k, "Transfer-Encoding"), asciiEqualFold(k, "Connection"),
-			asciiEqualFold(k, "Trailer"), asciiEqualFold(k, "Pragma"):
+		case bytes.EqualFold(k, []byte("Transfer-Encoding")), bytes.EqualFold(k, []byte("Connection")),
+			bytes.EqualFold(k, []byte("Trailer")), bytes.EqualFold(k, []byte("Pragma")):
 			return nil, false
 		}
 	}
@@ -141,26 +143,6 @@ func fastResponse(br *bufio.Reader, req *http.Request) (*http.Response, bool) {
 		resp.Body = &lengthBody{r: br, n: cl}
 	}
 	return resp, true
-}
-
-// asciiEqualFold reports whether b is s, ignoring ASCII case.
-func asciiEqualFold(b []byte, s string) bool {
-	if len(b) != len(s) {
-		return false
-	}
-	for i := range b {
-		c, d := b[i], s[i]
-		if 'A' <= c && c <= 'Z' {
-			c += 'a' - 'A'
-		}
-		if 'A' <= d && d <= 'Z' {
-			d += 'a' - 'A'
-		}
-		if c != d {
-			return false
-		}
-	}
-	return true
 }
 
 // lengthBody is the body of an answer of n bytes, read as net/http's
