@@ -113,17 +113,23 @@ func (c *h1Ctx) unnotify(w h1Waiter) bool {
 	return false
 }
 
-// AfterFunc calls f once c is done (at once if it is), unless stop is
-// called first; stop reports whether it stopped f. The standard library
-// calls it (context.AfterFunc, context.WithCancel and the like of c look
-// for the method) with a function that cancels the context it derives,
-// which does not block: so f is called as c is done, not in a goroutine
-// of its own, and a context derived from c is done when c is, as a
-// context.WithCancel's child is. Nothing else may call it.
+// AfterFunc calls f once c is done, unless stop is called first; stop
+// reports whether it stopped f. The standard library calls it
+// (context.AfterFunc, context.WithCancel and the like of c look for the
+// method) with a function that cancels the context it derives. When c
+// ends later, f is called as c is done (by cancel, without c's lock, and
+// such an f does not block), not in a goroutine of its own: a context
+// derived from c is done when c is, as a context.WithCancel's child is.
+// When c is done already, f runs in a goroutine of its own, as
+// context.AfterFunc's does: context.WithCancel and the like call
+// AfterFunc holding the child's lock, which their f takes, so f may not
+// run before AfterFunc returns (c can end between their look at Done
+// and this call). Nothing else may call it.
 func (c *h1Ctx) AfterFunc(f func()) (stop func() bool) {
 	a := &h1AfterFunc{f: f}
 	if !c.notify(a) {
-		a.parentDone()
+		go f()
+		return func() bool { return false }
 	}
 	return func() bool { return c.unnotify(a) }
 }

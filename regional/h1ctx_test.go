@@ -196,3 +196,82 @@ func TestH1ServerBaseEndsRequests(t *testing.T) {
 		t.Fatalf("a request after the base ended: %v, want cancelled from the start", err)
 	}
 }
+
+// endingBase is a base context whose Value ends a request's context the
+// first time it is asked: context.WithCancel and the like of the request's
+// context look up a value (in propagateCancel) after they have looked at
+// Done and before they call its AfterFunc, so the request ends just
+// between the two, as when the client goes while the handler derives a
+// context.
+type endingBase struct {
+	context.Context
+	end func()
+}
+
+func (b *endingBase) Value(key any) any {
+	if f := b.end; f != nil {
+		b.end = nil
+		f()
+	}
+	return b.Context.Value(key)
+}
+
+// TestH1CtxDerivedAsItEnds: a context derived from a request's context
+// while the request ends is done, and deriving it does not hang (an
+// AfterFunc that ran its function inline there deadlocked on the derived
+// context's own lock).
+func TestH1CtxDerivedAsItEnds(t *testing.T) {
+	derive := map[string]func(context.Context) (context.Context, func()){
+		"WithCancel": func(p context.Context) (context.Context, func()) {
+			return context.WithCancel(p)
+		},
+		"WithCancelCause": func(p context.Context) (context.Context, func()) {
+			ctx, cancel := context.WithCancelCause(p)
+			return ctx, func() { cancel(nil) }
+		},
+		"WithTimeout": func(p context.Context) (context.Context, func()) {
+			return context.WithTimeout(p, time.Hour)
+		},
+		"AfterFunc": func(p context.Context) (context.Context, func()) {
+			ctx, cancel := context.WithCancel(context.Background())
+			stop := context.AfterFunc(p, cancel)
+			return ctx, func() { stop(); cancel() }
+		},
+	}
+	for name, d := range derive {
+		t.Run(name, func(t *testing.T) {
+			base := &endingBase{Context: context.Background()}
+			c := newH1Ctx(base, nil)
+			base.end = func() { c.cancel(context.Canceled) }
+			if name == "AfterFunc" {
+				// context.AfterFunc does not look up a value:
+				// the request ends before.
+				base.end = nil
+				c.cancel(context.Canceled)
+			}
+			derived := make(chan struct{})
+			go func() {
+				defer close(derived)
+				ctx, cancel := d(c)
+				defer cancel()
+				<-ctx.Done()
+			}()
+			waitFor(t, derived, "a context derived as the request ends, done")
+			if base.end != nil {
+				t.Fatal("the request did not end while the context was derived")
+			}
+		})
+	}
+}
+
+// TestH1CtxAfterFuncWhenDone: a function registered on a request's
+// context that is done runs, and its stop says it could not stop it.
+func TestH1CtxAfterFuncWhenDone(t *testing.T) {
+	c := newH1Ctx(context.Background(), context.Canceled)
+	ran := make(chan struct{})
+	stop := c.AfterFunc(func() { close(ran) })
+	waitFor(t, ran, "the function of a done context's AfterFunc")
+	if stop() {
+		t.Fatal("stop reported it stopped a function that ran")
+	}
+}
