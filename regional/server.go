@@ -378,12 +378,23 @@ type parsed struct {
 	prompt Prompt
 }
 
+// maxPooledMessages is the most messages whose array a pooled parsed
+// request keeps: chats run to tens of messages; an array of more is
+// dropped (a body of up to the request limit can hold hundreds of
+// thousands of tiny ones, tens of megabytes of array).
+const maxPooledMessages = 256
+
 // release gives p's body buffer back to the pool, unless it was kept,
 // and p to the pool of parsed requests. The handler calls it when it is
 // done with p; nothing of p or of the body is read after.
 func (s *Server) release(p *parsed) {
 	p.raw.Release()
 	top, filtered, msgs := p.dec.Top[:0], p.dec.Filtered, p.body.Messages[:0]
+	if cap(msgs) > maxPooledMessages {
+		// One request of many messages would have every later
+		// request that takes p keep its array, and clear all of it.
+		msgs = nil
+	}
 	clear(msgs[:cap(msgs)])
 	*p = parsed{} // drops what it pointed to: the body's strings, the prompt
 	// Kept for the next request: the decision's Top and Filtered

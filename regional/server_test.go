@@ -672,3 +672,46 @@ func TestPooledRequestsAfterAbort(t *testing.T) {
 		}
 	}
 }
+
+// TestReleaseBoundsPooledMessages: a parsed request given back keeps its
+// messages' array for the next request when it is a chat's size, and
+// drops it when one request had many messages (a body of tiny messages
+// up to the size limit is hundreds of thousands of them: every later
+// request taking that parsed request would hold and clear them all).
+func TestReleaseBoundsPooledMessages(t *testing.T) {
+	f := newServerFixture(t, []http.HandlerFunc{okJSON}, nil)
+	body := func(n int) []byte {
+		return []byte(`{"model":"m","messages":[` + strings.Repeat(`{"role":"user"},`, n-1) + `{"role":"user"}]}`)
+	}
+	for _, tc := range []struct {
+		messages int
+		kept     bool
+	}{
+		{1, true}, {40, true}, {maxPooledMessages / 2, true},
+		{maxPooledMessages + 1, false}, {500_000, false},
+	} {
+		p := f.srv.newParsed()
+		p.body.Messages = nil // the array is the parse's own
+		if err := tokenize.ParseBodyShared(body(tc.messages), &p.body); err != nil {
+			t.Fatal(err)
+		}
+		if len(p.body.Messages) != tc.messages {
+			t.Fatalf("parsed %d messages of %d", len(p.body.Messages), tc.messages)
+		}
+		f.srv.release(p) // p is read below only: nothing else takes from the pool
+		kept := p.body.Messages
+		switch {
+		case len(kept) != 0:
+			t.Fatalf("%d messages: the kept array has %d entries, want none", tc.messages, len(kept))
+		case tc.kept && cap(kept) < tc.messages:
+			t.Fatalf("%d messages: array of %d kept, want the array reused", tc.messages, cap(kept))
+		case !tc.kept && cap(kept) > maxPooledMessages:
+			t.Fatalf("%d messages: a pooled parsed request keeps an array of %d", tc.messages, cap(kept))
+		}
+		for i, m := range kept[:cap(kept)] {
+			if m != (tokenize.Message{}) {
+				t.Fatalf("%d messages: kept message %d not cleared: %+v", tc.messages, i, m)
+			}
+		}
+	}
+}
