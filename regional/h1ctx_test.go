@@ -232,23 +232,12 @@ func TestH1CtxDerivedAsItEnds(t *testing.T) {
 		"WithTimeout": func(p context.Context) (context.Context, func()) {
 			return context.WithTimeout(p, time.Hour)
 		},
-		"AfterFunc": func(p context.Context) (context.Context, func()) {
-			ctx, cancel := context.WithCancel(context.Background())
-			stop := context.AfterFunc(p, cancel)
-			return ctx, func() { stop(); cancel() }
-		},
 	}
 	for name, d := range derive {
 		t.Run(name, func(t *testing.T) {
 			base := &endingBase{Context: context.Background()}
 			c := newH1Ctx(base, nil)
 			base.end = func() { c.cancel(context.Canceled) }
-			if name == "AfterFunc" {
-				// context.AfterFunc does not look up a value:
-				// the request ends before.
-				base.end = nil
-				c.cancel(context.Canceled)
-			}
 			derived := make(chan struct{})
 			go func() {
 				defer close(derived)
