@@ -531,7 +531,12 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 	hosts, host, err := hc.scanHeader(br)
 	var req *http.Request
 	if err == nil {
-		req, err = http.ReadRequest(br)
+		// The plain request without net/http's parser's allocations
+		// (h1fast.go, held to it by its tests); the rest by it.
+		req = new(http.Request)
+		if !readRequestFast(br, req) {
+			req, err = http.ReadRequest(br)
+		}
 	}
 	hc.lr.limit = 1<<63 - 1
 	if err != nil {
