@@ -50,7 +50,13 @@ import (
 // The strings of the request (its method and header names where they are
 // not common ones, values, target, path, query and Host) are substrings
 // of one string copied from them, never of br's buffer, which the next
-// request overwrites while a handler may still hold them.
+// request overwrites while a handler may still hold them. So a string a
+// handler keeps past the request keeps all of them, Authorization's
+// value included (http.ReadRequest gives each value a string of its
+// own): what is kept long (a map key, a metric label) is copied or
+// derived from them (route.Sessions keys by a hash, Prompts by a new
+// string), and the server keeps only an uncommon method until the next
+// request (h1Conn.lastMethod).
 func readRequestFast(br *bufio.Reader, req *http.Request) bool {
 	buf, _ := br.Peek(br.Buffered())
 	// Offsets are kept as int32: a header is not looked for past 1 GiB.

@@ -8,9 +8,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"golang.org/x/net/http/httpguts"
@@ -773,4 +775,187 @@ func FuzzReadRequestFast(f *testing.F) {
 		}
 		checkFast(t, c)
 	})
+}
+
+// TestReadRequestFastEdges holds the parser to ReadRequest at its limits:
+// every interned name in three cases, Connection tokens for both
+// versions, Content-Length spellings, 0 to 34 header lines with and
+// without repeats (around the 8 and 16 value blocks and the 32 line
+// limit), names of 128 and 129 bytes, and odd targets and values.
+func TestReadRequestFastEdges(t *testing.T) {
+	var cases []string
+	const host = "Host: h\r\n"
+	for _, n := range commonHeaderNames[1:] {
+		for _, v := range []string{strings.ToLower(n), strings.ToUpper(n), n} {
+			cases = append(cases,
+				"POST /a HTTP/1.1\r\n"+host+v+": 1\r\nContent-Length: 3\r\n\r\nabcGET",
+				"POST /a HTTP/1.0\r\n"+v+": keep-alive\r\n"+v+": x\r\n\r\n")
+		}
+	}
+	for _, c := range []string{"close", "keep-alive", "Keep-Alive", "keep-alive, close", "close,keep-alive",
+		" keep-alive ", "upgrade, keep-alive", "keep-alive\t", "x keep-alive", "keep-alivex", ""} {
+		cases = append(cases,
+			"POST /a HTTP/1.0\r\nConnection: "+c+"\r\nContent-Length: 5\r\n\r\nabcdeGET /",
+			"POST /a HTTP/1.1\r\n"+host+"Connection: "+c+"\r\nContent-Length: 5\r\n\r\nabcGET /",
+			"POST /a HTTP/1.1\r\n"+host+"connection: x\r\nConnection: "+c+"\r\nContent-Length: 5\r\n\r\nabcdef")
+	}
+	for _, cl := range []string{"0", "00", "007", "000000000000000001", "999999999999999999", "1", " 3 ", "\t3\t"} {
+		cases = append(cases, "POST /a HTTP/1.1\r\n"+host+"Content-Length:"+cl+"\r\n\r\nabcdefgh")
+	}
+	for n := 0; n <= 34; n++ {
+		var repeated, distinct strings.Builder
+		repeated.WriteString("GET /x?y HTTP/1.1\r\n")
+		distinct.WriteString("GET /x?y HTTP/1.1\r\n")
+		for i := range n {
+			fmt.Fprintf(&repeated, "X-H%d: v%d\r\n", i%9, i)
+			if i == n/2 {
+				repeated.WriteString(host)
+			}
+			fmt.Fprintf(&distinct, "X-H%d: v%d\r\n", i, i)
+		}
+		repeated.WriteString("\r\n")
+		distinct.WriteString("\r\n")
+		cases = append(cases, repeated.String(), distinct.String())
+	}
+	cases = append(cases,
+		"GET / HTTP/1.1\r\n"+strings.Repeat("a", 128)+": x\r\n\r\n",
+		"GET / HTTP/1.1\r\n"+strings.Repeat("a", 129)+": x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost:\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: \t \r\n\r\n",
+		"GET / HTTP/1.1\r\nX:\t\r\nx: \r\n\r\n",
+		"GET /?# HTTP/1.1\r\n\r\n",
+		"GET /? HTTP/1.1\r\n\r\n",
+		"GET /?? HTTP/1.1\r\n\r\n",
+		"GET /a?%zz HTTP/1.1\r\n\r\n",
+		"GET /a?%00 HTTP/1.1\r\n\r\n",
+		"GET /@:;=$&+, HTTP/1.1\r\n\r\n",
+		"CONNECT /x HTTP/1.1\r\n\r\n",
+		"PRI /x HTTP/1.1\r\n\r\n",
+		"get / HTTP/1.1\r\n\r\n",
+		"GET / HTTP/1.1\r\nX:a\x00b\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: a\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\nab",
+		"GET / HTTP/1.1\r\nTe: trailers\r\nTE: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nX-A: 1\r\nx-a: 2\r\nX-a: 3\r\nAccept: 1\r\nACCEPT: 2\r\n\r\n",
+	)
+	took := 0
+	for _, c := range cases {
+		d := []byte(c)
+		for _, step := range []int{1, 3, 64} {
+			for _, reads := range []int{-1, 0, 1, 2} {
+				for _, cut := range []int{0, 1, 3} {
+					if cut <= len(d) && checkFast(t, fastCase{d, len(d) - cut, step, reads}) {
+						took++
+					}
+				}
+			}
+		}
+	}
+	if took == 0 {
+		t.Fatal("the parser took none of the cases")
+	}
+}
+
+// errAfterReader gives its parts in turn, the last together with err.
+type errAfterReader struct {
+	parts [][]byte
+	err   error
+}
+
+func (r *errAfterReader) Read(p []byte) (int, error) {
+	if len(r.parts) == 0 {
+		return 0, r.err
+	}
+	n := copy(p, r.parts[0])
+	r.parts[0] = r.parts[0][n:]
+	if len(r.parts[0]) == 0 {
+		r.parts = r.parts[1:]
+	}
+	if len(r.parts) == 0 {
+		return n, r.err
+	}
+	return n, nil
+}
+
+// TestReadRequestFastBodyErrors reads bodies whose connection ends (EOF,
+// a deadline, another error) with the last bytes, as ReadRequest's body.
+func TestReadRequestFastBodyErrors(t *testing.T) {
+	hdr := []byte("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 10\r\n\r\n")
+	for _, end := range []error{io.EOF, os.ErrDeadlineExceeded, errors.New("reset")} {
+		for _, body := range []string{"", "abc", "abcdefghij", "abcdefghijGET"} {
+			for _, step := range []int{1, 4, 4096} {
+				open := func() *bufio.Reader {
+					br := bufio.NewReaderSize(&errAfterReader{parts: [][]byte{hdr, []byte(body)}, err: end}, 64)
+					if _, err := br.Peek(len(hdr)); err != nil {
+						t.Fatal(err)
+					}
+					return br
+				}
+				var got http.Request
+				if !readRequestFast(open(), &got) {
+					t.Fatal("refused")
+				}
+				want, err := http.ReadRequest(open())
+				if err != nil {
+					t.Fatal(err)
+				}
+				gp, wp := make([]byte, step), make([]byte, step)
+				for i := range 20 {
+					gn, ge := got.Body.Read(gp)
+					wn, we := want.Body.Read(wp)
+					if gn != wn || string(gp[:gn]) != string(wp[:wn]) || !fastSameErr(ge, we) {
+						t.Fatalf("%v %q step %d read %d: %d %v, want %d %v", end, body, step, i, gn, ge, wn, we)
+					}
+				}
+				if ge, we := got.Body.Close(), want.Body.Close(); !fastSameErr(ge, we) {
+					t.Fatalf("%v %q step %d: Close %v, want %v", end, body, step, ge, we)
+				}
+			}
+		}
+	}
+}
+
+// TestReadRequestFastBodyConcurrent reads a body from four goroutines
+// while it is closed: each byte is read once, and the next request stays.
+func TestReadRequestFastBodyConcurrent(t *testing.T) {
+	const head = "POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 100000\r\n\r\n"
+	data := append([]byte(head), make([]byte, 100000)...)
+	data = append(data, "GET /next HTTP/1.1\r\n"...)
+	br := fastReader(t, data, len(head))
+	var req http.Request
+	if !readRequestFast(br, &req) {
+		t.Fatal("refused")
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			p := make([]byte, 7)
+			for {
+				if _, err := req.Body.Read(p); err != nil {
+					return
+				}
+			}
+		})
+	}
+	if err := req.Body.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if rest, _ := io.ReadAll(br); string(rest) != "GET /next HTTP/1.1\r\n" {
+		t.Fatalf("left %q", rest)
+	}
+}
+
+// TestReadRequestFastHeaderAppendIsolated: each name's values share one
+// array, so each slice is capped; appending to one never writes another.
+func TestReadRequestFastHeaderAppendIsolated(t *testing.T) {
+	data := []byte("GET / HTTP/1.1\r\nHost: h\r\nA: 1\r\nB: 2\r\nC: 3\r\n\r\n")
+	var req http.Request
+	if !readRequestFast(fastReader(t, data, len(data)), &req) {
+		t.Fatal("refused")
+	}
+	_ = append(req.Header["A"], "a2")
+	_ = append(req.Header["B"], "b2")
+	if a, b, c := req.Header.Get("A"), req.Header.Get("B"), req.Header.Get("C"); a != "1" || b != "2" || c != "3" {
+		t.Fatalf("after appends A %q B %q C %q, want 1 2 3", a, b, c)
+	}
 }
