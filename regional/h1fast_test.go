@@ -88,6 +88,18 @@ func checkFast(tb fastTB, c fastCase) bool {
 		tb.Fatalf("took %q, which http.ReadRequest refuses: %v", data, err)
 	}
 	compareFastRequests(tb, data, &got, want)
+	// The server does not check again the names and values of a request
+	// read here (h1Conn.serveOne): each must pass its checks.
+	for k, vv := range got.Header {
+		if !httpguts.ValidHeaderFieldName(k) {
+			tb.Fatalf("%q: took the header name %q, which httpguts refuses", data, k)
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				tb.Fatalf("%q: took the %s value %q, which httpguts refuses", data, k, v)
+			}
+		}
+	}
 	if (got.Body == http.NoBody) != (want.Body == http.NoBody) {
 		tb.Fatalf("%q: Body is NoBody %v, want %v", data, got.Body == http.NoBody, want.Body == http.NoBody)
 	}

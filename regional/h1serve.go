@@ -530,11 +530,12 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 	}
 	hosts, host, err := hc.scanHeader(br)
 	var req *http.Request
+	fast := false // read by readRequestFast: its names and values are valid
 	if err == nil {
 		// The plain request without net/http's parser's allocations
 		// (h1fast.go, held to it by its tests); the rest by it.
 		req = new(http.Request)
-		if !readRequestFast(br, req) {
+		if fast = readRequestFast(br, req); !fast {
 			req, err = http.ReadRequest(br)
 		}
 	}
@@ -580,16 +581,12 @@ func (hc *h1Conn) serveOne(first bool, t0 time.Time) bool {
 		hc.h1Error(http.StatusBadRequest, "malformed Host header")
 		return false
 	}
-	for k, vv := range req.Header {
-		if !httpguts.ValidHeaderFieldName(k) {
-			hc.h1Error(http.StatusBadRequest, "invalid header name")
+	// readRequestFast takes only token names and values of visible
+	// ASCII, spaces and tabs, which pass these checks: not looked at again.
+	if !fast {
+		if msg := invalidHeaderField(req.Header); msg != "" {
+			hc.h1Error(http.StatusBadRequest, msg)
 			return false
-		}
-		for _, v := range vv {
-			if !httpguts.ValidHeaderFieldValue(v) {
-				hc.h1Error(http.StatusBadRequest, "invalid header value")
-				return false
-			}
 		}
 	}
 	hc.readWithin(t0, s.ReadTimeout)
@@ -826,6 +823,22 @@ func hasToken(v, token string) bool {
 }
 
 func isTokenSep(b byte) bool { return b == ' ' || b == ',' || b == '\t' }
+
+// invalidHeaderField says what is wrong with the first invalid name or
+// value in h, as net/http's server says it; "" if all are valid.
+func invalidHeaderField(h http.Header) string {
+	for k, vv := range h {
+		if !httpguts.ValidHeaderFieldName(k) {
+			return "invalid header name"
+		}
+		for _, v := range vv {
+			if !httpguts.ValidHeaderFieldValue(v) {
+				return "invalid header value"
+			}
+		}
+	}
+	return ""
+}
 
 // hostValue is the Host header to validate: the request's Host, which
 // http.ReadRequest unfolds, unless an absolute URI set it.
